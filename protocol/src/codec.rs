@@ -1,0 +1,589 @@
+//! Encoding and verified decoding of the flatbuffer headers.
+//!
+//! Inbound headers are untrusted: [`verify`] runs the flatbuffers verifier with
+//! bounded options before any field is read. Encoders build a header into a
+//! reusable [`flatbuffers::FlatBufferBuilder`] and return its bytes.
+
+use crate::generated::ringlog::wire;
+use crate::types::{BrokerId, PartitionId, ShardId};
+use flatbuffers::{
+    FlatBufferBuilder, Follow, InvalidFlatbuffer, Verifiable, VerifierOptions, WIPOffset,
+};
+
+pub use wire::{AckMode, OffsetSpec};
+
+/// Verifies `bytes` as a flatbuffer whose root is `T` and returns the root.
+///
+/// The limits keep a hostile header from costing more than a few microseconds:
+/// headers are small (a topic list at most), so 64 levels, 100k tables and
+/// 16 MiB of apparent size are generous for honest peers.
+pub fn verify<'a, T>(bytes: &'a [u8]) -> Result<T::Inner, InvalidFlatbuffer>
+where
+    T: Follow<'a> + Verifiable + 'a,
+{
+    let options = VerifierOptions {
+        max_depth: 64,
+        max_tables: 100_000,
+        max_apparent_size: 16 * 1024 * 1024,
+        ignore_missing_null_terminator: false,
+    };
+    flatbuffers::root_with_opts::<T>(&options, bytes)
+}
+
+/// A topic's settings. Zero means "the broker's default" when creating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TopicSettings {
+    /// Delete closed segments older than this.
+    pub retention_ms: u64,
+    /// Delete the oldest closed segments while the partition is larger (0 = no limit).
+    pub retention_bytes: u64,
+    /// Roll to a new segment at this size.
+    pub segment_bytes: u64,
+    /// Flush after this many messages...
+    pub flush_messages: u64,
+    /// ...or this long after the first unflushed message, whichever is first.
+    pub flush_interval_ms: u64,
+}
+
+impl TopicSettings {
+    fn encode<'b>(&self, fbb: &mut FlatBufferBuilder<'b>) -> WIPOffset<wire::TopicConfig<'b>> {
+        wire::TopicConfig::create(
+            fbb,
+            &wire::TopicConfigArgs {
+                retention_ms: self.retention_ms,
+                retention_bytes: self.retention_bytes,
+                segment_bytes: self.segment_bytes,
+                flush_messages: self.flush_messages,
+                flush_interval_ms: self.flush_interval_ms,
+            },
+        )
+    }
+
+    /// Reads settings from a decoded header (absent = all defaults).
+    pub fn decode(config: Option<wire::TopicConfig<'_>>) -> TopicSettings {
+        config.map_or_else(TopicSettings::default, |c| TopicSettings {
+            retention_ms: c.retention_ms(),
+            retention_bytes: c.retention_bytes(),
+            segment_bytes: c.segment_bytes(),
+            flush_messages: c.flush_messages(),
+            flush_interval_ms: c.flush_interval_ms(),
+        })
+    }
+}
+
+/// One partition's placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionPlacement {
+    /// The partition.
+    pub partition: PartitionId,
+    /// The broker that stores it.
+    pub broker_id: BrokerId,
+    /// The shard that owns it.
+    pub shard_id: ShardId,
+}
+
+/// A topic as Metadata describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    /// The name.
+    pub name: String,
+    /// Every partition, in order.
+    pub partitions: Vec<PartitionPlacement>,
+    /// Effective settings.
+    pub settings: TopicSettings,
+}
+
+/// A shard's listening address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardAddress {
+    /// The shard.
+    pub shard_id: ShardId,
+    /// Host to connect to.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+}
+
+/// A broker and its shard ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerMetadata {
+    /// The broker's id.
+    pub broker_id: BrokerId,
+    /// One entry per shard.
+    pub shards: Vec<ShardAddress>,
+}
+
+/// A whole Metadata response.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Metadata {
+    /// Brokers in the cluster.
+    pub brokers: Vec<BrokerMetadata>,
+    /// Topics asked for (all when none were named).
+    pub topics: Vec<TopicMetadata>,
+}
+
+impl Metadata {
+    /// The address of the shard that owns a partition, if known.
+    pub fn owner_address(&self, topic: &str, partition: PartitionId) -> Option<&ShardAddress> {
+        let topic = self.topics.iter().find(|t| t.name == topic)?;
+        let placement = topic.partitions.iter().find(|p| p.partition == partition)?;
+        let broker = self
+            .brokers
+            .iter()
+            .find(|b| b.broker_id == placement.broker_id)?;
+        broker
+            .shards
+            .iter()
+            .find(|s| s.shard_id == placement.shard_id)
+    }
+}
+
+fn finish<'b, T>(fbb: &'b mut FlatBufferBuilder<'_>, root: WIPOffset<T>) -> &'b [u8] {
+    fbb.finish_minimal(root);
+    fbb.finished_data()
+}
+
+fn encode_topic<'b>(
+    fbb: &mut FlatBufferBuilder<'b>,
+    topic: &TopicMetadata,
+) -> WIPOffset<wire::TopicInfo<'b>> {
+    let name = fbb.create_string(&topic.name);
+    let partitions: Vec<_> = topic
+        .partitions
+        .iter()
+        .map(|p| {
+            wire::PartitionInfo::create(
+                fbb,
+                &wire::PartitionInfoArgs {
+                    partition: p.partition,
+                    broker_id: p.broker_id,
+                    shard_id: p.shard_id,
+                },
+            )
+        })
+        .collect();
+    let partitions = fbb.create_vector(&partitions);
+    let config = topic.settings.encode(fbb);
+    wire::TopicInfo::create(
+        fbb,
+        &wire::TopicInfoArgs {
+            name: Some(name),
+            partitions: Some(partitions),
+            config: Some(config),
+        },
+    )
+}
+
+/// Reads a decoded TopicInfo into its owned form.
+pub fn decode_topic(info: wire::TopicInfo<'_>) -> TopicMetadata {
+    TopicMetadata {
+        name: info.name().unwrap_or_default().to_string(),
+        partitions: info
+            .partitions()
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| PartitionPlacement {
+                        partition: p.partition(),
+                        broker_id: p.broker_id(),
+                        shard_id: p.shard_id(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        settings: TopicSettings::decode(info.config()),
+    }
+}
+
+/// Reads a decoded MetadataResponse into its owned form.
+pub fn decode_metadata(response: wire::MetadataResponse<'_>) -> Metadata {
+    Metadata {
+        brokers: response
+            .brokers()
+            .map(|bs| {
+                bs.iter()
+                    .map(|b| BrokerMetadata {
+                        broker_id: b.broker_id(),
+                        shards: b
+                            .shards()
+                            .map(|ss| {
+                                ss.iter()
+                                    .map(|s| ShardAddress {
+                                        shard_id: s.shard_id(),
+                                        host: s.host().unwrap_or_default().to_string(),
+                                        port: s.port(),
+                                    })
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        topics: response
+            .topics()
+            .map(|ts| ts.iter().map(decode_topic).collect())
+            .unwrap_or_default(),
+    }
+}
+
+// ---------------------------------------------------------------- requests
+
+/// Handshake request header.
+pub fn handshake_request<'b>(fbb: &'b mut FlatBufferBuilder<'_>, client_name: &str) -> &'b [u8] {
+    fbb.reset();
+    let name = fbb.create_string(client_name);
+    let root = wire::HandshakeRequest::create(
+        fbb,
+        &wire::HandshakeRequestArgs {
+            protocol_version: crate::frame::PROTOCOL_VERSION,
+            client_name: Some(name),
+        },
+    );
+    finish(fbb, root)
+}
+
+/// Metadata request header (an empty list asks for every topic).
+pub fn metadata_request<'b>(fbb: &'b mut FlatBufferBuilder<'_>, topics: &[&str]) -> &'b [u8] {
+    fbb.reset();
+    let names: Vec<_> = topics.iter().map(|t| fbb.create_string(t)).collect();
+    let topics = fbb.create_vector(&names);
+    let root = wire::MetadataRequest::create(
+        fbb,
+        &wire::MetadataRequestArgs {
+            topics: Some(topics),
+        },
+    );
+    finish(fbb, root)
+}
+
+/// CreateTopic request header.
+pub fn create_topic_request<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    name: &str,
+    partitions: u32,
+    settings: &TopicSettings,
+) -> &'b [u8] {
+    fbb.reset();
+    let name = fbb.create_string(name);
+    let config = settings.encode(fbb);
+    let root = wire::CreateTopicRequest::create(
+        fbb,
+        &wire::CreateTopicRequestArgs {
+            name: Some(name),
+            partitions,
+            config: Some(config),
+        },
+    );
+    finish(fbb, root)
+}
+
+/// DeleteTopic request header.
+pub fn delete_topic_request<'b>(fbb: &'b mut FlatBufferBuilder<'_>, name: &str) -> &'b [u8] {
+    fbb.reset();
+    let name = fbb.create_string(name);
+    let root =
+        wire::DeleteTopicRequest::create(fbb, &wire::DeleteTopicRequestArgs { name: Some(name) });
+    finish(fbb, root)
+}
+
+/// Produce request header (the message set follows it in the frame).
+pub fn produce_request<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    partition: PartitionId,
+    acks: AckMode,
+) -> &'b [u8] {
+    fbb.reset();
+    let topic = fbb.create_string(topic);
+    let root = wire::ProduceRequest::create(
+        fbb,
+        &wire::ProduceRequestArgs {
+            topic: Some(topic),
+            partition,
+            acks,
+        },
+    );
+    finish(fbb, root)
+}
+
+/// What a Fetch asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchArgs {
+    /// Where to start reading.
+    pub offset: u64,
+    /// Most bytes to return.
+    pub max_bytes: u32,
+    /// How long to wait when nothing is flushed at `offset` yet.
+    pub max_wait_ms: u32,
+}
+
+/// Fetch request header.
+pub fn fetch_request<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    partition: PartitionId,
+    args: FetchArgs,
+) -> &'b [u8] {
+    fbb.reset();
+    let topic = fbb.create_string(topic);
+    let root = wire::FetchRequest::create(
+        fbb,
+        &wire::FetchRequestArgs {
+            topic: Some(topic),
+            partition,
+            offset: args.offset,
+            max_bytes: args.max_bytes,
+            max_wait_ms: args.max_wait_ms,
+        },
+    );
+    finish(fbb, root)
+}
+
+/// ListOffsets request header.
+pub fn list_offsets_request<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    partition: PartitionId,
+    spec: OffsetSpec,
+    timestamp_ms: u64,
+) -> &'b [u8] {
+    fbb.reset();
+    let topic = fbb.create_string(topic);
+    let root = wire::ListOffsetsRequest::create(
+        fbb,
+        &wire::ListOffsetsRequestArgs {
+            topic: Some(topic),
+            partition,
+            spec,
+            timestamp_ms,
+        },
+    );
+    finish(fbb, root)
+}
+
+// --------------------------------------------------------------- responses
+
+/// Handshake response header.
+pub fn handshake_response<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    broker_id: BrokerId,
+    shard_id: ShardId,
+    shard_count: u16,
+) -> &'b [u8] {
+    fbb.reset();
+    let root = wire::HandshakeResponse::create(
+        fbb,
+        &wire::HandshakeResponseArgs {
+            protocol_version: crate::frame::PROTOCOL_VERSION,
+            broker_id,
+            shard_id,
+            shard_count,
+        },
+    );
+    finish(fbb, root)
+}
+
+/// Error response header; `range` is the valid offset range for OFFSET_OUT_OF_RANGE.
+pub fn error_response<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    code: crate::ErrorCode,
+    message: &str,
+    range: Option<(u64, u64)>,
+) -> &'b [u8] {
+    fbb.reset();
+    let message = fbb.create_string(message);
+    let (start_offset, end_offset) = range.unwrap_or((0, 0));
+    let root = wire::ErrorResponse::create(
+        fbb,
+        &wire::ErrorResponseArgs {
+            code: code as u16,
+            message: Some(message),
+            start_offset,
+            end_offset,
+        },
+    );
+    finish(fbb, root)
+}
+
+/// Metadata response header.
+pub fn metadata_response<'b>(fbb: &'b mut FlatBufferBuilder<'_>, metadata: &Metadata) -> &'b [u8] {
+    fbb.reset();
+    let brokers: Vec<_> = metadata
+        .brokers
+        .iter()
+        .map(|b| {
+            let shards: Vec<_> = b
+                .shards
+                .iter()
+                .map(|s| {
+                    let host = fbb.create_string(&s.host);
+                    wire::ShardInfo::create(
+                        fbb,
+                        &wire::ShardInfoArgs {
+                            shard_id: s.shard_id,
+                            host: Some(host),
+                            port: s.port,
+                        },
+                    )
+                })
+                .collect();
+            let shards = fbb.create_vector(&shards);
+            wire::BrokerInfo::create(
+                fbb,
+                &wire::BrokerInfoArgs {
+                    broker_id: b.broker_id,
+                    shards: Some(shards),
+                },
+            )
+        })
+        .collect();
+    let brokers = fbb.create_vector(&brokers);
+    let topics: Vec<_> = metadata
+        .topics
+        .iter()
+        .map(|t| encode_topic(fbb, t))
+        .collect();
+    let topics = fbb.create_vector(&topics);
+    let root = wire::MetadataResponse::create(
+        fbb,
+        &wire::MetadataResponseArgs {
+            brokers: Some(brokers),
+            topics: Some(topics),
+        },
+    );
+    finish(fbb, root)
+}
+
+/// CreateTopic response header.
+pub fn create_topic_response<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &TopicMetadata,
+) -> &'b [u8] {
+    fbb.reset();
+    let topic = encode_topic(fbb, topic);
+    let root = wire::CreateTopicResponse::create(
+        fbb,
+        &wire::CreateTopicResponseArgs { topic: Some(topic) },
+    );
+    finish(fbb, root)
+}
+
+/// DeleteTopic response header.
+pub fn delete_topic_response<'b>(fbb: &'b mut FlatBufferBuilder<'_>, name: &str) -> &'b [u8] {
+    fbb.reset();
+    let name = fbb.create_string(name);
+    let root =
+        wire::DeleteTopicResponse::create(fbb, &wire::DeleteTopicResponseArgs { name: Some(name) });
+    finish(fbb, root)
+}
+
+/// Produce response header.
+pub fn produce_response<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    base_offset: u64,
+    end_offset: u64,
+    message_count: u32,
+) -> &'b [u8] {
+    fbb.reset();
+    let root = wire::ProduceResponse::create(
+        fbb,
+        &wire::ProduceResponseArgs {
+            base_offset,
+            end_offset,
+            message_count,
+        },
+    );
+    finish(fbb, root)
+}
+
+/// Offsets reported with fetches and offset listings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PartitionOffsets {
+    /// First retained offset.
+    pub start_offset: u64,
+    /// Everything below this is flushed and visible.
+    pub flushed_offset: u64,
+    /// The offset the next appended message gets.
+    pub end_offset: u64,
+}
+
+/// Fetch response header (`length` raw log bytes follow it).
+pub fn fetch_response<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    offset: u64,
+    length: u32,
+    offsets: PartitionOffsets,
+) -> &'b [u8] {
+    fbb.reset();
+    let root = wire::FetchResponse::create(
+        fbb,
+        &wire::FetchResponseArgs {
+            offset,
+            length,
+            start_offset: offsets.start_offset,
+            flushed_offset: offsets.flushed_offset,
+        },
+    );
+    finish(fbb, root)
+}
+
+/// ListOffsets response header.
+pub fn list_offsets_response<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    offset: u64,
+    offsets: PartitionOffsets,
+) -> &'b [u8] {
+    fbb.reset();
+    let root = wire::ListOffsetsResponse::create(
+        fbb,
+        &wire::ListOffsetsResponseArgs {
+            offset,
+            start_offset: offsets.start_offset,
+            flushed_offset: offsets.flushed_offset,
+            end_offset: offsets.end_offset,
+        },
+    );
+    finish(fbb, root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_round_trips() {
+        let metadata = Metadata {
+            brokers: vec![BrokerMetadata {
+                broker_id: 3,
+                shards: vec![ShardAddress {
+                    shard_id: 1,
+                    host: "127.0.0.1".into(),
+                    port: 9093,
+                }],
+            }],
+            topics: vec![TopicMetadata {
+                name: "t".into(),
+                partitions: vec![PartitionPlacement {
+                    partition: 0,
+                    broker_id: 3,
+                    shard_id: 1,
+                }],
+                settings: TopicSettings {
+                    retention_ms: 5,
+                    ..TopicSettings::default()
+                },
+            }],
+        };
+        let mut fbb = FlatBufferBuilder::new();
+        let bytes = metadata_response(&mut fbb, &metadata).to_vec();
+        let decoded = decode_metadata(verify::<wire::MetadataResponse>(&bytes).unwrap());
+        assert_eq!(decoded, metadata);
+        assert_eq!(decoded.owner_address("t", 0).map(|s| s.port), Some(9093));
+    }
+
+    #[test]
+    fn garbage_fails_verification() {
+        assert!(verify::<wire::ProduceRequest>(&[0xff; 3]).is_err());
+        assert!(verify::<wire::ProduceRequest>(&[0x40, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f]).is_err());
+    }
+}

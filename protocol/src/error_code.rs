@@ -1,0 +1,126 @@
+//! Typed error codes carried in every response frame.
+//!
+//! The numbers are part of the wire format: they are never renumbered, and a
+//! retired code is never reused (PROTOCOL.md lists them).
+
+use std::fmt;
+
+/// A response's error code. `None` (0) means success.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u16)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// Success.
+    None = 0,
+    /// The frame's api key is not one this broker knows.
+    UnknownApi = 1,
+    /// The protocol or api version is not supported.
+    UnsupportedVersion = 2,
+    /// The frame or its flatbuffer header failed to decode or verify.
+    InvalidRequest = 3,
+    /// The frame is larger than the broker accepts.
+    FrameTooLarge = 4,
+    /// A request other than Handshake arrived before the handshake.
+    HandshakeRequired = 5,
+    /// The topic name breaks the naming rules.
+    InvalidTopicName = 6,
+    /// No such topic.
+    UnknownTopic = 7,
+    /// The topic exists but has no such partition.
+    UnknownPartition = 8,
+    /// CreateTopic for a name that is taken.
+    TopicAlreadyExists = 9,
+    /// A topic configuration value is out of its allowed range.
+    InvalidConfig = 10,
+    /// A fetch or seek outside [start_offset, end_offset].
+    OffsetOutOfRange = 11,
+    /// A produced message failed its length or CRC check.
+    CorruptMessage = 12,
+    /// A produced message is larger than the broker's limit.
+    MessageTooLarge = 13,
+    /// The partition's storage failed (an I/O or fsync error); it takes no more writes.
+    StorageFailed = 14,
+    /// The broker is stopping.
+    ShuttingDown = 15,
+    /// Too many requests in flight on this connection or shard.
+    Overloaded = 16,
+    /// A bug in the broker; the message says what.
+    Internal = 17,
+}
+
+impl ErrorCode {
+    /// Every code, in numeric order.
+    pub const ALL: [ErrorCode; 18] = [
+        ErrorCode::None,
+        ErrorCode::UnknownApi,
+        ErrorCode::UnsupportedVersion,
+        ErrorCode::InvalidRequest,
+        ErrorCode::FrameTooLarge,
+        ErrorCode::HandshakeRequired,
+        ErrorCode::InvalidTopicName,
+        ErrorCode::UnknownTopic,
+        ErrorCode::UnknownPartition,
+        ErrorCode::TopicAlreadyExists,
+        ErrorCode::InvalidConfig,
+        ErrorCode::OffsetOutOfRange,
+        ErrorCode::CorruptMessage,
+        ErrorCode::MessageTooLarge,
+        ErrorCode::StorageFailed,
+        ErrorCode::ShuttingDown,
+        ErrorCode::Overloaded,
+        ErrorCode::Internal,
+    ];
+
+    /// The code for a wire number; unknown numbers map to `None` in the `Err`.
+    pub fn from_u16(value: u16) -> Result<ErrorCode, u16> {
+        ErrorCode::ALL
+            .iter()
+            .copied()
+            .find(|code| *code as u16 == value)
+            .ok_or(value)
+    }
+
+    /// A stable SCREAMING_SNAKE name, as PROTOCOL.md spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCode::None => "NONE",
+            ErrorCode::UnknownApi => "UNKNOWN_API",
+            ErrorCode::UnsupportedVersion => "UNSUPPORTED_VERSION",
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::FrameTooLarge => "FRAME_TOO_LARGE",
+            ErrorCode::HandshakeRequired => "HANDSHAKE_REQUIRED",
+            ErrorCode::InvalidTopicName => "INVALID_TOPIC_NAME",
+            ErrorCode::UnknownTopic => "UNKNOWN_TOPIC",
+            ErrorCode::UnknownPartition => "UNKNOWN_PARTITION",
+            ErrorCode::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
+            ErrorCode::InvalidConfig => "INVALID_CONFIG",
+            ErrorCode::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
+            ErrorCode::CorruptMessage => "CORRUPT_MESSAGE",
+            ErrorCode::MessageTooLarge => "MESSAGE_TOO_LARGE",
+            ErrorCode::StorageFailed => "STORAGE_FAILED",
+            ErrorCode::ShuttingDown => "SHUTTING_DOWN",
+            ErrorCode::Overloaded => "OVERLOADED",
+            ErrorCode::Internal => "INTERNAL",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_dense() {
+        for (i, code) in ErrorCode::ALL.iter().enumerate() {
+            assert_eq!(*code as u16, i as u16);
+            assert_eq!(ErrorCode::from_u16(i as u16), Ok(*code));
+        }
+        assert_eq!(ErrorCode::from_u16(999), Err(999));
+    }
+}

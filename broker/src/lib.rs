@@ -1,1 +1,37 @@
-//! placeholder
+//! The ringlog broker: the 2011 Kafka paper's broker on io_uring shards.
+//!
+//! ```text
+//!                 ┌──────────── broker process ────────────┐
+//!   clients ──►   │ shard 0 (core 0)      shard 1 (core 1) │   main thread:
+//!   port P        │  listener :P           listener :P+1   │   signals, start/stop
+//!   port P+1      │  connections           connections     │   metrics thread:
+//!                 │  partition logs        partition logs  │   Prometheus text
+//!                 │  flusher, retention    flusher, ...    │
+//!                 │        ◄── inboxes (flume) ──►         │
+//!                 └────────────────────────────────────────┘
+//! ```
+//!
+//! - **Data plane:** one glommio `LocalExecutor` per shard, pinned to a core.
+//!   A partition belongs to exactly one shard for its whole life
+//!   ([`shard::placement`]); its log ([`storage`]) lives in that shard's
+//!   memory, and nothing on the produce/fetch path locks or crosses threads.
+//! - **Routing:** Metadata names each partition's shard port, so shard-aware
+//!   clients go straight to the owner. A request that lands elsewhere is
+//!   forwarded to the owner over its inbox ([`shard::forward`]); a forwarded
+//!   fetch still ends in sendfile on the connection's shard.
+//! - **Storage:** the paper's append-only log of segment files; offsets are
+//!   byte positions; flushed data only is visible ([`storage`]).
+//! - **Fetch:** zero-copy with sendfile on a non-blocking socket ([`net::sendfile`]).
+//! - **Control plane:** standalone today (topics in `<data-dir>/topics.toml`);
+//!   etcd registries come with the coordinator.
+#![warn(missing_docs)]
+
+pub mod broker;
+pub mod config;
+pub mod handler;
+pub mod limits;
+pub mod metrics;
+pub mod net;
+pub mod notify;
+pub mod shard;
+pub mod storage;

@@ -1,1 +1,90 @@
-fn main() {}
+//! `broker`: flags + TOML → Config → run. Exit codes: 0 after a clean stop,
+//! 1 on any error (one line on stderr saying what and why).
+
+use anyhow::Context;
+use broker::config::Config;
+use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The ringlog broker: the Kafka paper's partitioned log on io_uring shards.
+#[derive(Parser, Debug)]
+#[command(name = "broker", version, about)]
+struct Args {
+    /// Where segments and the topic registry live.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Shard 0's address; shard i listens on PORT+i (port 0: ephemeral ports).
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<SocketAddr>,
+    /// Number of shards, one pinned core each [default: available cores].
+    #[arg(long, value_name = "N")]
+    shards: Option<usize>,
+    /// etcd endpoints for cluster mode (not available yet: runs standalone only).
+    #[arg(long, value_name = "URL[,URL]")]
+    etcd: Option<String>,
+    /// This broker's id.
+    #[arg(long, value_name = "ID")]
+    broker_id: Option<u32>,
+    /// Serve Prometheus metrics on this address.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_listen: Option<SocketAddr>,
+    /// Locked memory per shard for io_uring buffers, in bytes.
+    #[arg(long, value_name = "BYTES")]
+    io_memory: Option<usize>,
+    /// TOML configuration file; flags override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RINGLOG_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let args = Args::parse();
+    if let Err(error) = run(args) {
+        eprintln!("broker: error: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading config {}", path.display()))?;
+            toml::from_str::<Config>(&text)
+                .with_context(|| format!("parsing config {}", path.display()))?
+        }
+        None => Config::default(),
+    };
+    if let Some(v) = args.data_dir {
+        config.data_dir = v;
+    }
+    if let Some(v) = args.listen {
+        config.listen = v;
+    }
+    if let Some(v) = args.shards {
+        config.shards = v;
+    }
+    if let Some(v) = args.broker_id {
+        config.broker_id = v;
+    }
+    if let Some(v) = args.metrics_listen {
+        config.metrics_listen = Some(v);
+    }
+    if let Some(v) = args.io_memory {
+        config.io_memory_bytes = v;
+    }
+    if let Some(etcd) = args.etcd {
+        anyhow::bail!(
+            "--etcd {etcd}: cluster mode (etcd registries) is not implemented yet; run without --etcd for a standalone broker"
+        );
+    }
+    broker::broker::run(config)
+}

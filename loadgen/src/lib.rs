@@ -1,1 +1,1 @@
-//! placeholder
+//! loadgen: the paper's benchmarks and custom workloads.

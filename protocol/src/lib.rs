@@ -36,4 +36,5 @@ pub mod generated {
 }
 
 pub use error_code::ErrorCode;
+pub use flatbuffers;
 pub use generated::ringlog::wire;

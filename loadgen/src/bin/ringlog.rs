@@ -1,1 +1,420 @@
-fn main() {}
+//! `ringlog`: the operator's and developer's command line (topics, produce,
+//! consume, offsets). Every failure is one line on stderr and exit code 1;
+//! usage errors exit 2 (clap's convention).
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use protocol::client::{
+    AckMode, Client, Consumer, OffsetSpec, Producer, ProducerConfig, TopicSettings,
+};
+use std::io::{BufRead, Write};
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ringlog",
+    version,
+    about = "Operate a ringlog broker: topics, produce, consume, offsets"
+)]
+struct Cli {
+    /// Broker addresses, comma-separated.
+    #[arg(
+        long,
+        env = "RINGLOG_BROKERS",
+        default_value = "127.0.0.1:9092",
+        global = true
+    )]
+    brokers: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create, list, describe or delete topics.
+    #[command(subcommand)]
+    Topic(TopicCommand),
+    /// Send one message per stdin line.
+    Produce(ProduceArgs),
+    /// Print one payload per line.
+    Consume(ConsumeArgs),
+    /// Look up an offset of a partition.
+    Offsets(OffsetsArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum TopicCommand {
+    /// Create a topic.
+    Create {
+        /// Topic name: 1-249 of [A-Za-z0-9._-].
+        name: String,
+        /// Number of partitions.
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
+        /// Delete closed segments older than this (0 = broker default).
+        #[arg(long, default_value_t = 0)]
+        retention_ms: u64,
+        /// Keep each partition under this many bytes (0 = broker default).
+        #[arg(long, default_value_t = 0)]
+        retention_bytes: u64,
+        /// Segment size (0 = broker default).
+        #[arg(long, default_value_t = 0)]
+        segment_bytes: u64,
+        /// Flush after this many messages (0 = broker default).
+        #[arg(long, default_value_t = 0)]
+        flush_messages: u64,
+        /// Flush this long after the oldest unflushed message (0 = broker default).
+        #[arg(long, default_value_t = 0)]
+        flush_interval_ms: u64,
+    },
+    /// List topics.
+    List,
+    /// Show a topic's partitions, owners, offsets and settings.
+    Describe {
+        /// Topic name.
+        name: String,
+    },
+    /// Delete a topic and all its data.
+    Delete {
+        /// Topic name.
+        name: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Acks {
+    /// Fire and forget (the paper's mode).
+    None,
+    /// Written to the broker's page cache.
+    Written,
+    /// Flushed to disk and visible to consumers.
+    Flushed,
+}
+
+#[derive(Args, Debug)]
+struct ProduceArgs {
+    /// Topic.
+    topic: String,
+    /// Send every message to this partition (default: by key hash, or random).
+    #[arg(long)]
+    partition: Option<u32>,
+    /// Split each line at the first occurrence of this character into key and value.
+    #[arg(long, value_name = "C")]
+    key_separator: Option<char>,
+    /// Acknowledgement to wait for before exiting 0.
+    #[arg(long, value_enum, default_value = "flushed")]
+    acks: Acks,
+}
+
+#[derive(Args, Debug)]
+struct ConsumeArgs {
+    /// Topic.
+    topic: String,
+    /// Only this partition (default: all).
+    #[arg(long)]
+    partition: Option<u32>,
+    /// earliest, latest, an OFFSET, or @UNIX_MS (messages appended since then).
+    #[arg(long, default_value = "earliest")]
+    from: String,
+    /// Stop after this many messages.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Stop once every partition is read to its flushed end.
+    #[arg(long)]
+    exit_at_end: bool,
+    /// Prefix each line with PARTITION:OFFSET and a tab.
+    #[arg(long)]
+    print_offsets: bool,
+    /// Bytes per fetch.
+    #[arg(long, default_value_t = 256 * 1024)]
+    max_bytes: u32,
+    /// Consumer group (needs a broker cluster with etcd; not available yet).
+    #[arg(long)]
+    group: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct OffsetsArgs {
+    /// Topic.
+    topic: String,
+    /// Partition.
+    #[arg(long, default_value_t = 0)]
+    partition: u32,
+    /// earliest, latest, or UNIX_MS.
+    #[arg(long, default_value = "latest")]
+    before: String,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(error) = run(cli) {
+        eprintln!("ringlog: error: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn connect(brokers: &str) -> anyhow::Result<Client> {
+    Client::connect(brokers).with_context(|| {
+        format!("no broker reachable at {brokers} (set --brokers or RINGLOG_BROKERS; start one with `broker --data-dir DIR`)")
+    })
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Topic(command) => topic(&cli.brokers, command),
+        Command::Produce(args) => produce(&cli.brokers, args),
+        Command::Consume(args) => consume(&cli.brokers, args),
+        Command::Offsets(args) => offsets(&cli.brokers, args),
+    }
+}
+
+fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
+    let client = connect(brokers)?;
+    match command {
+        TopicCommand::Create {
+            name,
+            partitions,
+            retention_ms,
+            retention_bytes,
+            segment_bytes,
+            flush_messages,
+            flush_interval_ms,
+        } => {
+            let settings = TopicSettings {
+                retention_ms,
+                retention_bytes,
+                segment_bytes,
+                flush_messages,
+                flush_interval_ms,
+            };
+            let topic = client.create_topic(&name, partitions, &settings)?;
+            println!(
+                "created topic {} with {} partitions",
+                topic.name,
+                topic.partitions.len()
+            );
+        }
+        TopicCommand::List => {
+            for topic in client.metadata(&[])?.topics {
+                println!("{}\t{} partitions", topic.name, topic.partitions.len());
+            }
+        }
+        TopicCommand::Describe { name } => {
+            let metadata = client.metadata(&[&name])?;
+            let topic = metadata
+                .topics
+                .first()
+                .ok_or_else(|| anyhow!("unknown topic {name:?}"))?;
+            let s = topic.settings;
+            println!(
+                "topic {} partitions {} retention_ms {} retention_bytes {} segment_bytes {} flush_messages {} flush_interval_ms {}",
+                topic.name,
+                topic.partitions.len(),
+                s.retention_ms,
+                s.retention_bytes,
+                s.segment_bytes,
+                s.flush_messages,
+                s.flush_interval_ms
+            );
+            println!("partition\tbroker\tshard\taddress\tstart_offset\tflushed_offset\tend_offset");
+            for p in &topic.partitions {
+                let (_, offsets) =
+                    client.list_offsets(&name, p.partition, OffsetSpec::Earliest, 0)?;
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
+                    p.partition,
+                    p.broker_id,
+                    p.shard_id,
+                    client.owner_address(&metadata, &name, p.partition),
+                    offsets.start_offset,
+                    offsets.flushed_offset,
+                    offsets.end_offset
+                );
+            }
+        }
+        TopicCommand::Delete { name } => {
+            client.delete_topic(&name)?;
+            println!("deleted topic {name}");
+        }
+    }
+    Ok(())
+}
+
+fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
+    let client = connect(brokers)?;
+    let acks = match args.acks {
+        Acks::None => AckMode::None,
+        Acks::Written => AckMode::Written,
+        Acks::Flushed => AckMode::Flushed,
+    };
+    let mut producer = Producer::new(
+        &client,
+        &args.topic,
+        ProducerConfig {
+            acks,
+            linger: Duration::from_millis(50),
+            ..ProducerConfig::default()
+        },
+    )?;
+    if let Some(p) = args.partition {
+        if p >= producer.partitions() {
+            bail!(
+                "topic {:?} has partitions 0..{}, not {p}",
+                args.topic,
+                producer.partitions()
+            );
+        }
+    }
+    let stdin = std::io::stdin();
+    let mut line = Vec::new();
+    let mut reader = stdin.lock();
+    let mut count = 0u64;
+    loop {
+        line.clear();
+        if reader
+            .read_until(b'\n', &mut line)
+            .context("reading stdin")?
+            == 0
+        {
+            break;
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        let (key, value) = split_key(&line, args.key_separator);
+        match args.partition {
+            Some(p) => producer.send_to(p, key, value)?,
+            None => {
+                producer.send(key, value)?;
+            }
+        }
+        count += 1;
+    }
+    producer.flush()?;
+    let acked = match acks {
+        AckMode::None => "sent (no acknowledgement requested)".to_string(),
+        _ => format!("acknowledged ({:?})", args.acks).to_lowercase(),
+    };
+    eprintln!("{count} messages {acked} to topic {}", args.topic);
+    Ok(())
+}
+
+fn split_key(line: &[u8], separator: Option<char>) -> (Option<&[u8]>, &[u8]) {
+    let Some(separator) = separator else {
+        return (None, line);
+    };
+    let mut buf = [0u8; 4];
+    let sep = separator.encode_utf8(&mut buf).as_bytes();
+    match line.windows(sep.len()).position(|w| w == sep) {
+        Some(at) => (Some(&line[..at]), &line[at + sep.len()..]),
+        None => (None, line),
+    }
+}
+
+fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
+    if let Some(group) = &args.group {
+        bail!("--group {group}: consumer groups need a broker cluster with etcd (--etcd), which is not available yet; consume by --partition and --from instead");
+    }
+    let client = connect(brokers)?;
+    let metadata = client.metadata(&[&args.topic])?;
+    let topic = metadata
+        .topics
+        .first()
+        .ok_or_else(|| anyhow!("unknown topic {:?}", args.topic))?;
+    let partitions: Vec<u32> = match args.partition {
+        Some(p) if p as usize >= topic.partitions.len() => {
+            bail!(
+                "topic {:?} has partitions 0..{}, not {p}",
+                args.topic,
+                topic.partitions.len()
+            )
+        }
+        Some(p) => vec![p],
+        None => (0..topic.partitions.len() as u32).collect(),
+    };
+    let mut consumers = Vec::new();
+    for &p in &partitions {
+        let offset = start_offset(&client, &args.topic, p, &args.from)?;
+        let mut consumer = Consumer::new(&client, &args.topic, p, offset)?;
+        consumer.set_max_bytes(args.max_bytes);
+        consumer.set_max_wait_ms(if partitions.len() == 1 { 500 } else { 50 });
+        consumers.push((p, consumer));
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut printed = 0u64;
+    let limit = args.count.unwrap_or(u64::MAX);
+    while printed < limit {
+        let mut all_at_end = true;
+        for (p, consumer) in &mut consumers {
+            let mut write_error = None;
+            consumer.poll_with(|m| {
+                if printed >= limit || write_error.is_some() {
+                    return;
+                }
+                let result = if args.print_offsets {
+                    write!(out, "{p}:{}\t", m.offset).and_then(|()| out.write_all(m.value))
+                } else {
+                    out.write_all(m.value)
+                }
+                .and_then(|()| out.write_all(b"\n"));
+                if let Err(e) = result {
+                    write_error = Some(e);
+                }
+                printed += 1;
+            })?;
+            if let Some(e) = write_error {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    return Ok(());
+                }
+                return Err(e).context("writing stdout");
+            }
+            all_at_end &= consumer.at_end();
+            if printed >= limit {
+                break;
+            }
+        }
+        out.flush().context("writing stdout")?;
+        if args.exit_at_end && all_at_end {
+            break;
+        }
+    }
+    out.flush().context("writing stdout")?;
+    Ok(())
+}
+
+fn start_offset(client: &Client, topic: &str, partition: u32, from: &str) -> anyhow::Result<u64> {
+    let (spec, timestamp) = match from {
+        "earliest" => (OffsetSpec::Earliest, 0),
+        "latest" => (OffsetSpec::Latest, 0),
+        _ if from.starts_with('@') => {
+            let ms = from[1..]
+                .parse::<u64>()
+                .map_err(|_| anyhow!("--from {from}: expected @UNIX_MS, e.g. @1700000000000"))?;
+            (OffsetSpec::BeforeTime, ms)
+        }
+        _ => {
+            let offset = from.parse::<u64>().map_err(|_| {
+                anyhow!("--from {from}: expected earliest, latest, an offset or @UNIX_MS")
+            })?;
+            return Ok(offset);
+        }
+    };
+    Ok(client.list_offsets(topic, partition, spec, timestamp)?.0)
+}
+
+fn offsets(brokers: &str, args: OffsetsArgs) -> anyhow::Result<()> {
+    let client = connect(brokers)?;
+    let (spec, timestamp) = match args.before.as_str() {
+        "earliest" => (OffsetSpec::Earliest, 0),
+        "latest" => (OffsetSpec::Latest, 0),
+        ms => (
+            OffsetSpec::BeforeTime,
+            ms.parse::<u64>()
+                .map_err(|_| anyhow!("--before {ms}: expected earliest, latest or UNIX_MS"))?,
+        ),
+    };
+    let (offset, _) = client.list_offsets(&args.topic, args.partition, spec, timestamp)?;
+    println!("{offset}");
+    Ok(())
+}

@@ -1,1 +1,213 @@
-//! client
+//! A blocking, std-only Rust client for ringlog (no async runtime, no glommio).
+//!
+//! - [`Client`]: bootstrap connection, metadata and admin requests.
+//! - [`Producer`]: batching by count / bytes / linger, random or key-hash
+//!   partitioning, pipelined requests, ack modes.
+//! - [`Consumer`]: one partition from an offset; verifies CRCs, resumes after
+//!   chunks that end mid-message, seeks and rewinds.
+//!
+//! ```no_run
+//! use protocol::client::{AckMode, Client, Consumer, Producer, ProducerConfig};
+//! # fn main() -> Result<(), protocol::client::ClientError> {
+//! let client = Client::connect("127.0.0.1:9092")?;
+//! client.create_topic("clicks", 4, &Default::default())?;
+//! let mut producer = Producer::new(&client, "clicks", ProducerConfig { acks: AckMode::Flushed, ..Default::default() })?;
+//! producer.send(Some(b"user-1"), b"page=/home")?;
+//! producer.flush()?; // waits for the flushed acknowledgement
+//! let partition = producer.partition_for(Some(b"user-1"));
+//! let mut consumer = Consumer::new(&client, "clicks", partition, 0)?;
+//! for message in consumer.poll()? {
+//!     println!("{} {:?}", message.offset, message.value);
+//! }
+//! # Ok(()) }
+//! ```
+
+mod connection;
+mod consumer;
+mod producer;
+
+pub use crate::codec::{
+    AckMode, Metadata, OffsetSpec, PartitionOffsets, TopicMetadata, TopicSettings,
+};
+pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
+pub use consumer::{Consumer, OwnedMessage};
+pub use producer::{Partitioner, Producer, ProducerConfig};
+
+use crate::codec::{self, verify};
+use crate::frame::Api;
+use crate::{wire, ErrorCode};
+use std::cell::RefCell;
+
+/// Anything the client can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// Could not reach a broker.
+    #[error("cannot connect to {address}: {source}")]
+    Connect {
+        /// The address tried.
+        address: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The connection broke.
+    #[error("connection error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The broker answered with an error code.
+    #[error("{code}: {message}")]
+    Broker {
+        /// The code.
+        code: ErrorCode,
+        /// The broker's explanation.
+        message: String,
+        /// The valid offset range, for OFFSET_OUT_OF_RANGE.
+        range: Option<(u64, u64)>,
+    },
+    /// The broker sent something this client cannot understand.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// A fetched message failed its checks.
+    #[error("corrupt message in {partition}: {source}")]
+    Corrupt {
+        /// `topic-partition`.
+        partition: String,
+        /// What was wrong.
+        source: crate::message::MessageError,
+    },
+    /// One message is larger than the consumer's fetch size.
+    #[error("the message at offset {offset} is {size} bytes, larger than the fetch size of {max_bytes} bytes; raise the consumer's max_bytes")]
+    MessageTooLarge {
+        /// Its offset.
+        offset: u64,
+        /// Its stored size.
+        size: usize,
+        /// The fetch size.
+        max_bytes: u32,
+    },
+    /// Bad arguments from the caller.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl ClientError {
+    fn protocol(message: impl Into<String>) -> Self {
+        ClientError::Protocol(message.into())
+    }
+
+    /// The broker's error code, when this is a broker error.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Broker { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// A connection for metadata and admin requests, opened to the first
+/// reachable bootstrap address.
+pub struct Client {
+    conn: RefCell<Connection>,
+    bootstrap: Vec<String>,
+}
+
+impl Client {
+    /// Connects to the first reachable address of a comma-separated list.
+    pub fn connect(brokers: &str) -> Result<Client, ClientError> {
+        let bootstrap: Vec<String> = brokers
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        let mut last = None;
+        for address in &bootstrap {
+            match Connection::connect(address) {
+                Ok(conn) => {
+                    return Ok(Client {
+                        conn: RefCell::new(conn),
+                        bootstrap,
+                    })
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| ClientError::Usage("no broker address given".into())))
+    }
+
+    /// The bootstrap addresses.
+    pub fn bootstrap(&self) -> &[String] {
+        &self.bootstrap
+    }
+
+    /// Every topic (empty `topics`) or the named ones.
+    pub fn metadata(&self, topics: &[&str]) -> Result<Metadata, ClientError> {
+        let mut conn = self.conn.borrow_mut();
+        let header = codec::metadata_request(&mut conn.fbb, topics).to_vec();
+        let response = conn.call(Api::Metadata, &header, &[])?;
+        let decoded = verify::<wire::MetadataResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("metadata: {e}")))?;
+        Ok(codec::decode_metadata(decoded))
+    }
+
+    /// Creates a topic.
+    pub fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        settings: &TopicSettings,
+    ) -> Result<TopicMetadata, ClientError> {
+        let mut conn = self.conn.borrow_mut();
+        let header =
+            codec::create_topic_request(&mut conn.fbb, name, partitions, settings).to_vec();
+        let response = conn.call(Api::CreateTopic, &header, &[])?;
+        let decoded = verify::<wire::CreateTopicResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("create topic: {e}")))?;
+        let topic = decoded
+            .topic()
+            .ok_or_else(|| ClientError::protocol("create topic: no topic in response"))?;
+        Ok(codec::decode_topic(topic))
+    }
+
+    /// Deletes a topic and its data.
+    pub fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
+        let mut conn = self.conn.borrow_mut();
+        let header = codec::delete_topic_request(&mut conn.fbb, name).to_vec();
+        conn.call(Api::DeleteTopic, &header, &[])?;
+        Ok(())
+    }
+
+    /// An offset of a partition (earliest, latest, or before a time), with
+    /// the partition's current offsets.
+    pub fn list_offsets(
+        &self,
+        topic: &str,
+        partition: u32,
+        spec: OffsetSpec,
+        timestamp_ms: u64,
+    ) -> Result<(u64, PartitionOffsets), ClientError> {
+        let mut conn = self.conn.borrow_mut();
+        let header =
+            codec::list_offsets_request(&mut conn.fbb, topic, partition, spec, timestamp_ms)
+                .to_vec();
+        let response = conn.call(Api::ListOffsets, &header, &[])?;
+        let decoded = verify::<wire::ListOffsetsResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("list offsets: {e}")))?;
+        Ok((
+            decoded.offset(),
+            PartitionOffsets {
+                start_offset: decoded.start_offset(),
+                flushed_offset: decoded.flushed_offset(),
+                end_offset: decoded.end_offset(),
+            },
+        ))
+    }
+
+    /// The address of the shard that owns a partition (shard-aware routing);
+    /// falls back to the bootstrap address when metadata does not say.
+    pub fn owner_address(&self, metadata: &Metadata, topic: &str, partition: u32) -> String {
+        match metadata.owner_address(topic, partition) {
+            Some(shard) => format!("{}:{}", shard.host, shard.port),
+            None => self.conn.borrow().address().to_string(),
+        }
+    }
+}

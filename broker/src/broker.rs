@@ -1,0 +1,322 @@
+//! Start-up and shutdown: pinned executors, the ready line, signals.
+//!
+//! Start: validate the configuration, lock the data directory, load the
+//! topic registry, bind one listener per shard, start one pinned glommio
+//! executor per shard (each recovers and opens the partitions it owns), and
+//! print one ready line on stdout once every shard serves. Stop (SIGTERM or
+//! SIGINT): every shard stops accepting, flushes every partition, writes an
+//! exact recovery point and exits; then the process exits 0.
+
+use crate::config::Config;
+use crate::handler;
+use crate::metrics::{self, Published};
+use crate::notify::Notify;
+use crate::shard::forward::ShardMsg;
+use crate::shard::{self, Shard};
+use crate::storage::meta::{self, StoredTopic};
+use anyhow::{bail, Context};
+use glommio::{LocalExecutorBuilder, Placement};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+/// Runs the broker until SIGTERM/SIGINT.
+pub fn run(config: Config) -> anyhow::Result<()> {
+    config.validate()?;
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
+    let _lock = lock_data_dir(&config)?;
+    check_memlock(&config)?;
+    let topics = meta::load_topics(&config.data_dir).with_context(|| {
+        format!(
+            "loading the topic registry in {}",
+            config.data_dir.display()
+        )
+    })?;
+
+    let listeners = bind_listeners(&config)?;
+    let addresses: Vec<SocketAddr> = listeners
+        .iter()
+        .map(|l| l.local_addr())
+        .collect::<Result<_, _>>()?;
+    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..config.shards)
+        .map(|_| flume::bounded::<ShardMsg>(crate::limits::FORWARD_QUEUE_MAX))
+        .unzip();
+    let published: Published = Arc::new(Mutex::new(vec![Default::default(); config.shards]));
+    let metrics_address = match config.metrics_listen {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .with_context(|| format!("binding the metrics endpoint {addr}"))?;
+            let bound = listener.local_addr()?;
+            metrics::serve(listener, published.clone());
+            Some(bound)
+        }
+        None => None,
+    };
+
+    // Signals are blocked before any thread starts, so only sigwait sees them.
+    let signals = blocked_signals()?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let alive = Arc::new(AtomicUsize::new(config.shards));
+    let mut handles = Vec::new();
+    for (id, (listener, inbox)) in listeners.into_iter().zip(inboxes).enumerate() {
+        let placement = if config.shards <= cpus {
+            Placement::Fixed(id)
+        } else {
+            Placement::Unbound
+        };
+        let context = ShardContext {
+            id: id as u16,
+            config: config.clone(),
+            addresses: addresses.clone(),
+            peers: senders.clone(),
+            inbox,
+            listener_fd: listener.into_raw_fd(),
+            topics: topics.clone(),
+            ready: ready_tx.clone(),
+            published: published.clone(),
+        };
+        let alive = alive.clone();
+        let handle = LocalExecutorBuilder::new(placement)
+            .name(&format!("shard-{id}"))
+            .io_memory(config.io_memory_bytes)
+            .spawn(move || async move {
+                shard_main(context).await;
+                alive.fetch_sub(1, Ordering::SeqCst);
+            })
+            .map_err(|e| anyhow::anyhow!("starting shard {id}: {e} (io_uring unavailable? check seccomp and kernel.io_uring_disabled; RLIMIT_MEMLOCK must cover --io-memory per shard)"))?;
+        handles.push(handle);
+    }
+    drop(ready_tx);
+    for _ in 0..config.shards {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                stop_shards(&senders);
+                bail!("a shard failed to start: {error}");
+            }
+            Err(_) => bail!("a shard exited during start-up"),
+        }
+    }
+    let ports: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
+    let metrics_text = metrics_address.map_or(String::new(), |a| format!(" metrics {a}"));
+    println!(
+        "ringlog broker {} ready: shards {}{} data-dir {}",
+        config.broker_id,
+        ports.join(","),
+        metrics_text,
+        config.data_dir.display()
+    );
+    tracing::info!(shards = config.shards, listen = %ports.join(","), "broker ready");
+
+    // Wait for a signal, or for a shard to die on its own.
+    loop {
+        if let Some(signal) = wait_signal(&signals, Duration::from_millis(200)) {
+            tracing::info!(signal, "stopping: flushing every partition");
+            break;
+        }
+        if alive.load(Ordering::SeqCst) < config.shards {
+            stop_shards(&senders);
+            bail!("a shard stopped unexpectedly; see the log above");
+        }
+    }
+    stop_shards(&senders);
+    for handle in handles {
+        if let Err(error) = handle.join() {
+            tracing::error!(%error, "shard ended with an error");
+        }
+    }
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+fn stop_shards(senders: &[flume::Sender<ShardMsg>]) {
+    for sender in senders {
+        let _ = sender.send(ShardMsg::Stop);
+    }
+}
+
+struct ShardContext {
+    id: u16,
+    config: Config,
+    addresses: Vec<SocketAddr>,
+    peers: Vec<flume::Sender<ShardMsg>>,
+    inbox: flume::Receiver<ShardMsg>,
+    listener_fd: i32,
+    topics: Vec<StoredTopic>,
+    ready: mpsc::Sender<Result<(), String>>,
+    published: Published,
+}
+
+async fn shard_main(context: ShardContext) {
+    let shard = Rc::new(Shard {
+        id: context.id,
+        config: Rc::new(context.config),
+        addresses: context.addresses,
+        peers: context.peers,
+        topics: RefCell::new(BTreeMap::new()),
+        metrics: Default::default(),
+        stopping: Cell::new(false),
+        registry: RefCell::new(if context.id == 0 {
+            context.topics.clone()
+        } else {
+            Vec::new()
+        }),
+        admin_busy: RefCell::new(Vec::new()),
+        fbb: RefCell::new(protocol::flatbuffers::FlatBufferBuilder::with_capacity(
+            1024,
+        )),
+    });
+    // SAFETY: the descriptor came from a std listener whose ownership was
+    // released with into_raw_fd; this is its only owner now.
+    let listener = unsafe { glommio::net::TcpListener::from_raw_fd(context.listener_fd) };
+    for topic in &context.topics {
+        if let Err(error) = shard.open_topic(topic).await {
+            let _ = context.ready.send(Err(error));
+            return;
+        }
+    }
+    let stop = Notify::new();
+    glommio::spawn_local(shard::run_flusher(shard.clone())).detach();
+    glommio::spawn_local(shard::run_retention(shard.clone())).detach();
+    glommio::spawn_local(publish_metrics(shard.clone(), context.published.clone())).detach();
+    glommio::spawn_local(inbox_loop(shard.clone(), context.inbox, stop.clone())).detach();
+    let _ = context.ready.send(Ok(()));
+    crate::net::listener::accept_loop(shard.clone(), listener, stop).await;
+    shard::flush_all(&shard).await;
+    publish_once(&shard, &context.published);
+}
+
+async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: Notify) {
+    while let Ok(msg) = inbox.recv_async().await {
+        match msg {
+            ShardMsg::Request { .. } => handler::serve_forwarded(&shard, msg),
+            ShardMsg::TopicCreated { topic, done } => {
+                let result = shard.open_topic(&topic).await;
+                let _ = done.send_async(result).await;
+            }
+            ShardMsg::TopicDeleted { name, done } => {
+                shard.drop_topic(&name);
+                let _ = done.send_async(()).await;
+            }
+            ShardMsg::Stop => {
+                shard.stopping.set(true);
+                stop.notify_all();
+                return;
+            }
+        }
+    }
+}
+
+fn publish_once(shard: &Shard, published: &Published) {
+    let snapshot = shard.metrics.snapshot();
+    let mut slots = match published.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    if let Some(slot) = slots.get_mut(shard.id as usize) {
+        *slot = snapshot;
+    }
+}
+
+async fn publish_metrics(shard: Rc<Shard>, published: Published) {
+    while !shard.stopping.get() {
+        publish_once(&shard, &published);
+        glommio::timer::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn bind_listeners(config: &Config) -> anyhow::Result<Vec<TcpListener>> {
+    let base = config.listen;
+    (0..config.shards)
+        .map(|i| {
+            let mut addr = base;
+            if base.port() != 0 {
+                let port = u32::from(base.port()) + i as u32;
+                if port > u32::from(u16::MAX) {
+                    bail!("shard {i} would listen on port {port}, above 65535");
+                }
+                addr.set_port(port as u16);
+            }
+            TcpListener::bind(addr).with_context(|| {
+                format!("binding shard {i} to {addr} (shard i listens on --listen port + i)")
+            })
+        })
+        .collect()
+}
+
+/// Holds an exclusive `flock` on `<data-dir>/.lock` so two brokers never
+/// share a data directory.
+fn lock_data_dir(config: &Config) -> anyhow::Result<std::fs::File> {
+    let path = config.data_dir.join(".lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        bail!(
+            "data dir {} is in use by another broker (could not lock {})",
+            config.data_dir.display(),
+            path.display()
+        );
+    }
+    Ok(file)
+}
+
+/// glommio registers `io_memory` of locked memory per shard; fail early with
+/// the numbers instead of an obscure error from inside an executor.
+fn check_memlock(config: &Config) -> anyhow::Result<()> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0 {
+        return Ok(());
+    }
+    let needed = (config.io_memory_bytes as u64 + 256 * 1024) * config.shards as u64;
+    if limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < needed {
+        bail!(
+            "RLIMIT_MEMLOCK is {} KiB, but {} shards with io_memory_bytes {} need about {} KiB of locked memory: raise it (ulimit -l, or LimitMEMLOCK= in systemd) or lower --shards / --io-memory",
+            limit.rlim_cur / 1024,
+            config.shards,
+            config.io_memory_bytes,
+            needed / 1024
+        );
+    }
+    Ok(())
+}
+
+fn blocked_signals() -> anyhow::Result<libc::sigset_t> {
+    // SAFETY: sigset manipulation on a zeroed, owned set; pthread_sigmask
+    // affects only this thread, and threads started later inherit it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            bail!("blocking SIGTERM/SIGINT failed");
+        }
+        Ok(set)
+    }
+}
+
+fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `set` and `ts` are valid for the call; no siginfo is requested.
+    let signal = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+    (signal > 0).then_some(signal)
+}

@@ -1,0 +1,137 @@
+//! Broker configuration: TOML file, overridden by flags, validated once.
+
+use crate::storage::LogSettings;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Defaults for topics that do not override them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicDefaults {
+    /// Time retention (default 7 days, as in the paper).
+    pub retention_ms: u64,
+    /// Size retention per partition; 0 = none.
+    pub retention_bytes: u64,
+    /// Segment size (default 1 GiB).
+    pub segment_bytes: u64,
+    /// Flush after this many messages.
+    pub flush_messages: u64,
+    /// Flush this long after the oldest unflushed append.
+    pub flush_interval_ms: u64,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        TopicDefaults {
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: 0,
+            segment_bytes: 1 << 30,
+            flush_messages: 50_000,
+            flush_interval_ms: 10,
+        }
+    }
+}
+
+/// The broker's configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where partitions and the topic registry live.
+    pub data_dir: PathBuf,
+    /// Shard 0's address; shard `i` listens on port + i (or an ephemeral port
+    /// each when the port is 0).
+    pub listen: SocketAddr,
+    /// Number of shards (one pinned executor each).
+    pub shards: usize,
+    /// This broker's id.
+    pub broker_id: u32,
+    /// Prometheus endpoint address, if any.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Largest stored message accepted.
+    pub message_bytes_max: usize,
+    /// Locked memory per shard for glommio's io_uring buffers.
+    pub io_memory_bytes: usize,
+    /// How often retention runs.
+    pub retention_check_ms: u64,
+    /// Topic defaults.
+    pub topic_defaults: TopicDefaults,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("ringlog-data"),
+            listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            broker_id: 0,
+            metrics_listen: None,
+            message_bytes_max: crate::limits::MESSAGE_BYTES_MAX_DEFAULT,
+            io_memory_bytes: crate::limits::IO_MEMORY_BYTES_DEFAULT,
+            retention_check_ms: 30_000,
+            topic_defaults: TopicDefaults::default(),
+        }
+    }
+}
+
+/// A configuration value out of range.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Checks every value once, so the rest of the broker can trust them.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.shards == 0 || self.shards > 256 {
+            return Err(ConfigError(format!(
+                "shards must be 1..=256, got {}",
+                self.shards
+            )));
+        }
+        if self.message_bytes_max < 16
+            || self.message_bytes_max > crate::limits::REQUEST_FRAME_BYTES_MAX - 1024
+        {
+            return Err(ConfigError(format!(
+                "message_bytes_max must be 16..={}, got {}",
+                crate::limits::REQUEST_FRAME_BYTES_MAX - 1024,
+                self.message_bytes_max
+            )));
+        }
+        self.topic_settings(&protocol::codec::TopicSettings::default())
+            .map(|_| ())
+            .map_err(ConfigError)
+    }
+
+    /// A topic's effective settings: its overrides, else the broker defaults.
+    pub fn topic_settings(
+        &self,
+        overrides: &protocol::codec::TopicSettings,
+    ) -> Result<LogSettings, String> {
+        let pick = |v: u64, d: u64| if v == 0 { d } else { v };
+        let d = &self.topic_defaults;
+        let settings = LogSettings {
+            segment_bytes: pick(overrides.segment_bytes, d.segment_bytes),
+            flush_messages: pick(overrides.flush_messages, d.flush_messages),
+            flush_interval_ms: pick(overrides.flush_interval_ms, d.flush_interval_ms),
+            retention_ms: pick(overrides.retention_ms, d.retention_ms),
+            retention_bytes: pick(overrides.retention_bytes, d.retention_bytes),
+        };
+        use crate::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&settings.segment_bytes) {
+            return Err(format!(
+                "segment_bytes must be {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX}, got {}",
+                settings.segment_bytes
+            ));
+        }
+        if settings.flush_interval_ms == 0 || settings.flush_interval_ms > 3_600_000 {
+            return Err(format!(
+                "flush_interval_ms must be 1..=3600000, got {}",
+                settings.flush_interval_ms
+            ));
+        }
+        if settings.flush_messages == 0 {
+            return Err("flush_messages must be at least 1".into());
+        }
+        Ok(settings)
+    }
+}

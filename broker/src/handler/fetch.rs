@@ -1,0 +1,115 @@
+//! Fetch: describe up to `max_bytes` of flushed log at an offset and let the
+//! connection send them with sendfile. Waits up to `max_wait_ms` when the
+//! consumer is caught up (a long-poll, so tailing consumers do not spin).
+
+use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
+use crate::limits::{FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX};
+use crate::shard::Shard;
+use crate::storage::SharedLog;
+use protocol::codec::{verify, PartitionOffsets};
+use protocol::frame::Api;
+use protocol::{wire, ErrorCode};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// The log of a partition if this shard owns it; `None` if another shard
+/// does; an error if the topic or partition does not exist.
+pub fn local_log(
+    shard: &Shard,
+    topic_name: &str,
+    partition: u32,
+) -> Result<Option<SharedLog>, Failure> {
+    let Some(topic) = shard.topic(topic_name) else {
+        return Err(Failure::new(
+            ErrorCode::UnknownTopic,
+            format!("unknown topic {topic_name:?}"),
+        ));
+    };
+    let topic = topic.borrow();
+    if partition >= topic.partitions {
+        return Err(Failure::new(
+            ErrorCode::UnknownPartition,
+            format!(
+                "topic {topic_name:?} has partitions 0..{}, not {partition}",
+                topic.partitions
+            ),
+        ));
+    }
+    Ok(topic.logs.get(&partition).cloned())
+}
+
+/// The partition's offsets as reported to clients.
+pub fn offsets_of(log: &SharedLog) -> PartitionOffsets {
+    let l = log.borrow();
+    PartitionOffsets {
+        start_offset: l.start_offset(),
+        flushed_offset: l.flushed_offset(),
+        end_offset: l.end_offset(),
+    }
+}
+
+/// Handles a Fetch request.
+pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispatched, Failure> {
+    let request =
+        verify::<wire::FetchRequest>(header).map_err(|e| invalid_header(Api::Fetch, e))?;
+    let topic_name = request.topic().unwrap_or_default();
+    let partition = request.partition();
+    let Some(log) = local_log(shard, topic_name, partition)? else {
+        let owner = shard.owner_of(topic_name, partition);
+        return forward(shard, owner, Api::Fetch as u16, request_id, header, &[]);
+    };
+    let offset = request.offset();
+    let bytes_max = request.max_bytes().min(FETCH_BYTES_MAX);
+    let wait_ms = request.max_wait_ms().min(FETCH_WAIT_MS_MAX);
+    let started = Instant::now();
+    let slice = log.borrow().read(offset, bytes_max)?;
+    if slice.is_some() || wait_ms == 0 {
+        return Ok(Dispatched::Ready(respond(
+            shard, &log, offset, slice, started,
+        )));
+    }
+    let shard = shard.clone();
+    Ok(Dispatched::Later(Box::pin(async move {
+        let watermarks = log.borrow().watermarks();
+        let caught_up = watermarks.wait_until(|| {
+            let l = log.borrow();
+            l.flushed_offset() > offset || l.poisoned().is_some()
+        });
+        futures_lite::future::or(
+            caught_up,
+            glommio::timer::sleep(Duration::from_millis(u64::from(wait_ms))),
+        )
+        .await;
+        let started = Instant::now();
+        let read = log.borrow().read(offset, bytes_max);
+        Some(match read {
+            Ok(slice) => respond(&shard, &log, offset, slice, started),
+            Err(error) => Failure::from(error).response(Api::Fetch as u16),
+        })
+    })))
+}
+
+fn respond(
+    shard: &Shard,
+    log: &SharedLog,
+    offset: u64,
+    slice: Option<crate::storage::FetchSlice>,
+    started: Instant,
+) -> Response {
+    let offsets = offsets_of(log);
+    let len = slice.as_ref().map_or(0, |s| s.len);
+    let header = super::with_builder(shard, |fbb| {
+        protocol::codec::fetch_response(fbb, offset, len, offsets).to_vec()
+    });
+    crate::metrics::bump(&shard.metrics.counters.fetch_requests_total, 1);
+    crate::metrics::record_us(
+        &shard.metrics.fetch_latency_us,
+        started.elapsed().as_micros() as u64,
+    );
+    Response {
+        api: Api::Fetch as u16,
+        error: 0,
+        header,
+        payload: slice.map_or(Payload::None, Payload::File),
+    }
+}

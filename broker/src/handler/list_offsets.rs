@@ -1,0 +1,51 @@
+//! ListOffsets: the earliest retained offset, the latest visible (flushed)
+//! offset, or the offset to start from to see everything appended since a
+//! time (segment granularity, as in the paper).
+
+use super::fetch::{local_log, offsets_of};
+use super::{forward, invalid_header, Dispatched, Failure, Response};
+use crate::shard::Shard;
+use protocol::codec::{verify, OffsetSpec};
+use protocol::frame::Api;
+use protocol::{wire, ErrorCode};
+use std::rc::Rc;
+
+/// Handles a ListOffsets request.
+pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispatched, Failure> {
+    let request = verify::<wire::ListOffsetsRequest>(header)
+        .map_err(|e| invalid_header(Api::ListOffsets, e))?;
+    let topic_name = request.topic().unwrap_or_default();
+    let partition = request.partition();
+    let Some(log) = local_log(shard, topic_name, partition)? else {
+        let owner = shard.owner_of(topic_name, partition);
+        return forward(
+            shard,
+            owner,
+            Api::ListOffsets as u16,
+            request_id,
+            header,
+            &[],
+        );
+    };
+    let offsets = offsets_of(&log);
+    let offset = match request.spec() {
+        OffsetSpec::Earliest => offsets.start_offset,
+        OffsetSpec::Latest => offsets.flushed_offset,
+        OffsetSpec::BeforeTime => log.borrow().offset_before_time(request.timestamp_ms()),
+        other => {
+            return Err(Failure::new(
+                ErrorCode::InvalidRequest,
+                format!("unknown offset spec {}", other.0),
+            ));
+        }
+    };
+    let header = super::with_builder(shard, |fbb| {
+        protocol::codec::list_offsets_response(fbb, offset, offsets).to_vec()
+    });
+    Ok(Dispatched::Ready(Response {
+        api: Api::ListOffsets as u16,
+        error: 0,
+        header,
+        payload: super::Payload::None,
+    }))
+}

@@ -1,0 +1,362 @@
+//! Request handlers, one file per request.
+//!
+//! Each handler turns a verified wire header into a domain call at its top
+//! and maps the outcome (including `StorageError`) to a wire `ErrorCode` at
+//! its bottom. A handler either answers at once, answers later (a produce
+//! waiting for its acknowledgement, a fetch long-poll, a forwarded request),
+//! or not at all (a successful `acks = none` produce, as in the paper).
+
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod topics;
+
+use crate::shard::forward::ShardMsg;
+use crate::shard::Shard;
+use crate::storage::{FetchSlice, StorageError};
+use protocol::frame::{Api, API_VERSION};
+use protocol::ErrorCode;
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::pin::Pin;
+use std::rc::Rc;
+
+/// Raw log bytes that follow a response header.
+#[derive(Debug)]
+pub enum Payload {
+    /// Nothing follows.
+    None,
+    /// A range of a segment file owned by this shard.
+    File(FetchSlice),
+    /// A range of a segment file owned by another shard, by duplicated fd.
+    Fd {
+        /// The duplicated descriptor.
+        fd: OwnedFd,
+        /// Byte position in the file.
+        position: u64,
+        /// Bytes to send.
+        len: u32,
+    },
+}
+
+impl Payload {
+    /// Bytes that follow the header.
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::None => 0,
+            Payload::File(slice) => slice.len as usize,
+            Payload::Fd { len, .. } => *len as usize,
+        }
+    }
+
+    /// True when nothing follows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A response ready to be framed.
+#[derive(Debug)]
+pub struct Response {
+    /// The request's api.
+    pub api: u16,
+    /// `ErrorCode` as a number (0 = success).
+    pub error: u16,
+    /// Flatbuffer header bytes.
+    pub header: Vec<u8>,
+    /// Raw bytes after the header.
+    pub payload: Payload,
+}
+
+/// A response that can cross to another shard (no `Rc`).
+#[derive(Debug)]
+pub struct SendableResponse {
+    api: u16,
+    error: u16,
+    header: Vec<u8>,
+    fd: Option<(OwnedFd, u64, u32)>,
+}
+
+impl Response {
+    /// Converts for the trip back to the requesting shard. A file range
+    /// becomes a duplicated descriptor so the requester can still sendfile.
+    pub fn into_sendable(self) -> SendableResponse {
+        let fd = match self.payload {
+            Payload::None => None,
+            Payload::Fd { fd, position, len } => Some((fd, position, len)),
+            Payload::File(slice) => {
+                // SAFETY: dup() on a descriptor the Rc keeps open; a
+                // negative result is checked before it is owned.
+                let raw = unsafe { libc::dup(slice.file.as_raw_fd()) };
+                if raw < 0 {
+                    let error = std::io::Error::last_os_error();
+                    return error_response(
+                        self.api,
+                        ErrorCode::Internal,
+                        &format!("dup: {error}"),
+                        None,
+                    )
+                    .into_sendable();
+                }
+                // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+                Some((
+                    unsafe { OwnedFd::from_raw_fd(raw) },
+                    slice.position,
+                    slice.len,
+                ))
+            }
+        };
+        SendableResponse {
+            api: self.api,
+            error: self.error,
+            header: self.header,
+            fd,
+        }
+    }
+}
+
+impl SendableResponse {
+    /// Back to a response on the requesting shard.
+    pub fn into_response(self) -> Response {
+        Response {
+            api: self.api,
+            error: self.error,
+            header: self.header,
+            payload: match self.fd {
+                Some((fd, position, len)) => Payload::Fd { fd, position, len },
+                None => Payload::None,
+            },
+        }
+    }
+}
+
+/// A response that is not ready yet.
+pub type Later = Pin<Box<dyn Future<Output = Option<Response>>>>;
+
+/// What dispatching a request produced.
+pub enum Dispatched {
+    /// No response (a successful `acks = none` produce).
+    Silent,
+    /// The response, now.
+    Ready(Response),
+    /// The response, once the future resolves (`None`: no response after all).
+    Later(Later),
+}
+
+/// Builds an error response. `range` fills the valid offset range of
+/// OFFSET_OUT_OF_RANGE.
+pub fn error_response(
+    api: u16,
+    code: ErrorCode,
+    message: &str,
+    range: Option<(u64, u64)>,
+) -> Response {
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::with_capacity(128 + message.len());
+    let header = protocol::codec::error_response(&mut fbb, code, message, range).to_vec();
+    Response {
+        api,
+        error: code as u16,
+        header,
+        payload: Payload::None,
+    }
+}
+
+/// A handler's failure: the code and a message for humans.
+#[derive(Debug)]
+pub struct Failure {
+    /// The wire code.
+    pub code: ErrorCode,
+    /// What happened, in words.
+    pub message: String,
+    /// For OFFSET_OUT_OF_RANGE: the valid range.
+    pub range: Option<(u64, u64)>,
+}
+
+impl Failure {
+    /// A failure without an offset range.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+            range: None,
+        }
+    }
+
+    /// The response that reports it.
+    pub fn response(&self, api: u16) -> Response {
+        error_response(api, self.code, &self.message, self.range)
+    }
+}
+
+impl From<StorageError> for Failure {
+    fn from(error: StorageError) -> Self {
+        match error {
+            StorageError::OffsetOutOfRange {
+                requested,
+                start,
+                end,
+            } => Failure {
+                code: ErrorCode::OffsetOutOfRange,
+                message: format!(
+                    "offset {requested} is outside the log; valid offsets are {start}..={end}"
+                ),
+                range: Some((start, end)),
+            },
+            StorageError::Poisoned(_) | StorageError::Io { .. } => {
+                Failure::new(ErrorCode::StorageFailed, error.to_string())
+            }
+        }
+    }
+}
+
+/// Runs `build` with the shard's reusable builder and copies the header out.
+pub fn with_builder(
+    shard: &Shard,
+    build: impl FnOnce(&mut protocol::flatbuffers::FlatBufferBuilder<'static>) -> Vec<u8>,
+) -> Vec<u8> {
+    let mut fbb = shard.fbb.borrow_mut();
+    build(&mut fbb)
+}
+
+/// Dispatches one request frame (already split into header and payload).
+pub fn dispatch(
+    shard: &Rc<Shard>,
+    api: u16,
+    version: u16,
+    request_id: u32,
+    header: &[u8],
+    payload: &[u8],
+) -> Dispatched {
+    crate::metrics::bump(&shard.metrics.counters.requests_total, 1);
+    let Some(known) = Api::from_u16(api) else {
+        return fail(
+            shard,
+            api,
+            Failure::new(ErrorCode::UnknownApi, format!("unknown api {api}")),
+        );
+    };
+    if version != API_VERSION {
+        return fail(
+            shard,
+            api,
+            Failure::new(
+                ErrorCode::UnsupportedVersion,
+                format!("{known:?} version {version} is not supported (this broker speaks {API_VERSION})"),
+            ),
+        );
+    }
+    if shard.stopping.get() {
+        return fail(
+            shard,
+            api,
+            Failure::new(ErrorCode::ShuttingDown, "the broker is stopping"),
+        );
+    }
+    let result = match known {
+        Api::Produce => produce::handle(shard, request_id, header, payload),
+        Api::Fetch => fetch::handle(shard, request_id, header),
+        Api::ListOffsets => list_offsets::handle(shard, request_id, header),
+        Api::Metadata => metadata::handle(shard, header),
+        Api::CreateTopic => topics::handle_create(shard, request_id, header),
+        Api::DeleteTopic => topics::handle_delete(shard, request_id, header),
+        Api::Handshake => Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            "the handshake was already done",
+        )),
+        _ => Err(Failure::new(
+            ErrorCode::UnknownApi,
+            format!("api {api} is not served"),
+        )),
+    };
+    match result {
+        Ok(dispatched) => dispatched,
+        Err(failure) => fail(shard, api, failure),
+    }
+}
+
+fn fail(shard: &Shard, api: u16, failure: Failure) -> Dispatched {
+    crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
+    Dispatched::Ready(failure.response(api))
+}
+
+/// A header that failed flatbuffers verification.
+pub fn invalid_header(api: Api, error: impl std::fmt::Display) -> Failure {
+    Failure::new(
+        ErrorCode::InvalidRequest,
+        format!("{api:?} header failed verification: {error}"),
+    )
+}
+
+/// Sends a request to the shard that owns its partition; the response (if
+/// any) comes back through a one-shot channel.
+pub fn forward(
+    shard: &Shard,
+    owner: u16,
+    api: u16,
+    request_id: u32,
+    header: &[u8],
+    payload: &[u8],
+) -> Result<Dispatched, Failure> {
+    crate::metrics::bump(&shard.metrics.counters.requests_forwarded_total, 1);
+    let (reply, response) = flume::bounded(1);
+    let msg = ShardMsg::Request {
+        api,
+        version: API_VERSION,
+        request_id,
+        header: header.to_vec(),
+        payload: payload.to_vec(),
+        reply,
+    };
+    let Some(peer) = shard.peers.get(owner as usize) else {
+        return Err(Failure::new(
+            ErrorCode::Internal,
+            format!("no shard {owner}"),
+        ));
+    };
+    let peer = peer.clone();
+    Ok(Dispatched::Later(Box::pin(async move {
+        if peer.send_async(msg).await.is_err() {
+            return Some(error_response(
+                api,
+                ErrorCode::ShuttingDown,
+                "the owning shard has stopped",
+                None,
+            ));
+        }
+        response
+            .recv_async()
+            .await
+            .ok()
+            .map(SendableResponse::into_response)
+    })))
+}
+
+/// Runs a forwarded request on its owning shard and sends the response back.
+pub fn serve_forwarded(shard: &Rc<Shard>, msg: ShardMsg) {
+    let ShardMsg::Request {
+        api,
+        version,
+        request_id,
+        header,
+        payload,
+        reply,
+    } = msg
+    else {
+        return;
+    };
+    match dispatch(shard, api, version, request_id, &header, &payload) {
+        Dispatched::Silent => {}
+        Dispatched::Ready(response) => {
+            let _ = reply.try_send(response.into_sendable());
+        }
+        Dispatched::Later(later) => {
+            glommio::spawn_local(async move {
+                if let Some(response) = later.await {
+                    let _ = reply.send_async(response.into_sendable()).await;
+                }
+            })
+            .detach();
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Produce: validate a message set (every length and CRC) and append it to
+//! the partition's log, then acknowledge as the request asked: not at all
+//! (the paper's mode), once written to the page cache, or once flushed.
+
+use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
+use crate::shard::Shard;
+use crate::storage::partition_log::{request_sync, SharedLog, WRITE_CHUNK_BYTES};
+use protocol::codec::{verify, AckMode};
+use protocol::frame::Api;
+use protocol::message::validate_message_set;
+use protocol::{wire, ErrorCode};
+use std::rc::Rc;
+use std::time::Instant;
+
+/// Handles a Produce request.
+pub fn handle(
+    shard: &Rc<Shard>,
+    request_id: u32,
+    header: &[u8],
+    payload: &[u8],
+) -> Result<Dispatched, Failure> {
+    let request =
+        verify::<wire::ProduceRequest>(header).map_err(|e| invalid_header(Api::Produce, e))?;
+    let topic_name = request.topic().unwrap_or_default();
+    let partition = request.partition();
+    let acks = request.acks();
+    if acks != AckMode::None && acks != AckMode::Written && acks != AckMode::Flushed {
+        return Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!("unknown ack mode {}", acks.0),
+        ));
+    }
+    let log = super::fetch::local_log(shard, topic_name, partition)?;
+    let Some(log) = log else {
+        let owner = shard.owner_of(topic_name, partition);
+        return forward(
+            shard,
+            owner,
+            Api::Produce as u16,
+            request_id,
+            header,
+            payload,
+        );
+    };
+    let summary = validate_message_set(payload).map_err(|e| {
+        Failure::new(
+            ErrorCode::CorruptMessage,
+            format!("{topic_name}-{partition}: {e}"),
+        )
+    })?;
+    if summary.largest_bytes > shard.config.message_bytes_max {
+        return Err(Failure::new(
+            ErrorCode::MessageTooLarge,
+            format!(
+                "a message of {} bytes exceeds the broker's message_bytes_max of {}",
+                summary.largest_bytes, shard.config.message_bytes_max
+            ),
+        ));
+    }
+    let started = Instant::now();
+    let (base, end) = log.borrow_mut().append(payload, summary.count)?;
+    let counters = &shard.metrics.counters;
+    crate::metrics::bump(&counters.produce_messages_total, u64::from(summary.count));
+    crate::metrics::bump(&counters.produce_bytes_total, payload.len() as u64);
+    let (pending, flush_now) = {
+        let l = log.borrow();
+        (l.pending_bytes(), l.flush_count_due())
+    };
+    if flush_now {
+        request_sync(&log, true);
+    } else if pending >= WRITE_CHUNK_BYTES {
+        request_sync(&log, false);
+    }
+    if acks == AckMode::None {
+        return Ok(Dispatched::Silent);
+    }
+    if acks == AckMode::Written {
+        request_sync(&log, false);
+    }
+    let shard = shard.clone();
+    Ok(Dispatched::Later(Box::pin(async move {
+        Some(await_ack(&shard, &log, acks, base, end, summary.count, started).await)
+    })))
+}
+
+async fn await_ack(
+    shard: &Shard,
+    log: &SharedLog,
+    acks: AckMode,
+    base: u64,
+    end: u64,
+    count: u32,
+    started: Instant,
+) -> Response {
+    let watermarks = log.borrow().watermarks();
+    watermarks
+        .wait_until(|| {
+            let l = log.borrow();
+            l.poisoned().is_some()
+                || if acks == AckMode::Flushed {
+                    l.flushed_offset() >= end
+                } else {
+                    l.written_offset() >= end
+                }
+        })
+        .await;
+    let reached = {
+        let l = log.borrow();
+        if acks == AckMode::Flushed {
+            l.flushed_offset() >= end
+        } else {
+            l.written_offset() >= end
+        }
+    };
+    if !reached {
+        let reason = log
+            .borrow()
+            .poisoned()
+            .unwrap_or("storage failed")
+            .to_string();
+        crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
+        return Failure::new(ErrorCode::StorageFailed, reason).response(Api::Produce as u16);
+    }
+    crate::metrics::record_us(
+        &shard.metrics.produce_latency_us,
+        started.elapsed().as_micros() as u64,
+    );
+    let header = super::with_builder(shard, |fbb| {
+        protocol::codec::produce_response(fbb, base, end, count).to_vec()
+    });
+    Response {
+        api: Api::Produce as u16,
+        error: 0,
+        header,
+        payload: Payload::None,
+    }
+}

@@ -1,0 +1,33 @@
+//! Every bound the broker enforces, in one place.
+
+/// Largest request frame the broker reads (a produce of many messages fits).
+pub const REQUEST_FRAME_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// Default largest stored message (length field + 4).
+pub const MESSAGE_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
+/// Largest fetch chunk a client may ask for.
+pub const FETCH_BYTES_MAX: u32 = 16 * 1024 * 1024;
+/// Longest fetch long-poll.
+pub const FETCH_WAIT_MS_MAX: u32 = 60_000;
+/// Requests whose responses may be pending on one connection; past this the
+/// connection stops reading (TCP pushes back on the client).
+pub const INFLIGHT_REQUESTS_MAX: usize = 4096;
+/// Read buffer of a connection; frames larger than this grow it up to the frame limit.
+pub const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// Forwarded requests queued for one shard before senders wait.
+pub const FORWARD_QUEUE_MAX: usize = 4096;
+/// Most partitions one topic may have.
+pub const PARTITIONS_MAX: u32 = 10_000;
+/// Smallest segment size a topic may set (tests use small segments).
+pub const SEGMENT_BYTES_MIN: u64 = 1024;
+/// Largest segment size.
+pub const SEGMENT_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
+/// Bytes copied through userspace when the socket is full (see net/sendfile.rs).
+pub const SENDFILE_FALLBACK_BYTES: usize = 4096;
+/// Locked memory glommio registers per shard for io_uring buffers; the
+/// machine's RLIMIT_MEMLOCK (8 MiB here) must cover every shard.
+pub const IO_MEMORY_BYTES_DEFAULT: usize = 1024 * 1024;
+
+const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_MAX);
+const _: () = assert!(MESSAGE_BYTES_MAX_DEFAULT + 64 <= REQUEST_FRAME_BYTES_MAX);
+const _: () = assert!(REQUEST_FRAME_BYTES_MAX <= protocol::frame::FRAME_BYTES_MAX);
+const _: () = assert!(READ_BUFFER_BYTES <= REQUEST_FRAME_BYTES_MAX);

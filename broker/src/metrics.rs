@@ -1,0 +1,206 @@
+//! Per-shard counters and latency histograms, served as Prometheus text.
+//!
+//! A shard updates plain `Cell`s and its own hdrhistograms (no atomics, no
+//! locks on the data path). Once a second it publishes a snapshot into a
+//! mutex-protected slot; the metrics endpoint (a std thread) renders the
+//! latest snapshots. So the endpoint is at most a second stale, and the data
+//! path never waits on it.
+
+use hdrhistogram::Histogram;
+use std::cell::{Cell, RefCell};
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+macro_rules! counters {
+    ($($name:ident : $help:literal),* $(,)?) => {
+        /// A shard's counters (cheap `Cell`s; the shard is single-threaded).
+        #[derive(Debug, Default)]
+        pub struct Counters { $(#[doc = $help] pub $name: Cell<u64>,)* }
+
+        /// A copy of the counters that can cross threads.
+        #[derive(Debug, Default, Clone)]
+        pub struct CounterValues { $(#[doc = $help] pub $name: u64,)* }
+
+        impl Counters {
+            fn values(&self) -> CounterValues { CounterValues { $($name: self.$name.get(),)* } }
+        }
+
+        impl CounterValues {
+            fn render(&self, out: &mut String, shard: usize, header: bool) {
+                $(
+                    if header {
+                        let _ = writeln!(out, "# HELP ringlog_{} {}", stringify!($name), $help);
+                        let _ = writeln!(out, "# TYPE ringlog_{} counter", stringify!($name));
+                    }
+                    let _ = writeln!(out, "ringlog_{}{{shard=\"{}\"}} {}", stringify!($name), shard, self.$name);
+                )*
+            }
+        }
+    };
+}
+
+counters! {
+    connections_accepted_total: "TCP connections accepted",
+    requests_total: "Requests handled (local and forwarded-in)",
+    requests_forwarded_total: "Requests this shard sent to the owning shard",
+    request_errors_total: "Requests answered with an error code",
+    produce_messages_total: "Messages appended",
+    produce_bytes_total: "Message bytes appended",
+    fetch_requests_total: "Fetch requests answered",
+    fetch_bytes_total: "Log bytes sent to consumers",
+    fetch_zero_copy_bytes_total: "Log bytes sent with sendfile (never in userspace)",
+    fetch_copied_bytes_total: "Log bytes copied through userspace while waiting for a full socket",
+    flushes_total: "fdatasync-backed flushes completed",
+    segments_deleted_total: "Segments removed by retention",
+}
+
+/// A shard's metrics. Not `Send`; owned by one shard.
+#[derive(Debug)]
+pub struct ShardMetrics {
+    /// The counters.
+    pub counters: Counters,
+    /// Produce latency with acks (request read to response ready), µs.
+    pub produce_latency_us: RefCell<Histogram<u64>>,
+    /// Fetch latency (request read to response ready, excluding long-poll waits), µs.
+    pub fetch_latency_us: RefCell<Histogram<u64>>,
+}
+
+fn histogram() -> Histogram<u64> {
+    // 1 µs .. 100 s at 3 significant digits.
+    Histogram::new_with_bounds(1, 100_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+}
+
+impl Default for ShardMetrics {
+    fn default() -> Self {
+        ShardMetrics {
+            counters: Counters::default(),
+            produce_latency_us: RefCell::new(histogram()),
+            fetch_latency_us: RefCell::new(histogram()),
+        }
+    }
+}
+
+/// Adds 1 (or `n`) to a counter.
+pub fn bump(counter: &Cell<u64>, n: u64) {
+    counter.set(counter.get().wrapping_add(n));
+}
+
+/// Records a latency in microseconds.
+pub fn record_us(histogram: &RefCell<Histogram<u64>>, us: u64) {
+    histogram.borrow_mut().saturating_record(us.max(1));
+}
+
+/// Percentiles of one histogram, for export.
+#[derive(Debug, Clone, Default)]
+pub struct Percentiles {
+    count: u64,
+    p50: u64,
+    p99: u64,
+    p999: u64,
+    max: u64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Self {
+        Percentiles {
+            count: h.len(),
+            p50: h.value_at_quantile(0.5),
+            p99: h.value_at_quantile(0.99),
+            p999: h.value_at_quantile(0.999),
+            max: h.max(),
+        }
+    }
+}
+
+/// A shard's metrics at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    counters: CounterValues,
+    produce: Percentiles,
+    fetch: Percentiles,
+}
+
+impl ShardMetrics {
+    /// Copies the current values.
+    pub fn snapshot(&self) -> Snapshot {
+        let counters = self.counters.values();
+        Snapshot {
+            counters,
+            produce: Percentiles::of(&self.produce_latency_us.borrow()),
+            fetch: Percentiles::of(&self.fetch_latency_us.borrow()),
+        }
+    }
+}
+
+/// The latest snapshot of every shard.
+pub type Published = Arc<Mutex<Vec<Snapshot>>>;
+
+/// Renders the Prometheus text exposition of every shard's snapshot.
+pub fn render(published: &Published) -> String {
+    let snapshots = match published.lock() {
+        Ok(guard) => guard.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
+    let mut out = String::new();
+    for (shard, snapshot) in snapshots.iter().enumerate() {
+        snapshot.counters.render(&mut out, shard, shard == 0);
+    }
+    for (name, pick) in [
+        ("produce_latency_seconds", 0usize),
+        ("fetch_latency_seconds", 1),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP ringlog_{name} Request latency percentiles (from hdrhistogram)"
+        );
+        let _ = writeln!(out, "# TYPE ringlog_{name} summary");
+        for (shard, snapshot) in snapshots.iter().enumerate() {
+            let p = if pick == 0 {
+                &snapshot.produce
+            } else {
+                &snapshot.fetch
+            };
+            for (q, v) in [
+                ("0.5", p.p50),
+                ("0.99", p.p99),
+                ("0.999", p.p999),
+                ("1", p.max),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "ringlog_{name}{{shard=\"{shard}\",quantile=\"{q}\"}} {:.6}",
+                    v as f64 / 1e6
+                );
+            }
+            let _ = writeln!(out, "ringlog_{name}_count{{shard=\"{shard}\"}} {}", p.count);
+        }
+    }
+    out
+}
+
+/// Serves `GET /metrics` (any path, in fact) on a plain std thread.
+pub fn serve(listener: TcpListener, published: Published) {
+    std::thread::Builder::new()
+        .name("ringlog-metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request);
+                let body = render(&published);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                    body.len(),
+                    body
+                );
+            }
+        })
+        .map(|_| ())
+        .unwrap_or_else(|error| tracing::error!(%error, "starting the metrics thread"));
+}

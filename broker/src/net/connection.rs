@@ -1,0 +1,378 @@
+//! One client connection: read → verify → dispatch → respond in order.
+//!
+//! Two tasks share the socket. The *reader* parses every whole frame in its
+//! buffer and dispatches it at once — so a produce is appended in the order
+//! it arrived and pipelined requests never wait for earlier responses — then
+//! queues what the handler returned. The *writer* takes the queue in order,
+//! awaits responses that are not ready yet (acknowledgements, long-polls,
+//! forwarded requests), batches small responses into one write and sends
+//! fetch payloads with sendfile. At most `INFLIGHT_REQUESTS_MAX` responses
+//! wait in the queue; past that the reader stops reading and TCP pushes back.
+//!
+//! Bad input: an oversized or malformed frame prefix is answered with an
+//! error and the connection is closed (the stream cannot be resynchronised);
+//! a bad flatbuffer header, unknown api or bad message set is answered with
+//! an error and the connection goes on.
+
+use super::sendfile::{self, Sent};
+use crate::handler::{self, Dispatched, Later, Payload, Response};
+use crate::limits::{INFLIGHT_REQUESTS_MAX, READ_BUFFER_BYTES, REQUEST_FRAME_BYTES_MAX};
+use crate::notify::Notify;
+use crate::shard::Shard;
+use futures_lite::{AsyncRead, AsyncWrite};
+use glommio::net::TcpStream;
+use protocol::codec::verify;
+use protocol::frame::{self, Api, FrameError, FramePrefix, FRAME_PREFIX_BYTES};
+use protocol::{wire, ErrorCode};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+
+enum Queued {
+    Ready(u32, Response),
+    Later(u32, u16, Later),
+    Close,
+}
+
+struct Conn {
+    stream: RefCell<TcpStream>,
+    fd: RawFd,
+    queue: RefCell<VecDeque<Queued>>,
+    queued: Notify,
+    drained: Notify,
+    closed: Cell<bool>,
+}
+
+/// Serves one connection until the peer closes it or it breaks.
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
+    let fd = stream.as_raw_fd();
+    if let Err(error) = sendfile::set_nonblocking(fd) {
+        tracing::warn!(%error, "cannot make the socket non-blocking; closing it");
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let conn = Rc::new(Conn {
+        stream: RefCell::new(stream),
+        fd,
+        queue: RefCell::new(VecDeque::new()),
+        queued: Notify::new(),
+        drained: Notify::new(),
+        closed: Cell::new(false),
+    });
+    let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone()));
+    if let Err(error) = read_loop(&shard, &conn).await {
+        tracing::debug!(%error, "connection read ended");
+    }
+    push(&conn, Queued::Close);
+    writer.await;
+}
+
+fn push(conn: &Conn, item: Queued) {
+    conn.queue.borrow_mut().push_back(item);
+    conn.queued.notify_all();
+}
+
+async fn read_some(conn: &Conn, buf: &mut [u8]) -> io::Result<usize> {
+    poll_fn(|cx| Pin::new(&mut *conn.stream.borrow_mut()).poll_read(cx, buf)).await
+}
+
+async fn write_all(conn: &Conn, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        let n = poll_fn(|cx| Pin::new(&mut *conn.stream.borrow_mut()).poll_write(cx, buf)).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        buf = &buf[n..];
+    }
+    Ok(())
+}
+
+async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
+    let mut buf = vec![0u8; READ_BUFFER_BYTES];
+    let mut filled = 0usize;
+    let mut handshaken = false;
+    loop {
+        let mut start = 0usize;
+        while filled - start >= FRAME_PREFIX_BYTES {
+            let mut prefix_bytes = [0u8; FRAME_PREFIX_BYTES];
+            prefix_bytes.copy_from_slice(&buf[start..start + FRAME_PREFIX_BYTES]);
+            let prefix = match FramePrefix::parse(&prefix_bytes, REQUEST_FRAME_BYTES_MAX) {
+                Ok(prefix) => prefix,
+                Err(error) => {
+                    let request_id = u32::from_le_bytes([
+                        prefix_bytes[8],
+                        prefix_bytes[9],
+                        prefix_bytes[10],
+                        prefix_bytes[11],
+                    ]);
+                    let api = u16::from_le_bytes([prefix_bytes[4], prefix_bytes[5]]);
+                    let code = match error {
+                        FrameError::TooLarge { .. } => ErrorCode::FrameTooLarge,
+                        _ => ErrorCode::InvalidRequest,
+                    };
+                    crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
+                    let message = format!("{error}; closing the connection");
+                    push(
+                        conn,
+                        Queued::Ready(
+                            request_id,
+                            handler::error_response(api, code, &message, None),
+                        ),
+                    );
+                    return Ok(());
+                }
+            };
+            if filled - start < prefix.frame_bytes {
+                break;
+            }
+            let header_start = start + FRAME_PREFIX_BYTES;
+            let payload_start = header_start + prefix.header_len;
+            let frame_end = start + prefix.frame_bytes;
+            let header = &buf[header_start..payload_start];
+            let payload = &buf[payload_start..frame_end];
+            let dispatched = if !handshaken {
+                match handshake(shard, prefix, header) {
+                    Ok(response) => {
+                        handshaken = true;
+                        Dispatched::Ready(response)
+                    }
+                    Err(response) => Dispatched::Ready(response),
+                }
+            } else {
+                handler::dispatch(
+                    shard,
+                    prefix.api,
+                    prefix.version_or_error,
+                    prefix.request_id,
+                    header,
+                    payload,
+                )
+            };
+            start = frame_end;
+            match dispatched {
+                Dispatched::Silent => {}
+                Dispatched::Ready(response) => {
+                    push(conn, Queued::Ready(prefix.request_id, response))
+                }
+                Dispatched::Later(later) => {
+                    push(conn, Queued::Later(prefix.request_id, prefix.api, later))
+                }
+            }
+            if conn.queue.borrow().len() >= INFLIGHT_REQUESTS_MAX {
+                conn.drained
+                    .wait_until(|| {
+                        conn.closed.get() || conn.queue.borrow().len() < INFLIGHT_REQUESTS_MAX / 2
+                    })
+                    .await;
+            }
+            if conn.closed.get() {
+                return Ok(());
+            }
+        }
+        // Keep the unparsed tail at the front, and make room for a whole frame.
+        buf.copy_within(start..filled, 0);
+        filled -= start;
+        if filled >= FRAME_PREFIX_BYTES {
+            let mut prefix_bytes = [0u8; FRAME_PREFIX_BYTES];
+            prefix_bytes.copy_from_slice(&buf[..FRAME_PREFIX_BYTES]);
+            if let Ok(prefix) = FramePrefix::parse(&prefix_bytes, REQUEST_FRAME_BYTES_MAX) {
+                if prefix.frame_bytes > buf.len() {
+                    buf.resize(prefix.frame_bytes, 0);
+                }
+            }
+        } else if buf.len() > READ_BUFFER_BYTES && filled == 0 {
+            // A large frame passed; give the memory back.
+            buf.truncate(READ_BUFFER_BYTES);
+            buf.shrink_to_fit();
+        }
+        let n = read_some(conn, &mut buf[filled..]).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        filled += n;
+    }
+}
+
+/// The first frame must be a Handshake whose protocol version we speak.
+fn handshake(shard: &Shard, prefix: FramePrefix, header: &[u8]) -> Result<Response, Response> {
+    let api = prefix.api;
+    if api != Api::Handshake as u16 {
+        return Err(handler::error_response(
+            api,
+            ErrorCode::HandshakeRequired,
+            "the first request on a connection must be a Handshake",
+            None,
+        ));
+    }
+    let request = verify::<wire::HandshakeRequest>(header).map_err(|e| {
+        handler::error_response(
+            api,
+            ErrorCode::InvalidRequest,
+            &format!("Handshake header failed verification: {e}"),
+            None,
+        )
+    })?;
+    if request.protocol_version() != frame::PROTOCOL_VERSION {
+        return Err(handler::error_response(
+            api,
+            ErrorCode::UnsupportedVersion,
+            &format!(
+                "client speaks protocol version {}, this broker speaks {}",
+                request.protocol_version(),
+                frame::PROTOCOL_VERSION
+            ),
+            None,
+        ));
+    }
+    tracing::debug!(
+        client = request.client_name().unwrap_or_default(),
+        shard = shard.id,
+        "handshake"
+    );
+    let header = handler::with_builder(shard, |fbb| {
+        protocol::codec::handshake_response(
+            fbb,
+            shard.config.broker_id,
+            shard.id,
+            shard.shard_count() as u16,
+        )
+        .to_vec()
+    });
+    Ok(Response {
+        api,
+        error: 0,
+        header,
+        payload: Payload::None,
+    })
+}
+
+async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>) {
+    if let Err(error) = write_responses(&shard, &conn).await {
+        tracing::debug!(%error, "connection write ended");
+    }
+    conn.closed.set(true);
+    conn.drained.notify_all();
+    let _ = poll_fn(|cx| Pin::new(&mut *conn.stream.borrow_mut()).poll_close(cx)).await;
+}
+
+async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
+    let mut out: Vec<u8> = Vec::with_capacity(64 * 1024);
+    loop {
+        let next = conn.queue.borrow_mut().pop_front();
+        let Some(item) = next else {
+            if !out.is_empty() {
+                write_all(conn, &out).await?;
+                out.clear();
+            }
+            conn.queued
+                .wait_until(|| !conn.queue.borrow().is_empty())
+                .await;
+            continue;
+        };
+        conn.drained.notify_all();
+        let (request_id, response) = match item {
+            Queued::Close => {
+                write_all(conn, &out).await?;
+                return Ok(());
+            }
+            Queued::Ready(request_id, response) => (request_id, response),
+            Queued::Later(request_id, api, later) => {
+                if !out.is_empty() {
+                    write_all(conn, &out).await?;
+                    out.clear();
+                }
+                match later.await {
+                    Some(response) => (request_id, response),
+                    None if api == Api::Produce as u16 => continue,
+                    None => (
+                        request_id,
+                        handler::error_response(
+                            api,
+                            ErrorCode::Internal,
+                            "the request was dropped",
+                            None,
+                        ),
+                    ),
+                }
+            }
+        };
+        frame::write_prefix(
+            &mut out,
+            response.api,
+            response.error,
+            request_id,
+            response.header.len(),
+            response.payload.len(),
+        );
+        out.extend_from_slice(&response.header);
+        match &response.payload {
+            Payload::None => {}
+            Payload::File(slice) => {
+                write_all(conn, &out).await?;
+                out.clear();
+                send_range(
+                    shard,
+                    conn,
+                    slice.file.as_raw_fd(),
+                    slice.position,
+                    slice.len as usize,
+                )
+                .await?;
+            }
+            Payload::Fd { fd, position, len } => {
+                write_all(conn, &out).await?;
+                out.clear();
+                send_range(shard, conn, fd.as_raw_fd(), *position, *len as usize).await?;
+            }
+        }
+        if out.len() >= 64 * 1024 {
+            write_all(conn, &out).await?;
+            out.clear();
+        }
+    }
+}
+
+/// Sends `len` bytes of `file` from `position` (see `sendfile.rs`).
+async fn send_range(
+    shard: &Shard,
+    conn: &Conn,
+    file: RawFd,
+    mut position: u64,
+    mut len: usize,
+) -> io::Result<()> {
+    let (mut zero_copy, mut copied) = (0usize, 0usize);
+    while len > 0 {
+        match sendfile::sendfile_once(conn.fd, file, position, len)? {
+            Sent::Bytes(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "segment shorter than its recorded size",
+                ))
+            }
+            Sent::Bytes(n) => {
+                position += n as u64;
+                len -= n;
+                zero_copy += n;
+            }
+            Sent::WouldBlock => {
+                let piece = sendfile::read_fallback_piece(file, position, len)?;
+                if piece.is_empty() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "segment shorter than its recorded size",
+                    ));
+                }
+                write_all(conn, &piece).await?;
+                position += piece.len() as u64;
+                len -= piece.len();
+                copied += piece.len();
+            }
+        }
+    }
+    sendfile::count(&shard.metrics, zero_copy, copied);
+    Ok(())
+}

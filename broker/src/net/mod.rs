@@ -1,0 +1,5 @@
+//! Networking: one listener per shard, connections, and the zero-copy path.
+
+pub mod connection;
+pub mod listener;
+pub mod sendfile;

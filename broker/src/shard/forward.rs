@@ -1,0 +1,46 @@
+//! Messages between shards.
+//!
+//! A request for a partition owned by another shard travels to the owner as
+//! a copy of its frame; the owner runs the same handler and sends the
+//! response back. A fetch's file range crosses as a duplicated file
+//! descriptor, so the requesting shard still sends it with sendfile: the
+//! forwarded path costs one copy of the *request* and a `dup`, not a copy of
+//! the data. Admin changes (topic created/deleted) are broadcast the same way.
+
+use crate::handler::SendableResponse;
+use crate::storage::meta::StoredTopic;
+
+/// What one shard asks of another.
+pub enum ShardMsg {
+    /// A request frame for a partition the receiver owns.
+    Request {
+        /// The frame's fields.
+        api: u16,
+        /// Api version.
+        version: u16,
+        /// The client's request id.
+        request_id: u32,
+        /// The flatbuffer header.
+        header: Vec<u8>,
+        /// The payload (a produce's message set).
+        payload: Vec<u8>,
+        /// Where the response goes; dropped unanswered when there is none.
+        reply: flume::Sender<SendableResponse>,
+    },
+    /// A topic was added to the registry: open the partitions you own.
+    TopicCreated {
+        /// The topic.
+        topic: StoredTopic,
+        /// Done (or why not).
+        done: flume::Sender<Result<(), String>>,
+    },
+    /// A topic was removed from the registry: drop your partitions and their files.
+    TopicDeleted {
+        /// The topic.
+        name: String,
+        /// Done.
+        done: flume::Sender<()>,
+    },
+    /// Graceful stop: stop accepting, flush everything, exit.
+    Stop,
+}

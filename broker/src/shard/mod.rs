@@ -1,0 +1,252 @@
+//! A shard: one glommio executor pinned to one core, owning a disjoint set of
+//! partitions for their whole life.
+//!
+//! Everything here is `!Send` (`Rc`, `RefCell`, `Cell`): nothing on the
+//! produce or fetch path takes a lock or touches another shard's memory.
+//! Shards talk only through their inboxes (see [`forward`]).
+
+pub mod forward;
+pub mod placement;
+
+use crate::config::Config;
+use crate::metrics::ShardMetrics;
+use crate::storage::meta::StoredTopic;
+use crate::storage::partition_log::{self, now_ms, request_sync, PartitionLog, SharedLog};
+use crate::storage::{partition_dir_name, LogSettings};
+use forward::ShardMsg;
+use protocol::codec::{PartitionPlacement, TopicMetadata, TopicSettings};
+use protocol::types::{PartitionId, ShardId};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// A topic as one shard sees it: every shard knows every topic, and holds
+/// logs only for the partitions it owns.
+#[derive(Debug)]
+pub struct Topic {
+    /// The topic's name.
+    pub name: String,
+    /// Number of partitions.
+    pub partitions: u32,
+    /// The overrides as created (0 = default).
+    pub overrides: TopicSettings,
+    /// The effective settings.
+    pub settings: LogSettings,
+    /// Logs of the partitions this shard owns.
+    pub logs: HashMap<PartitionId, SharedLog>,
+}
+
+impl Topic {
+    /// The overrides as stored in the registry.
+    pub fn stored(&self) -> StoredTopic {
+        StoredTopic {
+            name: self.name.clone(),
+            partitions: self.partitions,
+            retention_ms: self.overrides.retention_ms,
+            retention_bytes: self.overrides.retention_bytes,
+            segment_bytes: self.overrides.segment_bytes,
+            flush_messages: self.overrides.flush_messages,
+            flush_interval_ms: self.overrides.flush_interval_ms,
+        }
+    }
+}
+
+/// Converts a registry entry's overrides.
+pub fn stored_overrides(topic: &StoredTopic) -> TopicSettings {
+    TopicSettings {
+        retention_ms: topic.retention_ms,
+        retention_bytes: topic.retention_bytes,
+        segment_bytes: topic.segment_bytes,
+        flush_messages: topic.flush_messages,
+        flush_interval_ms: topic.flush_interval_ms,
+    }
+}
+
+/// One shard's state. Not `Send`; owned by its executor thread.
+pub struct Shard {
+    /// This shard's id.
+    pub id: ShardId,
+    /// The broker's configuration.
+    pub config: Rc<Config>,
+    /// Each shard's listening address, by shard id.
+    pub addresses: Vec<SocketAddr>,
+    /// Every shard's inbox, by shard id (including this one's).
+    pub peers: Vec<flume::Sender<ShardMsg>>,
+    /// Topics by name.
+    pub topics: RefCell<BTreeMap<String, Rc<RefCell<Topic>>>>,
+    /// Counters and histograms.
+    pub metrics: ShardMetrics,
+    /// Set once a graceful stop begins.
+    pub stopping: Cell<bool>,
+    /// Shard 0 only: the standalone registry as last stored.
+    pub registry: RefCell<Vec<StoredTopic>>,
+    /// Shard 0 only: names being created or deleted right now.
+    pub admin_busy: RefCell<Vec<String>>,
+    /// A reusable flatbuffers builder for response headers.
+    pub fbb: RefCell<protocol::flatbuffers::FlatBufferBuilder<'static>>,
+}
+
+impl Shard {
+    /// The number of shards in this broker.
+    pub fn shard_count(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// The shard that owns a partition.
+    pub fn owner_of(&self, topic: &str, partition: PartitionId) -> ShardId {
+        placement::owner_shard(topic, partition, self.shard_count())
+    }
+
+    /// The topic, if it exists.
+    pub fn topic(&self, name: &str) -> Option<Rc<RefCell<Topic>>> {
+        self.topics.borrow().get(name).cloned()
+    }
+
+    /// The metadata of a topic, as Metadata and CreateTopic report it.
+    pub fn topic_metadata(&self, topic: &Topic) -> TopicMetadata {
+        TopicMetadata {
+            name: topic.name.clone(),
+            partitions: (0..topic.partitions)
+                .map(|p| PartitionPlacement {
+                    partition: p,
+                    broker_id: self.config.broker_id,
+                    shard_id: self.owner_of(&topic.name, p),
+                })
+                .collect(),
+            settings: TopicSettings {
+                retention_ms: topic.settings.retention_ms,
+                retention_bytes: topic.settings.retention_bytes,
+                segment_bytes: topic.settings.segment_bytes,
+                flush_messages: topic.settings.flush_messages,
+                flush_interval_ms: topic.settings.flush_interval_ms,
+            },
+        }
+    }
+
+    /// Opens the partitions of `stored` that this shard owns and registers
+    /// the topic. Used at start-up and when a topic is created.
+    pub async fn open_topic(&self, stored: &StoredTopic) -> Result<(), String> {
+        let overrides = stored_overrides(stored);
+        let settings = self.config.topic_settings(&overrides)?;
+        let mut logs = HashMap::new();
+        for partition in 0..stored.partitions {
+            if self.owner_of(&stored.name, partition) != self.id {
+                continue;
+            }
+            let label = partition_dir_name(&stored.name, partition);
+            let dir = self.config.data_dir.join(&label);
+            let (log, recovered) = PartitionLog::open(&dir, &label, settings)
+                .await
+                .map_err(|e| format!("opening partition {label}: {e}"))?;
+            if recovered.bytes_cut > 0 || recovered.bytes_scanned > 0 {
+                tracing::info!(
+                    partition = %label,
+                    bytes_scanned = recovered.bytes_scanned,
+                    bytes_cut = recovered.bytes_cut,
+                    end_offset = log.end_offset(),
+                    "recovered partition"
+                );
+            }
+            logs.insert(partition, Rc::new(RefCell::new(log)));
+        }
+        let topic = Topic {
+            name: stored.name.clone(),
+            partitions: stored.partitions,
+            overrides,
+            settings,
+            logs,
+        };
+        self.topics
+            .borrow_mut()
+            .insert(stored.name.clone(), Rc::new(RefCell::new(topic)));
+        Ok(())
+    }
+
+    /// Forgets a topic and deletes this shard's partition directories.
+    pub fn drop_topic(&self, name: &str) {
+        let Some(topic) = self.topics.borrow_mut().remove(name) else {
+            return;
+        };
+        let topic = topic.borrow();
+        for log in topic.logs.values() {
+            let dir = log.borrow().dir().to_path_buf();
+            if let Err(error) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), %error, "deleting partition directory");
+            }
+        }
+    }
+
+    /// Every log this shard owns.
+    pub fn all_logs(&self) -> Vec<SharedLog> {
+        self.topics
+            .borrow()
+            .values()
+            .flat_map(|t| t.borrow().logs.values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+}
+
+/// The flush timer: writes pending bytes and flushes partitions whose policy
+/// is due, and records recovery points about once a second.
+pub async fn run_flusher(shard: Rc<Shard>) {
+    let tick =
+        Duration::from_millis((shard.config.topic_defaults.flush_interval_ms / 2).clamp(1, 100));
+    let mut last_checkpoint = Instant::now();
+    while !shard.stopping.get() {
+        glommio::timer::sleep(tick).await;
+        let now = Instant::now();
+        let checkpoint = now.duration_since(last_checkpoint) >= Duration::from_secs(1);
+        for log in shard.all_logs() {
+            let due = log.borrow().flush_due(now);
+            if due {
+                request_sync(&log, true);
+            } else if log.borrow().pending_bytes() > 0 {
+                request_sync(&log, false);
+            }
+            if checkpoint {
+                let result = log.borrow_mut().checkpoint(false);
+                if let Err(error) = result {
+                    tracing::warn!(%error, "writing recovery point");
+                }
+            }
+        }
+        if checkpoint {
+            last_checkpoint = now;
+        }
+    }
+}
+
+/// Retention: every `retention_check_ms`, drop expired closed segments.
+pub async fn run_retention(shard: Rc<Shard>) {
+    let period = Duration::from_millis(shard.config.retention_check_ms.max(10));
+    while !shard.stopping.get() {
+        glommio::timer::sleep(period).await;
+        let now = now_ms();
+        for log in shard.all_logs() {
+            let removed = log.borrow_mut().enforce_retention(now);
+            for path in removed {
+                if let Err(error) = std::fs::remove_file(&path) {
+                    tracing::warn!(path = %path.display(), %error, "retention: unlink failed");
+                }
+                crate::metrics::bump(&shard.metrics.counters.segments_deleted_total, 1);
+            }
+        }
+    }
+}
+
+/// Graceful stop of one shard: flush every partition and write exact
+/// recovery points so the next start scans nothing.
+pub async fn flush_all(shard: &Shard) {
+    for log in shard.all_logs() {
+        if let Err(error) = partition_log::sync_all(&log).await {
+            tracing::error!(partition = %log.borrow().label(), %error, "final flush failed");
+            continue;
+        }
+        let result = log.borrow_mut().checkpoint(true);
+        if let Err(error) = result {
+            tracing::warn!(%error, "writing final recovery point");
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! Which shard owns a partition: a pure function of the topic name, the
+//! partition and the shard count, so every shard (and Metadata) agrees
+//! without talking. Partitions of one topic go to consecutive shards,
+//! starting at a shard chosen by the topic's hash, so small topics spread
+//! across the cores instead of all starting on shard 0.
+
+use protocol::types::{PartitionId, ShardId};
+
+/// FNV-1a: stable across builds and platforms, unlike std's hasher.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// The shard that owns `partition` of `topic` on a broker with `shard_count` shards.
+pub fn owner_shard(topic: &str, partition: PartitionId, shard_count: usize) -> ShardId {
+    assert!(shard_count > 0);
+    let first = fnv1a(topic.as_bytes()) % shard_count as u64;
+    ((first + u64::from(partition)) % shard_count as u64) as ShardId
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_spread_evenly_over_shards() {
+        for shards in 1..=8 {
+            let mut per_shard = vec![0; shards];
+            for p in 0..(shards as u32 * 4) {
+                per_shard[owner_shard("events", p, shards) as usize] += 1;
+            }
+            assert!(per_shard.iter().all(|&n| n == 4), "{per_shard:?}");
+        }
+        assert_eq!(owner_shard("a", 3, 1), 0);
+        assert_eq!(owner_shard("a", 3, 2), owner_shard("a", 3, 2));
+    }
+}

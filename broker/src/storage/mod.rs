@@ -1,0 +1,35 @@
+//! The paper's partitioned log on disk.
+//!
+//! ```text
+//! <data-dir>/
+//!   topics.toml                      standalone topic registry (see meta.rs)
+//!   <topic>-<partition>/
+//!     00000000000000000000.log       segment files, named by 20-digit base offset
+//!     00000000000001073741903.log
+//!     recovery-point                 a flushed offset; recovery scans from here
+//! ```
+//!
+//! - **Offset = logical byte position.** A message's offset is the position of
+//!   its first byte in the partition; the next message's offset is this offset
+//!   plus its stored length. Segment `S` holds offsets `[S.base, S.base+size)`.
+//! - **In memory only the sorted list of segment base offsets** (segments.rs);
+//!   a fetch binary-searches it, then reads the file sequentially.
+//! - **Flush/visibility:** appends are buffered and written by io_uring; a
+//!   flush (after N messages or T ms) fdatasyncs them and moves the flushed
+//!   offset. Consumers only ever see bytes below the flushed offset.
+//! - **Retention** removes whole closed segments, never the active one.
+
+pub mod error;
+pub mod meta;
+pub mod partition_log;
+pub mod recovery;
+pub mod segment;
+pub mod segments;
+
+pub use error::StorageError;
+pub use partition_log::{FetchSlice, LogSettings, PartitionLog, SharedLog};
+
+/// The directory name of a partition: `<topic>-<partition>`.
+pub fn partition_dir_name(topic: &str, partition: u32) -> String {
+    format!("{topic}-{partition}")
+}

@@ -1,0 +1,593 @@
+//! `PartitionLog`: one partition's append-only log.
+//!
+//! Four offsets describe it, always ordered
+//! `start_offset <= flushed_offset <= written_offset <= end_offset`:
+//!
+//! | offset           | meaning                                                      |
+//! |------------------|--------------------------------------------------------------|
+//! | `start_offset`   | first retained byte (retention moves it forward)             |
+//! | `flushed_offset` | fsynced; consumers see everything below it, nothing above    |
+//! | `written_offset` | handed to the kernel (page cache) by an io_uring write       |
+//! | `end_offset`     | next offset to assign; bytes above `written_offset` wait in memory |
+//!
+//! An append only copies the message set into a pending buffer and assigns
+//! its offsets, so the produce path never waits for I/O. One *sync task* per
+//! partition at a time writes pending chunks with io_uring (glommio
+//! `BufferedFile`, so tailing consumers are served from the page cache — see
+//! `docs/design/0001-buffered-appends.md`) and, when a flush is due, fdatasyncs
+//! the touched segments and advances `flushed_offset`. A failed write or fsync
+//! poisons the partition: it refuses writes until a restart recovers it.
+//!
+//! Not `Send`: owned by the shard that owns the partition, shared within it as
+//! `Rc<RefCell<_>>` and never borrowed across an `.await`.
+
+use super::error::StorageError;
+use super::recovery::{self, Recovered};
+use super::segment::{Segment, DELETED_SUFFIX};
+use super::segments::Segments;
+use crate::notify::Notify;
+use glommio::io::{BufferedFile, OpenOptions};
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// A partition log shared within its shard.
+pub type SharedLog = Rc<RefCell<PartitionLog>>;
+
+/// Pending bytes above which an append starts a write without waiting for the
+/// flush timer: big enough for few, large io_uring writes; small enough to
+/// keep memory per partition bounded.
+pub const WRITE_CHUNK_BYTES: usize = 1 << 20;
+
+/// Per-partition settings (the topic's, with broker defaults filled in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogSettings {
+    /// Roll to a new segment when the active one would exceed this.
+    pub segment_bytes: u64,
+    /// Flush after this many unflushed messages.
+    pub flush_messages: u64,
+    /// Flush this long after the oldest unflushed append.
+    pub flush_interval_ms: u64,
+    /// Delete closed segments whose last append is older than this.
+    pub retention_ms: u64,
+    /// Delete the oldest closed segments while the log is larger (0 = off).
+    pub retention_bytes: u64,
+}
+
+/// Bytes appended but not yet written, all for one segment.
+#[derive(Debug)]
+struct PendingChunk {
+    segment_base: u64,
+    position: u64,
+    bytes: Vec<u8>,
+    messages: u64,
+}
+
+/// What a fetch returns: a range of one segment file, described, not copied.
+#[derive(Debug, Clone)]
+pub struct FetchSlice {
+    /// The segment file.
+    pub file: Rc<BufferedFile>,
+    /// Byte position in the file.
+    pub position: u64,
+    /// Bytes to send (0 when nothing is flushed at the offset yet).
+    pub len: u32,
+}
+
+/// One partition's log. See the module doc for the offsets and the sync task.
+#[derive(Debug)]
+pub struct PartitionLog {
+    label: String,
+    dir: PathBuf,
+    settings: LogSettings,
+    segments: Segments,
+    start_offset: u64,
+    flushed_offset: u64,
+    written_offset: u64,
+    end_offset: u64,
+    pending: Vec<PendingChunk>,
+    pending_bytes: usize,
+    appended_messages: u64,
+    written_messages: u64,
+    flushed_messages: u64,
+    oldest_unflushed_at: Option<Instant>,
+    dirty_files: Vec<Rc<BufferedFile>>,
+    sync_running: bool,
+    flush_requested: bool,
+    poisoned: Option<String>,
+    checkpointed_offset: u64,
+    watermarks: Notify,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the log in `dir`, recovering its tail first.
+    pub async fn open(
+        dir: &Path,
+        label: &str,
+        settings: LogSettings,
+    ) -> Result<(PartitionLog, Recovered), StorageError> {
+        std::fs::create_dir_all(dir).map_err(|e| StorageError::io("creating", dir, e))?;
+        let recovered = recovery::recover(dir, label)?;
+        let mut segments = Segments::new();
+        for found in &recovered.segments {
+            let mut segment = Segment::new(dir, found.base_offset, found.modified_ms);
+            segment.size_bytes = found.size_bytes;
+            let file = open_segment_file(&segment.path).await?;
+            segment.file = Some(Rc::new(file));
+            segments.push(segment);
+        }
+        if segments.is_empty() {
+            segments.push(Segment::new(dir, 0, now_ms()));
+        }
+        let start_offset = segments.as_slice().first().map_or(0, |s| s.base_offset);
+        let end_offset = segments.active().map_or(0, |s| s.end_offset());
+        let log = PartitionLog {
+            label: label.to_string(),
+            dir: dir.to_path_buf(),
+            settings,
+            segments,
+            start_offset,
+            flushed_offset: end_offset,
+            written_offset: end_offset,
+            end_offset,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            appended_messages: 0,
+            written_messages: 0,
+            flushed_messages: 0,
+            oldest_unflushed_at: None,
+            dirty_files: Vec::new(),
+            sync_running: false,
+            flush_requested: false,
+            poisoned: None,
+            checkpointed_offset: recovery::read_recovery_point(dir).unwrap_or(0),
+            watermarks: Notify::new(),
+        };
+        log.check_offsets();
+        Ok((log, recovered))
+    }
+
+    fn check_offsets(&self) {
+        assert!(
+            self.start_offset <= self.flushed_offset
+                && self.flushed_offset <= self.written_offset
+                && self.written_offset <= self.end_offset,
+            "{}: offsets out of order: start {} flushed {} written {} end {}",
+            self.label,
+            self.start_offset,
+            self.flushed_offset,
+            self.written_offset,
+            self.end_offset
+        );
+    }
+
+    /// The partition's label, `topic-partition`.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The directory holding the segments.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// First retained offset.
+    pub fn start_offset(&self) -> u64 {
+        self.start_offset
+    }
+
+    /// Everything below is fsynced and visible to consumers.
+    pub fn flushed_offset(&self) -> u64 {
+        self.flushed_offset
+    }
+
+    /// Everything below has been handed to the kernel.
+    pub fn written_offset(&self) -> u64 {
+        self.written_offset
+    }
+
+    /// The offset the next append gets.
+    pub fn end_offset(&self) -> u64 {
+        self.end_offset
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> LogSettings {
+        self.settings
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Signalled whenever `written_offset` or `flushed_offset` moves, or the
+    /// partition is poisoned.
+    pub fn watermarks(&self) -> Notify {
+        self.watermarks.clone()
+    }
+
+    /// Why the partition refuses writes, if it does.
+    pub fn poisoned(&self) -> Option<&str> {
+        self.poisoned.as_deref()
+    }
+
+    /// Appends a message set that the caller has validated (whole messages,
+    /// CRCs checked). Returns the offsets `[base, end)` it was given. Never
+    /// waits: the bytes are written later by the sync task.
+    pub fn append(&mut self, bytes: &[u8], messages: u32) -> Result<(u64, u64), StorageError> {
+        if let Some(reason) = &self.poisoned {
+            return Err(StorageError::Poisoned(reason.clone()));
+        }
+        let len = bytes.len() as u64;
+        let needs_roll = self
+            .segments
+            .active()
+            .is_none_or(|a| a.size_bytes > 0 && a.size_bytes + len > self.settings.segment_bytes);
+        if needs_roll {
+            self.segments
+                .push(Segment::new(&self.dir, self.end_offset, now_ms()));
+        }
+        let base = self.end_offset;
+        let Some(active) = self.segments.active_mut() else {
+            unreachable!("a segment was just ensured");
+        };
+        let position = active.size_bytes;
+        active.size_bytes += len;
+        active.last_append_ms = now_ms();
+        let segment_base = active.base_offset;
+        match self.pending.last_mut() {
+            Some(chunk)
+                if chunk.segment_base == segment_base
+                    && chunk.position + chunk.bytes.len() as u64 == position
+                    && chunk.bytes.len() < WRITE_CHUNK_BYTES =>
+            {
+                chunk.bytes.extend_from_slice(bytes);
+                chunk.messages += u64::from(messages);
+            }
+            _ => {
+                let mut chunk_bytes = Vec::with_capacity(bytes.len().max(64 * 1024));
+                chunk_bytes.extend_from_slice(bytes);
+                self.pending.push(PendingChunk {
+                    segment_base,
+                    position,
+                    bytes: chunk_bytes,
+                    messages: u64::from(messages),
+                });
+            }
+        }
+        self.pending_bytes += bytes.len();
+        self.end_offset += len;
+        self.appended_messages += u64::from(messages);
+        if self.oldest_unflushed_at.is_none() {
+            self.oldest_unflushed_at = Some(Instant::now());
+        }
+        debug_assert!(self.written_offset <= self.end_offset);
+        Ok((base, self.end_offset))
+    }
+
+    /// Bytes waiting in memory for the sync task.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// True when enough messages wait for a flush (the count half of the policy).
+    pub fn flush_count_due(&self) -> bool {
+        self.appended_messages - self.flushed_messages >= self.settings.flush_messages
+    }
+
+    /// True when the flush policy (messages or time) says to flush now.
+    pub fn flush_due(&self, now: Instant) -> bool {
+        let unflushed = self.appended_messages - self.flushed_messages;
+        if unflushed == 0 {
+            return false;
+        }
+        unflushed >= self.settings.flush_messages
+            || self.oldest_unflushed_at.is_some_and(|t| {
+                now.duration_since(t).as_millis() as u64 >= self.settings.flush_interval_ms
+            })
+    }
+
+    /// Describes up to `bytes_max` flushed bytes at `offset`, within one
+    /// segment. An offset at or past `flushed_offset` (but not past
+    /// `end_offset`) yields an empty slice: the data is not visible yet.
+    pub fn read(&self, offset: u64, bytes_max: u32) -> Result<Option<FetchSlice>, StorageError> {
+        if offset < self.start_offset || offset > self.end_offset {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: offset,
+                start: self.start_offset,
+                end: self.end_offset,
+            });
+        }
+        if offset >= self.flushed_offset || bytes_max == 0 {
+            return Ok(None);
+        }
+        let index = self
+            .segments
+            .find(offset)
+            .ok_or(StorageError::OffsetOutOfRange {
+                requested: offset,
+                start: self.start_offset,
+                end: self.end_offset,
+            })?;
+        let segment = &self.segments.as_slice()[index];
+        let visible_end = segment.end_offset().min(self.flushed_offset);
+        let len = (visible_end - offset).min(u64::from(bytes_max)) as u32;
+        let Some(file) = segment.file.clone() else {
+            return Err(StorageError::Poisoned(format!(
+                "{}: flushed segment {} has no file",
+                self.label, segment.base_offset
+            )));
+        };
+        let position = offset - segment.base_offset;
+        // Pair assertion: the slice lies inside the segment and below the flush.
+        assert!(position + u64::from(len) <= segment.size_bytes);
+        assert!(offset + u64::from(len) <= self.flushed_offset);
+        Ok(Some(FetchSlice {
+            file,
+            position,
+            len,
+        }))
+    }
+
+    /// The first offset of the earliest segment appended to at or after
+    /// `timestamp_ms` — so consuming from it yields every message appended
+    /// since then — or the flushed offset if there is none (the paper's
+    /// segment-granularity offset lookup).
+    pub fn offset_before_time(&self, timestamp_ms: u64) -> u64 {
+        self.segments
+            .as_slice()
+            .iter()
+            .find(|s| s.last_append_ms >= timestamp_ms && s.size_bytes > 0)
+            .map_or(self.flushed_offset, |s| {
+                s.base_offset.min(self.flushed_offset)
+            })
+    }
+
+    /// Removes closed, fully flushed segments that retention says to drop:
+    /// older than `retention_ms`, or the oldest while the log exceeds
+    /// `retention_bytes`. Never the active segment. Returns their paths after
+    /// renaming them to `.deleted`; the caller unlinks them.
+    pub fn enforce_retention(&mut self, now_ms: u64) -> Vec<PathBuf> {
+        let mut removed = Vec::new();
+        while self.segments.len() > 1 {
+            let total = self.segments.total_bytes();
+            let Some(oldest) = self.segments.as_slice().first() else {
+                break;
+            };
+            let fully_flushed = oldest.end_offset() <= self.flushed_offset;
+            let too_old = now_ms.saturating_sub(oldest.last_append_ms) > self.settings.retention_ms;
+            let too_big = self.settings.retention_bytes > 0
+                && total - oldest.size_bytes >= self.settings.retention_bytes;
+            if !fully_flushed || !(too_old || too_big) {
+                break;
+            }
+            let Some(segment) = self.segments.pop_oldest() else {
+                break;
+            };
+            self.start_offset = segment.end_offset();
+            let mut deleted = segment.path.clone().into_os_string();
+            deleted.push(DELETED_SUFFIX);
+            let deleted = PathBuf::from(deleted);
+            match std::fs::rename(&segment.path, &deleted) {
+                Ok(()) => removed.push(deleted),
+                Err(error) => {
+                    tracing::warn!(segment = %segment.path.display(), %error, "retention: rename failed");
+                    removed.push(segment.path.clone());
+                }
+            }
+            tracing::info!(
+                partition = %self.label,
+                base_offset = segment.base_offset,
+                bytes = segment.size_bytes,
+                start_offset = self.start_offset,
+                "retention: deleted segment"
+            );
+        }
+        self.check_offsets();
+        removed
+    }
+
+    /// Records the flushed offset as the recovery point when it moved; with
+    /// `durable` (graceful stop) the file is fsynced.
+    pub fn checkpoint(&mut self, durable: bool) -> Result<(), StorageError> {
+        if self.flushed_offset == self.checkpointed_offset && !durable {
+            return Ok(());
+        }
+        recovery::write_recovery_point(&self.dir, self.flushed_offset, durable)?;
+        self.checkpointed_offset = self.flushed_offset;
+        Ok(())
+    }
+
+    fn poison(&mut self, reason: String) {
+        tracing::error!(partition = %self.label, %reason, "partition poisoned: refusing writes until restart");
+        self.poisoned = Some(reason);
+        self.watermarks.notify_all();
+    }
+}
+
+async fn open_segment_file(path: &Path) -> Result<BufferedFile, StorageError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .buffered_open(path)
+        .await
+        .map_err(|e| StorageError::io("opening", path, e))
+}
+
+/// Makes sure the sync task runs: writes pending bytes, and also flushes when
+/// `flush` is set (or an earlier request asked for it).
+pub fn request_sync(log: &SharedLog, flush: bool) {
+    let mut l = log.borrow_mut();
+    if flush {
+        l.flush_requested = true;
+    }
+    if l.sync_running || l.poisoned.is_some() {
+        return;
+    }
+    if l.pending.is_empty() && !(l.flush_requested && l.written_offset > l.flushed_offset) {
+        l.flush_requested = false;
+        return;
+    }
+    l.sync_running = true;
+    drop(l);
+    glommio::spawn_local(run_sync(log.clone())).detach();
+}
+
+/// Writes and flushes everything appended so far and waits for it (graceful
+/// stop, tests).
+pub async fn sync_all(log: &SharedLog) -> Result<(), StorageError> {
+    let target = log.borrow().end_offset;
+    request_sync(log, true);
+    let watermarks = log.borrow().watermarks();
+    watermarks
+        .wait_until(|| {
+            let l = log.borrow();
+            if l.poisoned.is_some() {
+                return true;
+            }
+            if l.flushed_offset < target && !l.sync_running {
+                drop(l);
+                request_sync(log, true);
+                return false;
+            }
+            l.flushed_offset >= target
+        })
+        .await;
+    let l = log.borrow();
+    match &l.poisoned {
+        Some(reason) => Err(StorageError::Poisoned(reason.clone())),
+        None => Ok(()),
+    }
+}
+
+async fn run_sync(log: SharedLog) {
+    loop {
+        let (chunks, flush) = {
+            let mut l = log.borrow_mut();
+            let chunks = std::mem::take(&mut l.pending);
+            l.pending_bytes = 0;
+            let flush = std::mem::take(&mut l.flush_requested);
+            (chunks, flush)
+        };
+        if chunks.is_empty() && !flush {
+            log.borrow_mut().sync_running = false;
+            return;
+        }
+        if let Err(error) = sync_once(&log, chunks, flush).await {
+            let mut l = log.borrow_mut();
+            l.poison(error.to_string());
+            l.sync_running = false;
+            return;
+        }
+    }
+}
+
+async fn sync_once(
+    log: &SharedLog,
+    chunks: Vec<PendingChunk>,
+    flush: bool,
+) -> Result<(), StorageError> {
+    for chunk in chunks {
+        let file = segment_file(log, chunk.segment_base).await?;
+        let path = log
+            .borrow()
+            .dir
+            .join(super::segment::segment_file_name(chunk.segment_base));
+        let end = chunk.segment_base + chunk.position + chunk.bytes.len() as u64;
+        let len = chunk.bytes.len();
+        // glommio takes the buffer; a short write on a regular file means the
+        // disk is full or failing, which poisons the partition like an error.
+        let written = file
+            .write_at(chunk.bytes, chunk.position)
+            .await
+            .map_err(|e| StorageError::io("writing", &path, e))?;
+        if written != len {
+            return Err(StorageError::io(
+                "writing",
+                &path,
+                std::io::Error::other(format!("short write: {written} of {len} bytes")),
+            ));
+        }
+        let mut l = log.borrow_mut();
+        assert_eq!(
+            l.written_offset,
+            chunk.segment_base + chunk.position,
+            "chunks are written in order"
+        );
+        l.written_offset = end;
+        l.written_messages += chunk.messages;
+        if !l.dirty_files.iter().any(|f| Rc::ptr_eq(f, &file)) {
+            l.dirty_files.push(file);
+        }
+        l.check_offsets();
+        l.watermarks.notify_all();
+    }
+    if flush {
+        let (files, target, messages) = {
+            let mut l = log.borrow_mut();
+            (
+                std::mem::take(&mut l.dirty_files),
+                l.written_offset,
+                l.written_messages,
+            )
+        };
+        for file in &files {
+            let path = file.path().map(|p| p.to_path_buf()).unwrap_or_default();
+            file.fdatasync()
+                .await
+                .map_err(|e| StorageError::io("fdatasync", path, e))?;
+        }
+        let mut l = log.borrow_mut();
+        if target > l.flushed_offset {
+            l.flushed_offset = target;
+        }
+        l.flushed_messages = messages;
+        l.oldest_unflushed_at = if l.flushed_messages == l.appended_messages {
+            None
+        } else {
+            Some(Instant::now())
+        };
+        l.check_offsets();
+        l.watermarks.notify_all();
+    }
+    Ok(())
+}
+
+/// The file of the segment starting at `base`, created on first use.
+async fn segment_file(log: &SharedLog, base: u64) -> Result<Rc<BufferedFile>, StorageError> {
+    let (existing, path) = {
+        let l = log.borrow();
+        let index = l.segments.find(base);
+        let segment = index.and_then(|i| l.segments.as_slice().get(i));
+        match segment {
+            Some(s) if s.base_offset == base => (s.file.clone(), s.path.clone()),
+            _ => {
+                return Err(StorageError::Poisoned(format!(
+                    "{}: pending bytes for unknown segment {base}",
+                    l.label
+                )))
+            }
+        }
+    };
+    if let Some(file) = existing {
+        return Ok(file);
+    }
+    let file = Rc::new(open_segment_file(&path).await?);
+    let mut l = log.borrow_mut();
+    if let Some(index) = l.segments.find(base) {
+        if let Some(segment) = l.segments.get_mut(index) {
+            segment.file = Some(file.clone());
+        }
+    }
+    Ok(file)
+}

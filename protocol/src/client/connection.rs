@@ -1,0 +1,212 @@
+//! One TCP connection to a broker shard: handshake, framed requests,
+//! pipelining (send many, then receive in order), typed errors.
+
+use super::ClientError;
+use crate::codec::{self, verify};
+use crate::frame::{self, Api, FramePrefix, API_VERSION, FRAME_BYTES_MAX, FRAME_PREFIX_BYTES};
+use crate::{wire, ErrorCode};
+use flatbuffers::FlatBufferBuilder;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// A response frame as received.
+#[derive(Debug, Default)]
+pub struct ResponseFrame {
+    /// The api it answers.
+    pub api: u16,
+    /// The request id it answers.
+    pub request_id: u32,
+    /// The flatbuffer header.
+    pub header: Vec<u8>,
+    /// Raw bytes after the header (a fetch's log chunk).
+    pub payload: Vec<u8>,
+}
+
+/// What the broker said in the handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BrokerHello {
+    /// The broker's id.
+    pub broker_id: u32,
+    /// The shard this connection landed on.
+    pub shard_id: u16,
+    /// Shards in the broker.
+    pub shard_count: u16,
+}
+
+/// A connection to one broker shard. Not thread-safe; one owner at a time.
+///
+/// Requests are written to a buffer; [`Connection::flush`] sends them.
+/// Responses arrive in request order and are read with [`Connection::recv`].
+pub struct Connection {
+    reader: BufReader<TcpStream>,
+    writer: BufWriter<TcpStream>,
+    next_request_id: u32,
+    /// A reusable builder for request headers.
+    pub fbb: FlatBufferBuilder<'static>,
+    hello: BrokerHello,
+    address: String,
+}
+
+impl Connection {
+    /// Connects and performs the version handshake.
+    pub fn connect(address: &str) -> Result<Connection, ClientError> {
+        let addrs: Vec<_> = address
+            .to_socket_addrs()
+            .map_err(|e| ClientError::Connect {
+                address: address.to_string(),
+                source: e,
+            })?
+            .collect();
+        let mut last_error = None;
+        let mut stream = None;
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        let stream = stream.ok_or_else(|| ClientError::Connect {
+            address: address.to_string(),
+            source: last_error.unwrap_or_else(|| std::io::Error::other("no addresses")),
+        })?;
+        stream.set_nodelay(true)?;
+        let reader = BufReader::with_capacity(256 * 1024, stream.try_clone()?);
+        let writer = BufWriter::with_capacity(256 * 1024, stream);
+        let mut conn = Connection {
+            reader,
+            writer,
+            next_request_id: 0,
+            fbb: FlatBufferBuilder::with_capacity(1024),
+            hello: BrokerHello {
+                broker_id: 0,
+                shard_id: 0,
+                shard_count: 0,
+            },
+            address: address.to_string(),
+        };
+        let name = format!("ringlog-rust/{}", env!("CARGO_PKG_VERSION"));
+        let header = codec::handshake_request(&mut conn.fbb, &name).to_vec();
+        let response = conn.call(Api::Handshake, &header, &[])?;
+        let hello = verify::<wire::HandshakeResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("handshake response: {e}")))?;
+        conn.hello = BrokerHello {
+            broker_id: hello.broker_id(),
+            shard_id: hello.shard_id(),
+            shard_count: hello.shard_count(),
+        };
+        Ok(conn)
+    }
+
+    /// The address this connection was opened to.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// What the broker said in the handshake.
+    pub fn hello(&self) -> BrokerHello {
+        self.hello
+    }
+
+    /// Queues a request; returns its id. Nothing is sent until [`Connection::flush`]
+    /// (or until the write buffer fills).
+    pub fn send(&mut self, api: Api, header: &[u8], payload: &[u8]) -> Result<u32, ClientError> {
+        let request_id = self.next_request_id;
+        self.next_request_id = self.next_request_id.wrapping_add(1);
+        let mut prefix = Vec::with_capacity(FRAME_PREFIX_BYTES);
+        frame::write_prefix(
+            &mut prefix,
+            api as u16,
+            API_VERSION,
+            request_id,
+            header.len(),
+            payload.len(),
+        );
+        self.writer.write_all(&prefix)?;
+        self.writer.write_all(header)?;
+        self.writer.write_all(payload)?;
+        Ok(request_id)
+    }
+
+    /// Sends everything queued.
+    pub fn flush(&mut self) -> Result<(), ClientError> {
+        self.writer.flush()?;
+        Ok(())
+    }
+
+    /// Reads the next response into `into` (reusing its buffers). A response
+    /// with a non-zero error code becomes `ClientError::Broker`.
+    pub fn recv_into(&mut self, into: &mut ResponseFrame) -> Result<(), ClientError> {
+        read_response(&mut self.reader, into)
+    }
+
+    /// Reads the next response.
+    pub fn recv(&mut self) -> Result<ResponseFrame, ClientError> {
+        let mut frame = ResponseFrame::default();
+        self.recv_into(&mut frame)?;
+        Ok(frame)
+    }
+
+    /// Sends one request and waits for its response.
+    pub fn call(
+        &mut self,
+        api: Api,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<ResponseFrame, ClientError> {
+        let id = self.send(api, header, payload)?;
+        self.flush()?;
+        let response = self.recv()?;
+        if response.request_id != id {
+            return Err(ClientError::protocol(format!(
+                "response id {} does not match request id {id}",
+                response.request_id
+            )));
+        }
+        Ok(response)
+    }
+
+    /// A second handle on the socket for a reader thread, plus the writer.
+    pub fn split(self) -> (BufReader<TcpStream>, BufWriter<TcpStream>) {
+        (self.reader, self.writer)
+    }
+}
+
+/// Reads one response frame from `reader`.
+pub fn read_response(reader: &mut impl Read, into: &mut ResponseFrame) -> Result<(), ClientError> {
+    let mut prefix_bytes = [0u8; FRAME_PREFIX_BYTES];
+    reader.read_exact(&mut prefix_bytes)?;
+    let prefix = FramePrefix::parse(&prefix_bytes, FRAME_BYTES_MAX)
+        .map_err(|e| ClientError::protocol(e.to_string()))?;
+    into.api = prefix.api;
+    into.request_id = prefix.request_id;
+    into.header.resize(prefix.header_len, 0);
+    reader.read_exact(&mut into.header)?;
+    into.payload.resize(prefix.payload_len(), 0);
+    reader.read_exact(&mut into.payload)?;
+    if prefix.version_or_error != 0 {
+        return Err(broker_error(prefix.version_or_error, &into.header));
+    }
+    Ok(())
+}
+
+/// Decodes an error response header.
+fn broker_error(code: u16, header: &[u8]) -> ClientError {
+    let code = ErrorCode::from_u16(code).unwrap_or(ErrorCode::Internal);
+    match verify::<wire::ErrorResponse>(header) {
+        Ok(error) => ClientError::Broker {
+            code,
+            message: error.message().unwrap_or_default().to_string(),
+            range: (code == ErrorCode::OffsetOutOfRange)
+                .then(|| (error.start_offset(), error.end_offset())),
+        },
+        Err(e) => ClientError::Broker {
+            code,
+            message: format!("(undecodable error header: {e})"),
+            range: None,
+        },
+    }
+}

@@ -15,6 +15,9 @@ pub const INFLIGHT_REQUESTS_MAX: usize = 4096;
 pub const READ_BUFFER_BYTES: usize = 256 * 1024;
 /// Forwarded requests queued for one shard before senders wait.
 pub const FORWARD_QUEUE_MAX: usize = 4096;
+/// Appended but unwritten bytes of one partition above which a producer's
+/// connection stops being read until the disk catches up.
+pub const PENDING_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Most partitions one topic may have.
 pub const PARTITIONS_MAX: u32 = 10_000;
 /// Smallest segment size a topic may set (tests use small segments).

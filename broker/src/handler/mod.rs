@@ -142,6 +142,9 @@ pub enum Dispatched {
     Ready(Response),
     /// The response, once the future resolves (`None`: no response after all).
     Later(Later),
+    /// No response, but read nothing more from this client until the future
+    /// resolves: backpressure when a partition's unwritten bytes pile up.
+    Throttle(Pin<Box<dyn Future<Output = ()>>>),
 }
 
 /// Builds an error response. `range` fills the valid offset range of
@@ -346,7 +349,8 @@ pub fn serve_forwarded(shard: &Rc<Shard>, msg: ShardMsg) {
         return;
     };
     match dispatch(shard, api, version, request_id, &header, &payload) {
-        Dispatched::Silent => {}
+        // The sender's queue (bounded) already pushes back on the forwarder.
+        Dispatched::Silent | Dispatched::Throttle(_) => {}
         Dispatched::Ready(response) => {
             let _ = reply.try_send(response.into_sendable());
         }

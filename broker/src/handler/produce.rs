@@ -3,6 +3,7 @@
 //! (the paper's mode), once written to the page cache, or once flushed.
 
 use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
+use crate::limits::PENDING_BYTES_MAX;
 use crate::shard::Shard;
 use crate::storage::partition_log::{request_sync, SharedLog, WRITE_CHUNK_BYTES};
 use protocol::codec::{verify, AckMode};
@@ -62,9 +63,9 @@ pub fn handle(
     let counters = &shard.metrics.counters;
     crate::metrics::bump(&counters.produce_messages_total, u64::from(summary.count));
     crate::metrics::bump(&counters.produce_bytes_total, payload.len() as u64);
-    let (pending, flush_now) = {
+    let (pending, unwritten, flush_now) = {
         let l = log.borrow();
-        (l.pending_bytes(), l.flush_count_due())
+        (l.pending_bytes(), l.unwritten_bytes(), l.flush_count_due())
     };
     if flush_now {
         request_sync(&log, true);
@@ -72,7 +73,20 @@ pub fn handle(
         request_sync(&log, false);
     }
     if acks == AckMode::None {
-        return Ok(Dispatched::Silent);
+        if unwritten < PENDING_BYTES_MAX {
+            return Ok(Dispatched::Silent);
+        }
+        // The disk is behind the producers: stop reading this connection
+        // until the sync task has written the backlog down to half.
+        let watermarks = log.borrow().watermarks();
+        return Ok(Dispatched::Throttle(Box::pin(async move {
+            watermarks
+                .wait_until(|| {
+                    let l = log.borrow();
+                    l.unwritten_bytes() < PENDING_BYTES_MAX / 2 || l.poisoned().is_some()
+                })
+                .await;
+        })));
     }
     if acks == AckMode::Written {
         request_sync(&log, false);

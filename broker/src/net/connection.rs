@@ -161,6 +161,7 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                 Dispatched::Later(later) => {
                     push(conn, Queued::Later(prefix.request_id, prefix.api, later))
                 }
+                Dispatched::Throttle(until) => until.await,
             }
             if conn.queue.borrow().len() >= INFLIGHT_REQUESTS_MAX {
                 conn.drained

@@ -274,9 +274,14 @@ impl PartitionLog {
         Ok((base, self.end_offset))
     }
 
-    /// Bytes waiting in memory for the sync task.
+    /// Bytes waiting in memory for the sync task to pick up.
     pub fn pending_bytes(&self) -> usize {
         self.pending_bytes
+    }
+
+    /// Bytes appended but not yet handed to the kernel.
+    pub fn unwritten_bytes(&self) -> u64 {
+        self.end_offset - self.written_offset
     }
 
     /// True when enough messages wait for a flush (the count half of the policy).

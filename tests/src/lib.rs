@@ -1,1 +1,290 @@
-//! placeholder
+//! Test harness: runs the real `broker` binary on loopback with its own
+//! temporary data directory, and gives tests a client for it.
+//!
+//! The binary is found next to the test executable's `deps/` directory
+//! (`target/<profile>/broker`), so run `cargo build --bins` before the
+//! tests; a missing binary fails loudly rather than skipping.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A directory removed when dropped.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// A fresh, empty directory under the system temp dir.
+    pub fn new(label: &str) -> TempDir {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let path =
+            std::env::temp_dir().join(format!("ringlog-it-{}-{label}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+        TempDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Path of a workspace binary built next to the test executable.
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    // target/<profile>/deps/it-<hash> -> target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("unexpected test executable path {}", exe.display()));
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --bins` before the integration tests",
+        path.display()
+    );
+    path
+}
+
+/// Options for starting a broker.
+#[derive(Debug, Clone)]
+pub struct BrokerOptions {
+    /// Number of shards.
+    pub shards: usize,
+    /// Extra TOML configuration (written to a file and passed with --config).
+    pub config_toml: String,
+    /// Also serve metrics on an ephemeral port.
+    pub metrics: bool,
+}
+
+impl Default for BrokerOptions {
+    fn default() -> Self {
+        BrokerOptions {
+            shards: 2,
+            config_toml: String::new(),
+            metrics: false,
+        }
+    }
+}
+
+/// A running broker process.
+pub struct Broker {
+    child: Option<Child>,
+    data: TempDir,
+    options: BrokerOptions,
+    /// Shard addresses, shard 0 first.
+    pub shards: Vec<String>,
+    /// The metrics endpoint, when enabled.
+    pub metrics: Option<String>,
+    starts: u32,
+}
+
+impl Broker {
+    /// Starts a broker with a new data directory and waits until it is ready.
+    pub fn start(options: BrokerOptions) -> Broker {
+        let data = TempDir::new("broker");
+        let mut broker = Broker {
+            child: None,
+            data,
+            options,
+            shards: Vec::new(),
+            metrics: None,
+            starts: 0,
+        };
+        broker.launch();
+        broker
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data.path().join("data")
+    }
+
+    /// Shard 0's address (the bootstrap address).
+    pub fn address(&self) -> String {
+        self.shards[0].clone()
+    }
+
+    /// Everything the broker wrote to stderr across all its runs.
+    pub fn log(&self) -> String {
+        let mut all = String::new();
+        for i in 0..self.starts {
+            let path = self.data.path().join(format!("stderr-{i}.log"));
+            all.push_str(&std::fs::read_to_string(path).unwrap_or_default());
+        }
+        all
+    }
+
+    fn launch(&mut self) {
+        let config_path = self.data.path().join("broker.toml");
+        std::fs::write(&config_path, &self.options.config_toml)
+            .unwrap_or_else(|e| panic!("writing config: {e}"));
+        let stderr_path = self.data.path().join(format!("stderr-{}.log", self.starts));
+        let stderr = std::fs::File::create(&stderr_path)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", stderr_path.display()));
+        let mut command = Command::new(binary("broker"));
+        command
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--shards")
+            .arg(self.options.shards.to_string())
+            .arg("--config")
+            .arg(&config_path)
+            .env("RINGLOG_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr));
+        if self.options.metrics {
+            command.arg("--metrics-listen").arg("127.0.0.1:0");
+        }
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning broker: {e}"));
+        self.starts += 1;
+        let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let _ = tx.send(line);
+            // Keep draining so the broker never blocks on a full pipe.
+            let mut sink = Vec::new();
+            let _ = reader.read_to_end(&mut sink);
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) if line.contains("ready") => line,
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "broker did not become ready ({other:?}); stderr:\n{}",
+                    self.log()
+                );
+            }
+        };
+        // "ringlog broker 0 ready: shards A,B metrics M data-dir D"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let after = |key: &str| {
+            words
+                .iter()
+                .position(|w| *w == key)
+                .and_then(|i| words.get(i + 1))
+                .map(|s| s.to_string())
+        };
+        self.shards = after("shards")
+            .unwrap_or_else(|| panic!("no shard list in {line:?}"))
+            .split(',')
+            .map(String::from)
+            .collect();
+        self.metrics = after("metrics");
+        self.child = Some(child);
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; panics on a non-zero status.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(&child, libc::SIGTERM);
+            let status = wait_with_timeout(&mut child, Duration::from_secs(60));
+            assert!(
+                status.success(),
+                "broker exited with {status} after SIGTERM; stderr:\n{}",
+                self.log()
+            );
+        }
+    }
+
+    /// Kills the broker with SIGKILL (a crash).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the broker again on the same data directory (new ports).
+    pub fn restart(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "stop or kill the broker before restarting it"
+        );
+        self.launch();
+    }
+
+    /// A connected client.
+    pub fn client(&self) -> protocol::client::Client {
+        protocol::client::Client::connect(&self.address())
+            .unwrap_or_else(|e| panic!("connecting: {e}"))
+    }
+
+    /// True while the process is running.
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on the pid of a child we started and have not reaped.
+    unsafe {
+        libc::kill(child.id() as i32, signal);
+    }
+}
+
+fn wait_with_timeout(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("broker did not exit within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A payload that says which message it is: `index` as 8 bytes LE followed
+/// by filler derived from it, `size` bytes in all (at least 8).
+pub fn numbered_payload(index: u64, size: usize) -> Vec<u8> {
+    let mut payload = index.to_le_bytes().to_vec();
+    payload
+        .extend((8..size.max(8)).map(|i| (index as usize).wrapping_mul(31).wrapping_add(i) as u8));
+    payload
+}
+
+/// Reads the index back from a numbered payload and checks the filler.
+pub fn check_numbered_payload(payload: &[u8], size: usize) -> u64 {
+    assert_eq!(payload.len(), size.max(8), "payload length");
+    let index = u64::from_le_bytes(payload[..8].try_into().unwrap_or_else(|_| unreachable!()));
+    assert_eq!(
+        payload,
+        numbered_payload(index, size).as_slice(),
+        "payload bytes of message {index}"
+    );
+    index
+}

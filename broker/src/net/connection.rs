@@ -337,7 +337,8 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
     }
 }
 
-/// Sends `len` bytes of `file` from `position` (see `sendfile.rs`).
+/// Sends `len` bytes of `file` from `position` (see `sendfile.rs`). Bytes
+/// are counted as they go, so a stalled transfer shows in the metrics.
 async fn send_range(
     shard: &Shard,
     conn: &Conn,
@@ -345,35 +346,31 @@ async fn send_range(
     mut position: u64,
     mut len: usize,
 ) -> io::Result<()> {
-    let (mut zero_copy, mut copied) = (0usize, 0usize);
+    let short = || {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "segment shorter than its recorded size",
+        )
+    };
     while len > 0 {
         match sendfile::sendfile_once(conn.fd, file, position, len)? {
-            Sent::Bytes(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "segment shorter than its recorded size",
-                ))
-            }
+            Sent::Bytes(0) => return Err(short()),
             Sent::Bytes(n) => {
                 position += n as u64;
                 len -= n;
-                zero_copy += n;
+                sendfile::count(&shard.metrics, n, 0);
             }
             Sent::WouldBlock => {
                 let piece = sendfile::read_fallback_piece(file, position, len)?;
                 if piece.is_empty() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "segment shorter than its recorded size",
-                    ));
+                    return Err(short());
                 }
+                sendfile::count(&shard.metrics, 0, piece.len());
                 write_all(conn, &piece).await?;
                 position += piece.len() as u64;
                 len -= piece.len();
-                copied += piece.len();
             }
         }
     }
-    sendfile::count(&shard.metrics, zero_copy, copied);
     Ok(())
 }

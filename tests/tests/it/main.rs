@@ -1,1 +1,9 @@
+//! Integration tests: the real broker binary, driven through the client.
+//! One test binary with many modules (faster to link than one per file).
 
+mod bad_input;
+mod durability;
+mod produce_consume;
+mod retention;
+mod stalled_consumer;
+mod util;

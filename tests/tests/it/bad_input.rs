@@ -1,0 +1,257 @@
+//! Bad input gets a clear error and harms nothing: no panic, no stuck
+//! shard, other connections unaffected, stored data intact.
+
+use super::util::{create, producer, read_all};
+use harness::{numbered_payload, Broker, BrokerOptions};
+use protocol::client::{read_response, AckMode, ClientError, Connection, ResponseFrame};
+use protocol::codec;
+use protocol::frame::{self, Api, API_VERSION};
+use protocol::message::encode_message;
+use protocol::ErrorCode;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+fn broker_code(result: Result<impl std::fmt::Debug, ClientError>) -> ErrorCode {
+    match result {
+        Err(ClientError::Broker { code, .. }) => code,
+        other => panic!("expected a broker error, got {other:?}"),
+    }
+}
+
+/// A raw socket that has done the handshake.
+fn raw(address: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = codec::handshake_request(&mut fbb, "raw").to_vec();
+    let mut out = Vec::new();
+    frame::write_frame(
+        &mut out,
+        Api::Handshake as u16,
+        API_VERSION,
+        0,
+        &header,
+        &[],
+    );
+    stream.write_all(&out).unwrap();
+    let mut response = ResponseFrame::default();
+    read_response(&mut stream, &mut response).unwrap();
+    stream
+}
+
+fn expect_error_then_close(stream: &mut TcpStream, code: ErrorCode) {
+    let mut response = ResponseFrame::default();
+    match read_response(stream, &mut response) {
+        Err(ClientError::Broker {
+            code: got, message, ..
+        }) => {
+            assert_eq!(got, code, "{message}");
+            assert!(!message.is_empty());
+        }
+        other => panic!("expected {code}, got {other:?}"),
+    }
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    assert!(
+        rest.is_empty(),
+        "the broker closes the connection after an unrecoverable frame"
+    );
+}
+
+fn assert_alive(broker: &mut Broker) {
+    assert!(broker.is_running(), "the broker must survive bad input");
+    for shard in &broker.shards {
+        let client = protocol::client::Client::connect(shard).unwrap();
+        client.metadata(&[]).unwrap();
+    }
+}
+
+#[test]
+fn invalid_topic_names_are_refused_and_create_nothing() {
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    let long = "x".repeat(250);
+    for name in [
+        "",
+        ".",
+        "..",
+        "a/b",
+        "../escape",
+        "a\\b",
+        long.as_str(),
+        "sp ace",
+        "é",
+        "nul\0",
+    ] {
+        let code = broker_code(client.create_topic(name, 1, &Default::default()));
+        assert_eq!(code, ErrorCode::InvalidTopicName, "name {name:?}");
+    }
+    let entries: Vec<String> = std::fs::read_dir(broker.data_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".lock")
+        .collect();
+    assert!(entries.is_empty(), "nothing created: {entries:?}");
+    assert!(std::fs::metadata(broker.data_dir().parent().unwrap().join("escape-0")).is_err());
+    assert_eq!(
+        broker_code(client.create_topic("ok", 0, &Default::default())),
+        ErrorCode::InvalidConfig
+    );
+    assert_alive(&mut broker);
+}
+
+#[test]
+fn unknown_topics_partitions_and_out_of_range_offsets_are_errors() {
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "known", 2);
+    assert_eq!(
+        broker_code(client.list_offsets("nope", 0, protocol::client::OffsetSpec::Latest, 0)),
+        ErrorCode::UnknownTopic
+    );
+    assert_eq!(
+        broker_code(client.list_offsets("known", 2, protocol::client::OffsetSpec::Latest, 0)),
+        ErrorCode::UnknownPartition
+    );
+    assert_eq!(
+        broker_code(client.metadata(&["nope"])),
+        ErrorCode::UnknownTopic
+    );
+    assert_eq!(
+        broker_code(client.delete_topic("nope")),
+        ErrorCode::UnknownTopic
+    );
+    assert_eq!(
+        broker_code(client.create_topic("known", 1, &Default::default())),
+        ErrorCode::TopicAlreadyExists
+    );
+    let mut p = producer(&client, "known", AckMode::Flushed, 1);
+    p.send_to(0, None, b"hello").unwrap();
+    p.flush().unwrap();
+    let mut consumer = protocol::client::Consumer::new(&client, "known", 0, 5000).unwrap();
+    match consumer.poll() {
+        Err(ClientError::Broker {
+            code,
+            range,
+            message,
+        }) => {
+            assert_eq!(code, ErrorCode::OffsetOutOfRange);
+            assert_eq!(range, Some((0, 14)), "{message}");
+            assert!(message.contains("0..=14"), "{message}");
+        }
+        other => panic!("expected OFFSET_OUT_OF_RANGE, got {other:?}"),
+    }
+    assert_alive(&mut broker);
+}
+
+#[test]
+fn oversized_frames_and_garbage_get_an_error_and_a_close() {
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "intact", 1);
+    let mut p = producer(&client, "intact", AckMode::Flushed, 1);
+    for i in 0..10 {
+        p.send_to(0, None, &numbered_payload(i, 30)).unwrap();
+    }
+    p.flush().unwrap();
+    for shard in broker.shards.clone() {
+        // A length prefix far over the limit.
+        let mut stream = raw(&shard);
+        let mut prefix = Vec::new();
+        frame::write_prefix(
+            &mut prefix,
+            Api::Produce as u16,
+            API_VERSION,
+            7,
+            0,
+            512 * 1024 * 1024,
+        );
+        stream.write_all(&prefix).unwrap();
+        expect_error_then_close(&mut stream, ErrorCode::FrameTooLarge);
+        // Garbage before any handshake: 0xff.. reads as a huge length.
+        let mut stream = TcpStream::connect(&shard).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        stream.write_all(&[0xff; 64]).unwrap();
+        expect_error_then_close(&mut stream, ErrorCode::FrameTooLarge);
+        // A length too short for the fixed fields.
+        let mut stream = raw(&shard);
+        stream
+            .write_all(&[3, 0, 0, 0, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9])
+            .unwrap();
+        expect_error_then_close(&mut stream, ErrorCode::InvalidRequest);
+    }
+    assert_alive(&mut broker);
+    assert_eq!(
+        read_all(&broker.client(), "intact", 0, 0).len(),
+        10,
+        "stored data intact"
+    );
+}
+
+#[test]
+fn bad_headers_unknown_apis_and_bad_crcs_are_answered_and_the_connection_goes_on() {
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "crc", 1);
+    let mut conn = Connection::connect(&broker.address()).unwrap();
+    // A header that fails flatbuffers verification.
+    let error = conn
+        .call(
+            Api::Produce,
+            &[0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4],
+            b"whatever",
+        )
+        .unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::InvalidRequest), "{error}");
+    // An api that does not exist.
+    let mut raw_conn = raw(&broker.address());
+    let mut out = Vec::new();
+    frame::write_frame(&mut out, 999, API_VERSION, 5, &[], &[]);
+    raw_conn.write_all(&out).unwrap();
+    let mut response = ResponseFrame::default();
+    let error = read_response(&mut raw_conn, &mut response).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::UnknownApi), "{error}");
+    assert_eq!(response.request_id, 5);
+    // A produce whose message fails its CRC.
+    let mut set = Vec::new();
+    encode_message(&mut set, None, b"good message");
+    encode_message(&mut set, None, b"bad message");
+    let last = set.len() - 1;
+    set[last] ^= 0x01;
+    let header = codec::produce_request(&mut conn.fbb, "crc", 0, AckMode::Flushed).to_vec();
+    let error = conn.call(Api::Produce, &header, &set).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::CorruptMessage), "{error}");
+    // Nothing of the rejected set was stored, and the connection still works.
+    let (_, offsets) = client
+        .list_offsets("crc", 0, protocol::client::OffsetSpec::Latest, 0)
+        .unwrap();
+    assert_eq!(offsets.end_offset, 0);
+    let mut good = Vec::new();
+    encode_message(&mut good, None, b"good message");
+    let header = codec::produce_request(&mut conn.fbb, "crc", 0, AckMode::Flushed).to_vec();
+    conn.call(Api::Produce, &header, &good).unwrap();
+    assert_eq!(read_all(&client, "crc", 0, 0).len(), 1);
+    assert_alive(&mut broker);
+}
+
+#[test]
+fn the_first_request_must_be_a_handshake() {
+    let broker = Broker::start(BrokerOptions::default());
+    let mut stream = TcpStream::connect(broker.address()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = codec::metadata_request(&mut fbb, &[]).to_vec();
+    let mut out = Vec::new();
+    frame::write_frame(&mut out, Api::Metadata as u16, API_VERSION, 1, &header, &[]);
+    stream.write_all(&out).unwrap();
+    let mut response = ResponseFrame::default();
+    let error = read_response(&mut stream, &mut response).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::HandshakeRequired), "{error}");
+}

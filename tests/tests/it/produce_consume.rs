@@ -1,0 +1,198 @@
+//! Produce and consume round trips: volume, byte-exactness, forwarding,
+//! rewind, offsets.
+
+use super::util::{create, producer, read_all};
+use harness::{check_numbered_payload, numbered_payload, Broker, BrokerOptions};
+use protocol::client::{AckMode, Client, Connection, Consumer, OffsetSpec};
+use protocol::message::MESSAGE_HEADER_BYTES;
+
+#[test]
+fn a_million_messages_over_four_partitions_on_two_shards_come_back_byte_exact() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "volume", 4);
+    let metadata = client.metadata(&["volume"]).unwrap();
+    let shards: std::collections::BTreeSet<u16> = metadata.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.shard_id)
+        .collect();
+    assert_eq!(shards.len(), 2, "4 partitions must spread over both shards");
+
+    const TOTAL: u64 = 1_000_000;
+    const SIZE: usize = 100;
+    let mut producer = producer(&client, "volume", AckMode::Flushed, 500);
+    for i in 0..TOTAL {
+        producer
+            .send_to((i % 4) as u32, None, &numbered_payload(i, SIZE))
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    assert_eq!(producer.acked_messages(), TOTAL);
+
+    let mut seen = vec![false; TOTAL as usize];
+    let mut count = 0u64;
+    for partition in 0..4u32 {
+        let mut consumer = Consumer::new(&client, "volume", partition, 0).unwrap();
+        consumer.set_max_wait_ms(0);
+        let mut expected_offset = 0u64;
+        let mut expected_index = u64::from(partition);
+        loop {
+            let n = consumer
+                .poll_with(|m| {
+                    assert_eq!(m.offset, expected_offset, "offsets are byte positions");
+                    expected_offset += (MESSAGE_HEADER_BYTES + SIZE) as u64;
+                    let index = check_numbered_payload(m.value, SIZE);
+                    assert_eq!(index, expected_index, "order within partition {partition}");
+                    expected_index += 4;
+                    seen[index as usize] = true;
+                    count += 1;
+                })
+                .unwrap();
+            if n == 0 && consumer.at_end() {
+                break;
+            }
+        }
+    }
+    assert_eq!(count, TOTAL);
+    assert!(seen.iter().all(|&s| s), "every message came back");
+    // On disk: 9 bytes of framing per message and nothing else.
+    let mut disk = 0;
+    for p in 0..4 {
+        for entry in std::fs::read_dir(broker.data_dir().join(format!("volume-{p}"))).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name().to_string_lossy().ends_with(".log") {
+                disk += entry.metadata().unwrap().len();
+            }
+        }
+    }
+    assert_eq!(disk, TOTAL * (SIZE + MESSAGE_HEADER_BYTES) as u64);
+}
+
+#[test]
+fn requests_sent_to_the_wrong_shard_are_forwarded() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "fwd", 4);
+    let metadata = client.metadata(&["fwd"]).unwrap();
+    // Produce everything through shard 0's port, not shard-aware.
+    let mut producer = protocol::client::Producer::new(
+        &client,
+        "fwd",
+        protocol::client::ProducerConfig {
+            acks: AckMode::Flushed,
+            shard_aware: false,
+            batch_messages: 10,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for i in 0..400u64 {
+        producer
+            .send_to((i % 4) as u32, None, &numbered_payload(i, 32))
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    for p in metadata.topics[0].partitions.iter() {
+        // Fetch through shard 0 even where shard 1 owns the partition.
+        let conn = Connection::connect(&broker.shards[0]).unwrap();
+        let mut consumer = Consumer::with_connection(conn, "fwd", p.partition, 0);
+        consumer.set_max_wait_ms(0);
+        let got = consumer.poll().unwrap();
+        assert_eq!(
+            got.len(),
+            100,
+            "partition {} (shard {})",
+            p.partition,
+            p.shard_id
+        );
+        for (k, m) in got.iter().enumerate() {
+            assert_eq!(
+                check_numbered_payload(&m.value, 32),
+                u64::from(p.partition) + 4 * k as u64
+            );
+        }
+    }
+}
+
+#[test]
+fn a_consumer_can_rewind_and_read_again() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "rewind", 1);
+    let mut producer = producer(&client, "rewind", AckMode::Flushed, 7);
+    for i in 0..100 {
+        producer
+            .send_to(
+                0,
+                Some(format!("k{i}").as_bytes()),
+                &numbered_payload(i, 20),
+            )
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    let first = read_all(&client, "rewind", 0, 0);
+    assert_eq!(first.len(), 100);
+    assert_eq!(first[5].key.as_deref(), Some(&b"k5"[..]));
+    // Rewind to the 50th message's offset: the same messages again.
+    let again = read_all(&client, "rewind", 0, first[50].offset);
+    assert_eq!(again, first[50..].to_vec());
+    // Small fetches end mid-message; the consumer resumes correctly.
+    let mut consumer = Consumer::new(&client, "rewind", 0, 0).unwrap();
+    consumer.set_max_bytes(50);
+    consumer.set_max_wait_ms(0);
+    let mut small = Vec::new();
+    while small.len() < 100 {
+        small.extend(consumer.poll().unwrap());
+    }
+    assert_eq!(small, first);
+    // A fetch size below one message is a clear error, not a loop.
+    consumer.seek(0);
+    consumer.set_max_bytes(10);
+    let error = consumer.poll().unwrap_err();
+    assert!(
+        matches!(
+            error,
+            protocol::client::ClientError::MessageTooLarge { offset: 0, .. }
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn list_offsets_reports_earliest_latest_and_before_a_time() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client: Client = broker.client();
+    create(&client, "offsets", 1);
+    let before_any = now_ms();
+    let mut producer = producer(&client, "offsets", AckMode::Flushed, 1);
+    producer.send_to(0, None, b"x").unwrap();
+    producer.flush().unwrap();
+    let (earliest, _) = client
+        .list_offsets("offsets", 0, OffsetSpec::Earliest, 0)
+        .unwrap();
+    let (latest, offsets) = client
+        .list_offsets("offsets", 0, OffsetSpec::Latest, 0)
+        .unwrap();
+    assert_eq!(earliest, 0);
+    assert_eq!(latest, 10);
+    assert_eq!(offsets.flushed_offset, 10);
+    let (since, _) = client
+        .list_offsets("offsets", 0, OffsetSpec::BeforeTime, before_any)
+        .unwrap();
+    assert_eq!(
+        since, 0,
+        "the segment appended to after the time starts at 0"
+    );
+    let (future, _) = client
+        .list_offsets("offsets", 0, OffsetSpec::BeforeTime, now_ms() + 3_600_000)
+        .unwrap();
+    assert_eq!(future, 10, "nothing appended after a future time: the end");
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}

@@ -1,0 +1,88 @@
+//! Retention removes whole closed segments, never the active one.
+
+use super::util::{producer, read_all};
+use harness::{numbered_payload, Broker, BrokerOptions};
+use protocol::client::{AckMode, OffsetSpec, TopicSettings};
+use std::time::{Duration, Instant};
+
+fn segment_count(broker: &Broker, dir: &str) -> usize {
+    std::fs::read_dir(broker.data_dir().join(dir))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".log")
+        })
+        .count()
+}
+
+#[test]
+fn retention_deletes_old_segments_and_moves_the_start_offset() {
+    let broker = Broker::start(BrokerOptions {
+        config_toml: "retention_check_ms = 50\n".into(),
+        ..BrokerOptions::default()
+    });
+    let client = broker.client();
+    let settings = TopicSettings {
+        segment_bytes: 1024,
+        retention_ms: 300,
+        ..TopicSettings::default()
+    };
+    client.create_topic("short", 1, &settings).unwrap();
+    // Size-based retention on a second topic: keep under ~4 KiB.
+    let by_size = TopicSettings {
+        segment_bytes: 1024,
+        retention_bytes: 4096,
+        ..TopicSettings::default()
+    };
+    client.create_topic("small", 1, &by_size).unwrap();
+    for topic in ["short", "small"] {
+        let mut producer = producer(&client, topic, AckMode::Flushed, 1);
+        for i in 0..200u64 {
+            producer.send_to(0, None, &numbered_payload(i, 91)).unwrap(); // 100 bytes stored
+        }
+        producer.flush().unwrap();
+    }
+    assert!(segment_count(&broker, "short-0") >= 10);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let short = segment_count(&broker, "short-0");
+        let small_bytes: u64 = std::fs::read_dir(broker.data_dir().join("small-0"))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            .map(|e| e.metadata().unwrap().len())
+            .sum();
+        if short == 1 && small_bytes <= 4096 + 1024 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "retention did not run: {short} segments, {small_bytes} bytes"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The active segment stays; the start offset moved to its base.
+    let (start, offsets) = client
+        .list_offsets("short", 0, OffsetSpec::Earliest, 0)
+        .unwrap();
+    assert!(
+        start > 0 && start < offsets.end_offset,
+        "start {start}, end {}",
+        offsets.end_offset
+    );
+    let remaining = read_all(&client, "short", 0, start);
+    assert!(!remaining.is_empty());
+    assert_eq!(remaining.last().unwrap().offset + 100, offsets.end_offset);
+    // Reading below the start offset is an error that names the valid range.
+    let mut consumer = protocol::client::Consumer::new(&client, "short", 0, 0).unwrap();
+    match consumer.poll() {
+        Err(protocol::client::ClientError::Broker { code, range, .. }) => {
+            assert_eq!(code, protocol::ErrorCode::OffsetOutOfRange);
+            assert_eq!(range, Some((start, offsets.end_offset)));
+        }
+        other => panic!("expected OFFSET_OUT_OF_RANGE, got {other:?}"),
+    }
+}

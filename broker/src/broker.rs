@@ -31,6 +31,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     let _lock = lock_data_dir(&config)?;
+    check_io_uring()?;
     check_memlock(&config)?;
     let topics = meta::load_topics(&config.data_dir).with_context(|| {
         format!(
@@ -270,6 +271,24 @@ fn lock_data_dir(config: &Config) -> anyhow::Result<std::fs::File> {
         );
     }
     Ok(file)
+}
+
+/// glommio panics deep inside an executor when io_uring is missing; probe
+/// it first so the operator gets the likely cause in one line.
+fn check_io_uring() -> anyhow::Result<()> {
+    // io_uring_params is 120 bytes; all zero asks for defaults.
+    let mut params = [0u8; 120];
+    // SAFETY: io_uring_setup reads and writes `params`, which is large enough.
+    let fd = unsafe { libc::syscall(libc::SYS_io_uring_setup, 4u32, params.as_mut_ptr()) };
+    if fd < 0 {
+        let error = std::io::Error::last_os_error();
+        bail!(
+            "io_uring unavailable ({error}): likely seccomp (a container's default profile) or the sysctl kernel.io_uring_disabled; ringlog needs io_uring (Linux 5.8 or later)"
+        );
+    }
+    // SAFETY: closing the ring we just created.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
 }
 
 /// glommio registers `io_memory` of locked memory per shard; fail early with

@@ -596,3 +596,235 @@ async fn segment_file(log: &SharedLog, base: u64) -> Result<Rc<BufferedFile>, St
     }
     Ok(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::message::{encode_message, MessageSetIter};
+
+    /// Runs a test body on a small glommio executor (the storage code uses
+    /// io_uring through glommio, so the tests do too).
+    fn run<F: std::future::Future<Output = ()> + 'static>(
+        body: impl FnOnce() -> F + Send + 'static,
+    ) {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .io_memory(256 * 1024)
+            .spawn(move || async move { body().await })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    fn temp_dir(label: &str) -> PathBuf {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir =
+            std::env::temp_dir().join(format!("ringlog-unit-{}-{label}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn settings(segment_bytes: u64) -> LogSettings {
+        LogSettings {
+            segment_bytes,
+            flush_messages: 1_000_000,
+            flush_interval_ms: 1_000_000,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: 0,
+        }
+    }
+
+    fn message(value: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_message(&mut out, None, value);
+        out
+    }
+
+    async fn open(dir: &Path, segment_bytes: u64) -> SharedLog {
+        let (log, _) = PartitionLog::open(dir, "t-0", settings(segment_bytes))
+            .await
+            .unwrap();
+        Rc::new(RefCell::new(log))
+    }
+
+    async fn read_values(log: &SharedLog, offset: u64) -> Vec<Vec<u8>> {
+        let mut values = Vec::new();
+        let mut at = offset;
+        loop {
+            let slice = log.borrow().read(at, 1 << 20).unwrap();
+            let Some(slice) = slice else { return values };
+            let bytes = slice
+                .file
+                .read_at(slice.position, slice.len as usize)
+                .await
+                .unwrap();
+            let mut iter = MessageSetIter::new(&bytes, at);
+            for m in iter.by_ref() {
+                values.push(m.unwrap().value.to_vec());
+            }
+            at = iter.next_offset();
+        }
+    }
+
+    #[test]
+    fn offsets_are_byte_positions_and_unflushed_messages_are_not_visible() {
+        run(|| async {
+            let dir = temp_dir("visible");
+            let log = open(&dir, 1 << 20).await;
+            let (base, end) = log.borrow_mut().append(&message(b"hello"), 1).unwrap();
+            assert_eq!((base, end), (0, 14));
+            let (base, end) = log.borrow_mut().append(&message(b"world!"), 1).unwrap();
+            assert_eq!((base, end), (14, 29));
+            // Appended, not flushed: a fetch sees nothing yet.
+            assert!(log.borrow().read(0, 100).unwrap().is_none());
+            request_sync(&log, false);
+            let watermarks = log.borrow().watermarks();
+            watermarks
+                .wait_until(|| log.borrow().written_offset() == 29)
+                .await;
+            assert!(
+                log.borrow().read(0, 100).unwrap().is_none(),
+                "written is not flushed"
+            );
+            sync_all(&log).await.unwrap();
+            assert_eq!(log.borrow().flushed_offset(), 29);
+            assert_eq!(
+                read_values(&log, 0).await,
+                vec![b"hello".to_vec(), b"world!".to_vec()]
+            );
+            assert_eq!(read_values(&log, 14).await, vec![b"world!".to_vec()]);
+            // Past the end is out of range, with the valid range.
+            assert!(matches!(
+                log.borrow().read(30, 100),
+                Err(StorageError::OffsetOutOfRange {
+                    requested: 30,
+                    start: 0,
+                    end: 29
+                })
+            ));
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
+    #[test]
+    fn segments_roll_at_the_size_limit_and_reads_stop_at_segment_ends() {
+        run(|| async {
+            let dir = temp_dir("roll");
+            let log = open(&dir, 1024).await;
+            let value = [7u8; 91]; // 100 bytes stored
+            for _ in 0..25 {
+                log.borrow_mut().append(&message(&value), 1).unwrap();
+            }
+            sync_all(&log).await.unwrap();
+            assert_eq!(log.borrow().segment_count(), 3, "10 + 10 + 5 messages");
+            let names: Vec<String> = {
+                let mut n: Vec<String> = std::fs::read_dir(&dir)
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".log"))
+                    .collect();
+                n.sort();
+                n
+            };
+            assert_eq!(
+                names,
+                vec![
+                    "00000000000000000000.log",
+                    "00000000000000001000.log",
+                    "00000000000000002000.log"
+                ]
+            );
+            // One read never crosses a segment boundary.
+            let slice = log.borrow().read(900, 1 << 20).unwrap().unwrap();
+            assert_eq!((slice.position, slice.len), (900, 100));
+            assert_eq!(read_values(&log, 0).await.len(), 25);
+            // Reopen: the same segments, offsets and data.
+            drop(log);
+            let log = open(&dir, 1024).await;
+            assert_eq!(log.borrow().end_offset(), 2500);
+            assert_eq!(read_values(&log, 0).await.len(), 25);
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
+    #[test]
+    fn recovery_truncates_a_torn_tail_the_test_writes_itself() {
+        run(|| async {
+            let dir = temp_dir("torn");
+            let log = open(&dir, 1 << 20).await;
+            for i in 0..10u8 {
+                log.borrow_mut().append(&message(&[i; 20]), 1).unwrap();
+            }
+            sync_all(&log).await.unwrap();
+            drop(log);
+            // Half a message at the end, as a crash mid-write leaves it.
+            let torn = &message(&[9; 20])[..15];
+            let path = dir.join("00000000000000000000.log");
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes.extend_from_slice(torn);
+            std::fs::write(&path, &bytes).unwrap();
+            std::fs::remove_file(dir.join(recovery::RECOVERY_POINT_FILE)).ok();
+            let (log, recovered) = PartitionLog::open(&dir, "t-0", settings(1 << 20))
+                .await
+                .unwrap();
+            assert_eq!(recovered.bytes_cut, 15);
+            assert_eq!(log.end_offset(), 290);
+            assert_eq!(std::fs::metadata(&path).unwrap().len(), 290);
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
+    #[test]
+    fn retention_removes_old_closed_segments_but_never_the_active_one() {
+        run(|| async {
+            let dir = temp_dir("retention");
+            let log = open(&dir, 1024).await;
+            for _ in 0..35 {
+                log.borrow_mut().append(&message(&[1; 91]), 1).unwrap();
+            }
+            sync_all(&log).await.unwrap();
+            assert_eq!(log.borrow().segment_count(), 4);
+            // Nothing is old yet.
+            assert!(log.borrow_mut().enforce_retention(now_ms()).is_empty());
+            // Far in the future everything closed is expired; the active segment stays.
+            let removed = log
+                .borrow_mut()
+                .enforce_retention(now_ms() + 30 * 24 * 3600 * 1000);
+            assert_eq!(removed.len(), 3);
+            for path in &removed {
+                assert!(path.to_string_lossy().ends_with(".log.deleted"));
+                std::fs::remove_file(path).unwrap();
+            }
+            assert_eq!(log.borrow().segment_count(), 1);
+            assert_eq!(log.borrow().start_offset(), 3000);
+            assert!(matches!(
+                log.borrow().read(0, 10),
+                Err(StorageError::OffsetOutOfRange { start: 3000, .. })
+            ));
+            assert_eq!(read_values(&log, 3000).await.len(), 5);
+            // Offsets before a time: segment granularity.
+            assert_eq!(log.borrow().offset_before_time(0), 3000);
+            assert_eq!(log.borrow().offset_before_time(now_ms() + 1_000_000), 3500);
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
+    #[test]
+    fn size_retention_keeps_the_log_under_its_limit() {
+        run(|| async {
+            let dir = temp_dir("size");
+            let log = open(&dir, 1024).await;
+            log.borrow_mut().settings.retention_bytes = 2048;
+            for _ in 0..50 {
+                log.borrow_mut().append(&message(&[1; 91]), 1).unwrap();
+            }
+            sync_all(&log).await.unwrap();
+            let removed = log.borrow_mut().enforce_retention(now_ms());
+            // As Kafka does: drop the oldest while the rest still holds at
+            // least retention_bytes, so 3000 of 5000 bytes stay.
+            assert_eq!(removed.len(), 2, "5000 bytes in 5 segments");
+            assert_eq!(log.borrow().start_offset(), 2000);
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+}

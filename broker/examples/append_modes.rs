@@ -6,6 +6,9 @@
 //!
 //! `cargo run --release -p ringlog-broker --example append_modes [DIR] [MIB]`
 
+// A measurement program: any I/O failure should stop it loudly.
+#![allow(clippy::expect_used)]
+
 use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 use glommio::{LocalExecutorBuilder, Placement};
 use std::time::Instant;

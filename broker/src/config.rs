@@ -42,6 +42,9 @@ pub struct Config {
     /// Shard 0's address; shard `i` listens on port + i (or an ephemeral port
     /// each when the port is 0).
     pub listen: SocketAddr,
+    /// The host Metadata tells clients to connect to (default: the listen
+    /// address's IP; set it when listening on 0.0.0.0).
+    pub advertise_host: Option<String>,
     /// Number of shards (one pinned executor each).
     pub shards: usize,
     /// This broker's id.
@@ -63,6 +66,7 @@ impl Default for Config {
         Config {
             data_dir: PathBuf::from("ringlog-data"),
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            advertise_host: None,
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
             broker_id: 0,
             metrics_listen: None,

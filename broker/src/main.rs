@@ -17,6 +17,9 @@ struct Args {
     /// Shard 0's address; shard i listens on PORT+i (port 0: ephemeral ports).
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<SocketAddr>,
+    /// Host that Metadata advertises to clients [default: the --listen IP].
+    #[arg(long, value_name = "HOST")]
+    advertise_host: Option<String>,
     /// Number of shards, one pinned core each [default: available cores].
     #[arg(long, value_name = "N")]
     shards: Option<usize>,
@@ -68,6 +71,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(v) = args.listen {
         config.listen = v;
+    }
+    if let Some(v) = args.advertise_host {
+        config.advertise_host = Some(v);
     }
     if let Some(v) = args.shards {
         config.shards = v;

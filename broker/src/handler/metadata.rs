@@ -41,7 +41,11 @@ pub fn handle(shard: &Shard, header: &[u8]) -> Result<Dispatched, Failure> {
                 .enumerate()
                 .map(|(i, addr)| ShardAddress {
                     shard_id: i as u16,
-                    host: addr.ip().to_string(),
+                    host: shard
+                        .config
+                        .advertise_host
+                        .clone()
+                        .unwrap_or_else(|| addr.ip().to_string()),
                     port: addr.port(),
                 })
                 .collect(),

@@ -43,7 +43,7 @@ use std::cell::RefCell;
 #[non_exhaustive]
 pub enum ClientError {
     /// Could not reach a broker.
-    #[error("cannot connect to {address}: {source}")]
+    #[error("cannot connect to {address}")]
     Connect {
         /// The address tried.
         address: String,
@@ -51,7 +51,7 @@ pub enum ClientError {
         source: std::io::Error,
     },
     /// The connection broke.
-    #[error("connection error: {0}")]
+    #[error("connection error")]
     Io(#[from] std::io::Error),
     /// The broker answered with an error code.
     #[error("{code}: {message}")]
@@ -67,7 +67,7 @@ pub enum ClientError {
     #[error("protocol error: {0}")]
     Protocol(String),
     /// A fetched message failed its checks.
-    #[error("corrupt message in {partition}: {source}")]
+    #[error("corrupt message in {partition}")]
     Corrupt {
         /// `topic-partition`.
         partition: String,

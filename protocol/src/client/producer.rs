@@ -2,8 +2,9 @@
 //! requests to the shard that owns each partition.
 //!
 //! A batch is sent when it reaches `batch_messages` or `batch_bytes`, when
-//! `linger` has passed since its first message (checked on every `send`), or
-//! on [`Producer::flush`]. Requests are pipelined: the producer never waits
+//! `linger` has passed since its first message (a background thread checks
+//! every half linger, so a lone message still leaves on time), or on
+//! [`Producer::flush`]. Requests are pipelined: the producer never waits
 //! for a response before sending the next request, up to `inflight_max`
 //! unacknowledged requests per connection. A reader thread per connection
 //! counts acknowledgements and keeps the first error. With `AckMode::None`
@@ -91,6 +92,7 @@ struct Lane {
     state: Arc<LaneState>,
     reader: Option<JoinHandle<()>>,
     next_request_id: u32,
+    unflushed: bool,
 }
 
 struct Batch {
@@ -99,16 +101,36 @@ struct Batch {
     started: Option<Instant>,
 }
 
-/// Sends messages to one topic. Not thread-safe; use one per thread.
-pub struct Producer {
-    topic: String,
-    config: ProducerConfig,
+struct Inner {
     lanes: Vec<Lane>,
     lane_of_partition: Vec<usize>,
     batches: Vec<Batch>,
+    sent_messages: u64,
+    linger_error: Option<ClientError>,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    stop: Mutex<bool>,
+    stopped: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Sends messages to one topic. Use it from one thread at a time (a
+/// background thread only sends batches whose linger expired).
+pub struct Producer {
+    topic: String,
+    config: ProducerConfig,
+    shared: Arc<Shared>,
+    linger_thread: Option<JoinHandle<()>>,
+    partitions: u32,
     next_partition: u32,
     rng: u64,
-    sent_messages: u64,
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -159,33 +181,44 @@ impl Producer {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
             | 1;
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                lanes,
+                lane_of_partition,
+                batches: (0..partitions)
+                    .map(|_| Batch {
+                        bytes: Vec::new(),
+                        count: 0,
+                        started: None,
+                    })
+                    .collect(),
+                sent_messages: 0,
+                linger_error: None,
+            }),
+            stop: Mutex::new(false),
+            stopped: Condvar::new(),
+        });
+        let linger_thread = spawn_linger(shared.clone(), topic.to_string(), config.clone())?;
         Ok(Producer {
             topic: topic.to_string(),
-            batches: (0..partitions)
-                .map(|_| Batch {
-                    bytes: Vec::new(),
-                    count: 0,
-                    started: None,
-                })
-                .collect(),
             config,
-            lanes,
-            lane_of_partition,
+            shared,
+            linger_thread: Some(linger_thread),
+            partitions,
             next_partition: 0,
             rng: seed,
-            sent_messages: 0,
         })
     }
 
     /// Number of partitions of the topic.
     pub fn partitions(&self) -> u32 {
-        self.batches.len() as u32
+        self.partitions
     }
 
     /// The partition a message with this key goes to (random or round-robin
     /// without a key).
     pub fn partition_for(&mut self, key: Option<&[u8]>) -> u32 {
-        let n = self.partitions();
+        let n = self.partitions;
         match (key, self.config.partitioner) {
             (Some(key), Partitioner::KeyHashOrRandom) => (fnv1a(key) % u64::from(n)) as u32,
             (None, Partitioner::KeyHashOrRandom) => {
@@ -217,11 +250,10 @@ impl Producer {
         value: &[u8],
     ) -> Result<(), ClientError> {
         let index = partition as usize;
-        if index >= self.batches.len() {
+        if partition >= self.partitions {
             return Err(ClientError::Usage(format!(
                 "topic {:?} has partitions 0..{}, not {partition}",
-                self.topic,
-                self.batches.len()
+                self.topic, self.partitions
             )));
         }
         if key.is_some_and(|k| k.len() > crate::message::KEY_BYTES_MAX)
@@ -232,66 +264,21 @@ impl Producer {
                 encoded_len(key, value)
             )));
         }
-        let batch = &mut self.batches[index];
+        let mut inner = self.shared.lock();
+        if let Some(error) = inner.linger_error.take() {
+            return Err(error);
+        }
+        let batch = &mut inner.batches[index];
         if batch.started.is_none() {
             batch.started = Some(Instant::now());
         }
         encode_message(&mut batch.bytes, key, value);
         batch.count += 1;
-        let full = batch.count as usize >= self.config.batch_messages
-            || batch.bytes.len() >= self.config.batch_bytes;
-        let lingered = batch
-            .started
-            .is_some_and(|t| t.elapsed() >= self.config.linger);
-        if full || lingered {
-            self.send_batch(index)?;
+        if batch.count as usize >= self.config.batch_messages
+            || batch.bytes.len() >= self.config.batch_bytes
+        {
+            send_batch(&mut inner, &self.topic, &self.config, index)?;
         }
-        Ok(())
-    }
-
-    fn send_batch(&mut self, index: usize) -> Result<(), ClientError> {
-        let count = self.batches[index].count;
-        if count == 0 {
-            return Ok(());
-        }
-        let lane_index = self.lane_of_partition[index];
-        let lane = &mut self.lanes[lane_index];
-        if self.config.acks != AckMode::None {
-            let mut counts = lane.state.lock();
-            while counts.sent_requests - counts.answered_requests >= self.config.inflight_max
-                && !counts.closed
-            {
-                counts = lane
-                    .state
-                    .changed
-                    .wait(counts)
-                    .unwrap_or_else(|p| p.into_inner());
-            }
-        }
-        if let Some(error) = lane.state.lock().first_error.clone() {
-            return Err(ClientError::Protocol(error));
-        }
-        let header =
-            codec::produce_request(&mut lane.fbb, &self.topic, index as u32, self.config.acks);
-        let batch = &mut self.batches[index];
-        let mut prefix = Vec::with_capacity(frame::FRAME_PREFIX_BYTES);
-        frame::write_prefix(
-            &mut prefix,
-            Api::Produce as u16,
-            API_VERSION,
-            lane.next_request_id,
-            header.len(),
-            batch.bytes.len(),
-        );
-        lane.next_request_id = lane.next_request_id.wrapping_add(1);
-        lane.state.lock().sent_requests += 1;
-        lane.writer.write_all(&prefix)?;
-        lane.writer.write_all(header)?;
-        lane.writer.write_all(&batch.bytes)?;
-        batch.bytes.clear();
-        batch.count = 0;
-        batch.started = None;
-        self.sent_messages += u64::from(count);
         Ok(())
     }
 
@@ -299,18 +286,24 @@ impl Producer {
     /// every message sent so far is acknowledged. Returns the first error
     /// any request got.
     pub fn flush(&mut self) -> Result<(), ClientError> {
-        for index in 0..self.batches.len() {
-            self.send_batch(index)?;
-        }
-        for lane in &mut self.lanes {
-            lane.writer.flush()?;
-        }
-        for lane in &self.lanes {
-            let mut counts = lane.state.lock();
+        let states: Vec<Arc<LaneState>> = {
+            let mut inner = self.shared.lock();
+            if let Some(error) = inner.linger_error.take() {
+                return Err(error);
+            }
+            for index in 0..inner.batches.len() {
+                send_batch(&mut inner, &self.topic, &self.config, index)?;
+            }
+            for lane in &mut inner.lanes {
+                lane.writer.flush()?;
+            }
+            inner.lanes.iter().map(|l| l.state.clone()).collect()
+        };
+        for state in states {
+            let mut counts = state.lock();
             if self.config.acks != AckMode::None {
                 while counts.answered_requests < counts.sent_requests && !counts.closed {
-                    counts = lane
-                        .state
+                    counts = state
                         .changed
                         .wait(counts)
                         .unwrap_or_else(|p| p.into_inner());
@@ -330,21 +323,136 @@ impl Producer {
 
     /// Messages handed to the network so far.
     pub fn sent_messages(&self) -> u64 {
-        self.sent_messages
+        self.shared.lock().sent_messages
     }
 
     /// Messages the broker acknowledged so far (0 with `AckMode::None`).
     pub fn acked_messages(&self) -> u64 {
-        self.lanes
+        self.shared
+            .lock()
+            .lanes
             .iter()
             .map(|l| l.state.lock().acked_messages)
             .sum()
     }
 }
 
+/// Writes one partition's batch as a produce request (waiting while the
+/// lane has `inflight_max` unacknowledged requests).
+fn send_batch(
+    inner: &mut Inner,
+    topic: &str,
+    config: &ProducerConfig,
+    index: usize,
+) -> Result<(), ClientError> {
+    let count = inner.batches[index].count;
+    if count == 0 {
+        return Ok(());
+    }
+    let lane_index = inner.lane_of_partition[index];
+    let lane = &mut inner.lanes[lane_index];
+    if config.acks != AckMode::None {
+        let mut counts = lane.state.lock();
+        while counts.sent_requests - counts.answered_requests >= config.inflight_max
+            && !counts.closed
+        {
+            counts = lane
+                .state
+                .changed
+                .wait(counts)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+    if let Some(error) = lane.state.lock().first_error.clone() {
+        return Err(ClientError::Protocol(error));
+    }
+    let header = codec::produce_request(&mut lane.fbb, topic, index as u32, config.acks);
+    let batch = &mut inner.batches[index];
+    let mut prefix = Vec::with_capacity(frame::FRAME_PREFIX_BYTES);
+    frame::write_prefix(
+        &mut prefix,
+        Api::Produce as u16,
+        API_VERSION,
+        lane.next_request_id,
+        header.len(),
+        batch.bytes.len(),
+    );
+    lane.next_request_id = lane.next_request_id.wrapping_add(1);
+    lane.state.lock().sent_requests += 1;
+    lane.writer.write_all(&prefix)?;
+    lane.writer.write_all(header)?;
+    lane.writer.write_all(&batch.bytes)?;
+    lane.unflushed = true;
+    batch.bytes.clear();
+    batch.count = 0;
+    batch.started = None;
+    inner.sent_messages += u64::from(count);
+    Ok(())
+}
+
+/// The linger thread: every half linger (1 ms to 100 ms), sends batches
+/// whose first message waited `linger`, and pushes buffered requests out.
+fn spawn_linger(
+    shared: Arc<Shared>,
+    topic: String,
+    config: ProducerConfig,
+) -> Result<JoinHandle<()>, ClientError> {
+    let tick = (config.linger / 2).clamp(Duration::from_millis(1), Duration::from_millis(100));
+    let handle = std::thread::Builder::new()
+        .name("ringlog-producer-linger".into())
+        .spawn(move || loop {
+            {
+                let stop = shared.stop.lock().unwrap_or_else(|p| p.into_inner());
+                let (stop, _) = shared
+                    .stopped
+                    .wait_timeout(stop, tick)
+                    .unwrap_or_else(|p| p.into_inner());
+                if *stop {
+                    return;
+                }
+            }
+            let mut inner = shared.lock();
+            let expired: Vec<usize> = inner
+                .batches
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.started.is_some_and(|t| t.elapsed() >= config.linger))
+                .map(|(i, _)| i)
+                .collect();
+            for index in expired {
+                if let Err(error) = send_batch(&mut inner, &topic, &config, index) {
+                    inner.linger_error.get_or_insert(error);
+                }
+            }
+            let mut flush_error = None;
+            for lane in &mut inner.lanes {
+                if std::mem::take(&mut lane.unflushed) {
+                    if let Err(error) = lane.writer.flush() {
+                        flush_error = Some(error);
+                    }
+                }
+            }
+            if let Some(error) = flush_error {
+                inner.linger_error.get_or_insert(ClientError::Io(error));
+            }
+        })?;
+    Ok(handle)
+}
+
 impl Drop for Producer {
     fn drop(&mut self) {
-        for lane in &mut self.lanes {
+        *self.shared.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.shared.stopped.notify_all();
+        if let Some(thread) = self.linger_thread.take() {
+            let _ = thread.join();
+        }
+        // Best effort, like a close: queued batches still go out (without
+        // waiting for acknowledgements; call `flush` for that).
+        let mut inner = self.shared.lock();
+        for index in 0..inner.batches.len() {
+            let _ = send_batch(&mut inner, &self.topic, &self.config, index);
+        }
+        for lane in &mut inner.lanes {
             let _ = lane.writer.flush();
             let _ = lane.socket.shutdown(Shutdown::Both);
             if let Some(reader) = lane.reader.take() {
@@ -399,5 +507,6 @@ fn open_lane(address: &str) -> Result<Lane, ClientError> {
         state,
         reader: Some(handle),
         next_request_id: 1,
+        unflushed: false,
     })
 }

@@ -196,3 +196,34 @@ fn now_ms() -> u64 {
         .unwrap()
         .as_millis() as u64
 }
+
+#[test]
+fn a_lone_message_leaves_after_linger_without_a_flush() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "linger", 1);
+    let mut producer = protocol::client::Producer::new(
+        &client,
+        "linger",
+        protocol::client::ProducerConfig {
+            acks: AckMode::Written,
+            batch_messages: 1000,
+            linger: std::time::Duration::from_millis(20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    producer.send_to(0, None, b"alone").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (_, offsets) = client
+            .list_offsets("linger", 0, OffsetSpec::Latest, 0)
+            .unwrap();
+        if offsets.end_offset == 14 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the batch never left");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(producer.sent_messages(), 1);
+}

@@ -1,0 +1,95 @@
+//! Every decoder that sees bytes from the network or the disk is fed random
+//! and mutated inputs; none may panic. A deterministic stand-in for the
+//! fuzz targets, cheap enough to run on every test run.
+#![allow(clippy::unwrap_used)]
+
+use protocol::codec::{self, verify, AckMode, FetchArgs, OffsetSpec, TopicSettings};
+use protocol::frame::{FramePrefix, FRAME_BYTES_MAX, FRAME_PREFIX_BYTES};
+use protocol::message::{encode_message, validate_message_set, MessageSetIter};
+use protocol::wire;
+
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn bytes(&mut self, len: usize) -> Vec<u8> {
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+}
+
+fn decode_everything(bytes: &[u8]) {
+    if let Some(prefix) = bytes.get(..FRAME_PREFIX_BYTES) {
+        let prefix: [u8; FRAME_PREFIX_BYTES] = prefix.try_into().unwrap();
+        let _ = FramePrefix::parse(&prefix, FRAME_BYTES_MAX);
+    }
+    let _ = validate_message_set(bytes);
+    let mut iter = MessageSetIter::new(bytes, 0);
+    for _ in iter.by_ref() {}
+    let _ = iter.incomplete();
+    let _ = verify::<wire::HandshakeRequest>(bytes).map(|r| r.client_name());
+    let _ = verify::<wire::MetadataRequest>(bytes).map(|r| r.topics().map(|t| t.iter().count()));
+    let _ = verify::<wire::CreateTopicRequest>(bytes)
+        .map(|r| (r.name(), TopicSettings::decode(r.config())));
+    let _ = verify::<wire::DeleteTopicRequest>(bytes).map(|r| r.name());
+    let _ = verify::<wire::ProduceRequest>(bytes).map(|r| (r.topic(), r.acks()));
+    let _ = verify::<wire::FetchRequest>(bytes).map(|r| (r.topic(), r.offset()));
+    let _ = verify::<wire::ListOffsetsRequest>(bytes).map(|r| (r.topic(), r.spec()));
+    let _ = verify::<wire::MetadataResponse>(bytes).map(codec::decode_metadata);
+    let _ = verify::<wire::ErrorResponse>(bytes).map(|r| r.message());
+}
+
+#[test]
+fn random_bytes_never_panic_a_decoder() {
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    for round in 0..20_000 {
+        let len = (rng.next() % 256) as usize + round % 3;
+        decode_everything(&rng.bytes(len));
+    }
+}
+
+#[test]
+fn mutated_valid_inputs_never_panic_a_decoder() {
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let mut seeds: Vec<Vec<u8>> = vec![
+        codec::handshake_request(&mut fbb, "client").to_vec(),
+        codec::metadata_request(&mut fbb, &["a", "b"]).to_vec(),
+        codec::create_topic_request(&mut fbb, "t", 3, &TopicSettings::default()).to_vec(),
+        codec::produce_request(&mut fbb, "t", 1, AckMode::Flushed).to_vec(),
+        codec::fetch_request(
+            &mut fbb,
+            "t",
+            0,
+            FetchArgs {
+                offset: 10,
+                max_bytes: 100,
+                max_wait_ms: 5,
+            },
+        )
+        .to_vec(),
+        codec::list_offsets_request(&mut fbb, "t", 0, OffsetSpec::BeforeTime, 5).to_vec(),
+    ];
+    let mut set = Vec::new();
+    encode_message(&mut set, None, b"one");
+    encode_message(&mut set, Some(b"key"), b"two");
+    seeds.push(set);
+    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    for seed in &seeds {
+        for _ in 0..5_000 {
+            let mut bytes = seed.clone();
+            for _ in 0..(rng.next() % 4 + 1) {
+                let i = (rng.next() as usize) % bytes.len();
+                bytes[i] ^= 1 << (rng.next() % 8);
+            }
+            if rng.next().is_multiple_of(4) {
+                bytes.truncate((rng.next() as usize) % bytes.len());
+            }
+            decode_everything(&bytes);
+        }
+    }
+}

@@ -164,6 +164,8 @@ async fn shard_main(context: ShardContext) {
         topics: RefCell::new(BTreeMap::new()),
         metrics: Default::default(),
         stopping: Cell::new(false),
+        responses_pending: Cell::new(0),
+        responses_written: Notify::new(),
         registry: RefCell::new(if context.id == 0 {
             context.topics.clone()
         } else {
@@ -191,6 +193,7 @@ async fn shard_main(context: ShardContext) {
     let _ = context.ready.send(Ok(()));
     crate::net::listener::accept_loop(shard.clone(), listener, stop).await;
     shard::flush_all(&shard).await;
+    shard::drain_responses(&shard, Duration::from_secs(2)).await;
     publish_once(&shard, &context.published);
 }
 

@@ -67,11 +67,17 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     if let Err(error) = read_loop(&shard, &conn).await {
         tracing::debug!(%error, "connection read ended");
     }
-    push(&conn, Queued::Close);
+    push(&shard, &conn, Queued::Close);
     writer.await;
 }
 
-fn push(conn: &Conn, item: Queued) {
+fn push(shard: &Shard, conn: &Conn, item: Queued) {
+    if conn.closed.get() {
+        return; // The writer is gone; nothing will take it.
+    }
+    shard
+        .responses_pending
+        .set(shard.responses_pending.get() + 1);
     conn.queue.borrow_mut().push_back(item);
     conn.queued.notify_all();
 }
@@ -117,6 +123,7 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                     crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
                     let message = format!("{error}; closing the connection");
                     push(
+                        shard,
                         conn,
                         Queued::Ready(
                             request_id,
@@ -156,11 +163,13 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
             match dispatched {
                 Dispatched::Silent => {}
                 Dispatched::Ready(response) => {
-                    push(conn, Queued::Ready(prefix.request_id, response))
+                    push(shard, conn, Queued::Ready(prefix.request_id, response))
                 }
-                Dispatched::Later(later) => {
-                    push(conn, Queued::Later(prefix.request_id, prefix.api, later))
-                }
+                Dispatched::Later(later) => push(
+                    shard,
+                    conn,
+                    Queued::Later(prefix.request_id, prefix.api, later),
+                ),
                 Dispatched::Throttle(until) => until.await,
             }
             if conn.queue.borrow().len() >= INFLIGHT_REQUESTS_MAX {
@@ -257,6 +266,12 @@ async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>) {
     }
     conn.closed.set(true);
     conn.drained.notify_all();
+    // Responses that will never be written no longer hold up a graceful stop.
+    let abandoned = conn.queue.borrow_mut().drain(..).count();
+    shard
+        .responses_pending
+        .set(shard.responses_pending.get().saturating_sub(abandoned));
+    shard.responses_written.notify_all();
     let _ = poll_fn(|cx| Pin::new(&mut *conn.stream.borrow_mut()).poll_close(cx)).await;
 }
 
@@ -264,6 +279,14 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
     let mut out: Vec<u8> = Vec::with_capacity(64 * 1024);
     loop {
         let next = conn.queue.borrow_mut().pop_front();
+        if next.is_some() {
+            // Counted as written once taken: a response still being awaited
+            // or written when the connection breaks is dropped with it.
+            shard
+                .responses_pending
+                .set(shard.responses_pending.get().saturating_sub(1));
+            shard.responses_written.notify_all();
+        }
         let Some(item) = next else {
             if !out.is_empty() {
                 write_all(conn, &out).await?;

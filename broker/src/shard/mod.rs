@@ -80,6 +80,11 @@ pub struct Shard {
     pub metrics: ShardMetrics,
     /// Set once a graceful stop begins.
     pub stopping: Cell<bool>,
+    /// Responses queued on this shard's connections and not yet written;
+    /// a graceful stop waits (briefly) for them.
+    pub responses_pending: Cell<usize>,
+    /// Signalled when `responses_pending` drops.
+    pub responses_written: crate::notify::Notify,
     /// Shard 0 only: the standalone registry as last stored.
     pub registry: RefCell<Vec<StoredTopic>>,
     /// Shard 0 only: names being created or deleted right now.
@@ -171,6 +176,7 @@ impl Shard {
         };
         let topic = topic.borrow();
         for log in topic.logs.values() {
+            log.borrow_mut().close_for_delete();
             let dir = log.borrow().dir().to_path_buf();
             if let Err(error) = std::fs::remove_dir_all(&dir) {
                 tracing::warn!(dir = %dir.display(), %error, "deleting partition directory");
@@ -234,6 +240,15 @@ pub async fn run_retention(shard: Rc<Shard>) {
             }
         }
     }
+}
+
+/// Graceful stop, last step: give connections up to `limit` to write the
+/// responses already queued (acknowledgements of the final flush among them).
+pub async fn drain_responses(shard: &Shard, limit: Duration) {
+    let drained = shard
+        .responses_written
+        .wait_until(|| shard.responses_pending.get() == 0);
+    futures_lite::future::or(drained, glommio::timer::sleep(limit)).await;
 }
 
 /// Graceful stop of one shard: flush every partition and write exact

@@ -412,6 +412,16 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Stops all further writes because the topic is being deleted: a sync
+    /// task still running must not create or write files in a directory that
+    /// a new topic of the same name may reuse.
+    pub fn close_for_delete(&mut self) {
+        self.poisoned = Some("the topic was deleted".into());
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.watermarks.notify_all();
+    }
+
     fn poison(&mut self, reason: String) {
         tracing::error!(partition = %self.label, %reason, "partition poisoned: refusing writes until restart");
         self.poisoned = Some(reason);
@@ -490,7 +500,9 @@ async fn run_sync(log: SharedLog) {
         }
         if let Err(error) = sync_once(&log, chunks, flush).await {
             let mut l = log.borrow_mut();
-            l.poison(error.to_string());
+            if l.poisoned.is_none() {
+                l.poison(error.to_string());
+            }
             l.sync_running = false;
             return;
         }
@@ -503,6 +515,9 @@ async fn sync_once(
     flush: bool,
 ) -> Result<(), StorageError> {
     for chunk in chunks {
+        if let Some(reason) = &log.borrow().poisoned {
+            return Err(StorageError::Poisoned(reason.clone()));
+        }
         let file = segment_file(log, chunk.segment_base).await?;
         let path = log
             .borrow()

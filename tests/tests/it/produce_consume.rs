@@ -227,3 +227,32 @@ fn a_lone_message_leaves_after_linger_without_a_flush() {
     }
     assert_eq!(producer.sent_messages(), 1);
 }
+
+#[test]
+fn a_deleted_topic_is_gone_and_its_name_can_be_reused() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "reused", 2);
+    let mut first = producer(&client, "reused", AckMode::Flushed, 10);
+    for i in 0..100u64 {
+        first
+            .send_to((i % 2) as u32, None, &numbered_payload(i, 50))
+            .unwrap();
+    }
+    first.flush().unwrap();
+    drop(first);
+    client.delete_topic("reused").unwrap();
+    assert!(client.metadata(&[]).unwrap().topics.is_empty());
+    assert!(
+        !broker.data_dir().join("reused-0").exists(),
+        "partition directories removed"
+    );
+    create(&client, "reused", 2);
+    let mut second = producer(&client, "reused", AckMode::Flushed, 10);
+    second.send_to(0, None, b"fresh").unwrap();
+    second.flush().unwrap();
+    let messages = read_all(&client, "reused", 0, 0);
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].value, b"fresh");
+    assert!(read_all(&client, "reused", 1, 0).is_empty());
+}

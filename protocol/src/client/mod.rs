@@ -6,6 +6,9 @@
 //! - [`Consumer`]: one partition from an offset; verifies CRCs, resumes after
 //!   chunks that end mid-message, seeks and rewinds.
 //!
+//! A complete program: `protocol/examples/quickstart.rs`
+//! (`cargo run -p ringlog-protocol --example quickstart -- 127.0.0.1:9092`).
+//!
 //! ```no_run
 //! use protocol::client::{AckMode, Client, Consumer, Producer, ProducerConfig};
 //! # fn main() -> Result<(), protocol::client::ClientError> {

@@ -1,62 +1,55 @@
-//! Producer and consumer workloads against a ringlog broker.
+//! ringlog workloads: producers, consumers, and end-to-end runs.
 //!
 //! Throughput is counted the way the paper counts it: a producer run ends
-//! when the broker has appended every message (for `acks = none`, the
-//! producer polls the partitions' end offsets, so time spent in socket
-//! buffers is not hidden); a consumer run ends when every message was
-//! received and CRC-checked.
+//! when the broker has appended every message (with `acks = none` the run
+//! polls the partitions' end offsets, so bytes still in socket buffers are
+//! not counted as done); a consumer run ends when every message was received
+//! and CRC-checked. With `rate`, each message has an *intended* send time on
+//! a fixed schedule and latencies are measured from it, so a stall cannot
+//! hide behind the sends it delayed (coordinated omission).
 
+use crate::stats::Stats;
 use anyhow::{bail, Context};
 use protocol::client::{
     AckMode, Client, Consumer, OffsetSpec, Partitioner, Producer, ProducerConfig, TopicSettings,
 };
 use protocol::message::MESSAGE_HEADER_BYTES;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How long a run goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Length {
+    /// This many messages in all.
+    Messages(u64),
+    /// This long (after warm-up).
+    Duration(Duration),
+}
 
 /// A produce run's settings.
 #[derive(Debug, Clone)]
 pub struct ProduceSpec {
-    /// Topic (created when missing).
+    /// Broker addresses.
+    pub brokers: String,
+    /// Topic (created with `partitions` when missing).
     pub topic: String,
     /// Partitions of a created topic.
     pub partitions: u32,
-    /// Messages to send.
-    pub messages: u64,
+    /// Messages or duration.
+    pub length: Length,
     /// Payload bytes per message.
     pub size: usize,
     /// Messages per produce request.
     pub batch: usize,
     /// Acknowledgement mode.
     pub acks: AckMode,
+    /// Fixed total rate in messages per second (None = as fast as possible).
+    pub rate: Option<f64>,
+    /// Producer threads, each with its own connections.
+    pub producers: usize,
     /// Send to owning shards directly (true) or via the bootstrap port.
     pub shard_aware: bool,
-}
-
-/// What a run measured.
-#[derive(Debug, Clone, Copy)]
-pub struct RunResult {
-    /// Messages moved.
-    pub messages: u64,
-    /// Payload bytes moved.
-    pub payload_bytes: u64,
-    /// Wall time until the broker had every message (appended; acknowledged
-    /// for acks other than none; received for a consumer).
-    pub elapsed: Duration,
-    /// Producer runs: wall time until every message was also flushed
-    /// (fsynced and visible to consumers).
-    pub flushed_elapsed: Option<Duration>,
-}
-
-impl RunResult {
-    /// Messages per second.
-    pub fn msgs_per_sec(&self) -> f64 {
-        self.messages as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-
-    /// Payload megabytes (10^6) per second.
-    pub fn mb_per_sec(&self) -> f64 {
-        self.payload_bytes as f64 / 1e6 / self.elapsed.as_secs_f64().max(1e-9)
-    }
 }
 
 /// Creates the topic if it does not exist; returns its partition count.
@@ -70,7 +63,7 @@ pub fn ensure_topic(client: &Client, topic: &str, partitions: u32) -> anyhow::Re
 }
 
 /// Sums of the (end, flushed) offsets of every partition.
-fn total_offsets(client: &Client, topic: &str, partitions: u32) -> anyhow::Result<(u64, u64)> {
+pub fn total_offsets(client: &Client, topic: &str, partitions: u32) -> anyhow::Result<(u64, u64)> {
     let (mut end, mut flushed) = (0, 0);
     for p in 0..partitions {
         let offsets = client.list_offsets(topic, p, OffsetSpec::Latest, 0)?.1;
@@ -80,15 +73,15 @@ fn total_offsets(client: &Client, topic: &str, partitions: u32) -> anyhow::Resul
     Ok((end, flushed))
 }
 
-/// Polls the partitions until the chosen sum of offsets reaches `expected`.
-fn wait_for_offsets(
+/// Polls until the sum of end (or flushed) offsets reaches `expected`.
+pub fn wait_for_offsets(
     client: &Client,
     topic: &str,
     partitions: u32,
     expected: u64,
     flushed: bool,
 ) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let (end, flushed_end) = total_offsets(client, topic, partitions)?;
         let reached = if flushed { flushed_end } else { end };
@@ -96,103 +89,239 @@ fn wait_for_offsets(
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("the broker reached offset sum {reached} of {expected} within 120 s of the last send");
+            bail!("the broker reached offset sum {reached} of {expected} within 300 s of the last send");
         }
-        std::thread::sleep(Duration::from_micros(200));
+        std::thread::sleep(Duration::from_micros(500));
     }
 }
 
-/// Sends `spec.messages` messages of `spec.size` bytes, round-robin over the
-/// partitions, `spec.batch` per request, pipelined.
-pub fn produce(client: &Client, spec: &ProduceSpec) -> anyhow::Result<RunResult> {
-    let partitions = ensure_topic(client, &spec.topic, spec.partitions)?;
-    let (before, _) = total_offsets(client, &spec.topic, partitions)?;
+/// Waits until `at`, sleeping when it is far and spinning the last stretch.
+pub fn pace(at: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= at {
+            return;
+        }
+        let left = at - now;
+        if left > Duration::from_micros(300) {
+            std::thread::sleep(left - Duration::from_micros(200));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// What a produce run did besides counting: the payload bytes the broker
+/// stored, and when every message was also flushed.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceOutcome {
+    /// Messages sent.
+    pub messages: u64,
+    /// Offset bytes the run added (payload + framing), from the broker.
+    pub stored_bytes: u64,
+    /// Time from the start until every message was flushed.
+    pub flushed_after: Duration,
+}
+
+/// Runs producers as `spec` says, counting into `stats`.
+pub fn produce(spec: &ProduceSpec, stats: &Arc<Stats>) -> anyhow::Result<ProduceOutcome> {
+    let client = Client::connect(&spec.brokers)
+        .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
+    let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
+    let (before, _) = total_offsets(&client, &spec.topic, partitions)?;
+    let producers = spec.producers.max(1);
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    stats.reset();
+    let mut threads = Vec::new();
+    for index in 0..producers {
+        let spec = spec.clone();
+        let stats = stats.clone();
+        let sent = sent.clone();
+        let stop = stop.clone();
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            produce_thread(&spec, index, partitions, started, &stats, &sent, &stop)
+        }));
+    }
+    if let Length::Duration(d) = spec.length {
+        while started.elapsed() < d && !threads.iter().all(|t| t.is_finished()) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Ordering::SeqCst);
+    }
+    for thread in threads {
+        thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("a producer thread panicked"))??;
+    }
+    let messages = sent.load(Ordering::SeqCst);
+    let expected = before + messages * (spec.size + MESSAGE_HEADER_BYTES) as u64;
+    if spec.acks == AckMode::None {
+        // Fire-and-forget: the run ends when the broker has every byte.
+        wait_for_offsets(&client, &spec.topic, partitions, expected, false)?;
+    }
+    stats.freeze();
+    wait_for_offsets(&client, &spec.topic, partitions, expected, true)?;
+    Ok(ProduceOutcome {
+        messages,
+        stored_bytes: expected - before,
+        flushed_after: started.elapsed(),
+    })
+}
+
+fn produce_thread(
+    spec: &ProduceSpec,
+    index: usize,
+    partitions: u32,
+    started: Instant,
+    stats: &Stats,
+    sent: &AtomicU64,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let producers = spec.producers.max(1) as u64;
+    let my_messages = match spec.length {
+        Length::Messages(n) => n / producers + u64::from((index as u64) < n % producers),
+        Length::Duration(_) => u64::MAX,
+    };
+    let rate = spec.rate.map(|r| r / producers as f64);
+    let client = Client::connect(&spec.brokers)?;
     let mut producer = Producer::new(
-        client,
+        &client,
         &spec.topic,
         ProducerConfig {
             acks: spec.acks,
             batch_messages: spec.batch.max(1),
             batch_bytes: usize::MAX,
-            linger: Duration::from_secs(3600),
+            // Unpaced runs fill whole batches; paced ones must not sit on a
+            // partial batch for long.
+            linger: if rate.is_some() {
+                Duration::from_millis(5)
+            } else {
+                Duration::from_secs(3600)
+            },
             partitioner: Partitioner::RoundRobin,
             inflight_max: 4096,
             shard_aware: spec.shard_aware,
+            track_latency: spec.acks != AckMode::None,
         },
     )?;
     let payload: Vec<u8> = (0..spec.size).map(|i| b'a' + (i % 26) as u8).collect();
-    let started = Instant::now();
-    for i in 0..spec.messages {
-        // Whole batches go to one partition, then the next (round-robin by batch).
-        let partition = ((i / spec.batch.max(1) as u64) % u64::from(partitions)) as u32;
-        producer.send_to(partition, None, &payload)?;
+    let batch = spec.batch.max(1) as u64;
+    let mut counted = 0u64;
+    let mut i = 0u64;
+    while i < my_messages {
+        if i.is_multiple_of(1024) && stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let partition = (((i / batch) + index as u64) % u64::from(partitions)) as u32;
+        match rate {
+            Some(rate) => {
+                let intended = started + Duration::from_secs_f64(i as f64 / rate);
+                pace(intended);
+                producer.send_to_at(partition, None, &payload, intended)?;
+            }
+            None => producer.send_to(partition, None, &payload)?,
+        }
+        i += 1;
+        if i.is_multiple_of(batch) || rate.is_some() {
+            let n = i - counted;
+            if n >= 256 || rate.is_some() {
+                stats.add(n, n * spec.size as u64);
+                sent.fetch_add(n, Ordering::Relaxed);
+                counted = i;
+                for (latency, count) in producer.take_latencies() {
+                    stats.record_latency(latency, u64::from(count));
+                }
+            }
+        }
     }
     producer.flush()?;
-    let expected = before + spec.messages * (spec.size + MESSAGE_HEADER_BYTES) as u64;
-    if spec.acks == AckMode::None {
-        // Fire-and-forget: the run ends when the broker has every byte.
-        wait_for_offsets(client, &spec.topic, partitions, expected, false)?;
+    let n = i - counted;
+    stats.add(n, n * spec.size as u64);
+    sent.fetch_add(n, Ordering::Relaxed);
+    for (latency, count) in producer.take_latencies() {
+        stats.record_latency(latency, u64::from(count));
     }
-    let elapsed = started.elapsed();
-    wait_for_offsets(client, &spec.topic, partitions, expected, true)?;
-    Ok(RunResult {
-        messages: spec.messages,
-        payload_bytes: spec.messages * spec.size as u64,
-        elapsed,
-        flushed_elapsed: Some(started.elapsed()),
-    })
+    Ok(())
 }
 
 /// A consume run's settings.
 #[derive(Debug, Clone)]
 pub struct ConsumeSpec {
+    /// Broker addresses.
+    pub brokers: String,
     /// Topic.
     pub topic: String,
-    /// Messages to read (from the earliest offset of every partition).
-    pub messages: u64,
+    /// Messages or duration.
+    pub length: Length,
     /// Bytes per fetch.
     pub fetch_bytes: u32,
+    /// Consumer threads; partition p goes to consumer p mod consumers.
+    pub consumers: usize,
 }
 
-/// Reads `spec.messages` messages from the start of every partition, one
-/// consumer per partition polled in turn, checking every CRC.
-pub fn consume(client: &Client, spec: &ConsumeSpec) -> anyhow::Result<RunResult> {
+/// Reads from the start of every partition, checking every CRC.
+pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
+    let client = Client::connect(&spec.brokers)
+        .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
     let metadata = client.metadata(&[&spec.topic])?;
     let topic = metadata.topics.first().context("topic missing")?;
-    let mut consumers = Vec::new();
-    for p in 0..topic.partitions.len() as u32 {
-        let (start, _) = client.list_offsets(&spec.topic, p, OffsetSpec::Earliest, 0)?;
-        let mut consumer = Consumer::new(client, &spec.topic, p, start)?;
-        consumer.set_max_bytes(spec.fetch_bytes);
-        consumer.set_max_wait_ms(100);
-        consumers.push(consumer);
-    }
+    let partitions = topic.partitions.len() as u32;
+    let consumers = spec.consumers.clamp(1, partitions as usize);
+    let received = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let mut messages = 0u64;
-    let mut payload_bytes = 0u64;
-    let mut last_progress = Instant::now();
-    while messages < spec.messages {
-        let mut progressed = false;
-        for consumer in &mut consumers {
-            let n = consumer.poll_with(|m| {
-                payload_bytes += m.value.len() as u64;
-            })?;
-            messages += n as u64;
-            progressed |= n > 0;
-        }
-        if progressed {
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() > Duration::from_secs(10) {
-            bail!(
-                "read {messages} of {} messages; nothing new for 10 s",
-                spec.messages
-            );
-        }
+    stats.reset();
+    let mut threads = Vec::new();
+    for index in 0..consumers {
+        let spec = spec.clone();
+        let stats = stats.clone();
+        let received = received.clone();
+        threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let client = Client::connect(&spec.brokers)?;
+            let mut mine = Vec::new();
+            for p in (0..partitions).filter(|p| *p as usize % consumers == index) {
+                let (start, _) = client.list_offsets(&spec.topic, p, OffsetSpec::Earliest, 0)?;
+                let mut consumer = Consumer::new(&client, &spec.topic, p, start)?;
+                consumer.set_max_bytes(spec.fetch_bytes);
+                consumer.set_max_wait_ms(100);
+                mine.push(consumer);
+            }
+            let mut last_progress = Instant::now();
+            loop {
+                let done = match spec.length {
+                    Length::Messages(n) => received.load(Ordering::Relaxed) >= n,
+                    Length::Duration(d) => started.elapsed() >= d,
+                };
+                if done {
+                    return Ok(());
+                }
+                let mut progressed = false;
+                for consumer in &mut mine {
+                    let mut bytes = 0u64;
+                    let n = consumer.poll_with(|m| bytes += m.value.len() as u64)? as u64;
+                    if n > 0 {
+                        stats.add(n, bytes);
+                        received.fetch_add(n, Ordering::Relaxed);
+                        progressed = true;
+                    }
+                }
+                if progressed {
+                    last_progress = Instant::now();
+                } else if last_progress.elapsed() > Duration::from_secs(10) {
+                    bail!(
+                        "read {} messages in all; nothing new for 10 s",
+                        received.load(Ordering::Relaxed)
+                    );
+                }
+            }
+        }));
     }
-    Ok(RunResult {
-        messages,
-        payload_bytes,
-        elapsed: started.elapsed(),
-        flushed_elapsed: None,
-    })
+    for thread in threads {
+        thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("a consumer thread panicked"))??;
+    }
+    stats.freeze();
+    Ok(())
 }

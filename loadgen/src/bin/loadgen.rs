@@ -1,78 +1,239 @@
-//! `loadgen`: producer and consumer benchmarks against a ringlog broker.
+//! `loadgen`: the paper's benchmarks side by side with its competitors, and
+//! custom producer / consumer / end-to-end workloads against ringlog.
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
-use loadgen::workload::{self, ConsumeSpec, ProduceSpec, RunResult};
-use protocol::client::{AckMode, Client};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use loadgen::chart::{self, Series};
+use loadgen::e2e::{self, E2eSpec};
+use loadgen::paper::{self, PaperSpec, System};
+use loadgen::peers::{activemq, rabbitmq};
+use loadgen::report::{write_json, Environment};
+use loadgen::stats::{Reporter, Stats, Summary};
+use loadgen::workload::{self, ConsumeSpec, Length, ProduceSpec};
+use protocol::client::AckMode;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Parser, Debug)]
-#[command(name = "loadgen", version, about = "Benchmark a ringlog broker")]
+#[command(
+    name = "loadgen",
+    version,
+    about = "Benchmark ringlog: the paper's experiments and custom workloads"
+)]
 struct Cli {
-    /// Broker addresses, comma-separated.
-    #[arg(
-        long,
-        env = "RINGLOG_BROKERS",
-        default_value = "127.0.0.1:9092",
-        global = true
-    )]
-    brokers: String,
+    /// ringlog broker addresses, comma-separated. `paper` starts its own
+    /// standalone broker when this is absent; the other commands default to
+    /// 127.0.0.1:9092.
+    #[arg(long, env = "RINGLOG_BROKERS", global = true)]
+    brokers: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
 enum Acks {
     None,
     Written,
     Flushed,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// One producer sending fixed-size messages.
-    Produce {
-        #[arg(long, default_value = "loadgen")]
-        topic: String,
-        #[arg(long, default_value_t = 1)]
-        partitions: u32,
-        #[arg(long, alias = "num-records", default_value_t = 1_000_000)]
-        messages: u64,
-        #[arg(long, alias = "record-size", default_value_t = 200)]
-        size: usize,
-        #[arg(long, default_value_t = 1)]
-        batch: usize,
-        #[arg(long, value_enum, default_value = "none")]
-        acks: Acks,
-        /// Send through the bootstrap port and let the broker forward.
-        #[arg(long)]
-        no_shard_aware: bool,
-    },
-    /// One consumer reading a topic from the start.
-    Consume {
-        #[arg(long, default_value = "loadgen")]
-        topic: String,
-        #[arg(long, alias = "num-records", default_value_t = 1_000_000)]
-        messages: u64,
-        #[arg(long, default_value_t = 200 * 1024)]
-        fetch_bytes: u32,
-    },
+impl Acks {
+    fn mode(self) -> AckMode {
+        match self {
+            Acks::None => AckMode::None,
+            Acks::Written => AckMode::Written,
+            Acks::Flushed => AckMode::Flushed,
+        }
+    }
 }
 
-fn report(what: &str, r: &RunResult) {
-    println!(
-        "{what}: {} records in {:.3} s, {:.0} records/sec ({:.2} MB/sec)",
-        r.messages,
-        r.elapsed.as_secs_f64(),
-        r.msgs_per_sec(),
-        r.mb_per_sec()
-    );
-    if let Some(flushed) = r.flushed_elapsed {
-        println!(
-            "{what}: all flushed after {:.3} s, {:.0} records/sec end to disk",
-            flushed.as_secs_f64(),
-            r.messages as f64 / flushed.as_secs_f64().max(1e-9)
-        );
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Reproduce the paper's producer and consumer experiments, side by side
+    /// with RabbitMQ and ActiveMQ (start them with deploy/peers.sh).
+    Paper(PaperArgs),
+    /// Producers sending fixed-size messages.
+    Produce(ProduceArgs),
+    /// Consumers reading a topic from the start.
+    Consume(ConsumeArgs),
+    /// Producers and consumers at once: latency, loss, duplicates, order.
+    E2e(E2eArgs),
+}
+
+#[derive(Args, Debug)]
+struct PaperArgs {
+    /// Messages per experiment (the paper: 10 million).
+    #[arg(long, alias = "num-records", default_value_t = 10_000_000)]
+    messages: u64,
+    /// Payload bytes (the paper: 200).
+    #[arg(long, alias = "record-size", default_value_t = 200)]
+    size: usize,
+    /// Systems to run, comma-separated.
+    #[arg(long, default_value = "ringlog,rabbitmq,activemq")]
+    systems: String,
+    /// Where the table, JSON and charts go.
+    #[arg(long, default_value = "loadgen-paper")]
+    out: PathBuf,
+    /// Shards of the broker loadgen starts (without --brokers).
+    #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
+    shards: usize,
+    /// RabbitMQ's AMQP URL.
+    #[arg(long, default_value = rabbitmq::DEFAULT_URL)]
+    rabbitmq_url: String,
+    /// ActiveMQ's STOMP address.
+    #[arg(long, default_value = activemq::DEFAULT_ADDRESS)]
+    activemq_address: String,
+    /// deploy/peers.sh's data directory, to measure the peers' bytes on disk.
+    #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]
+    peers_dir: PathBuf,
+    /// ringlog consumer fetch size (the paper: ~200 KB).
+    #[arg(long, default_value_t = 200 * 1024)]
+    fetch_bytes: u32,
+}
+
+#[derive(Args, Debug, Serialize)]
+struct Common {
+    /// Topic.
+    #[arg(long, default_value = "loadgen")]
+    topic: String,
+    /// Messages in all (includes warm-up).
+    #[arg(long, alias = "num-records")]
+    messages: Option<u64>,
+    /// Run this many seconds instead of a message count.
+    #[arg(long, conflicts_with = "messages")]
+    duration: Option<f64>,
+    /// Seconds at the start that are not counted.
+    #[arg(long, default_value_t = 0.0)]
+    warmup: f64,
+    /// Write every figure and the environment as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write SVG charts (throughput over time, latency percentiles) here.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+}
+
+impl Common {
+    fn length(&self) -> Length {
+        match (self.messages, self.duration) {
+            (_, Some(secs)) => Length::Duration(Duration::from_secs_f64(secs)),
+            (Some(n), None) => Length::Messages(n),
+            (None, None) => Length::Messages(1_000_000),
+        }
     }
+}
+
+#[derive(Args, Debug, Serialize)]
+struct ProduceArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Partitions of a topic created by this run.
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
+    /// Payload bytes per message.
+    #[arg(long, alias = "record-size", default_value_t = 200)]
+    size: usize,
+    /// Messages per produce request.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// Producer threads.
+    #[arg(long, default_value_t = 1)]
+    producers: usize,
+    /// Fixed total rate in messages/s; latency is measured from each
+    /// message's intended send time. -1 or absent: as fast as possible.
+    #[arg(long, alias = "throughput", allow_negative_numbers = true)]
+    rate: Option<f64>,
+    /// Acknowledgement to wait for (latency is measured with written/flushed).
+    #[arg(long, value_enum, default_value = "none")]
+    acks: Acks,
+    /// Send through the bootstrap port and let the broker forward.
+    #[arg(long)]
+    no_shard_aware: bool,
+}
+
+#[derive(Args, Debug, Serialize)]
+struct ConsumeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Bytes per fetch.
+    #[arg(long, default_value_t = 200 * 1024)]
+    fetch_bytes: u32,
+    /// Consumer threads (partition p goes to consumer p mod N).
+    #[arg(long, default_value_t = 1)]
+    consumers: usize,
+}
+
+#[derive(Args, Debug, Serialize)]
+struct E2eArgs {
+    /// Topic.
+    #[arg(long, default_value = "loadgen-e2e")]
+    topic: String,
+    /// Partitions of a topic created by this run.
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
+    /// Messages to send.
+    #[arg(long, alias = "num-records", default_value_t = 100_000)]
+    messages: u64,
+    /// Payload bytes (at least 20: sequence, partition, send time).
+    #[arg(long, alias = "record-size", default_value_t = 200)]
+    size: usize,
+    /// Messages per produce request.
+    #[arg(long, default_value_t = 10)]
+    batch: usize,
+    /// Fixed rate in messages/s (-1 or absent: as fast as possible).
+    #[arg(long, alias = "throughput", allow_negative_numbers = true)]
+    rate: Option<f64>,
+    /// Acknowledgement mode of the producer.
+    #[arg(long, value_enum, default_value = "written")]
+    acks: Acks,
+    /// Seconds the consumer waits for missing messages at the end.
+    #[arg(long, default_value_t = 5.0)]
+    grace: f64,
+    /// Fault injection for testing the checker: skip this sequence number of partition 0.
+    #[arg(long, hide = true)]
+    inject_loss: Option<u64>,
+    /// Fault injection for testing the checker: send this sequence number of partition 0 twice.
+    #[arg(long, hide = true)]
+    inject_duplicate: Option<u64>,
+    /// Write every figure and the environment as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write SVG charts here.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+}
+
+/// The JSON of a custom workload.
+#[derive(Serialize)]
+struct WorkloadReport<'a, C: Serialize> {
+    workload: &'a str,
+    brokers: &'a str,
+    config: &'a C,
+    summary: &'a Summary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    produce: Option<ProduceExtra>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    e2e: Option<E2eExtra>,
+    environment: Environment,
+}
+
+#[derive(Serialize)]
+struct ProduceExtra {
+    stored_bytes: u64,
+    stored_bytes_per_message: f64,
+    all_flushed_after_s: f64,
+}
+
+#[derive(Serialize)]
+struct E2eExtra {
+    sent: u64,
+    received: u64,
+    lost: u64,
+    duplicated: u64,
+    out_of_order: u64,
+    partitions: Vec<e2e::PartitionCheck>,
 }
 
 fn main() {
@@ -82,52 +243,222 @@ fn main() {
     }
 }
 
+fn rate(rate: Option<f64>) -> Option<f64> {
+    rate.filter(|r| *r > 0.0)
+}
+
+fn warmup(stats: &std::sync::Arc<Stats>, secs: f64) {
+    if secs > 0.0 {
+        let stats = stats.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            stats.reset();
+        });
+    }
+}
+
+fn plot(dir: &Option<PathBuf>, title: &str, summary: &Summary) -> anyhow::Result<()> {
+    let Some(dir) = dir else { return Ok(()) };
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let throughput = chart::lines(
+        &format!("{title}: throughput over time"),
+        "seconds",
+        "messages per second",
+        &[Series {
+            name: title.to_string(),
+            points: summary.series.clone(),
+        }],
+        false,
+    );
+    std::fs::write(dir.join("throughput.svg"), throughput)?;
+    if let Some(latency) = &summary.latency {
+        let svg = chart::lines(
+            &format!("{title}: latency by percentile"),
+            "percentile",
+            "milliseconds (log scale)",
+            &[Series {
+                name: title.to_string(),
+                points: latency.curve.clone(),
+            }],
+            true,
+        );
+        std::fs::write(dir.join("latency.svg"), svg)?;
+    }
+    eprintln!("charts written to {}", dir.display());
+    Ok(())
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
-    let client = Client::connect(&cli.brokers)
-        .with_context(|| format!("no broker reachable at {}", cli.brokers))?;
+    let brokers = cli
+        .brokers
+        .clone()
+        .unwrap_or_else(|| "127.0.0.1:9092".to_string());
     match cli.command {
-        Command::Produce {
-            topic,
-            partitions,
-            messages,
-            size,
-            batch,
-            acks,
-            no_shard_aware,
-        } => {
-            let spec = ProduceSpec {
-                topic,
-                partitions,
-                messages,
-                size,
-                batch,
-                acks: match acks {
-                    Acks::None => AckMode::None,
-                    Acks::Written => AckMode::Written,
-                    Acks::Flushed => AckMode::Flushed,
-                },
-                shard_aware: !no_shard_aware,
+        Command::Paper(args) => {
+            let systems = args
+                .systems
+                .split(',')
+                .filter(|s| !s.trim().is_empty())
+                .map(System::parse)
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let spec = PaperSpec {
+                messages: args.messages,
+                size: args.size,
+                systems,
+                brokers: cli.brokers,
+                shards: args.shards,
+                out: args.out,
+                rabbitmq_url: args.rabbitmq_url,
+                activemq_address: args.activemq_address,
+                peers_dir: args.peers_dir,
+                fetch_bytes: args.fetch_bytes,
             };
-            let result = workload::produce(&client, &spec)?;
-            report(
-                &format!("produce batch={} acks={:?}", spec.batch, acks),
-                &result,
-            );
+            paper::run(&spec)?;
         }
-        Command::Consume {
-            topic,
-            messages,
-            fetch_bytes,
-        } => {
-            let result = workload::consume(
-                &client,
-                &ConsumeSpec {
-                    topic,
-                    messages,
-                    fetch_bytes,
-                },
-            )?;
-            report(&format!("consume fetch_bytes={fetch_bytes}"), &result);
+        Command::Produce(args) => {
+            let spec = ProduceSpec {
+                brokers: brokers.clone(),
+                topic: args.common.topic.clone(),
+                partitions: args.partitions,
+                length: args.common.length(),
+                size: args.size,
+                batch: args.batch,
+                acks: args.acks.mode(),
+                rate: rate(args.rate),
+                producers: args.producers,
+                shard_aware: !args.no_shard_aware,
+            };
+            let stats = Stats::new();
+            let expected = args.common.messages;
+            let reporter = Reporter::start(stats.clone(), "produce".into(), "sent", expected);
+            warmup(&stats, args.common.warmup);
+            let outcome = workload::produce(&spec, &stats);
+            drop(reporter);
+            let outcome = outcome?;
+            let summary = stats.summary();
+            println!("{}", summary.line("sent"));
+            println!(
+                "all {} messages flushed after {:.3} s; {:.1} bytes stored per message",
+                outcome.messages,
+                outcome.flushed_after.as_secs_f64(),
+                outcome.stored_bytes as f64 / outcome.messages.max(1) as f64
+            );
+            if let Some(path) = &args.common.json {
+                write_json(
+                    path,
+                    &WorkloadReport {
+                        workload: "produce",
+                        brokers: &brokers,
+                        config: &args,
+                        summary: &summary,
+                        produce: Some(ProduceExtra {
+                            stored_bytes: outcome.stored_bytes,
+                            stored_bytes_per_message: outcome.stored_bytes as f64
+                                / outcome.messages.max(1) as f64,
+                            all_flushed_after_s: outcome.flushed_after.as_secs_f64(),
+                        }),
+                        e2e: None,
+                        environment: Environment::detect(),
+                    },
+                )?;
+            }
+            plot(&args.common.plot, "produce", &summary)?;
+        }
+        Command::Consume(args) => {
+            let spec = ConsumeSpec {
+                brokers: brokers.clone(),
+                topic: args.common.topic.clone(),
+                length: args.common.length(),
+                fetch_bytes: args.fetch_bytes,
+                consumers: args.consumers,
+            };
+            let stats = Stats::new();
+            let reporter = Reporter::start(
+                stats.clone(),
+                "consume".into(),
+                "received",
+                args.common.messages,
+            );
+            warmup(&stats, args.common.warmup);
+            let result = workload::consume(&spec, &stats);
+            drop(reporter);
+            result?;
+            let summary = stats.summary();
+            println!("{}", summary.line("received"));
+            if let Some(path) = &args.common.json {
+                write_json(
+                    path,
+                    &WorkloadReport {
+                        workload: "consume",
+                        brokers: &brokers,
+                        config: &args,
+                        summary: &summary,
+                        produce: None,
+                        e2e: None,
+                        environment: Environment::detect(),
+                    },
+                )?;
+            }
+            plot(&args.common.plot, "consume", &summary)?;
+        }
+        Command::E2e(args) => {
+            let spec = E2eSpec {
+                brokers: brokers.clone(),
+                topic: args.topic.clone(),
+                partitions: args.partitions,
+                messages: args.messages,
+                size: args.size,
+                batch: args.batch,
+                acks: args.acks.mode(),
+                rate: rate(args.rate),
+                inject_loss: args.inject_loss,
+                inject_duplicate: args.inject_duplicate,
+                grace: Duration::from_secs_f64(args.grace),
+            };
+            let stats = Stats::new();
+            let reporter =
+                Reporter::start(stats.clone(), "e2e".into(), "received", Some(args.messages));
+            let checks = e2e::run(&spec, &stats);
+            drop(reporter);
+            let checks = checks?;
+            let summary = stats.summary();
+            println!("{}", summary.line("received"));
+            let total = |f: fn(&e2e::PartitionCheck) -> u64| checks.iter().map(f).sum::<u64>();
+            let extra = E2eExtra {
+                sent: total(|c| c.sent),
+                received: total(|c| c.received),
+                lost: total(|c| c.lost),
+                duplicated: total(|c| c.duplicated),
+                out_of_order: total(|c| c.out_of_order),
+                partitions: checks.clone(),
+            };
+            println!(
+                "e2e: {} sent, {} received, {} lost, {} duplicated, {} out of order",
+                extra.sent, extra.received, extra.lost, extra.duplicated, extra.out_of_order
+            );
+            for c in &checks {
+                if c.lost + c.duplicated + c.out_of_order > 0 {
+                    println!(
+                        "  partition {}: {} lost, {} duplicated, {} out of order",
+                        c.partition, c.lost, c.duplicated, c.out_of_order
+                    );
+                }
+            }
+            if let Some(path) = &args.json {
+                write_json(
+                    path,
+                    &WorkloadReport {
+                        workload: "e2e",
+                        brokers: &brokers,
+                        config: &args,
+                        summary: &summary,
+                        produce: None,
+                        e2e: Some(extra),
+                        environment: Environment::detect(),
+                    },
+                )?;
+            }
+            plot(&args.plot, "e2e", &summary)?;
         }
     }
     Ok(())

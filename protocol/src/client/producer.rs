@@ -48,6 +48,10 @@ pub struct ProducerConfig {
     /// Connect to each partition's owning shard (true) or send everything
     /// through the bootstrap address and let the broker forward (false).
     pub shard_aware: bool,
+    /// Record each acknowledged request's latency, measured from the
+    /// intended send time of its first message (see [`Producer::send_to_at`]);
+    /// read them with [`Producer::take_latencies`]. Ignored with `AckMode::None`.
+    pub track_latency: bool,
 }
 
 impl Default for ProducerConfig {
@@ -60,6 +64,7 @@ impl Default for ProducerConfig {
             partitioner: Partitioner::KeyHashOrRandom,
             inflight_max: 1024,
             shard_aware: true,
+            track_latency: false,
         }
     }
 }
@@ -71,6 +76,19 @@ struct LaneCounts {
     acked_messages: u64,
     first_error: Option<String>,
     closed: bool,
+    /// With latency tracking: (intended send time, messages) per request in flight.
+    in_flight: std::collections::VecDeque<(Instant, u32)>,
+    /// With latency tracking: (latency, messages) per answered request.
+    latencies: Vec<(Duration, u32)>,
+}
+
+impl LaneCounts {
+    fn answered(&mut self) {
+        self.answered_requests += 1;
+        if let Some((intended, count)) = self.in_flight.pop_front() {
+            self.latencies.push((intended.elapsed(), count));
+        }
+    }
 }
 
 struct LaneState {
@@ -99,6 +117,8 @@ struct Batch {
     bytes: Vec<u8>,
     count: u32,
     started: Option<Instant>,
+    /// Intended send time of the first message (latency tracking).
+    intended: Option<Instant>,
 }
 
 struct Inner {
@@ -190,6 +210,7 @@ impl Producer {
                         bytes: Vec::new(),
                         count: 0,
                         started: None,
+                        intended: None,
                     })
                     .collect(),
                 sent_messages: 0,
@@ -249,6 +270,46 @@ impl Producer {
         key: Option<&[u8]>,
         value: &[u8],
     ) -> Result<(), ClientError> {
+        let intended = if self.config.track_latency {
+            Some(Instant::now())
+        } else {
+            None
+        };
+        self.send_to_inner(partition, key, value, intended)
+    }
+
+    /// Queues one message that was *meant* to be sent at `intended`. A
+    /// fixed-rate benchmark passes its schedule here, so a stall shows up in
+    /// the latencies instead of silently delaying later sends (coordinated
+    /// omission).
+    pub fn send_to_at(
+        &mut self,
+        partition: u32,
+        key: Option<&[u8]>,
+        value: &[u8],
+        intended: Instant,
+    ) -> Result<(), ClientError> {
+        self.send_to_inner(partition, key, value, Some(intended))
+    }
+
+    /// Latencies of the requests acknowledged since the last call:
+    /// (latency, messages in the request). Empty unless `track_latency`.
+    pub fn take_latencies(&self) -> Vec<(Duration, u32)> {
+        let inner = self.shared.lock();
+        let mut out = Vec::new();
+        for lane in &inner.lanes {
+            out.append(&mut lane.state.lock().latencies);
+        }
+        out
+    }
+
+    fn send_to_inner(
+        &mut self,
+        partition: u32,
+        key: Option<&[u8]>,
+        value: &[u8],
+        intended: Option<Instant>,
+    ) -> Result<(), ClientError> {
         let index = partition as usize;
         if partition >= self.partitions {
             return Err(ClientError::Usage(format!(
@@ -271,6 +332,7 @@ impl Producer {
         let batch = &mut inner.batches[index];
         if batch.started.is_none() {
             batch.started = Some(Instant::now());
+            batch.intended = intended;
         }
         encode_message(&mut batch.bytes, key, value);
         batch.count += 1;
@@ -378,7 +440,15 @@ fn send_batch(
         batch.bytes.len(),
     );
     lane.next_request_id = lane.next_request_id.wrapping_add(1);
-    lane.state.lock().sent_requests += 1;
+    {
+        let mut counts = lane.state.lock();
+        counts.sent_requests += 1;
+        if config.track_latency && config.acks != AckMode::None {
+            counts
+                .in_flight
+                .push_back((batch.intended.unwrap_or_else(Instant::now), count));
+        }
+    }
     lane.writer.write_all(&prefix)?;
     lane.writer.write_all(header)?;
     lane.writer.write_all(&batch.bytes)?;
@@ -386,6 +456,7 @@ fn send_batch(
     batch.bytes.clear();
     batch.count = 0;
     batch.started = None;
+    batch.intended = None;
     inner.sent_messages += u64::from(count);
     Ok(())
 }
@@ -480,13 +551,13 @@ fn open_lane(address: &str) -> Result<Lane, ClientError> {
                 let mut counts = thread_state.lock();
                 match result {
                     Ok(()) => {
-                        counts.answered_requests += 1;
+                        counts.answered();
                         if let Ok(ack) = verify::<wire::ProduceResponse>(&frame.header) {
                             counts.acked_messages += u64::from(ack.message_count());
                         }
                     }
                     Err(ClientError::Broker { code, message, .. }) => {
-                        counts.answered_requests += 1;
+                        counts.answered();
                         counts
                             .first_error
                             .get_or_insert(format!("{code}: {message}"));

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The paper's competitors, on loopback, for `loadgen paper`:
+#   RabbitMQ 3.10 (Debian rabbitmq-server): AMQP 0-9-1 on 127.0.0.1:5672
+#   ActiveMQ 5.17 (Debian activemq):        STOMP on 127.0.0.1:61613
+# Each starts with a fresh data directory under $RINGLOG_PEERS_DIR (default
+# /tmp/ringlog-peers) and persistent storage flushed asynchronously, as in
+# the paper (RabbitMQ's message store fsyncs in the background; ActiveMQ's
+# KahaDB runs with enableJournalDiskSyncs="false").
+#
+#   deploy/peers.sh install            apt-get install both (needs root)
+#   deploy/peers.sh start [SYSTEM]     start both, or rabbitmq / activemq
+#   deploy/peers.sh stop [SYSTEM]      stop and delete their data
+#   deploy/peers.sh status             which are reachable
+set -euo pipefail
+
+dir="${RINGLOG_PEERS_DIR:-/tmp/ringlog-peers}"
+rabbit_bin=/usr/lib/rabbitmq/bin
+what="${2:-all}"
+
+want() { [[ "$what" == all || "$what" == "$1" ]]; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+    local port=$1 name=$2 log=$3
+    for _ in $(seq 240); do
+        port_open "$port" && return 0
+        sleep 0.5
+    done
+    echo "peers.sh: $name did not open port $port within 120 s; its log: $log" >&2
+    tail -20 "$log" >&2 || true
+    return 1
+}
+
+install() {
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q rabbitmq-server activemq
+}
+
+rabbit_env() {
+    export HOME="$dir/rabbitmq/home"
+    export RABBITMQ_MNESIA_BASE="$dir/rabbitmq/mnesia"
+    export RABBITMQ_LOG_BASE="$dir/rabbitmq/log"
+    export RABBITMQ_NODENAME=ringlog-peer@localhost
+    export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+    export RABBITMQ_NODE_PORT=5672
+    export RABBITMQ_DIST_PORT=25672
+    export RABBITMQ_PID_FILE="$dir/rabbitmq/rabbitmq.pid"
+    export RABBITMQ_ENABLED_PLUGINS_FILE="$dir/rabbitmq/enabled_plugins"
+    export RABBITMQ_CONFIG_FILE="$dir/rabbitmq/rabbitmq"
+    export ERL_EPMD_ADDRESS=127.0.0.1
+}
+
+start_rabbitmq() {
+    [[ -x "$rabbit_bin/rabbitmq-server" ]] || { echo "peers.sh: RabbitMQ is not installed: run deploy/peers.sh install" >&2; return 1; }
+    if port_open 5672; then echo "rabbitmq: already listening on 127.0.0.1:5672"; return 0; fi
+    rm -rf "$dir/rabbitmq"
+    mkdir -p "$dir/rabbitmq/home" "$dir/rabbitmq/mnesia" "$dir/rabbitmq/log"
+    echo "[]." >"$dir/rabbitmq/enabled_plugins"
+    # Loopback only; the guest user may connect from loopback by default.
+    # A generous memory watermark so 10 M queued messages page to disk
+    # instead of blocking publishers for long.
+    cat >"$dir/rabbitmq/rabbitmq.conf" <<'EOF'
+listeners.tcp.default = 127.0.0.1:5672
+vm_memory_high_watermark.relative = 0.5
+disk_free_limit.absolute = 1GB
+EOF
+    rabbit_env
+    "$rabbit_bin/rabbitmq-server" >"$dir/rabbitmq/log/stdout.log" 2>&1 &
+    wait_port 5672 RabbitMQ "$dir/rabbitmq/log/stdout.log"
+    echo "rabbitmq: listening on 127.0.0.1:5672, data in $dir/rabbitmq/mnesia"
+}
+
+stop_rabbitmq() {
+    if [[ -d "$dir/rabbitmq" ]]; then
+        (rabbit_env; "$rabbit_bin/rabbitmqctl" -n ringlog-peer@localhost stop >/dev/null 2>&1) || true
+        rm -rf "$dir/rabbitmq"
+        echo "rabbitmq: stopped"
+    fi
+}
+
+activemq_jar=/usr/share/activemq/bin/activemq.jar
+
+start_activemq() {
+    [[ -f "$activemq_jar" ]] || { echo "peers.sh: ActiveMQ is not installed: run deploy/peers.sh install" >&2; return 1; }
+    if port_open 61613; then echo "activemq: already listening on 127.0.0.1:61613"; return 0; fi
+    local base="$dir/activemq"
+    rm -rf "$base"
+    mkdir -p "$base/conf" "$base/data" "$base/tmp"
+    cp /etc/activemq/instances-available/main/log4j2.properties "$base/conf/" 2>/dev/null || true
+    cat >"$base/conf/activemq.xml" <<EOF
+<beans xmlns="http://www.springframework.org/schema/beans"
+  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+  xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
+  http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+  <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="ringlog-peer"
+          dataDirectory="$base/data" persistent="true">
+    <persistenceAdapter>
+      <!-- Persistent, flushed asynchronously: the paper's ActiveMQ setup. -->
+      <kahaDB directory="$base/data/kahadb" enableJournalDiskSyncs="false"/>
+    </persistenceAdapter>
+    <systemUsage>
+      <systemUsage>
+        <memoryUsage><memoryUsage percentOfJvmHeap="70"/></memoryUsage>
+        <storeUsage><storeUsage limit="40 gb"/></storeUsage>
+        <tempUsage><tempUsage limit="10 gb"/></tempUsage>
+      </systemUsage>
+    </systemUsage>
+    <transportConnectors>
+      <transportConnector name="stomp" uri="stomp://127.0.0.1:61613"/>
+      <transportConnector name="openwire" uri="tcp://127.0.0.1:61616"/>
+    </transportConnectors>
+  </broker>
+</beans>
+EOF
+    (cd "$base" && exec java -Xms1G -Xmx1G \
+        -Dactivemq.home=/usr/share/activemq -Dactivemq.base="$base" \
+        -Dactivemq.conf="$base/conf" -Dactivemq.data="$base/data" \
+        -Djava.io.tmpdir="$base/tmp" \
+        -jar "$activemq_jar" start "xbean:file:$base/conf/activemq.xml" \
+        >"$base/stdout.log" 2>&1) &
+    echo $! >"$base/activemq.pid"
+    wait_port 61613 ActiveMQ "$base/stdout.log"
+    echo "activemq: listening on 127.0.0.1:61613 (STOMP), data in $base/data/kahadb"
+}
+
+stop_activemq() {
+    local base="$dir/activemq"
+    if [[ -f "$base/activemq.pid" ]]; then
+        local pid
+        pid="$(cat "$base/activemq.pid")"
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$pid" 2>/dev/null || true
+        rm -rf "$base"
+        echo "activemq: stopped"
+    fi
+}
+
+case "${1:-}" in
+    install) install ;;
+    start)
+        want rabbitmq && start_rabbitmq
+        want activemq && start_activemq
+        ;;
+    stop)
+        want rabbitmq && stop_rabbitmq
+        want activemq && stop_activemq
+        ;;
+    status)
+        port_open 5672 && echo "rabbitmq: up (127.0.0.1:5672)" || echo "rabbitmq: down"
+        port_open 61613 && echo "activemq: up (127.0.0.1:61613)" || echo "activemq: down"
+        ;;
+    *)
+        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+        exit 2
+        ;;
+esac

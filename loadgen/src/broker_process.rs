@@ -1,0 +1,98 @@
+//! A standalone ringlog broker that loadgen starts itself when no
+//! `--brokers` was given: a free loopback port, a temporary data directory,
+//! stopped with SIGTERM (and the directory removed) when dropped.
+
+use anyhow::{bail, Context};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A broker process loadgen owns.
+pub struct LocalBroker {
+    child: Child,
+    dir: PathBuf,
+    /// Shard addresses, comma-separated (shard 0 first).
+    pub brokers: String,
+    /// The data directory.
+    pub data_dir: PathBuf,
+}
+
+/// The `broker` binary: next to this executable, else on PATH.
+fn broker_binary() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("broker")))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("broker"))
+}
+
+impl LocalBroker {
+    /// Starts a broker with `shards` shards and waits until it is ready.
+    pub fn start(shards: usize) -> anyhow::Result<LocalBroker> {
+        let dir = std::env::temp_dir().join(format!("ringlog-loadgen-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let data_dir = dir.join("data");
+        let log = std::fs::File::create(dir.join("broker.log"))?;
+        let binary = broker_binary();
+        let mut child = Command::new(&binary)
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(["--listen", "127.0.0.1:0", "--shards", &shards.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .with_context(|| {
+                format!(
+                    "starting {} (build it with `cargo build --release --bins`)",
+                    binary.display()
+                )
+            })?;
+        let stdout = child.stdout.take().context("broker stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            let _ = tx.send(line);
+            let mut rest = String::new();
+            while reader.read_line(&mut rest).map(|n| n > 0).unwrap_or(false) {
+                rest.clear();
+            }
+        });
+        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+        let Some(brokers) = line
+            .split_whitespace()
+            .skip_while(|w| *w != "shards")
+            .nth(1)
+            .map(String::from)
+        else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(dir.join("broker.log")).unwrap_or_default();
+            bail!(
+                "the broker did not start: {}",
+                log.lines().last().unwrap_or("no output")
+            );
+        };
+        Ok(LocalBroker {
+            child,
+            dir,
+            brokers,
+            data_dir,
+        })
+    }
+}
+
+impl Drop for LocalBroker {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

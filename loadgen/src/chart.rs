@@ -1,0 +1,348 @@
+//! Small SVG charts: lines (throughput over time, latency percentile curves)
+//! and grouped bars (the paper comparison).
+//!
+//! Hand-written rather than plotters: SVG is text, needs no font files or
+//! system libraries at render time, and these three chart shapes are all
+//! loadgen draws.
+
+use std::fmt::Write as _;
+
+const WIDTH: f64 = 900.0;
+const HEIGHT: f64 = 520.0;
+const LEFT: f64 = 90.0;
+const RIGHT: f64 = 220.0;
+const TOP: f64 = 50.0;
+const BOTTOM: f64 = 60.0;
+const COLORS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+];
+
+/// One named line.
+pub struct Series {
+    /// Legend text.
+    pub name: String,
+    /// (x, y) points in order.
+    pub points: Vec<(f64, f64)>,
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn header(out: &mut String, title: &str) {
+    let _ = write!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="13">"#
+    );
+    let _ = write!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = write!(
+        out,
+        r#"<text x="{}" y="28" text-anchor="middle" font-size="17" font-weight="bold">{}</text>"#,
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        escape(title)
+    );
+}
+
+/// A y axis, linear or log10, from 0 (or the smallest decade) to a nice top.
+struct YAxis {
+    log: bool,
+    low: f64,
+    high: f64,
+}
+
+impl YAxis {
+    fn new(values: impl Iterator<Item = f64>, log: bool) -> YAxis {
+        let values: Vec<f64> = values
+            .filter(|v| v.is_finite() && (!log || *v > 0.0))
+            .collect();
+        let max = values.iter().copied().fold(0.0f64, f64::max).max(1e-9);
+        if log {
+            let min = values
+                .iter()
+                .copied()
+                .fold(f64::INFINITY, f64::min)
+                .min(max);
+            YAxis {
+                log,
+                low: 10f64.powf(min.log10().floor()),
+                high: 10f64.powf(max.log10().ceil().max(min.log10().floor() + 1.0)),
+            }
+        } else {
+            let step = nice_step(max / 5.0);
+            YAxis {
+                log,
+                low: 0.0,
+                high: (max / step).ceil().max(1.0) * step,
+            }
+        }
+    }
+
+    fn y(&self, value: f64) -> f64 {
+        let plot = HEIGHT - TOP - BOTTOM;
+        let fraction = if self.log {
+            (value.max(self.low).log10() - self.low.log10())
+                / (self.high.log10() - self.low.log10())
+        } else {
+            (value - self.low) / (self.high - self.low)
+        };
+        HEIGHT - BOTTOM - fraction.clamp(0.0, 1.0) * plot
+    }
+
+    fn ticks(&self) -> Vec<f64> {
+        if self.log {
+            let mut ticks = Vec::new();
+            let mut t = self.low;
+            while t <= self.high * 1.0001 {
+                ticks.push(t);
+                t *= 10.0;
+            }
+            ticks
+        } else {
+            let step = nice_step((self.high - self.low) / 5.0);
+            (0..=((self.high - self.low) / step).round() as usize)
+                .map(|i| self.low + i as f64 * step)
+                .collect()
+        }
+    }
+
+    fn draw(&self, out: &mut String, label: &str) {
+        for tick in self.ticks() {
+            let y = self.y(tick);
+            let _ = write!(
+                out,
+                r##"<line x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+                WIDTH - RIGHT,
+                LEFT - 8.0,
+                y + 4.0,
+                format_number(tick)
+            );
+        }
+        let _ = write!(
+            out,
+            r#"<text transform="translate(22 {}) rotate(-90)" text-anchor="middle">{}</text>"#,
+            (TOP + HEIGHT - BOTTOM) / 2.0,
+            escape(label)
+        );
+    }
+}
+
+fn nice_step(raw: f64) -> f64 {
+    let raw = raw.max(1e-12);
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let fraction = raw / magnitude;
+    let nice = if fraction <= 1.0 {
+        1.0
+    } else if fraction <= 2.0 {
+        2.0
+    } else if fraction <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * magnitude
+}
+
+/// 1234567 -> "1.2M", 0.25 -> "0.25".
+pub fn format_number(value: f64) -> String {
+    let abs = value.abs();
+    if abs >= 1e9 {
+        format!("{:.1}G", value / 1e9)
+    } else if abs >= 1e6 {
+        format!("{:.1}M", value / 1e6)
+    } else if abs >= 1e3 {
+        format!("{:.0}k", value / 1e3)
+    } else if abs >= 10.0 || value.fract() == 0.0 {
+        format!("{value:.0}")
+    } else if abs >= 1.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+fn legend(out: &mut String, names: &[String]) {
+    for (i, name) in names.iter().enumerate() {
+        let y = TOP + 10.0 + i as f64 * 20.0;
+        let color = COLORS[i % COLORS.len()];
+        let _ = write!(
+            out,
+            r#"<rect x="{}" y="{}" width="14" height="10" fill="{color}"/><text x="{}" y="{}">{}</text>"#,
+            WIDTH - RIGHT + 15.0,
+            y - 9.0,
+            WIDTH - RIGHT + 35.0,
+            y,
+            escape(name)
+        );
+    }
+}
+
+/// A line chart. `x_labels` maps an x value to its tick text (for example
+/// percentiles); `log_y` uses a log10 axis.
+pub fn lines(title: &str, x_label: &str, y_label: &str, series: &[Series], log_y: bool) -> String {
+    let mut out = String::new();
+    header(&mut out, title);
+    let axis = YAxis::new(
+        series.iter().flat_map(|s| s.points.iter().map(|p| p.1)),
+        log_y,
+    );
+    axis.draw(&mut out, y_label);
+    let xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .collect();
+    let x_min = xs.iter().copied().fold(f64::INFINITY, f64::min).min(0.0);
+    let x_max = xs.iter().copied().fold(0.0f64, f64::max).max(x_min + 1e-9);
+    let x = |v: f64| LEFT + (v - x_min) / (x_max - x_min) * (WIDTH - LEFT - RIGHT);
+    let step = nice_step((x_max - x_min) / 8.0);
+    let mut tick = (x_min / step).ceil() * step;
+    while tick <= x_max + 1e-9 {
+        let _ = write!(
+            out,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            x(tick),
+            HEIGHT - BOTTOM + 18.0,
+            format_number(tick)
+        );
+        tick += step;
+    }
+    let _ = write!(
+        out,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        (LEFT + WIDTH - RIGHT) / 2.0,
+        HEIGHT - 15.0,
+        escape(x_label)
+    );
+    for (i, s) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let points: Vec<String> = s
+            .points
+            .iter()
+            .filter(|p| p.1.is_finite())
+            .map(|p| format!("{:.1},{:.1}", x(p.0), axis.y(p.1)))
+            .collect();
+        let _ = write!(
+            out,
+            r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
+            points.join(" ")
+        );
+        for p in &points {
+            let mut xy = p.split(',');
+            if let (Some(px), Some(py)) = (xy.next(), xy.next()) {
+                let _ = write!(
+                    out,
+                    r#"<circle cx="{px}" cy="{py}" r="2.5" fill="{color}"/>"#
+                );
+            }
+        }
+    }
+    frame(&mut out);
+    legend(
+        &mut out,
+        &series.iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+    );
+    out.push_str("</svg>\n");
+    out
+}
+
+/// A grouped bar chart: one group per category, one bar per name in
+/// `bar_names` (missing values are drawn as "not run").
+pub fn grouped_bars(
+    title: &str,
+    y_label: &str,
+    bar_names: &[String],
+    groups: &[(String, Vec<Option<f64>>)],
+    log_y: bool,
+) -> String {
+    let mut out = String::new();
+    header(&mut out, title);
+    let axis = YAxis::new(
+        groups.iter().flat_map(|g| g.1.iter().flatten().copied()),
+        log_y,
+    );
+    axis.draw(&mut out, y_label);
+    let plot_width = WIDTH - LEFT - RIGHT;
+    let group_width = plot_width / groups.len().max(1) as f64;
+    let bar_width = (group_width * 0.8) / bar_names.len().max(1) as f64;
+    for (g, (name, values)) in groups.iter().enumerate() {
+        let group_x = LEFT + g as f64 * group_width + group_width * 0.1;
+        for (b, value) in values.iter().enumerate() {
+            let bx = group_x + b as f64 * bar_width;
+            let color = COLORS[b % COLORS.len()];
+            match value {
+                Some(v) => {
+                    let y = axis.y(*v);
+                    let _ = write!(
+                        out,
+                        r#"<rect x="{bx:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" fill="{color}"/><text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"#,
+                        bar_width - 2.0,
+                        HEIGHT - BOTTOM - y,
+                        bx + bar_width / 2.0,
+                        y - 3.0,
+                        format_number(*v)
+                    );
+                }
+                None => {
+                    let _ = write!(
+                        out,
+                        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="10" fill="#888">n/r</text>"##,
+                        bx + bar_width / 2.0,
+                        HEIGHT - BOTTOM - 4.0
+                    );
+                }
+            }
+        }
+        let _ = write!(
+            out,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            LEFT + (g as f64 + 0.5) * group_width,
+            HEIGHT - BOTTOM + 18.0,
+            escape(name)
+        );
+    }
+    frame(&mut out);
+    legend(&mut out, bar_names);
+    out.push_str("</svg>\n");
+    out
+}
+
+fn frame(out: &mut String) {
+    let _ = write!(
+        out,
+        r##"<rect x="{LEFT}" y="{TOP}" width="{}" height="{}" fill="none" stroke="#333"/>"##,
+        WIDTH - LEFT - RIGHT,
+        HEIGHT - TOP - BOTTOM
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_are_well_formed_svg() {
+        let svg = lines(
+            "t",
+            "x",
+            "y",
+            &[Series {
+                name: "a<b".into(),
+                points: vec![(0.0, 1.0), (1.0, 3.0)],
+            }],
+            false,
+        );
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("a&lt;b"));
+        let bars = grouped_bars(
+            "t",
+            "msg/s",
+            &["x".into(), "y".into()],
+            &[("g".into(), vec![Some(10.0), None])],
+            true,
+        );
+        assert!(bars.contains("n/r"));
+        assert_eq!(format_number(1_234_567.0), "1.2M");
+        assert_eq!(format_number(22_000.0), "22k");
+    }
+}

@@ -1,0 +1,798 @@
+//! `loadgen paper`: the 2011 paper's producer and consumer experiments, run
+//! on this machine against ringlog and the paper's competitors, printed
+//! beside the paper's published figures.
+//!
+//! For each system: (a) one producer sending N messages of 200 bytes one at
+//! a time, (b) the same in batches of 50, (c) one consumer reading all N.
+//! RabbitMQ and ActiveMQ have no batch API like the paper's; for (b) they
+//! run their faster publishing mode instead, labelled as such (publisher
+//! confirms in windows of 50; transactions of 50).
+
+use crate::broker_process::LocalBroker;
+use crate::chart::{self, Series};
+use crate::peers::{self, activemq, rabbitmq};
+use crate::report::{write_json, Environment};
+use crate::stats::{Reporter, Stats, Summary};
+use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
+use anyhow::Context;
+use protocol::client::AckMode;
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The paper's Kafka figures (msg/s): producer at batch 1 and 50, consumer.
+pub const PAPER_KAFKA: [(Experiment, f64); 3] = [
+    (Experiment::ProduceBatch1, 50_000.0),
+    (Experiment::ProduceBatch50, 400_000.0),
+    (Experiment::Consume, 22_000.0),
+];
+
+/// The paper's per-message storage overhead in bytes: Kafka, ActiveMQ.
+pub const PAPER_OVERHEAD_BYTES: [(&str, f64); 2] = [("Kafka", 9.0), ("ActiveMQ", 144.0)];
+
+/// A system under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum System {
+    /// This project.
+    Ringlog,
+    /// RabbitMQ over AMQP 0-9-1.
+    Rabbitmq,
+    /// ActiveMQ over STOMP.
+    Activemq,
+}
+
+impl System {
+    /// Parses `ringlog`, `rabbitmq` or `activemq`.
+    pub fn parse(name: &str) -> anyhow::Result<System> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "ringlog" => Ok(System::Ringlog),
+            "rabbitmq" => Ok(System::Rabbitmq),
+            "activemq" => Ok(System::Activemq),
+            other => {
+                anyhow::bail!("unknown system {other:?}: expected ringlog, rabbitmq or activemq")
+            }
+        }
+    }
+
+    /// The lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            System::Ringlog => "ringlog",
+            System::Rabbitmq => "rabbitmq",
+            System::Activemq => "activemq",
+        }
+    }
+}
+
+/// One of the paper's experiments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Experiment {
+    /// One producer, one message per send.
+    ProduceBatch1,
+    /// One producer, 50 messages per send (or the peer's faster mode).
+    ProduceBatch50,
+    /// One consumer reading everything.
+    Consume,
+}
+
+impl Experiment {
+    /// Display name.
+    pub fn title(self) -> &'static str {
+        match self {
+            Experiment::ProduceBatch1 => "produce, batch 1",
+            Experiment::ProduceBatch50 => "produce, batch 50",
+            Experiment::Consume => "consume",
+        }
+    }
+}
+
+/// What `loadgen paper` runs.
+#[derive(Debug, Clone)]
+pub struct PaperSpec {
+    /// Messages per experiment.
+    pub messages: u64,
+    /// Payload bytes.
+    pub size: usize,
+    /// Systems, in order.
+    pub systems: Vec<System>,
+    /// A running ringlog broker; `None` starts a standalone one.
+    pub brokers: Option<String>,
+    /// Shards of a broker loadgen starts.
+    pub shards: usize,
+    /// Where the table, JSON and charts go.
+    pub out: PathBuf,
+    /// RabbitMQ's AMQP URL.
+    pub rabbitmq_url: String,
+    /// ActiveMQ's STOMP address.
+    pub activemq_address: String,
+    /// `deploy/peers.sh`'s data directory (for on-disk bytes).
+    pub peers_dir: PathBuf,
+    /// Consumer fetch size for ringlog (the paper: ~200 KB).
+    pub fetch_bytes: u32,
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// The system.
+    pub system: System,
+    /// The experiment.
+    pub experiment: Experiment,
+    /// How it was run (publishing mode, ack mode, fetch size).
+    pub mode: String,
+    /// "ok" or "not run".
+    pub status: String,
+    /// Why it did not run, or a remark.
+    pub note: String,
+    /// The measurement, when it ran.
+    pub result: Option<Summary>,
+    /// The paper's Kafka figure for this experiment (msg/s).
+    pub paper_kafka_msgs_per_sec: f64,
+}
+
+/// On-disk cost per message.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiskRow {
+    /// The system.
+    pub system: System,
+    /// Bytes on disk per message (payload included), after the batch-1 run.
+    pub bytes_per_message: Option<f64>,
+    /// Bytes beyond the payload.
+    pub overhead_bytes: Option<f64>,
+    /// How it was measured.
+    pub method: String,
+}
+
+/// A ratio between ringlog and a peer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    /// What is compared.
+    pub comparison: String,
+    /// ringlog msg/s divided by the peer's.
+    pub ratio: Option<f64>,
+    /// The paper's claim for this comparison.
+    pub paper_claim: String,
+    /// Whether this run meets the claim (None when not run).
+    pub holds: Option<bool>,
+}
+
+/// Everything `loadgen paper` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct PaperReport {
+    /// Machine and build.
+    pub environment: Environment,
+    /// Messages per experiment.
+    pub messages: u64,
+    /// Payload bytes.
+    pub size: usize,
+    /// The ringlog broker measured ("started by loadgen: N shards" or an address).
+    pub ringlog_broker: String,
+    /// The rows.
+    pub rows: Vec<Row>,
+    /// On-disk bytes per message.
+    pub disk: Vec<DiskRow>,
+    /// Ratios against the paper's claims.
+    pub ratios: Vec<Ratio>,
+}
+
+fn paper_figure(experiment: Experiment) -> f64 {
+    PAPER_KAFKA
+        .iter()
+        .find(|(e, _)| *e == experiment)
+        .map_or(0.0, |(_, v)| *v)
+}
+
+fn run_one(
+    label: &str,
+    expected: u64,
+    f: impl FnOnce(&Arc<Stats>) -> anyhow::Result<()>,
+) -> anyhow::Result<Summary> {
+    let stats = Stats::new();
+    let reporter = Reporter::start(
+        stats.clone(),
+        label.to_string(),
+        "processed",
+        Some(expected),
+    );
+    let result = f(&stats);
+    drop(reporter);
+    result?;
+    Ok(stats.summary())
+}
+
+fn row(
+    system: System,
+    experiment: Experiment,
+    mode: &str,
+    outcome: anyhow::Result<Summary>,
+) -> Row {
+    let (status, note, result) = match outcome {
+        Ok(summary) => ("ok".to_string(), String::new(), Some(summary)),
+        Err(error) => ("not run".to_string(), format!("{error:#}"), None),
+    };
+    Row {
+        system,
+        experiment,
+        mode: mode.to_string(),
+        status,
+        note,
+        result,
+        paper_kafka_msgs_per_sec: paper_figure(experiment),
+    }
+}
+
+fn not_run(system: System, reason: &str) -> Vec<Row> {
+    [
+        Experiment::ProduceBatch1,
+        Experiment::ProduceBatch50,
+        Experiment::Consume,
+    ]
+    .into_iter()
+    .map(|e| Row {
+        system,
+        experiment: e,
+        mode: String::new(),
+        status: "not run".into(),
+        note: reason.to_string(),
+        result: None,
+        paper_kafka_msgs_per_sec: paper_figure(e),
+    })
+    .collect()
+}
+
+/// Runs the experiments, prints the table and writes `paper.json`,
+/// `paper.txt` and the charts into `spec.out`.
+pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
+    std::fs::create_dir_all(&spec.out)
+        .with_context(|| format!("creating {}", spec.out.display()))?;
+    let mut rows = Vec::new();
+    let mut disk = Vec::new();
+    let mut ringlog_broker = String::new();
+    let suffix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for &system in &spec.systems {
+        eprintln!("== {} ==", system.name());
+        match system {
+            System::Ringlog => {
+                let local;
+                let brokers = match &spec.brokers {
+                    Some(b) => {
+                        ringlog_broker = b.clone();
+                        b.clone()
+                    }
+                    None => {
+                        local = LocalBroker::start(spec.shards)?;
+                        ringlog_broker =
+                            format!("standalone, started by loadgen: {} shards", spec.shards);
+                        local.brokers.clone()
+                    }
+                };
+                let (r, d) = run_ringlog(spec, &brokers, suffix);
+                rows.extend(r);
+                disk.push(d);
+            }
+            System::Rabbitmq => {
+                if !rabbitmq::reachable(&spec.rabbitmq_url) {
+                    let reason = format!(
+                        "RabbitMQ is not reachable at {}; start it with `deploy/peers.sh start rabbitmq` (install with `deploy/peers.sh install`)",
+                        spec.rabbitmq_url
+                    );
+                    eprintln!("{reason}");
+                    rows.extend(not_run(system, &reason));
+                    disk.push(DiskRow {
+                        system,
+                        bytes_per_message: None,
+                        overhead_bytes: None,
+                        method: "not run".into(),
+                    });
+                    continue;
+                }
+                let (r, d) = run_rabbitmq(spec, suffix);
+                rows.extend(r);
+                disk.push(d);
+            }
+            System::Activemq => {
+                if !activemq::reachable(&spec.activemq_address) {
+                    let reason = format!(
+                        "ActiveMQ is not reachable at {} (STOMP); start it with `deploy/peers.sh start activemq` (install with `deploy/peers.sh install`)",
+                        spec.activemq_address
+                    );
+                    eprintln!("{reason}");
+                    rows.extend(not_run(system, &reason));
+                    disk.push(DiskRow {
+                        system,
+                        bytes_per_message: None,
+                        overhead_bytes: None,
+                        method: "not run".into(),
+                    });
+                    continue;
+                }
+                let (r, d) = run_activemq(spec, suffix);
+                rows.extend(r);
+                disk.push(d);
+            }
+        }
+    }
+    let ratios = ratios(&rows);
+    let report = PaperReport {
+        environment: Environment::detect(),
+        messages: spec.messages,
+        size: spec.size,
+        ringlog_broker,
+        rows,
+        disk,
+        ratios,
+    };
+    let table = table(&report);
+    print!("{table}");
+    std::fs::write(spec.out.join("paper.txt"), &table)?;
+    write_json(&spec.out.join("paper.json"), &report)?;
+    write_charts(&report, &spec.out)?;
+    eprintln!(
+        "wrote {}/paper.txt, paper.json, paper.svg, throughput-*.svg",
+        spec.out.display()
+    );
+    Ok(report)
+}
+
+fn run_ringlog(spec: &PaperSpec, brokers: &str, suffix: u64) -> (Vec<Row>, DiskRow) {
+    let mut rows = Vec::new();
+    let mut disk = DiskRow {
+        system: System::Ringlog,
+        bytes_per_message: None,
+        overhead_bytes: None,
+        method: "segment bytes appended (offsets are byte positions) / messages".into(),
+    };
+    let topic = |batch: usize| format!("paper-b{batch}-{suffix}");
+    for (experiment, batch) in [
+        (Experiment::ProduceBatch1, 1usize),
+        (Experiment::ProduceBatch50, 50),
+    ] {
+        let produce = ProduceSpec {
+            brokers: brokers.to_string(),
+            topic: topic(batch),
+            partitions: 1,
+            length: Length::Messages(spec.messages),
+            size: spec.size,
+            batch,
+            acks: AckMode::None,
+            rate: None,
+            producers: 1,
+            shard_aware: true,
+        };
+        let mut stored = None;
+        let outcome = run_one(
+            &format!("ringlog {}", experiment.title()),
+            spec.messages,
+            |stats| {
+                let outcome = workload::produce(&produce, stats)?;
+                stored = Some(outcome.stored_bytes);
+                Ok(())
+            },
+        );
+        if experiment == Experiment::ProduceBatch1 {
+            if let Some(bytes) = stored {
+                let per = bytes as f64 / spec.messages.max(1) as f64;
+                disk.bytes_per_message = Some(per);
+                disk.overhead_bytes = Some(per - spec.size as f64);
+            }
+        }
+        let mode = format!("acks none, {batch} per request, pipelined");
+        rows.push(row(System::Ringlog, experiment, &mode, outcome));
+    }
+    let consume = ConsumeSpec {
+        brokers: brokers.to_string(),
+        topic: topic(50),
+        length: Length::Messages(spec.messages),
+        fetch_bytes: spec.fetch_bytes,
+        consumers: 1,
+    };
+    let outcome = run_one("ringlog consume", spec.messages, |stats| {
+        workload::consume(&consume, stats)
+    });
+    let mode = format!("{} KiB fetches, CRC checked", spec.fetch_bytes / 1024);
+    rows.push(row(System::Ringlog, Experiment::Consume, &mode, outcome));
+    (rows, disk)
+}
+
+/// Waits for a peer's asynchronous flush, then reads its data directory size.
+fn settled_bytes(dir: &std::path::Path) -> u64 {
+    let mut last = peers::allocated_bytes(dir);
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = peers::allocated_bytes(dir);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+fn peer_disk(
+    system: System,
+    dir: &std::path::Path,
+    before: u64,
+    after: u64,
+    messages: u64,
+    size: usize,
+) -> DiskRow {
+    let exists = dir.exists();
+    let per = (exists && after > before).then(|| (after - before) as f64 / messages.max(1) as f64);
+    DiskRow {
+        system,
+        bytes_per_message: per,
+        overhead_bytes: per.map(|p| p - size as f64),
+        method: if exists {
+            format!(
+                "growth of {} (allocated blocks) over the batch-1 run / messages",
+                dir.display()
+            )
+        } else {
+            format!("{} not found (started elsewhere?)", dir.display())
+        },
+    }
+}
+
+fn run_rabbitmq(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
+    let url = &spec.rabbitmq_url;
+    let dir = spec.peers_dir.join("rabbitmq").join("mnesia");
+    let queue1 = format!("paper-b1-{suffix}");
+    let before = settled_bytes(&dir);
+    let outcome = run_one("rabbitmq produce, batch 1", spec.messages, |stats| {
+        rabbitmq::produce(
+            url,
+            &queue1,
+            spec.messages,
+            spec.size,
+            rabbitmq::Publish::Async,
+            stats,
+        )
+    });
+    let after = settled_bytes(&dir);
+    let disk = peer_disk(
+        System::Rabbitmq,
+        &dir,
+        before,
+        after,
+        spec.messages,
+        spec.size,
+    );
+    let mut rows = vec![row(
+        System::Rabbitmq,
+        Experiment::ProduceBatch1,
+        "async publish, persistent, durable queue (the paper's mode)",
+        outcome,
+    )];
+    let queue50 = format!("paper-b50-{suffix}");
+    let outcome = run_one("rabbitmq produce, confirms 50", spec.messages, |stats| {
+        rabbitmq::produce(
+            url,
+            &queue50,
+            spec.messages,
+            spec.size,
+            rabbitmq::Publish::Confirms(50),
+            stats,
+        )
+    });
+    rows.push(row(
+        System::Rabbitmq,
+        Experiment::ProduceBatch50,
+        "publisher confirms, window of 50 (no batch API)",
+        outcome,
+    ));
+    let outcome = run_one("rabbitmq consume", spec.messages, |stats| {
+        rabbitmq::consume(url, &queue1, spec.messages, stats)
+    });
+    rows.push(row(
+        System::Rabbitmq,
+        Experiment::Consume,
+        "auto-ack consumer",
+        outcome,
+    ));
+    (rows, disk)
+}
+
+fn run_activemq(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
+    let address = &spec.activemq_address;
+    let dir = spec.peers_dir.join("activemq").join("data").join("kahadb");
+    let queue1 = format!("paper-b1-{suffix}");
+    let before = settled_bytes(&dir);
+    let outcome = run_one("activemq produce, batch 1", spec.messages, |stats| {
+        activemq::produce(
+            address,
+            &queue1,
+            spec.messages,
+            spec.size,
+            activemq::Publish::Async,
+            stats,
+        )
+    });
+    let after = settled_bytes(&dir);
+    let disk = peer_disk(
+        System::Activemq,
+        &dir,
+        before,
+        after,
+        spec.messages,
+        spec.size,
+    );
+    let mut rows = vec![row(
+        System::Activemq,
+        Experiment::ProduceBatch1,
+        "async send, persistent, async journal (the paper's mode)",
+        outcome,
+    )];
+    let queue50 = format!("paper-b50-{suffix}");
+    let outcome = run_one("activemq produce, transacted 50", spec.messages, |stats| {
+        activemq::produce(
+            address,
+            &queue50,
+            spec.messages,
+            spec.size,
+            activemq::Publish::Transacted(50),
+            stats,
+        )
+    });
+    rows.push(row(
+        System::Activemq,
+        Experiment::ProduceBatch50,
+        "transactions of 50 sends (no batch API)",
+        outcome,
+    ));
+    let outcome = run_one("activemq consume", spec.messages, |stats| {
+        activemq::consume(address, &queue1, spec.messages, stats)
+    });
+    rows.push(row(
+        System::Activemq,
+        Experiment::Consume,
+        "auto-ack subscriber, prefetch 1000",
+        outcome,
+    ));
+    (rows, disk)
+}
+
+fn rate(rows: &[Row], system: System, experiment: Experiment) -> Option<f64> {
+    rows.iter()
+        .find(|r| r.system == system && r.experiment == experiment)
+        .and_then(|r| r.result.as_ref())
+        .map(|s| s.msgs_per_sec)
+}
+
+fn best_produce(rows: &[Row], system: System) -> Option<f64> {
+    [Experiment::ProduceBatch1, Experiment::ProduceBatch50]
+        .into_iter()
+        .filter_map(|e| rate(rows, system, e))
+        .reduce(f64::max)
+}
+
+fn ratios(rows: &[Row]) -> Vec<Ratio> {
+    let ringlog_b1 = rate(rows, System::Ringlog, Experiment::ProduceBatch1);
+    let ringlog_b50 = rate(rows, System::Ringlog, Experiment::ProduceBatch50);
+    let ringlog_consume = rate(rows, System::Ringlog, Experiment::Consume);
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for (peer, produce_claim, produce_min) in [
+        (
+            System::Rabbitmq,
+            "Kafka ≥ 2× RabbitMQ producing (RabbitMQ at best half of Kafka)",
+            2.0,
+        ),
+        (
+            System::Activemq,
+            "Kafka ≫ ActiveMQ producing (orders of magnitude)",
+            10.0,
+        ),
+    ] {
+        let name = if peer == System::Rabbitmq {
+            "RabbitMQ"
+        } else {
+            "ActiveMQ"
+        };
+        let r = ratio(ringlog_b1, rate(rows, peer, Experiment::ProduceBatch1));
+        out.push(Ratio {
+            comparison: format!("produce, batch 1: ringlog / {name}"),
+            ratio: r,
+            paper_claim: produce_claim.to_string(),
+            holds: r.map(|r| r >= produce_min),
+        });
+        let r = ratio(ringlog_b50, best_produce(rows, peer));
+        out.push(Ratio {
+            comparison: format!("produce, batch 50: ringlog / {name}'s best producing mode"),
+            ratio: r,
+            paper_claim: produce_claim.to_string(),
+            holds: r.map(|r| r >= produce_min),
+        });
+        let r = ratio(ringlog_consume, rate(rows, peer, Experiment::Consume));
+        out.push(Ratio {
+            comparison: format!("consume: ringlog / {name}"),
+            ratio: r,
+            paper_claim: "Kafka > 4× both consuming".into(),
+            holds: r.map(|r| r >= 4.0),
+        });
+    }
+    out
+}
+
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The text table: system × experiment, the paper's figure, ratios, disk.
+pub fn table(report: &PaperReport) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "loadgen paper: {} messages of {} bytes per experiment; {} cores, kernel {}, ringlog {}",
+        report.messages,
+        report.size,
+        report.environment.cores,
+        report.environment.kernel,
+        report.environment.git_revision
+    );
+    let _ = writeln!(t, "ringlog broker: {}", report.ringlog_broker);
+    let _ = writeln!(t);
+    let _ = writeln!(
+        t,
+        "{:<9} {:<18} {:>12} {:>9} {:>10}  mode",
+        "system", "experiment", "msg/s", "MB/s", "paper*"
+    );
+    for r in &report.rows {
+        let (msgs, mb) = match &r.result {
+            Some(s) => (thousands(s.msgs_per_sec), format!("{:.1}", s.mb_per_sec)),
+            None => ("not run".to_string(), "-".to_string()),
+        };
+        let _ = writeln!(
+            t,
+            "{:<9} {:<18} {:>12} {:>9} {:>10}  {}",
+            r.system.name(),
+            r.experiment.title(),
+            msgs,
+            mb,
+            thousands(r.paper_kafka_msgs_per_sec),
+            if r.result.is_some() {
+                r.mode.as_str()
+            } else {
+                r.note.as_str()
+            }
+        );
+    }
+    let _ = writeln!(
+        t,
+        "* the paper's Kafka figure for the experiment (2011: 2 machines, 8 cores, 1 Gb network)"
+    );
+    let _ = writeln!(t);
+    let _ = writeln!(t, "ratios (ringlog / peer) against the paper's claims:");
+    for r in &report.ratios {
+        let value = r
+            .ratio
+            .map_or("not run".to_string(), |v| format!("{v:.1}×"));
+        let verdict = match r.holds {
+            Some(true) => "holds",
+            Some(false) => "does NOT hold",
+            None => "-",
+        };
+        let _ = writeln!(
+            t,
+            "  {:<58} {:>9}  {verdict}  ({})",
+            r.comparison, value, r.paper_claim
+        );
+    }
+    let _ = writeln!(t);
+    let _ = writeln!(
+        t,
+        "on-disk bytes per message ({}-byte payload):",
+        report.size
+    );
+    for d in &report.disk {
+        match (d.bytes_per_message, d.overhead_bytes) {
+            (Some(per), Some(over)) => {
+                let _ = writeln!(
+                    t,
+                    "  {:<9} {per:>8.1} bytes ({over:+.1} beyond the payload)  [{}]",
+                    d.system.name(),
+                    d.method
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    t,
+                    "  {:<9} {:>8}  [{}]",
+                    d.system.name(),
+                    "not run",
+                    d.method
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        t,
+        "  paper: {} bytes of overhead per message for Kafka, {} for ActiveMQ",
+        PAPER_OVERHEAD_BYTES[0].1, PAPER_OVERHEAD_BYTES[1].1
+    );
+    t
+}
+
+/// The paper-comparison bar chart and one throughput-over-time chart per experiment.
+pub fn write_charts(report: &PaperReport, out: &std::path::Path) -> anyhow::Result<()> {
+    let experiments = [
+        Experiment::ProduceBatch1,
+        Experiment::ProduceBatch50,
+        Experiment::Consume,
+    ];
+    let systems: Vec<System> = {
+        let mut s: Vec<System> = report.rows.iter().map(|r| r.system).collect();
+        s.dedup();
+        s
+    };
+    let mut bar_names: Vec<String> = systems.iter().map(|s| s.name().to_string()).collect();
+    bar_names.push("Kafka, paper (2011)".into());
+    let groups: Vec<(String, Vec<Option<f64>>)> = experiments
+        .iter()
+        .map(|&e| {
+            let mut values: Vec<Option<f64>> =
+                systems.iter().map(|&s| rate(&report.rows, s, e)).collect();
+            values.push(Some(paper_figure(e)));
+            (e.title().to_string(), values)
+        })
+        .collect();
+    let svg = chart::grouped_bars(
+        &format!(
+            "The paper's experiments on this machine ({} × {} B)",
+            report.messages, report.size
+        ),
+        "messages per second (log scale)",
+        &bar_names,
+        &groups,
+        true,
+    );
+    std::fs::write(out.join("paper.svg"), svg)?;
+    for e in experiments {
+        let series: Vec<Series> = report
+            .rows
+            .iter()
+            .filter(|r| r.experiment == e)
+            .filter_map(|r| {
+                r.result.as_ref().map(|s| Series {
+                    name: format!("{} ({})", r.system.name(), short(&r.mode)),
+                    points: s.series.clone(),
+                })
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        let name = match e {
+            Experiment::ProduceBatch1 => "throughput-produce-batch1.svg",
+            Experiment::ProduceBatch50 => "throughput-produce-batch50.svg",
+            Experiment::Consume => "throughput-consume.svg",
+        };
+        let svg = chart::lines(
+            &format!("Throughput over time: {}", e.title()),
+            "seconds",
+            "messages per second (log scale)",
+            &series,
+            true,
+        );
+        std::fs::write(out.join(name), svg)?;
+    }
+    Ok(())
+}
+
+fn short(mode: &str) -> String {
+    mode.split(',').next().unwrap_or(mode).trim().to_string()
+}

@@ -128,6 +128,7 @@ impl Common {
 #[derive(Args, Debug, Serialize)]
 struct ProduceArgs {
     #[command(flatten)]
+    #[serde(flatten)]
     common: Common,
     /// Partitions of a topic created by this run.
     #[arg(long, default_value_t = 1)]
@@ -156,6 +157,7 @@ struct ProduceArgs {
 #[derive(Args, Debug, Serialize)]
 struct ConsumeArgs {
     #[command(flatten)]
+    #[serde(flatten)]
     common: Common,
     /// Bytes per fetch.
     #[arg(long, default_value_t = 200 * 1024)]

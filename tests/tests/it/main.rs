@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod durability;
+mod loadgen;
 mod produce_consume;
 mod retention;
 mod stalled_consumer;

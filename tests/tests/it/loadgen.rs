@@ -1,0 +1,227 @@
+//! loadgen against a real broker: exact counts, the e2e checker, the JSON
+//! fields, and `paper` end to end with a tiny N.
+
+use harness::{binary, Broker, BrokerOptions, TempDir};
+use protocol::client::OffsetSpec;
+use serde_json::Value;
+use std::process::Command;
+
+fn loadgen(args: &[&str]) -> (String, String) {
+    let output = Command::new(binary("loadgen")).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "loadgen {args:?} failed:\n{stdout}\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
+fn json(path: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn has(value: &Value, path: &str) {
+    let mut v = value;
+    for key in path.split('.') {
+        v = v
+            .get(key)
+            .unwrap_or_else(|| panic!("JSON lacks {path} (at {key}): {value:#}"));
+    }
+}
+
+#[test]
+fn produce_and_consume_count_exactly_and_report_every_field() {
+    let broker = Broker::start(BrokerOptions::default());
+    let dir = TempDir::new("loadgen");
+    let produce_json = dir.path().join("produce.json");
+    let (stdout, _) = loadgen(&[
+        "--brokers",
+        &broker.address(),
+        "produce",
+        "--topic",
+        "lg",
+        "--partitions",
+        "3",
+        "--num-records",
+        "5000",
+        "--record-size",
+        "100",
+        "--batch",
+        "7",
+        "--acks",
+        "written",
+        "--json",
+        produce_json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("5000 records sent"), "{stdout}");
+    let report = json(&produce_json);
+    assert_eq!(report["summary"]["messages"], 5000);
+    assert_eq!(report["summary"]["bytes"], 500_000);
+    assert_eq!(report["produce"]["stored_bytes"], 5000 * 109);
+    for field in [
+        "workload",
+        "brokers",
+        "config.topic",
+        "config.batch",
+        "config.acks",
+        "config.rate",
+        "summary.elapsed_s",
+        "summary.msgs_per_sec",
+        "summary.mb_per_sec",
+        "summary.series",
+        "summary.latency.p50_ms",
+        "summary.latency.p95_ms",
+        "summary.latency.p99_ms",
+        "summary.latency.p999_ms",
+        "summary.latency.avg_ms",
+        "summary.latency.max_ms",
+        "summary.latency.curve",
+        "produce.all_flushed_after_s",
+        "environment.hostname",
+        "environment.kernel",
+        "environment.cores",
+        "environment.cpu",
+        "environment.memory_gib",
+        "environment.git_revision",
+        "environment.loadgen_version",
+        "environment.unix_time",
+    ] {
+        has(&report, field);
+    }
+    // The broker agrees: 5000 messages of 100 + 9 bytes.
+    let client = broker.client();
+    let stored: u64 = (0..3)
+        .map(|p| {
+            client
+                .list_offsets("lg", p, OffsetSpec::Latest, 0)
+                .unwrap()
+                .1
+                .end_offset
+        })
+        .sum();
+    assert_eq!(stored, 5000 * 109);
+
+    let consume_json = dir.path().join("consume.json");
+    let plot = dir.path().join("plots");
+    let (stdout, _) = loadgen(&[
+        "--brokers",
+        &broker.address(),
+        "consume",
+        "--topic",
+        "lg",
+        "--messages",
+        "5000",
+        "--consumers",
+        "2",
+        "--json",
+        consume_json.to_str().unwrap(),
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("5000 records received"), "{stdout}");
+    assert_eq!(json(&consume_json)["summary"]["messages"], 5000);
+    assert!(plot.join("throughput.svg").exists());
+}
+
+#[test]
+fn e2e_detects_an_injected_loss_and_an_injected_duplicate() {
+    let broker = Broker::start(BrokerOptions::default());
+    let dir = TempDir::new("e2e");
+    let run = |name: &str, extra: &[&str]| -> Value {
+        let path = dir.path().join(format!("{name}.json"));
+        let mut args = vec![
+            "--brokers",
+            &broker.shards[0],
+            "e2e",
+            "--topic",
+            name,
+            "--partitions",
+            "2",
+            "--messages",
+            "2000",
+            "--size",
+            "64",
+            "--grace",
+            "1",
+            "--json",
+            path.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        loadgen(&args);
+        json(&path)
+    };
+    let clean = run("clean", &[]);
+    assert_eq!(clean["e2e"]["sent"], 2000);
+    assert_eq!(clean["e2e"]["received"], 2000);
+    assert_eq!(clean["e2e"]["lost"], 0);
+    assert_eq!(clean["e2e"]["duplicated"], 0);
+    assert_eq!(clean["e2e"]["out_of_order"], 0);
+    has(&clean, "summary.latency.p99_ms");
+
+    let lossy = run("lossy", &["--inject-loss", "10"]);
+    assert_eq!(lossy["e2e"]["lost"], 1);
+    assert_eq!(lossy["e2e"]["duplicated"], 0);
+    assert_eq!(lossy["e2e"]["partitions"][0]["lost"], 1);
+
+    let doubled = run("doubled", &["--inject-duplicate", "20"]);
+    assert_eq!(doubled["e2e"]["lost"], 0);
+    assert_eq!(doubled["e2e"]["duplicated"], 1);
+}
+
+#[test]
+fn paper_runs_end_to_end_with_its_own_broker_and_marks_unreachable_peers_not_run() {
+    let dir = TempDir::new("paper");
+    let out = dir.path().join("out");
+    let (stdout, stderr) = loadgen(&[
+        "paper",
+        "--messages",
+        "3000",
+        "--systems",
+        "ringlog,rabbitmq,activemq",
+        "--rabbitmq-url",
+        "amqp://guest:guest@127.0.0.1:1/%2f",
+        "--activemq-address",
+        "127.0.0.1:1",
+        "--shards",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    for file in [
+        "paper.txt",
+        "paper.json",
+        "paper.svg",
+        "throughput-produce-batch1.svg",
+        "throughput-produce-batch50.svg",
+        "throughput-consume.svg",
+    ] {
+        assert!(out.join(file).exists(), "{file} missing; stderr:\n{stderr}");
+    }
+    assert!(stdout.contains("ringlog   produce, batch 1"), "{stdout}");
+    assert!(
+        stdout.contains("deploy/peers.sh start rabbitmq"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("deploy/peers.sh start activemq"),
+        "{stdout}"
+    );
+    let report = json(&out.join("paper.json"));
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 9);
+    for row in rows {
+        let ran = row["status"] == "ok";
+        assert_eq!(ran, row["system"] == "ringlog", "{row:#}");
+        if ran {
+            assert_eq!(row["result"]["messages"], 3000);
+        }
+    }
+    assert_eq!(report["disk"][0]["overhead_bytes"], 9.0);
+    has(&report, "environment.git_revision");
+    assert!(report["ratios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["ratio"].is_null()));
+}

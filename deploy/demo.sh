@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's "main job": start a standalone broker on loopback with a fresh
 # data directory, do a produce/consume round trip with the ringlog CLI, run
-# the paper's producer and consumer workloads with loadgen (1M messages of
-# 200 bytes), then stop the broker with SIGTERM. Needs nothing but the
-# release binaries (built here if missing).
+# the paper's experiments with `loadgen paper` (1 M messages of 200 bytes;
+# RabbitMQ and ActiveMQ too when deploy/peers.sh started them, otherwise
+# marked "not run"), then stop the broker with SIGTERM. Needs nothing but
+# the release binaries (built here if missing). The table, JSON and charts
+# land in ./loadgen-paper/.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/target/release"
@@ -32,9 +34,6 @@ set -x
 printf 'hello\nfrom\nringlog\n' | "$bin/ringlog" produce demo --partition 0 --acks flushed
 "$bin/ringlog" consume demo --partition 0 --from earliest --exit-at-end --print-offsets
 "$bin/ringlog" topic describe demo
-"$bin/loadgen" produce --topic paper-batch50 --messages 1000000 --size 200 --batch 50
-"$bin/loadgen" produce --topic paper-batch1 --messages 1000000 --size 200 --batch 1
-"$bin/loadgen" consume --topic paper-batch50 --messages 1000000 --fetch-bytes 204800
+"$bin/loadgen" --brokers "$RINGLOG_BROKERS" paper --messages "${MESSAGES:-1000000}" --out loadgen-paper
 set +x
-segments_bytes="$(du -cb "$work"/data/paper-batch50-*/*.log | tail -1 | cut -f1)"
-echo "on disk: $segments_bytes bytes of segments for 1000000 messages of 200 bytes ($(( (segments_bytes - 200000000) / 1000000 )) bytes of framing per message)"
+echo "charts: $(pwd)/loadgen-paper/paper.svg and throughput-*.svg"

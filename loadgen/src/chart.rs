@@ -178,9 +178,30 @@ fn legend(out: &mut String, names: &[String]) {
     }
 }
 
-/// A line chart. `x_labels` maps an x value to its tick text (for example
-/// percentiles); `log_y` uses a log10 axis.
+/// A line chart with automatic x ticks; `log_y` uses a log10 axis.
 pub fn lines(title: &str, x_label: &str, y_label: &str, series: &[Series], log_y: bool) -> String {
+    lines_with_ticks(title, x_label, y_label, series, log_y, &[])
+}
+
+/// Latency by percentile, HdrHistogram style: the x axis counts nines
+/// (x = -log10(1 - p)), so 90%, 99%, 99.9% and 99.99% are evenly spaced.
+pub fn percentiles(title: &str, series: &[Series]) -> String {
+    let nines = |p: f64| -(1.0 - p / 100.0).max(1e-6).log10();
+    let transformed: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            name: s.name.clone(),
+            points: s.points.iter().map(|&(p, ms)| (nines(p), ms)).collect(),
+        })
+        .collect();
+    let ticks: Vec<(f64, String)> = [0.0, 50.0, 90.0, 99.0, 99.9, 99.99, 99.999]
+        .iter()
+        .map(|&p| (nines(p), format!("{p}%")))
+        .collect();
+    lines_with_ticks(title, "percentile", "milliseconds (log scale)", &transformed, true, &ticks)
+}
+
+fn lines_with_ticks(title: &str, x_label: &str, y_label: &str, series: &[Series], log_y: bool, x_ticks: &[(f64, String)]) -> String {
     let mut out = String::new();
     header(&mut out, title);
     let axis = YAxis::new(
@@ -195,17 +216,26 @@ pub fn lines(title: &str, x_label: &str, y_label: &str, series: &[Series], log_y
     let x_min = xs.iter().copied().fold(f64::INFINITY, f64::min).min(0.0);
     let x_max = xs.iter().copied().fold(0.0f64, f64::max).max(x_min + 1e-9);
     let x = |v: f64| LEFT + (v - x_min) / (x_max - x_min) * (WIDTH - LEFT - RIGHT);
-    let step = nice_step((x_max - x_min) / 8.0);
-    let mut tick = (x_min / step).ceil() * step;
-    while tick <= x_max + 1e-9 {
+    let ticks: Vec<(f64, String)> = if x_ticks.is_empty() {
+        let step = nice_step((x_max - x_min) / 8.0);
+        let mut tick = (x_min / step).ceil() * step;
+        let mut auto = Vec::new();
+        while tick <= x_max + 1e-9 {
+            auto.push((tick, format_number(tick)));
+            tick += step;
+        }
+        auto
+    } else {
+        x_ticks.iter().filter(|(v, _)| *v <= x_max + 1e-9).cloned().collect()
+    };
+    for (value, text) in &ticks {
         let _ = write!(
             out,
             r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
-            x(tick),
+            x(*value),
             HEIGHT - BOTTOM + 18.0,
-            format_number(tick)
+            escape(text)
         );
-        tick += step;
     }
     let _ = write!(
         out,

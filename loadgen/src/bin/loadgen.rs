@@ -274,15 +274,12 @@ fn plot(dir: &Option<PathBuf>, title: &str, summary: &Summary) -> anyhow::Result
     );
     std::fs::write(dir.join("throughput.svg"), throughput)?;
     if let Some(latency) = &summary.latency {
-        let svg = chart::lines(
+        let svg = chart::percentiles(
             &format!("{title}: latency by percentile"),
-            "percentile",
-            "milliseconds (log scale)",
             &[Series {
                 name: title.to_string(),
                 points: latency.curve.clone(),
             }],
-            true,
         );
         std::fs::write(dir.join("latency.svg"), svg)?;
     }

@@ -198,10 +198,24 @@ pub fn percentiles(title: &str, series: &[Series]) -> String {
         .iter()
         .map(|&p| (nines(p), format!("{p}%")))
         .collect();
-    lines_with_ticks(title, "percentile", "milliseconds (log scale)", &transformed, true, &ticks)
+    lines_with_ticks(
+        title,
+        "percentile",
+        "milliseconds (log scale)",
+        &transformed,
+        true,
+        &ticks,
+    )
 }
 
-fn lines_with_ticks(title: &str, x_label: &str, y_label: &str, series: &[Series], log_y: bool, x_ticks: &[(f64, String)]) -> String {
+fn lines_with_ticks(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log_y: bool,
+    x_ticks: &[(f64, String)],
+) -> String {
     let mut out = String::new();
     header(&mut out, title);
     let axis = YAxis::new(
@@ -226,7 +240,11 @@ fn lines_with_ticks(title: &str, x_label: &str, y_label: &str, series: &[Series]
         }
         auto
     } else {
-        x_ticks.iter().filter(|(v, _)| *v <= x_max + 1e-9).cloned().collect()
+        x_ticks
+            .iter()
+            .filter(|(v, _)| *v <= x_max + 1e-9)
+            .cloned()
+            .collect()
     };
     for (value, text) in &ticks {
         let _ = write!(

@@ -111,10 +111,10 @@ pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<Vec<PartitionCh
     let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
     let mut consumers = Vec::new();
     for p in 0..partitions {
-        let (latest, _) = client.list_offsets(&spec.topic, p, OffsetSpec::Latest, 0)?;
+        // Start where this run's messages will begin: the end offset, which
+        // may lie above the flushed (visible) offset.
         let (_, offsets) = client.list_offsets(&spec.topic, p, OffsetSpec::Latest, 0)?;
-        // Start where this run's messages will begin (the end, not just the flushed part).
-        let mut consumer = Consumer::new(&client, &spec.topic, p, latest.max(offsets.end_offset))?;
+        let mut consumer = Consumer::new(&client, &spec.topic, p, offsets.end_offset)?;
         consumer.set_max_wait_ms(50);
         consumers.push(consumer);
     }

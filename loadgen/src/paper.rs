@@ -171,6 +171,8 @@ pub struct PaperReport {
     pub size: usize,
     /// The ringlog broker measured ("started by loadgen: N shards" or an address).
     pub ringlog_broker: String,
+    /// The ringlog broker's shards and the paper topics' effective settings.
+    pub ringlog_config: Option<serde_json::Value>,
     /// The rows.
     pub rows: Vec<Row>,
     /// On-disk bytes per message.
@@ -252,6 +254,7 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
     let mut rows = Vec::new();
     let mut disk = Vec::new();
     let mut ringlog_broker = String::new();
+    let mut ringlog_config = None;
     let suffix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -273,6 +276,8 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
                     }
                 };
                 let (r, d) = run_ringlog(spec, &brokers, suffix);
+                ringlog_config =
+                    workload::broker_config(&brokers, &format!("paper-b1-{suffix}")).ok();
                 rows.extend(r);
                 disk.push(d);
             }
@@ -324,6 +329,7 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
         messages: spec.messages,
         size: spec.size,
         ringlog_broker,
+        ringlog_config,
         rows,
         disk,
         ratios,

@@ -325,3 +325,34 @@ pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
     stats.freeze();
     Ok(())
 }
+
+/// The broker's side of a run, for reports: brokers with their shard
+/// addresses, and the topic's effective settings.
+pub fn broker_config(brokers: &str, topic: &str) -> anyhow::Result<serde_json::Value> {
+    let client = Client::connect(brokers)?;
+    let metadata = client.metadata(&[topic])?;
+    let brokers: Vec<serde_json::Value> = metadata
+        .brokers
+        .iter()
+        .map(|b| {
+            serde_json::json!({
+                "broker_id": b.broker_id,
+                "shards": b.shards.len(),
+                "addresses": b.shards.iter().map(|s| format!("{}:{}", s.host, s.port)).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let topic = metadata.topics.first().map(|t| {
+        let s = t.settings;
+        serde_json::json!({
+            "name": t.name,
+            "partitions": t.partitions.len(),
+            "retention_ms": s.retention_ms,
+            "retention_bytes": s.retention_bytes,
+            "segment_bytes": s.segment_bytes,
+            "flush_messages": s.flush_messages,
+            "flush_interval_ms": s.flush_interval_ms,
+        })
+    });
+    Ok(serde_json::json!({ "brokers": brokers, "topic": topic }))
+}

@@ -218,6 +218,8 @@ struct WorkloadReport<'a, C: Serialize> {
     produce: Option<ProduceExtra>,
     #[serde(skip_serializing_if = "Option::is_none")]
     e2e: Option<E2eExtra>,
+    /// The broker's shards and the topic's effective settings.
+    broker_config: serde_json::Value,
     environment: Environment,
 }
 
@@ -357,6 +359,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                             all_flushed_after_s: outcome.flushed_after.as_secs_f64(),
                         }),
                         e2e: None,
+                        broker_config: workload::broker_config(&brokers, &args.common.topic)?,
                         environment: Environment::detect(),
                     },
                 )?;
@@ -394,6 +397,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         summary: &summary,
                         produce: None,
                         e2e: None,
+                        broker_config: workload::broker_config(&brokers, &args.common.topic)?,
                         environment: Environment::detect(),
                     },
                 )?;
@@ -453,6 +457,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         summary: &summary,
                         produce: None,
                         e2e: Some(extra),
+                        broker_config: workload::broker_config(&brokers, &args.topic)?,
                         environment: Environment::detect(),
                     },
                 )?;

@@ -78,6 +78,8 @@ fn produce_and_consume_count_exactly_and_report_every_field() {
         "summary.latency.max_ms",
         "summary.latency.curve",
         "produce.all_flushed_after_s",
+        "broker_config.brokers",
+        "broker_config.topic.flush_interval_ms",
         "environment.hostname",
         "environment.kernel",
         "environment.cores",
@@ -219,6 +221,7 @@ fn paper_runs_end_to_end_with_its_own_broker_and_marks_unreachable_peers_not_run
     }
     assert_eq!(report["disk"][0]["overhead_bytes"], 9.0);
     has(&report, "environment.git_revision");
+    has(&report, "ringlog_config.topic.segment_bytes");
     assert!(report["ratios"]
         .as_array()
         .unwrap()

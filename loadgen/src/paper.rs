@@ -445,122 +445,119 @@ fn peer_disk(
     }
 }
 
-fn run_rabbitmq(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
-    let url = &spec.rabbitmq_url;
-    let dir = spec.peers_dir.join("rabbitmq").join("mnesia");
+/// One experiment against a peer's queue, counting into the stats.
+type QueueRun<'a> = Box<dyn Fn(&str, &Stats) -> anyhow::Result<()> + 'a>;
+
+/// A peer as `loadgen paper` drives it: where its data lives, how each
+/// experiment is run (given a queue name), and how each is labelled.
+struct PeerRun<'a> {
+    system: System,
+    data_dir: PathBuf,
+    produce_paper: QueueRun<'a>,
+    produce_fast: QueueRun<'a>,
+    consume: QueueRun<'a>,
+    modes: [&'static str; 3],
+}
+
+/// Batch 1 into one queue (its disk growth is the bytes per message), the
+/// faster mode into another, then the consumer drains the first.
+fn run_peer(spec: &PaperSpec, suffix: u64, peer: PeerRun<'_>) -> (Vec<Row>, DiskRow) {
+    let name = peer.system.name();
     let queue1 = format!("paper-b1-{suffix}");
-    let before = settled_bytes(&dir);
-    let outcome = run_one("rabbitmq produce, batch 1", spec.messages, |stats| {
-        rabbitmq::produce(
-            url,
-            &queue1,
-            spec.messages,
-            spec.size,
-            rabbitmq::Publish::Async,
-            stats,
-        )
-    });
-    let after = settled_bytes(&dir);
+    let queue50 = format!("paper-b50-{suffix}");
+    let before = settled_bytes(&peer.data_dir);
+    let outcome = run_one(
+        &format!("{name} produce, batch 1"),
+        spec.messages,
+        |stats| (peer.produce_paper)(&queue1, stats),
+    );
+    let after = settled_bytes(&peer.data_dir);
     let disk = peer_disk(
-        System::Rabbitmq,
-        &dir,
+        peer.system,
+        &peer.data_dir,
         before,
         after,
         spec.messages,
         spec.size,
     );
     let mut rows = vec![row(
-        System::Rabbitmq,
+        peer.system,
         Experiment::ProduceBatch1,
-        "async publish, persistent, durable queue (the paper's mode)",
+        peer.modes[0],
         outcome,
     )];
-    let queue50 = format!("paper-b50-{suffix}");
-    let outcome = run_one("rabbitmq produce, confirms 50", spec.messages, |stats| {
-        rabbitmq::produce(
-            url,
-            &queue50,
-            spec.messages,
-            spec.size,
-            rabbitmq::Publish::Confirms(50),
-            stats,
-        )
-    });
+    let outcome = run_one(
+        &format!("{name} produce, batch 50"),
+        spec.messages,
+        |stats| (peer.produce_fast)(&queue50, stats),
+    );
     rows.push(row(
-        System::Rabbitmq,
+        peer.system,
         Experiment::ProduceBatch50,
-        "publisher confirms, window of 50 (no batch API)",
+        peer.modes[1],
         outcome,
     ));
-    let outcome = run_one("rabbitmq consume", spec.messages, |stats| {
-        rabbitmq::consume(url, &queue1, spec.messages, stats)
+    let outcome = run_one(&format!("{name} consume"), spec.messages, |stats| {
+        (peer.consume)(&queue1, stats)
     });
     rows.push(row(
-        System::Rabbitmq,
+        peer.system,
         Experiment::Consume,
-        "auto-ack consumer",
+        peer.modes[2],
         outcome,
     ));
     (rows, disk)
 }
 
+fn run_rabbitmq(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
+    let url = spec.rabbitmq_url.as_str();
+    let (n, size) = (spec.messages, spec.size);
+    let peer = PeerRun {
+        system: System::Rabbitmq,
+        data_dir: spec.peers_dir.join("rabbitmq").join("mnesia"),
+        produce_paper: Box::new(move |q, stats| {
+            rabbitmq::produce(url, q, n, size, rabbitmq::Publish::Async, stats)
+        }),
+        produce_fast: Box::new(move |q, stats| {
+            rabbitmq::produce(url, q, n, size, rabbitmq::Publish::Confirms(50), stats)
+        }),
+        consume: Box::new(move |q, stats| rabbitmq::consume(url, q, n, stats)),
+        modes: [
+            "async publish, persistent, durable queue (the paper's mode)",
+            "publisher confirms, window of 50 (no batch API)",
+            "auto-ack consumer",
+        ],
+    };
+    run_peer(spec, suffix, peer)
+}
+
 fn run_activemq(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
-    let address = &spec.activemq_address;
-    let dir = spec.peers_dir.join("activemq").join("data").join("kahadb");
-    let queue1 = format!("paper-b1-{suffix}");
-    let before = settled_bytes(&dir);
-    let outcome = run_one("activemq produce, batch 1", spec.messages, |stats| {
-        activemq::produce(
-            address,
-            &queue1,
-            spec.messages,
-            spec.size,
-            activemq::Publish::Async,
-            stats,
-        )
-    });
-    let after = settled_bytes(&dir);
-    let disk = peer_disk(
-        System::Activemq,
-        &dir,
-        before,
-        after,
-        spec.messages,
-        spec.size,
-    );
-    let mut rows = vec![row(
-        System::Activemq,
-        Experiment::ProduceBatch1,
-        "async send, persistent, async journal (the paper's mode)",
-        outcome,
-    )];
-    let queue50 = format!("paper-b50-{suffix}");
-    let outcome = run_one("activemq produce, transacted 50", spec.messages, |stats| {
-        activemq::produce(
-            address,
-            &queue50,
-            spec.messages,
-            spec.size,
-            activemq::Publish::Transacted(50),
-            stats,
-        )
-    });
-    rows.push(row(
-        System::Activemq,
-        Experiment::ProduceBatch50,
-        "transactions of 50 sends (no batch API)",
-        outcome,
-    ));
-    let outcome = run_one("activemq consume", spec.messages, |stats| {
-        activemq::consume(address, &queue1, spec.messages, stats)
-    });
-    rows.push(row(
-        System::Activemq,
-        Experiment::Consume,
-        "auto-ack subscriber, prefetch 1000",
-        outcome,
-    ));
-    (rows, disk)
+    let address = spec.activemq_address.as_str();
+    let (n, size) = (spec.messages, spec.size);
+    let peer = PeerRun {
+        system: System::Activemq,
+        data_dir: spec.peers_dir.join("activemq").join("data").join("kahadb"),
+        produce_paper: Box::new(move |q, stats| {
+            activemq::produce(address, q, n, size, activemq::Publish::Async, stats)
+        }),
+        produce_fast: Box::new(move |q, stats| {
+            activemq::produce(
+                address,
+                q,
+                n,
+                size,
+                activemq::Publish::Transacted(50),
+                stats,
+            )
+        }),
+        consume: Box::new(move |q, stats| activemq::consume(address, q, n, stats)),
+        modes: [
+            "async send, persistent, async journal (the paper's mode)",
+            "transactions of 50 sends (no batch API)",
+            "auto-ack subscriber, prefetch 1000",
+        ],
+    };
+    run_peer(spec, suffix, peer)
 }
 
 fn rate(rows: &[Row], system: System, experiment: Experiment) -> Option<f64> {

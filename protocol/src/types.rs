@@ -20,6 +20,18 @@ impl fmt::Display for Offset {
     }
 }
 
+/// FNV-1a, 64 bit: a hash that is stable across builds, platforms and
+/// languages (unlike std's), for anything every party must compute alike —
+/// the broker's partition-to-shard placement, the producer's key partitioner.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
 /// Longest topic name accepted (Kafka's limit; leaves room in a file name for
 /// the `-<partition>` suffix).
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
@@ -82,6 +94,13 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fnv1a_matches_the_published_vectors() {
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
+    }
 
     #[test]
     fn topic_names_follow_the_rule() {

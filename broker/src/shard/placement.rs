@@ -4,17 +4,7 @@
 //! starting at a shard chosen by the topic's hash, so small topics spread
 //! across the cores instead of all starting on shard 0.
 
-use protocol::types::{PartitionId, ShardId};
-
-/// FNV-1a: stable across builds and platforms, unlike std's hasher.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
-}
+use protocol::types::{fnv1a, PartitionId, ShardId};
 
 /// The shard that owns `partition` of `topic` on a broker with `shard_count` shards.
 pub fn owner_shard(topic: &str, partition: PartitionId, shard_count: usize) -> ShardId {

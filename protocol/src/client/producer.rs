@@ -14,6 +14,7 @@ use super::{Client, ClientError, Connection, ResponseFrame};
 use crate::codec::{self, verify, AckMode};
 use crate::frame::{self, Api, API_VERSION};
 use crate::message::{encode_message, encoded_len, MESSAGE_BYTES_MAX};
+use crate::types::fnv1a;
 use crate::wire;
 use std::io::{BufWriter, Write};
 use std::net::{Shutdown, TcpStream};
@@ -151,15 +152,6 @@ pub struct Producer {
     partitions: u32,
     next_partition: u32,
     rng: u64,
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash = 0xcbf2_9ce4_8422_2325u64;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
 }
 
 impl Producer {

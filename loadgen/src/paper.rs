@@ -656,10 +656,19 @@ pub fn table(report: &PaperReport) -> String {
         "{:<9} {:<18} {:>12} {:>9} {:>10}  mode",
         "system", "experiment", "msg/s", "MB/s", "paper*"
     );
+    let mut explained: Vec<(System, &str)> = Vec::new();
     for r in &report.rows {
         let (msgs, mb) = match &r.result {
             Some(s) => (thousands(s.msgs_per_sec), format!("{:.1}", s.mb_per_sec)),
             None => ("not run".to_string(), "-".to_string()),
+        };
+        let remark = if r.result.is_some() {
+            r.mode.as_str()
+        } else if explained.contains(&(r.system, r.note.as_str())) {
+            "(as above)"
+        } else {
+            explained.push((r.system, r.note.as_str()));
+            r.note.as_str()
         };
         let _ = writeln!(
             t,
@@ -669,11 +678,7 @@ pub fn table(report: &PaperReport) -> String {
             msgs,
             mb,
             thousands(r.paper_kafka_msgs_per_sec),
-            if r.result.is_some() {
-                r.mode.as_str()
-            } else {
-                r.note.as_str()
-            }
+            remark
         );
     }
     let _ = writeln!(

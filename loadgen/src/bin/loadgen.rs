@@ -80,10 +80,10 @@ struct PaperArgs {
     #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     shards: usize,
     /// RabbitMQ's AMQP URL.
-    #[arg(long, default_value = rabbitmq::DEFAULT_URL)]
+    #[arg(long, env = "RINGLOG_RABBITMQ_URL", default_value = rabbitmq::DEFAULT_URL)]
     rabbitmq_url: String,
     /// ActiveMQ's STOMP address.
-    #[arg(long, default_value = activemq::DEFAULT_ADDRESS)]
+    #[arg(long, env = "RINGLOG_ACTIVEMQ_ADDRESS", default_value = activemq::DEFAULT_ADDRESS)]
     activemq_address: String,
     /// deploy/peers.sh's data directory, to measure the peers' bytes on disk.
     #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]

@@ -105,6 +105,10 @@ pub struct PaperSpec {
     pub shards: usize,
     /// Where the table, JSON and charts go.
     pub out: PathBuf,
+    /// Write the JSON here instead of `out/paper.json`.
+    pub json: Option<PathBuf>,
+    /// Write the charts here instead of `out`.
+    pub plot: Option<PathBuf>,
     /// RabbitMQ's AMQP URL.
     pub rabbitmq_url: String,
     /// ActiveMQ's STOMP address.

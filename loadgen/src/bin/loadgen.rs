@@ -76,6 +76,12 @@ struct PaperArgs {
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-paper")]
     out: PathBuf,
+    /// Also write the JSON report here (default: OUT/paper.json).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the SVG charts here (default: OUT).
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
     /// Shards of the broker loadgen starts (without --brokers).
     #[arg(long, default_value_t = std::thread::available_parallelism().map_or(1, |n| n.get()))]
     shards: usize,
@@ -309,6 +315,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 brokers: cli.brokers,
                 shards: args.shards,
                 out: args.out,
+                json: args.json,
+                plot: args.plot,
                 rabbitmq_url: args.rabbitmq_url,
                 activemq_address: args.activemq_address,
                 peers_dir: args.peers_dir,

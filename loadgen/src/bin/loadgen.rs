@@ -76,7 +76,7 @@ struct PaperArgs {
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-paper")]
     out: PathBuf,
-    /// Also write the JSON report here (default: OUT/paper.json).
+    /// Write the JSON report here (default: OUT/paper.json).
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Write the SVG charts here (default: OUT).

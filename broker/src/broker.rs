@@ -200,7 +200,13 @@ async fn shard_main(context: ShardContext) {
 async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: Notify) {
     while let Ok(msg) = inbox.recv_async().await {
         match msg {
-            ShardMsg::Request { .. } => handler::serve_forwarded(&shard, msg),
+            ShardMsg::Request { .. } => {
+                // A partition whose disk is behind stops the inbox until it
+                // catches up: forwarded producers are pushed back too.
+                if let Some(until) = handler::serve_forwarded(&shard, msg) {
+                    until.await;
+                }
+            }
             ShardMsg::TopicCreated { topic, done } => {
                 let result = shard.open_topic(&topic).await;
                 let _ = done.send_async(result).await;

@@ -335,8 +335,50 @@ pub fn forward(
     })))
 }
 
-/// Runs a forwarded request on its owning shard and sends the response back.
-pub fn serve_forwarded(shard: &Rc<Shard>, msg: ShardMsg) {
+/// Forwards a fire-and-forget produce (`acks = none`): the connection only
+/// waits for room in the owner's inbox, not for an answer, so forwarded
+/// produces pipeline like local ones. The forwarding shard has already
+/// checked the topic, the partition and every CRC; what can still fail on the
+/// owner (storage) is logged and counted there, as `acks = none` promises
+/// no answer.
+pub fn forward_without_reply(
+    shard: &Shard,
+    owner: u16,
+    api: u16,
+    request_id: u32,
+    header: &[u8],
+    payload: &[u8],
+) -> Result<Dispatched, Failure> {
+    crate::metrics::bump(&shard.metrics.counters.requests_forwarded_total, 1);
+    let (reply, response) = flume::bounded(1);
+    drop(response);
+    let msg = ShardMsg::Request {
+        api,
+        version: API_VERSION,
+        request_id,
+        header: header.to_vec(),
+        payload: payload.to_vec(),
+        reply,
+    };
+    let Some(peer) = shard.peers.get(owner as usize) else {
+        return Err(Failure::new(
+            ErrorCode::Internal,
+            format!("no shard {owner}"),
+        ));
+    };
+    let peer = peer.clone();
+    Ok(Dispatched::Throttle(Box::pin(async move {
+        let _ = peer.send_async(msg).await;
+    })))
+}
+
+/// Runs a forwarded request on its owning shard and sends the response
+/// back. Returns the backpressure wait, if the request asked for one; the
+/// inbox loop awaits it before taking the next request.
+pub fn serve_forwarded(
+    shard: &Rc<Shard>,
+    msg: ShardMsg,
+) -> Option<Pin<Box<dyn Future<Output = ()>>>> {
     let ShardMsg::Request {
         api,
         version,
@@ -346,12 +388,25 @@ pub fn serve_forwarded(shard: &Rc<Shard>, msg: ShardMsg) {
         reply,
     } = msg
     else {
-        return;
+        return None;
     };
     match dispatch(shard, api, version, request_id, &header, &payload) {
-        // The sender's queue (bounded) already pushes back on the forwarder.
-        Dispatched::Silent | Dispatched::Throttle(_) => {}
+        Dispatched::Silent => {}
+        Dispatched::Throttle(until) => return Some(until),
         Dispatched::Ready(response) => {
+            if reply.is_disconnected() {
+                // A fire-and-forget produce failed here; nobody waits for it.
+                if let Ok(error) =
+                    protocol::codec::verify::<protocol::wire::ErrorResponse>(&response.header)
+                {
+                    tracing::warn!(
+                        request_id,
+                        message = error.message().unwrap_or_default(),
+                        "forwarded acks=none request failed"
+                    );
+                }
+                return None;
+            }
             let _ = reply.try_send(response.into_sendable());
         }
         Dispatched::Later(later) => {
@@ -363,4 +418,5 @@ pub fn serve_forwarded(shard: &Rc<Shard>, msg: ShardMsg) {
             .detach();
         }
     }
+    None
 }

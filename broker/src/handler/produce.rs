@@ -2,7 +2,9 @@
 //! the partition's log, then acknowledge as the request asked: not at all
 //! (the paper's mode), once written to the page cache, or once flushed.
 
-use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
+use super::{
+    forward, forward_without_reply, invalid_header, Dispatched, Failure, Payload, Response,
+};
 use crate::limits::PENDING_BYTES_MAX;
 use crate::shard::Shard;
 use crate::storage::partition_log::{request_sync, SharedLog, WRITE_CHUNK_BYTES};
@@ -32,17 +34,8 @@ pub fn handle(
         ));
     }
     let log = super::fetch::local_log(shard, topic_name, partition)?;
-    let Some(log) = log else {
-        let owner = shard.owner_of(topic_name, partition);
-        return forward(
-            shard,
-            owner,
-            Api::Produce as u16,
-            request_id,
-            header,
-            payload,
-        );
-    };
+    // Checked before any forwarding too, so a bad set is refused at once
+    // whichever shard the client talks to.
     let summary = validate_message_set(payload).map_err(|e| {
         Failure::new(
             ErrorCode::CorruptMessage,
@@ -58,6 +51,27 @@ pub fn handle(
             ),
         ));
     }
+    let Some(log) = log else {
+        let owner = shard.owner_of(topic_name, partition);
+        if acks == AckMode::None {
+            return forward_without_reply(
+                shard,
+                owner,
+                Api::Produce as u16,
+                request_id,
+                header,
+                payload,
+            );
+        }
+        return forward(
+            shard,
+            owner,
+            Api::Produce as u16,
+            request_id,
+            header,
+            payload,
+        );
+    };
     let started = Instant::now();
     let (base, end) = log.borrow_mut().append(payload, summary.count)?;
     let counters = &shard.metrics.counters;

@@ -256,3 +256,64 @@ fn a_deleted_topic_is_gone_and_its_name_can_be_reused() {
     assert_eq!(messages[0].value, b"fresh");
     assert!(read_all(&client, "reused", 1, 0).is_empty());
 }
+
+#[test]
+fn fire_and_forget_produces_through_the_wrong_shard_arrive_and_bad_ones_are_refused() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "fwd-none", 4);
+    let mut producer = protocol::client::Producer::new(
+        &client,
+        "fwd-none",
+        protocol::client::ProducerConfig {
+            acks: AckMode::None,
+            shard_aware: false,
+            batch_messages: 25,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for i in 0..4000u64 {
+        producer
+            .send_to((i % 4) as u32, None, &numbered_payload(i, 40))
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut total = 0;
+    while total < 4000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {total} of 4000 arrived"
+        );
+        total = (0..4)
+            .map(|p| read_all(&client, "fwd-none", p, 0).len())
+            .sum::<usize>();
+    }
+    assert_eq!(total, 4000);
+    // A partition owned by the other shard, through shard 0, with a bad CRC
+    // and acks=none: refused at once by the shard the client talks to.
+    let metadata = client.metadata(&["fwd-none"]).unwrap();
+    let foreign = metadata.topics[0]
+        .partitions
+        .iter()
+        .find(|p| p.shard_id != 0)
+        .unwrap()
+        .partition;
+    let mut conn = Connection::connect(&broker.shards[0]).unwrap();
+    let mut set = Vec::new();
+    protocol::message::encode_message(&mut set, None, b"flipped");
+    let last = set.len() - 1;
+    set[last] ^= 1;
+    let header =
+        protocol::codec::produce_request(&mut conn.fbb, "fwd-none", foreign, AckMode::None)
+            .to_vec();
+    let error = conn
+        .call(protocol::frame::Api::Produce, &header, &set)
+        .unwrap_err();
+    assert_eq!(
+        error.code(),
+        Some(protocol::ErrorCode::CorruptMessage),
+        "{error}"
+    );
+}

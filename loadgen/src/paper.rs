@@ -250,6 +250,43 @@ fn not_run(system: System, reason: &str) -> Vec<Row> {
     .collect()
 }
 
+fn json_path(spec: &PaperSpec) -> PathBuf {
+    spec.json
+        .clone()
+        .unwrap_or_else(|| spec.out.join("paper.json"))
+}
+
+fn plot_dir(spec: &PaperSpec) -> PathBuf {
+    spec.plot.clone().unwrap_or_else(|| spec.out.clone())
+}
+
+fn build_report(
+    spec: &PaperSpec,
+    rows: Vec<Row>,
+    disk: Vec<DiskRow>,
+    ringlog_broker: String,
+    ringlog_config: Option<serde_json::Value>,
+) -> PaperReport {
+    PaperReport {
+        environment: Environment::detect(),
+        messages: spec.messages,
+        size: spec.size,
+        ringlog_broker,
+        ringlog_config,
+        ratios: ratios(&rows),
+        rows,
+        disk,
+    }
+}
+
+fn write_outputs(spec: &PaperSpec, report: &PaperReport, table: &str) -> anyhow::Result<()> {
+    std::fs::write(spec.out.join("paper.txt"), table)?;
+    write_json(&json_path(spec), report)?;
+    let plot = plot_dir(spec);
+    std::fs::create_dir_all(&plot).with_context(|| format!("creating {}", plot.display()))?;
+    write_charts(report, &plot)
+}
+
 /// Runs the experiments, prints the table and writes `paper.json`,
 /// `paper.txt` and the charts into `spec.out`.
 pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
@@ -326,26 +363,26 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
                 disk.push(d);
             }
         }
+        // Keep what is measured so far: a long run cut short still leaves
+        // its finished systems on disk.
+        let partial = build_report(
+            spec,
+            rows.clone(),
+            disk.clone(),
+            ringlog_broker.clone(),
+            ringlog_config.clone(),
+        );
+        write_outputs(spec, &partial, &table(&partial))?;
     }
-    let ratios = ratios(&rows);
-    let report = PaperReport {
-        environment: Environment::detect(),
-        messages: spec.messages,
-        size: spec.size,
-        ringlog_broker,
-        ringlog_config,
-        rows,
-        disk,
-        ratios,
-    };
+    let report = build_report(spec, rows, disk, ringlog_broker, ringlog_config);
     let table = table(&report);
     print!("{table}");
-    std::fs::write(spec.out.join("paper.txt"), &table)?;
-    write_json(&spec.out.join("paper.json"), &report)?;
-    write_charts(&report, &spec.out)?;
+    write_outputs(spec, &report, &table)?;
     eprintln!(
-        "wrote {}/paper.txt, paper.json, paper.svg, throughput-*.svg",
-        spec.out.display()
+        "wrote {}, {} and charts paper.svg, throughput-*.svg in {}",
+        spec.out.join("paper.txt").display(),
+        json_path(spec).display(),
+        plot_dir(spec).display()
     );
     Ok(report)
 }
@@ -449,6 +486,9 @@ fn peer_disk(
     }
 }
 
+/// Deletes a peer's queues after its experiments.
+type Cleanup<'a> = Box<dyn Fn(&[&str]) + 'a>;
+
 /// One experiment against a peer's queue, counting into the stats.
 type QueueRun<'a> = Box<dyn Fn(&str, &Stats) -> anyhow::Result<()> + 'a>;
 
@@ -460,11 +500,13 @@ struct PeerRun<'a> {
     produce_paper: QueueRun<'a>,
     produce_fast: QueueRun<'a>,
     consume: QueueRun<'a>,
+    cleanup: Cleanup<'a>,
     modes: [&'static str; 3],
 }
 
 /// Batch 1 into one queue (its disk growth is the bytes per message), the
-/// faster mode into another, then the consumer drains the first.
+/// consumer drains it, then the faster mode fills another queue; finally
+/// the peer's queues are deleted where its protocol allows.
 fn run_peer(spec: &PaperSpec, suffix: u64, peer: PeerRun<'_>) -> (Vec<Row>, DiskRow) {
     let name = peer.system.name();
     let queue1 = format!("paper-b1-{suffix}");
@@ -484,33 +526,31 @@ fn run_peer(spec: &PaperSpec, suffix: u64, peer: PeerRun<'_>) -> (Vec<Row>, Disk
         spec.messages,
         spec.size,
     );
-    let mut rows = vec![row(
+    let produce_row = row(
         peer.system,
         Experiment::ProduceBatch1,
         peer.modes[0],
         outcome,
-    )];
+    );
+    // The consumer drains what batch 1 stored before the next producer
+    // runs, so no peer carries two full backlogs at once.
+    let outcome = run_one(&format!("{name} consume"), spec.messages, |stats| {
+        (peer.consume)(&queue1, stats)
+    });
+    let consume_row = row(peer.system, Experiment::Consume, peer.modes[2], outcome);
     let outcome = run_one(
         &format!("{name} produce, batch 50"),
         spec.messages,
         |stats| (peer.produce_fast)(&queue50, stats),
     );
-    rows.push(row(
+    let fast_row = row(
         peer.system,
         Experiment::ProduceBatch50,
         peer.modes[1],
         outcome,
-    ));
-    let outcome = run_one(&format!("{name} consume"), spec.messages, |stats| {
-        (peer.consume)(&queue1, stats)
-    });
-    rows.push(row(
-        peer.system,
-        Experiment::Consume,
-        peer.modes[2],
-        outcome,
-    ));
-    (rows, disk)
+    );
+    (peer.cleanup)(&[&queue1, &queue50]);
+    (vec![produce_row, fast_row, consume_row], disk)
 }
 
 fn run_rabbitmq(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
@@ -526,6 +566,7 @@ fn run_rabbitmq(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
             rabbitmq::produce(url, q, n, size, rabbitmq::Publish::Confirms(50), stats)
         }),
         consume: Box::new(move |q, stats| rabbitmq::consume(url, q, n, stats)),
+        cleanup: Box::new(move |queues| rabbitmq::delete_queues(url, queues)),
         modes: [
             "async publish, persistent, durable queue (the paper's mode)",
             "publisher confirms, window of 50 (no batch API)",
@@ -555,6 +596,8 @@ fn run_activemq(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
             )
         }),
         consume: Box::new(move |q, stats| activemq::consume(address, q, n, stats)),
+        // STOMP cannot delete a queue; deploy/peers.sh stop removes the data.
+        cleanup: Box::new(|_| {}),
         modes: [
             "async send, persistent, async journal (the paper's mode)",
             "transactions of 50 sends (no batch API)",

@@ -153,6 +153,21 @@ pub fn produce(
     })
 }
 
+/// Deletes queues (best effort), so a finished run leaves RabbitMQ idle.
+pub fn delete_queues(url: &str, queues: &[&str]) {
+    let Ok(rt) = runtime() else { return };
+    rt.block_on(async {
+        if let Ok((conn, channel)) = channel(url).await {
+            for queue in queues {
+                let _ = channel
+                    .queue_delete((*queue).into(), QueueDeleteOptions::default())
+                    .await;
+            }
+            let _ = conn.close(200, "done".into()).await;
+        }
+    });
+}
+
 /// Consumes `messages` from `queue` with automatic acknowledgement.
 pub fn consume(url: &str, queue: &str, messages: u64, stats: &Stats) -> anyhow::Result<()> {
     runtime()?.block_on(async {

@@ -7,10 +7,10 @@
 
 use std::fmt::Write as _;
 
-const WIDTH: f64 = 900.0;
+const WIDTH: f64 = 1040.0;
 const HEIGHT: f64 = 520.0;
 const LEFT: f64 = 90.0;
-const RIGHT: f64 = 220.0;
+const RIGHT: f64 = 340.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 60.0;
 const COLORS: [&str; 8] = [

@@ -16,7 +16,7 @@ use crate::stats::{Reporter, Stats, Summary};
 use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use anyhow::Context;
 use protocol::client::AckMode;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,7 +33,7 @@ pub const PAPER_KAFKA: [(Experiment, f64); 3] = [
 pub const PAPER_OVERHEAD_BYTES: [(&str, f64); 2] = [("Kafka", 9.0), ("ActiveMQ", 144.0)];
 
 /// A system under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum System {
     /// This project.
@@ -68,7 +68,7 @@ impl System {
 }
 
 /// One of the paper's experiments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Experiment {
     /// One producer, one message per send.
@@ -120,7 +120,7 @@ pub struct PaperSpec {
 }
 
 /// One row of the table.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// The system.
     pub system: System,
@@ -139,7 +139,7 @@ pub struct Row {
 }
 
 /// On-disk cost per message.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DiskRow {
     /// The system.
     pub system: System,
@@ -152,7 +152,7 @@ pub struct DiskRow {
 }
 
 /// A ratio between ringlog and a peer.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Ratio {
     /// What is compared.
     pub comparison: String,
@@ -165,7 +165,7 @@ pub struct Ratio {
 }
 
 /// Everything `loadgen paper` measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PaperReport {
     /// Machine and build.
     pub environment: Environment,
@@ -784,6 +784,16 @@ pub fn table(report: &PaperReport) -> String {
     t
 }
 
+/// Rewrites the charts of an earlier run from its `paper.json`.
+pub fn replot(json: &std::path::Path, out: &std::path::Path) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(json).with_context(|| format!("reading {}", json.display()))?;
+    let report: PaperReport =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))?;
+    std::fs::create_dir_all(out)?;
+    write_charts(&report, out)
+}
+
 /// The paper-comparison bar chart and one throughput-over-time chart per experiment.
 pub fn write_charts(report: &PaperReport, out: &std::path::Path) -> anyhow::Result<()> {
     let experiments = [
@@ -849,5 +859,11 @@ pub fn write_charts(report: &PaperReport, out: &std::path::Path) -> anyhow::Resu
 }
 
 fn short(mode: &str) -> String {
-    mode.split(',').next().unwrap_or(mode).trim().to_string()
+    // The legend keeps the mode's first clause: "publisher confirms",
+    // "transactions of 50 sends", "200 KiB fetches".
+    mode.split([',', '('])
+        .next()
+        .unwrap_or(mode)
+        .trim()
+        .to_string()
 }

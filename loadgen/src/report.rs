@@ -1,9 +1,9 @@
 //! What a report records besides the figures: the machine and the build.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Where and with what a benchmark ran.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Environment {
     /// Host name.
     pub hostname: String,

@@ -60,6 +60,14 @@ enum Command {
     Consume(ConsumeArgs),
     /// Producers and consumers at once: latency, loss, duplicates, order.
     E2e(E2eArgs),
+    /// Redraw the charts of an earlier `paper` run from its paper.json.
+    Replot {
+        /// The paper.json to read.
+        json: PathBuf,
+        /// Where the charts go (default: beside the JSON).
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -323,6 +331,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 fetch_bytes: args.fetch_bytes,
             };
             paper::run(&spec)?;
+        }
+        Command::Replot { json, plot } => {
+            let dir = plot.unwrap_or_else(|| json.parent().map(PathBuf::from).unwrap_or_default());
+            paper::replot(&json, &dir)?;
+            eprintln!("charts written to {}", dir.display());
         }
         Command::Produce(args) => {
             let spec = ProduceSpec {

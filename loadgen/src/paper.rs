@@ -231,8 +231,9 @@ fn row(
     }
 }
 
-fn not_run(system: System, reason: &str) -> Vec<Row> {
-    [
+/// The rows and disk row of a system that could not be reached.
+fn not_run(system: System, reason: &str) -> (Vec<Row>, DiskRow) {
+    let rows = [
         Experiment::ProduceBatch1,
         Experiment::ProduceBatch50,
         Experiment::Consume,
@@ -247,7 +248,14 @@ fn not_run(system: System, reason: &str) -> Vec<Row> {
         result: None,
         paper_kafka_msgs_per_sec: paper_figure(e),
     })
-    .collect()
+    .collect();
+    let disk = DiskRow {
+        system,
+        bytes_per_message: None,
+        overhead_bytes: None,
+        method: "not run".into(),
+    };
+    (rows, disk)
 }
 
 fn json_path(spec: &PaperSpec) -> PathBuf {
@@ -329,13 +337,9 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
                         spec.rabbitmq_url
                     );
                     eprintln!("{reason}");
-                    rows.extend(not_run(system, &reason));
-                    disk.push(DiskRow {
-                        system,
-                        bytes_per_message: None,
-                        overhead_bytes: None,
-                        method: "not run".into(),
-                    });
+                    let (r, d) = not_run(system, &reason);
+                    rows.extend(r);
+                    disk.push(d);
                     continue;
                 }
                 let (r, d) = run_rabbitmq(spec, suffix);
@@ -349,13 +353,9 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
                         spec.activemq_address
                     );
                     eprintln!("{reason}");
-                    rows.extend(not_run(system, &reason));
-                    disk.push(DiskRow {
-                        system,
-                        bytes_per_message: None,
-                        overhead_bytes: None,
-                        method: "not run".into(),
-                    });
+                    let (r, d) = not_run(system, &reason);
+                    rows.extend(r);
+                    disk.push(d);
                     continue;
                 }
                 let (r, d) = run_activemq(spec, suffix);

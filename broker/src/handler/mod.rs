@@ -291,6 +291,34 @@ pub fn invalid_header(api: Api, error: impl std::fmt::Display) -> Failure {
     )
 }
 
+/// The owner's inbox and a copy of the request for it (counted as forwarded).
+fn forwarded_request(
+    shard: &Shard,
+    owner: u16,
+    api: u16,
+    request_id: u32,
+    header: &[u8],
+    payload: &[u8],
+    reply: flume::Sender<SendableResponse>,
+) -> Result<(flume::Sender<ShardMsg>, ShardMsg), Failure> {
+    let Some(peer) = shard.peers.get(owner as usize) else {
+        return Err(Failure::new(
+            ErrorCode::Internal,
+            format!("no shard {owner}"),
+        ));
+    };
+    crate::metrics::bump(&shard.metrics.counters.requests_forwarded_total, 1);
+    let msg = ShardMsg::Request {
+        api,
+        version: API_VERSION,
+        request_id,
+        header: header.to_vec(),
+        payload: payload.to_vec(),
+        reply,
+    };
+    Ok((peer.clone(), msg))
+}
+
 /// Sends a request to the shard that owns its partition; the response (if
 /// any) comes back through a one-shot channel.
 pub fn forward(
@@ -301,23 +329,8 @@ pub fn forward(
     header: &[u8],
     payload: &[u8],
 ) -> Result<Dispatched, Failure> {
-    crate::metrics::bump(&shard.metrics.counters.requests_forwarded_total, 1);
     let (reply, response) = flume::bounded(1);
-    let msg = ShardMsg::Request {
-        api,
-        version: API_VERSION,
-        request_id,
-        header: header.to_vec(),
-        payload: payload.to_vec(),
-        reply,
-    };
-    let Some(peer) = shard.peers.get(owner as usize) else {
-        return Err(Failure::new(
-            ErrorCode::Internal,
-            format!("no shard {owner}"),
-        ));
-    };
-    let peer = peer.clone();
+    let (peer, msg) = forwarded_request(shard, owner, api, request_id, header, payload, reply)?;
     Ok(Dispatched::Later(Box::pin(async move {
         if peer.send_async(msg).await.is_err() {
             return Some(error_response(
@@ -349,24 +362,9 @@ pub fn forward_without_reply(
     header: &[u8],
     payload: &[u8],
 ) -> Result<Dispatched, Failure> {
-    crate::metrics::bump(&shard.metrics.counters.requests_forwarded_total, 1);
     let (reply, response) = flume::bounded(1);
     drop(response);
-    let msg = ShardMsg::Request {
-        api,
-        version: API_VERSION,
-        request_id,
-        header: header.to_vec(),
-        payload: payload.to_vec(),
-        reply,
-    };
-    let Some(peer) = shard.peers.get(owner as usize) else {
-        return Err(Failure::new(
-            ErrorCode::Internal,
-            format!("no shard {owner}"),
-        ));
-    };
-    let peer = peer.clone();
+    let (peer, msg) = forwarded_request(shard, owner, api, request_id, header, payload, reply)?;
     Ok(Dispatched::Throttle(Box::pin(async move {
         let _ = peer.send_async(msg).await;
     })))

@@ -57,6 +57,15 @@ impl System {
         }
     }
 
+    /// The name as its project spells it.
+    pub fn title(self) -> &'static str {
+        match self {
+            System::Ringlog => "ringlog",
+            System::Rabbitmq => "RabbitMQ",
+            System::Activemq => "ActiveMQ",
+        }
+    }
+
     /// The lowercase name.
     pub fn name(self) -> &'static str {
         match self {
@@ -295,6 +304,29 @@ fn write_outputs(spec: &PaperSpec, report: &PaperReport, table: &str) -> anyhow:
     write_charts(report, &plot)
 }
 
+/// Why a peer cannot be measured, with the command that starts it; `None`
+/// when it answers.
+fn unreachable_peer(spec: &PaperSpec, system: System) -> Option<String> {
+    let (up, at) = match system {
+        System::Ringlog => return None,
+        System::Rabbitmq => (
+            rabbitmq::reachable(&spec.rabbitmq_url),
+            spec.rabbitmq_url.clone(),
+        ),
+        System::Activemq => (
+            activemq::reachable(&spec.activemq_address),
+            format!("{} (STOMP)", spec.activemq_address),
+        ),
+    };
+    (!up).then(|| {
+        format!(
+            "{} is not reachable at {at}; start it with `deploy/peers.sh start {}` (install with `deploy/peers.sh install`)",
+            system.title(),
+            system.name()
+        )
+    })
+}
+
 /// Runs the experiments, prints the table and writes `paper.json`,
 /// `paper.txt` and the charts into `spec.out`.
 pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
@@ -330,35 +362,15 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
                 rows.extend(r);
                 disk.push(d);
             }
-            System::Rabbitmq => {
-                if !rabbitmq::reachable(&spec.rabbitmq_url) {
-                    let reason = format!(
-                        "RabbitMQ is not reachable at {}; start it with `deploy/peers.sh start rabbitmq` (install with `deploy/peers.sh install`)",
-                        spec.rabbitmq_url
-                    );
-                    eprintln!("{reason}");
-                    let (r, d) = not_run(system, &reason);
-                    rows.extend(r);
-                    disk.push(d);
-                    continue;
-                }
-                let (r, d) = run_rabbitmq(spec, suffix);
-                rows.extend(r);
-                disk.push(d);
-            }
-            System::Activemq => {
-                if !activemq::reachable(&spec.activemq_address) {
-                    let reason = format!(
-                        "ActiveMQ is not reachable at {} (STOMP); start it with `deploy/peers.sh start activemq` (install with `deploy/peers.sh install`)",
-                        spec.activemq_address
-                    );
-                    eprintln!("{reason}");
-                    let (r, d) = not_run(system, &reason);
-                    rows.extend(r);
-                    disk.push(d);
-                    continue;
-                }
-                let (r, d) = run_activemq(spec, suffix);
+            System::Rabbitmq | System::Activemq => {
+                let (r, d) = match unreachable_peer(spec, system) {
+                    Some(reason) => {
+                        eprintln!("{reason}");
+                        not_run(system, &reason)
+                    }
+                    None if system == System::Rabbitmq => run_rabbitmq(spec, suffix),
+                    None => run_activemq(spec, suffix),
+                };
                 rows.extend(r);
                 disk.push(d);
             }
@@ -642,11 +654,7 @@ fn ratios(rows: &[Row]) -> Vec<Ratio> {
             10.0,
         ),
     ] {
-        let name = if peer == System::Rabbitmq {
-            "RabbitMQ"
-        } else {
-            "ActiveMQ"
-        };
+        let name = peer.title();
         let r = ratio(ringlog_b1, rate(rows, peer, Experiment::ProduceBatch1));
         out.push(Ratio {
             comparison: format!("produce, batch 1: ringlog / {name}"),

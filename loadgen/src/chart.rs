@@ -144,15 +144,25 @@ fn nice_step(raw: f64) -> f64 {
     nice * magnitude
 }
 
-/// 1234567 -> "1.2M", 0.25 -> "0.25".
+/// 1234567 -> "1.2M", 1200 -> "1.2k", 22000 -> "22k", 0.25 -> "0.25".
 pub fn format_number(value: f64) -> String {
+    // One decimal below 10 of a unit (so axis ticks 1000, 1200, 1400 stay
+    // apart), none above; a trailing ".0" is dropped.
+    let scaled = |v: f64, unit: &str| {
+        let text = if v.abs() < 10.0 {
+            format!("{v:.1}")
+        } else {
+            format!("{v:.0}")
+        };
+        format!("{}{unit}", text.strip_suffix(".0").unwrap_or(&text))
+    };
     let abs = value.abs();
     if abs >= 1e9 {
-        format!("{:.1}G", value / 1e9)
+        scaled(value / 1e9, "G")
     } else if abs >= 1e6 {
-        format!("{:.1}M", value / 1e6)
+        scaled(value / 1e6, "M")
     } else if abs >= 1e3 {
-        format!("{:.0}k", value / 1e3)
+        scaled(value / 1e3, "k")
     } else if abs >= 10.0 || value.fract() == 0.0 {
         format!("{value:.0}")
     } else if abs >= 1.0 {
@@ -178,9 +188,46 @@ fn legend(out: &mut String, names: &[String]) {
     }
 }
 
-/// A line chart with automatic x ticks; `log_y` uses a log10 axis.
+/// The most points a line chart draws per series. A 20-minute run sampled
+/// every second would be 1,200 zig-zagging points; longer series are
+/// averaged over consecutive windows instead.
+const MAX_POINTS: usize = 300;
+
+/// Up to this many points per series are also marked with dots.
+const MAX_DOTS: usize = 150;
+
+/// Means of consecutive runs of `window` points (x and y alike).
+fn window_means(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    points
+        .chunks(window.max(1))
+        .map(|chunk| {
+            let n = chunk.len() as f64;
+            let (x, y) = chunk
+                .iter()
+                .fold((0.0, 0.0), |(x, y), p| (x + p.0, y + p.1));
+            (x / n, y / n)
+        })
+        .collect()
+}
+
+/// A line chart with automatic x ticks; `log_y` uses a log10 axis. Series
+/// longer than `MAX_POINTS` are drawn as window means, and the x label says
+/// how many samples each point averages.
 pub fn lines(title: &str, x_label: &str, y_label: &str, series: &[Series], log_y: bool) -> String {
-    lines_with_ticks(title, x_label, y_label, series, log_y, &[])
+    let longest = series.iter().map(|s| s.points.len()).max().unwrap_or(0);
+    let window = longest.div_ceil(MAX_POINTS).max(1);
+    if window == 1 {
+        return lines_with_ticks(title, x_label, y_label, series, log_y, &[]);
+    }
+    let averaged: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            name: s.name.clone(),
+            points: window_means(&s.points, window),
+        })
+        .collect();
+    let x_label = format!("{x_label} (each point: the mean of {window} samples)");
+    lines_with_ticks(title, &x_label, y_label, &averaged, log_y, &[])
 }
 
 /// Latency by percentile, HdrHistogram style: the x axis counts nines
@@ -275,7 +322,7 @@ fn lines_with_ticks(
             r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
             points.join(" ")
         );
-        for p in &points {
+        for p in points.iter().filter(|_| points.len() <= MAX_DOTS) {
             let mut xy = p.split(',');
             if let (Some(px), Some(py)) = (xy.next(), xy.next()) {
                 let _ = write!(
@@ -392,5 +439,28 @@ mod tests {
         assert!(bars.contains("n/r"));
         assert_eq!(format_number(1_234_567.0), "1.2M");
         assert_eq!(format_number(22_000.0), "22k");
+        assert_eq!(format_number(1_200.0), "1.2k");
+        assert_eq!(format_number(2_000_000.0), "2M");
+        assert_eq!(format_number(15_188.0), "15k");
+    }
+
+    #[test]
+    fn long_series_are_drawn_as_window_means() {
+        let points: Vec<(f64, f64)> = (0..1200).map(|i| (i as f64, (i % 2) as f64)).collect();
+        let means = window_means(&points, 4);
+        assert_eq!(means.len(), 300);
+        assert_eq!(means[0], (1.5, 0.5));
+        let svg = lines(
+            "t",
+            "seconds",
+            "y",
+            &[Series {
+                name: "a".into(),
+                points,
+            }],
+            false,
+        );
+        assert!(svg.contains("seconds (each point: the mean of 4 samples)"));
+        assert!(!svg.contains("<circle"));
     }
 }

@@ -1,13 +1,52 @@
-//! Records the git revision loadgen was built from, for its reports.
-fn main() {
-    let revision = std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
+//! Records the git revision loadgen was built from, for its reports, with
+//! `-dirty` when the code differs from that commit: a published figure must
+//! name the code that produced it.
+use std::path::Path;
+use std::process::Command;
+
+/// What the binaries are built from; results and docs do not count.
+const SOURCES: [&str; 7] = [
+    "Cargo.toml",
+    "Cargo.lock",
+    "broker",
+    "protocol",
+    "coordinator",
+    "loadgen/src",
+    "loadgen/Cargo.toml",
+];
+
+fn git(args: &[&str]) -> Option<String> {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg("..")
+        .args(args)
         .output()
         .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
+        .filter(|o| o.status.success())?;
+    Some(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+fn main() {
+    let revision = match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(hash) => {
+            let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
+            status.extend(SOURCES);
+            match git(&status) {
+                Some(changes) if changes.is_empty() => hash,
+                _ => format!("{hash}-dirty"),
+            }
+        }
+        None => "unknown".into(),
+    };
     println!("cargo:rustc-env=RINGLOG_GIT_REVISION={revision}");
-    println!("cargo:rerun-if-changed=../.git/HEAD");
-    println!("cargo:rerun-if-changed=../.git/refs");
+    // A path that does not exist would make cargo rerun this every build.
+    let watched = [".git/HEAD", ".git/index", ".git/refs", ".git/packed-refs"]
+        .into_iter()
+        .chain(SOURCES);
+    for path in watched {
+        let path = Path::new("..").join(path);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
 }

@@ -168,7 +168,8 @@ pub fn format_number(value: f64) -> String {
     } else if abs >= 1.0 {
         format!("{value:.1}")
     } else {
-        format!("{value:.2}")
+        let text = format!("{value:.2}");
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 
@@ -442,6 +443,8 @@ mod tests {
         assert_eq!(format_number(1_200.0), "1.2k");
         assert_eq!(format_number(2_000_000.0), "2M");
         assert_eq!(format_number(15_188.0), "15k");
+        assert_eq!(format_number(0.1), "0.1");
+        assert_eq!(format_number(0.25), "0.25");
     }
 
     #[test]

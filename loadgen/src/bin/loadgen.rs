@@ -18,7 +18,7 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(
     name = "loadgen",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("RINGLOG_GIT_REVISION"), ")"),
     about = "Benchmark ringlog: the paper's experiments and custom workloads"
 )]
 struct Cli {

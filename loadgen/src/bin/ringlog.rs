@@ -13,7 +13,7 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(
     name = "ringlog",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("RINGLOG_GIT_REVISION"), ")"),
     about = "Operate a ringlog broker: topics, produce, consume, offsets"
 )]
 struct Cli {

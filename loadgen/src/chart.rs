@@ -194,8 +194,11 @@ fn legend(out: &mut String, names: &[String]) {
 /// averaged over consecutive windows instead.
 const MAX_POINTS: usize = 300;
 
-/// Up to this many points per series are also marked with dots.
+/// Lines are also marked with dots when no series has more points than this.
 const MAX_DOTS: usize = 150;
+
+/// A series this short is always dotted.
+const SHORT_SERIES: usize = 20;
 
 /// Means of consecutive runs of `window` points (x and y alike).
 fn window_means(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
@@ -310,6 +313,8 @@ fn lines_with_ticks(
         HEIGHT - 15.0,
         escape(x_label)
     );
+    // Dots on every line or on none, so no series looks sampled differently.
+    let dots = series.iter().all(|s| s.points.len() <= MAX_DOTS);
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let points: Vec<String> = s
@@ -323,7 +328,10 @@ fn lines_with_ticks(
             r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
             points.join(" ")
         );
-        for p in points.iter().filter(|_| points.len() <= MAX_DOTS) {
+        // A run of a few seconds beside 20-minute ones would be an
+        // invisible stub without its dots.
+        let dotted = dots || points.len() <= SHORT_SERIES;
+        for p in points.iter().filter(|_| dotted) {
             let mut xy = p.split(',');
             if let (Some(px), Some(py)) = (xy.next(), xy.next()) {
                 let _ = write!(

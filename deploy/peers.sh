@@ -74,7 +74,10 @@ EOF
 
 stop_rabbitmq() {
     if [[ -d "$dir/rabbitmq" ]]; then
-        (rabbit_env; "$rabbit_bin/rabbitmqctl" -n ringlog-peer@localhost stop >/dev/null 2>&1) || true
+        (rabbit_env; "$rabbit_bin/rabbitmqctl" -n ringlog-peer@localhost stop "$RABBITMQ_PID_FILE" >/dev/null 2>&1) || true
+        # The Erlang VM started a name daemon (epmd); stop it too unless
+        # another Erlang node still uses it.
+        if epmd -names 2>/dev/null | grep -q '^name '; then :; else epmd -kill >/dev/null 2>&1 || true; fi
         rm -rf "$dir/rabbitmq"
         echo "rabbitmq: stopped"
     fi

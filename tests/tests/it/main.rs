@@ -4,6 +4,7 @@
 mod bad_input;
 mod durability;
 mod loadgen;
+mod peers;
 mod produce_consume;
 mod retention;
 mod stalled_consumer;

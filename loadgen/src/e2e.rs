@@ -11,13 +11,13 @@
 //! catches both.
 
 use crate::stats::Stats;
-use crate::workload::{ensure_topic, pace};
+use crate::workload::{ensure_topic, existing_partitions, pace, Length};
 use anyhow::Context;
 use protocol::client::{
     AckMode, Client, Consumer, OffsetSpec, Partitioner, Producer, ProducerConfig,
 };
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -33,21 +33,26 @@ pub struct E2eSpec {
     pub topic: String,
     /// Partitions of a created topic.
     pub partitions: u32,
-    /// Messages to send.
-    pub messages: u64,
+    /// How many messages, or for how long.
+    pub length: Length,
     /// Payload size (at least the 20-byte stamp).
     pub size: usize,
     /// Messages per produce request.
     pub batch: usize,
     /// Acknowledgement mode.
     pub acks: AckMode,
-    /// Fixed rate in messages per second.
+    /// Fixed total rate in messages per second.
     pub rate: Option<f64>,
+    /// Producer threads; partition p is written by producer p mod
+    /// producers only, so each partition's order can be checked.
+    pub producers: usize,
+    /// Consumer threads; partition p is read by consumer p mod consumers.
+    pub consumers: usize,
     /// Skip this sequence number of partition 0 (counted as sent).
     pub inject_loss: Option<u64>,
     /// Send this sequence number of partition 0 twice.
     pub inject_duplicate: Option<u64>,
-    /// How long consumers wait for missing messages after the producer ends.
+    /// How long consumers wait for missing messages after the producers end.
     pub grace: Duration,
 }
 
@@ -103,132 +108,104 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// What producers and consumers share.
+struct Shared {
+    trackers: Mutex<Vec<Tracker>>,
+    /// Cleared when every producer has finished.
+    producing: AtomicBool,
+    /// Messages the producers counted as sent; final once `producing` is false.
+    sent: AtomicU64,
+    /// Set by the run's clock when a `--duration` is over.
+    stop: AtomicBool,
+}
+
 /// Runs one e2e test; latencies go to `stats`, delivery checks are returned.
 pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<Vec<PartitionCheck>> {
-    let size = spec.size.max(STAMP_BYTES);
     let client = Client::connect(&spec.brokers)
         .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
+    // Checked before creating anything: a refused run leaves no topic behind.
+    let producers = spec.producers.max(1);
+    let partitions = existing_partitions(&client, &spec.topic)?.unwrap_or(spec.partitions.max(1));
+    anyhow::ensure!(
+        producers <= partitions as usize,
+        "e2e gives every partition one producer so its order can be checked: \
+         {producers} producers need at least {producers} partitions (the topic has {partitions})"
+    );
     let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
-    let mut consumers = Vec::new();
+    let consumers = spec.consumers.clamp(1, partitions as usize);
+    // Consumers start where this run's messages will begin: the end offset,
+    // which may lie above the flushed (visible) offset.
+    let mut groups: Vec<Vec<Consumer>> = (0..consumers).map(|_| Vec::new()).collect();
     for p in 0..partitions {
-        // Start where this run's messages will begin: the end offset, which
-        // may lie above the flushed (visible) offset.
         let (_, offsets) = client.list_offsets(&spec.topic, p, OffsetSpec::Latest, 0)?;
         let mut consumer = Consumer::new(&client, &spec.topic, p, offsets.end_offset)?;
         consumer.set_max_wait_ms(50);
-        consumers.push(consumer);
+        groups[p as usize % consumers].push(consumer);
     }
-    let trackers: Arc<Mutex<Vec<Tracker>>> = Arc::new(Mutex::new(
-        (0..partitions).map(|_| Tracker::default()).collect(),
-    ));
-    let producing = Arc::new(AtomicBool::new(true));
+    let shared = Arc::new(Shared {
+        trackers: Mutex::new((0..partitions).map(|_| Tracker::default()).collect()),
+        producing: AtomicBool::new(true),
+        sent: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
     stats.reset();
 
-    let consumer_thread = {
-        let trackers = trackers.clone();
-        let producing = producing.clone();
-        let stats = stats.clone();
-        let grace = spec.grace;
-        let expected = spec.messages;
-        std::thread::spawn(move || -> anyhow::Result<()> {
-            let mut quiet_since: Option<Instant> = None;
-            loop {
-                let mut got = 0u64;
-                for consumer in &mut consumers {
-                    let mut stamps = Vec::new();
-                    consumer.poll_with(|m| {
-                        if m.value.len() >= STAMP_BYTES {
-                            let seq =
-                                u64::from_le_bytes(m.value[0..8].try_into().unwrap_or_default());
-                            let partition =
-                                u32::from_le_bytes(m.value[8..12].try_into().unwrap_or_default());
-                            let sent_ns =
-                                u64::from_le_bytes(m.value[12..20].try_into().unwrap_or_default());
-                            stamps.push((seq, partition, sent_ns, m.value.len()));
-                        }
-                    })?;
-                    let now = now_ns();
-                    let mut trackers = trackers.lock().unwrap_or_else(|p| p.into_inner());
-                    for (seq, partition, sent_ns, len) in stamps {
-                        if let Some(tracker) = trackers.get_mut(partition as usize) {
-                            tracker.observe(seq);
-                        }
-                        stats.add(1, len as u64);
-                        stats.record_latency(Duration::from_nanos(now.saturating_sub(sent_ns)), 1);
-                        got += 1;
-                    }
-                }
-                let distinct: u64 = trackers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .map(|t| t.distinct)
-                    .sum();
-                if !producing.load(Ordering::SeqCst) {
-                    if distinct >= expected && got == 0 {
-                        return Ok(());
-                    }
-                    if got == 0 {
-                        let since = *quiet_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() >= grace {
-                            return Ok(());
-                        }
-                    } else {
-                        quiet_since = None;
-                    }
-                }
-            }
+    let consumer_threads: Vec<_> = groups
+        .into_iter()
+        .map(|group| {
+            let shared = shared.clone();
+            let stats = stats.clone();
+            let grace = spec.grace;
+            std::thread::spawn(move || consume(group, &shared, &stats, grace))
         })
-    };
+        .collect();
 
-    let mut sent = vec![0u64; partitions as usize];
-    let produce_result = (|| -> anyhow::Result<()> {
-        let mut producer = Producer::new(
-            &client,
-            &spec.topic,
-            ProducerConfig {
-                acks: spec.acks,
-                batch_messages: spec.batch.max(1),
-                linger: Duration::from_millis(2),
-                partitioner: Partitioner::RoundRobin,
-                ..ProducerConfig::default()
-            },
-        )?;
-        let started = Instant::now();
-        let wall_start = now_ns();
-        let mut payload = vec![b'x'; size];
-        for i in 0..spec.messages {
-            let partition = (i % u64::from(partitions)) as u32;
-            let seq = sent[partition as usize];
-            sent[partition as usize] += 1;
-            let intended = match spec.rate {
-                Some(rate) => started + Duration::from_secs_f64(i as f64 / rate),
-                None => Instant::now(),
-            };
-            pace(intended);
-            let sent_ns = wall_start + (intended - started).as_nanos() as u64;
-            payload[0..8].copy_from_slice(&seq.to_le_bytes());
-            payload[8..12].copy_from_slice(&partition.to_le_bytes());
-            payload[12..20].copy_from_slice(&sent_ns.to_le_bytes());
-            if partition == 0 && spec.inject_loss == Some(seq) {
-                continue;
-            }
-            producer.send_to(partition, None, &payload)?;
-            if partition == 0 && spec.inject_duplicate == Some(seq) {
-                producer.send_to(partition, None, &payload)?;
-            }
+    let started = Instant::now();
+    let wall_start = now_ns();
+    let producer_threads: Vec<_> = (0..producers)
+        .map(|index| {
+            let spec = spec.clone();
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                produce(&spec, index, partitions, started, wall_start, &shared)
+            })
+        })
+        .collect();
+    if let Length::Duration(d) = spec.length {
+        while started.elapsed() < d && !producer_threads.iter().all(|t| t.is_finished()) {
+            std::thread::sleep(Duration::from_millis(20));
         }
-        producer.flush()?;
-        Ok(())
-    })();
-    producing.store(false, Ordering::SeqCst);
-    let consume_result = consumer_thread
-        .join()
-        .map_err(|_| anyhow::anyhow!("the consumer thread panicked"))?;
+        shared.stop.store(true, Ordering::SeqCst);
+    }
+    let mut sent = vec![0u64; partitions as usize];
+    let mut produce_result = Ok(());
+    for thread in producer_threads {
+        match thread.join() {
+            Ok(Ok(counts)) => {
+                for (p, n) in counts {
+                    sent[p as usize] += n;
+                }
+            }
+            Ok(Err(error)) => produce_result = Err(error),
+            Err(_) => produce_result = Err(anyhow::anyhow!("a producer thread panicked")),
+        }
+    }
+    shared
+        .sent
+        .store(sent.iter().sum::<u64>(), Ordering::SeqCst);
+    shared.producing.store(false, Ordering::SeqCst);
+    let mut consume_result = Ok(());
+    for thread in consumer_threads {
+        match thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => consume_result = Err(error),
+            Err(_) => consume_result = Err(anyhow::anyhow!("a consumer thread panicked")),
+        }
+    }
     stats.freeze();
     produce_result?;
     consume_result?;
-    let trackers = trackers.lock().unwrap_or_else(|p| p.into_inner());
+    let trackers = shared.trackers.lock().unwrap_or_else(|p| p.into_inner());
     Ok(trackers
         .iter()
         .enumerate()
@@ -241,6 +218,125 @@ pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<Vec<PartitionCh
             out_of_order: t.out_of_order,
         })
         .collect())
+}
+
+/// One producer: the partitions `p` with `p % producers == index`, in turn,
+/// each message stamped with its partition's next sequence number and its
+/// intended send time. Returns (partition, messages sent) pairs.
+fn produce(
+    spec: &E2eSpec,
+    index: usize,
+    partitions: u32,
+    started: Instant,
+    wall_start: u64,
+    shared: &Shared,
+) -> anyhow::Result<Vec<(u32, u64)>> {
+    let producers = spec.producers.max(1);
+    let mine: Vec<u32> = (0..partitions)
+        .filter(|p| *p as usize % producers == index)
+        .collect();
+    let count = match spec.length {
+        Length::Messages(n) => {
+            n / producers as u64 + u64::from((index as u64) < n % producers as u64)
+        }
+        Length::Duration(_) => u64::MAX,
+    };
+    let rate = spec.rate.map(|r| r / producers as f64);
+    let client = Client::connect(&spec.brokers)?;
+    let mut producer = Producer::new(
+        &client,
+        &spec.topic,
+        ProducerConfig {
+            acks: spec.acks,
+            batch_messages: spec.batch.max(1),
+            linger: Duration::from_millis(2),
+            partitioner: Partitioner::RoundRobin,
+            ..ProducerConfig::default()
+        },
+    )?;
+    let mut sequences = vec![0u64; mine.len()];
+    let mut payload = vec![b'x'; spec.size.max(STAMP_BYTES)];
+    let mut i = 0u64;
+    while i < count && !shared.stop.load(Ordering::Relaxed) {
+        let slot = (i % mine.len() as u64) as usize;
+        let partition = mine[slot];
+        let seq = sequences[slot];
+        sequences[slot] += 1;
+        let intended = match rate {
+            Some(rate) => started + Duration::from_secs_f64(i as f64 / rate),
+            None => Instant::now(),
+        };
+        i += 1;
+        pace(intended);
+        let sent_ns = wall_start + (intended - started).as_nanos() as u64;
+        payload[0..8].copy_from_slice(&seq.to_le_bytes());
+        payload[8..12].copy_from_slice(&partition.to_le_bytes());
+        payload[12..20].copy_from_slice(&sent_ns.to_le_bytes());
+        if partition == 0 && spec.inject_loss == Some(seq) {
+            continue;
+        }
+        producer.send_to(partition, None, &payload)?;
+        if partition == 0 && spec.inject_duplicate == Some(seq) {
+            producer.send_to(partition, None, &payload)?;
+        }
+    }
+    producer.flush()?;
+    Ok(mine.into_iter().zip(sequences).collect())
+}
+
+/// One consumer: polls its partitions until every sent message is seen
+/// after the producers end, or nothing new arrives for `grace`.
+fn consume(
+    mut group: Vec<Consumer>,
+    shared: &Shared,
+    stats: &Stats,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    let mut quiet_since: Option<Instant> = None;
+    loop {
+        let mut got = 0u64;
+        for consumer in &mut group {
+            let mut stamps = Vec::new();
+            consumer.poll_with(|m| {
+                if m.value.len() >= STAMP_BYTES {
+                    let seq = u64::from_le_bytes(m.value[0..8].try_into().unwrap_or_default());
+                    let partition =
+                        u32::from_le_bytes(m.value[8..12].try_into().unwrap_or_default());
+                    let sent_ns =
+                        u64::from_le_bytes(m.value[12..20].try_into().unwrap_or_default());
+                    stamps.push((seq, partition, sent_ns, m.value.len()));
+                }
+            })?;
+            let now = now_ns();
+            let mut trackers = shared.trackers.lock().unwrap_or_else(|p| p.into_inner());
+            for (seq, partition, sent_ns, len) in stamps {
+                if let Some(tracker) = trackers.get_mut(partition as usize) {
+                    tracker.observe(seq);
+                }
+                stats.add(1, len as u64);
+                stats.record_latency(Duration::from_nanos(now.saturating_sub(sent_ns)), 1);
+                got += 1;
+            }
+        }
+        if shared.producing.load(Ordering::SeqCst) {
+            quiet_since = None;
+            continue;
+        }
+        let distinct: u64 = shared
+            .trackers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|t| t.distinct)
+            .sum();
+        if got > 0 {
+            quiet_since = None;
+        } else if distinct >= shared.sent.load(Ordering::SeqCst)
+            || quiet_since.get_or_insert_with(Instant::now).elapsed() >= grace
+        {
+            return Ok(());
+        }
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 pub enum Length {
     /// This many messages in all.
     Messages(u64),
-    /// This long (after warm-up).
+    /// This long in all (warm-up included).
     Duration(Duration),
 }
 
@@ -54,12 +54,21 @@ pub struct ProduceSpec {
 
 /// Creates the topic if it does not exist; returns its partition count.
 pub fn ensure_topic(client: &Client, topic: &str, partitions: u32) -> anyhow::Result<u32> {
-    let metadata = client.metadata(&[])?;
-    if let Some(t) = metadata.topics.iter().find(|t| t.name == topic) {
-        return Ok(t.partitions.len() as u32);
+    if let Some(existing) = existing_partitions(client, topic)? {
+        return Ok(existing);
     }
     let created = client.create_topic(topic, partitions, &TopicSettings::default())?;
     Ok(created.partitions.len() as u32)
+}
+
+/// The partition count of `topic`, if it exists.
+pub fn existing_partitions(client: &Client, topic: &str) -> anyhow::Result<Option<u32>> {
+    let metadata = client.metadata(&[])?;
+    Ok(metadata
+        .topics
+        .iter()
+        .find(|t| t.name == topic)
+        .map(|t| t.partitions.len() as u32))
 }
 
 /// Sums of the (end, flushed) offsets of every partition.

@@ -115,7 +115,7 @@ struct Common {
     /// Messages in all (includes warm-up).
     #[arg(long, alias = "num-records")]
     messages: Option<u64>,
-    /// Run this many seconds instead of a message count.
+    /// Run this many seconds (warm-up included) instead of a message count.
     #[arg(long, conflicts_with = "messages")]
     duration: Option<f64>,
     /// Seconds at the start that are not counted.
@@ -183,15 +183,12 @@ struct ConsumeArgs {
 
 #[derive(Args, Debug, Serialize)]
 struct E2eArgs {
-    /// Topic.
-    #[arg(long, default_value = "loadgen-e2e")]
-    topic: String,
+    #[command(flatten)]
+    #[serde(flatten)]
+    common: Common,
     /// Partitions of a topic created by this run.
     #[arg(long, default_value_t = 1)]
     partitions: u32,
-    /// Messages to send.
-    #[arg(long, alias = "num-records", default_value_t = 100_000)]
-    messages: u64,
     /// Payload bytes (at least 20: sequence, partition, send time).
     #[arg(long, alias = "record-size", default_value_t = 200)]
     size: usize,
@@ -201,10 +198,17 @@ struct E2eArgs {
     /// Fixed rate in messages/s (-1 or absent: as fast as possible).
     #[arg(long, alias = "throughput", allow_negative_numbers = true)]
     rate: Option<f64>,
-    /// Acknowledgement mode of the producer.
+    /// Acknowledgement mode of the producers.
     #[arg(long, value_enum, default_value = "written")]
     acks: Acks,
-    /// Seconds the consumer waits for missing messages at the end.
+    /// Producer threads; partition p is written by producer p mod N only, so
+    /// each partition's order can be checked (needs N <= partitions).
+    #[arg(long, default_value_t = 1)]
+    producers: usize,
+    /// Consumer threads; partition p is read by consumer p mod N.
+    #[arg(long, default_value_t = 1)]
+    consumers: usize,
+    /// Seconds the consumers wait for missing messages at the end.
     #[arg(long, default_value_t = 5.0)]
     grace: f64,
     /// Fault injection for testing the checker: skip this sequence number of partition 0.
@@ -213,12 +217,6 @@ struct E2eArgs {
     /// Fault injection for testing the checker: send this sequence number of partition 0 twice.
     #[arg(long, hide = true)]
     inject_duplicate: Option<u64>,
-    /// Write every figure and the environment as JSON.
-    #[arg(long, value_name = "FILE")]
-    json: Option<PathBuf>,
-    /// Write SVG charts here.
-    #[arg(long, value_name = "DIR")]
-    plot: Option<PathBuf>,
 }
 
 /// The JSON of a custom workload.
@@ -428,20 +426,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::E2e(args) => {
             let spec = E2eSpec {
                 brokers: brokers.clone(),
-                topic: args.topic.clone(),
+                topic: args.common.topic.clone(),
                 partitions: args.partitions,
-                messages: args.messages,
+                length: args.common.length(),
                 size: args.size,
                 batch: args.batch,
                 acks: args.acks.mode(),
                 rate: rate(args.rate),
+                producers: args.producers,
+                consumers: args.consumers,
                 inject_loss: args.inject_loss,
                 inject_duplicate: args.inject_duplicate,
                 grace: Duration::from_secs_f64(args.grace),
             };
             let stats = Stats::new();
-            let reporter =
-                Reporter::start(stats.clone(), "e2e".into(), "received", Some(args.messages));
+            let reporter = Reporter::start(
+                stats.clone(),
+                "e2e".into(),
+                "received",
+                args.common.messages,
+            );
+            warmup(&stats, args.common.warmup);
             let checks = e2e::run(&spec, &stats);
             drop(reporter);
             let checks = checks?;
@@ -468,7 +473,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     );
                 }
             }
-            if let Some(path) = &args.json {
+            if let Some(path) = &args.common.json {
                 write_json(
                     path,
                     &WorkloadReport {
@@ -478,12 +483,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                         summary: &summary,
                         produce: None,
                         e2e: Some(extra),
-                        broker_config: workload::broker_config(&brokers, &args.topic)?,
+                        broker_config: workload::broker_config(&brokers, &args.common.topic)?,
                         environment: Environment::detect(),
                     },
                 )?;
             }
-            plot(&args.plot, "e2e", &summary)?;
+            plot(&args.common.plot, "e2e", &summary)?;
         }
     }
     Ok(())

@@ -140,8 +140,6 @@ fn e2e_detects_an_injected_loss_and_an_injected_duplicate() {
             name,
             "--partitions",
             "2",
-            "--messages",
-            "2000",
             "--size",
             "64",
             "--grace",
@@ -149,6 +147,9 @@ fn e2e_detects_an_injected_loss_and_an_injected_duplicate() {
             "--json",
             path.to_str().unwrap(),
         ];
+        if !extra.contains(&"--duration") {
+            args.extend_from_slice(&["--messages", "2000"]);
+        }
         args.extend_from_slice(extra);
         loadgen(&args);
         json(&path)
@@ -169,6 +170,39 @@ fn e2e_detects_an_injected_loss_and_an_injected_duplicate() {
     let doubled = run("doubled", &["--inject-duplicate", "20"]);
     assert_eq!(doubled["e2e"]["lost"], 0);
     assert_eq!(doubled["e2e"]["duplicated"], 1);
+
+    // Two producers (one per partition) and two consumers: still exact.
+    let parallel = run("parallel", &["--producers", "2", "--consumers", "2"]);
+    assert_eq!(parallel["e2e"]["sent"], 2000);
+    assert_eq!(parallel["e2e"]["received"], 2000);
+    assert_eq!(parallel["e2e"]["partitions"][1]["sent"], 1000);
+    assert_eq!(parallel["e2e"]["lost"], 0);
+    assert_eq!(parallel["e2e"]["out_of_order"], 0);
+
+    // A timed, paced run: whatever was sent in that second arrived.
+    let timed = run("timed", &["--duration", "1", "--rate", "3000"]);
+    let sent = timed["e2e"]["sent"].as_u64().unwrap();
+    assert!(sent > 0, "{timed:#}");
+    assert_eq!(timed["e2e"]["received"], sent);
+    assert_eq!(timed["e2e"]["lost"], 0);
+
+    // More producers than partitions cannot keep one writer per partition.
+    let output = Command::new(binary("loadgen"))
+        .args(["--brokers", &broker.shards[0], "e2e", "--topic", "refused"])
+        .args(["--partitions", "2", "--messages", "10", "--producers", "3"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("3 producers need at least 3 partitions"),
+        "{stderr}"
+    );
+    let topics = broker.client().metadata(&[]).unwrap().topics;
+    assert!(
+        topics.iter().all(|t| t.name != "refused"),
+        "a refused run created its topic"
+    );
 }
 
 #[test]

@@ -235,12 +235,7 @@ fn produce(
     let mine: Vec<u32> = (0..partitions)
         .filter(|p| *p as usize % producers == index)
         .collect();
-    let count = match spec.length {
-        Length::Messages(n) => {
-            n / producers as u64 + u64::from((index as u64) < n % producers as u64)
-        }
-        Length::Duration(_) => u64::MAX,
-    };
+    let count = spec.length.share(index, producers);
     let rate = spec.rate.map(|r| r / producers as f64);
     let client = Client::connect(&spec.brokers)?;
     let mut producer = Producer::new(

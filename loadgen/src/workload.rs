@@ -27,6 +27,19 @@ pub enum Length {
     Duration(Duration),
 }
 
+impl Length {
+    /// What producer `index` of `producers` sends: an even split of a
+    /// message count (the first ones take the remainder), or no bound for a
+    /// timed run.
+    pub fn share(self, index: usize, producers: usize) -> u64 {
+        let (index, producers) = (index as u64, producers.max(1) as u64);
+        match self {
+            Length::Messages(n) => n / producers + u64::from(index < n % producers),
+            Length::Duration(_) => u64::MAX,
+        }
+    }
+}
+
 /// A produce run's settings.
 #[derive(Debug, Clone)]
 pub struct ProduceSpec {
@@ -188,12 +201,8 @@ fn produce_thread(
     sent: &AtomicU64,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
-    let producers = spec.producers.max(1) as u64;
-    let my_messages = match spec.length {
-        Length::Messages(n) => n / producers + u64::from((index as u64) < n % producers),
-        Length::Duration(_) => u64::MAX,
-    };
-    let rate = spec.rate.map(|r| r / producers as f64);
+    let my_messages = spec.length.share(index, spec.producers);
+    let rate = spec.rate.map(|r| r / spec.producers.max(1) as f64);
     let client = Client::connect(&spec.brokers)?;
     let mut producer = Producer::new(
         &client,

@@ -774,13 +774,7 @@ pub fn table(report: &PaperReport) -> String {
                 );
             }
             _ => {
-                let _ = writeln!(
-                    t,
-                    "  {:<9} {:>8}  [{}]",
-                    d.system.name(),
-                    "not run",
-                    d.method
-                );
+                let _ = writeln!(t, "  {:<9} {:>8}", d.system.name(), "not run");
             }
         }
     }

@@ -11,6 +11,7 @@ use std::cell::{Cell, RefCell};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,8 +54,26 @@ counters! {
     fetch_bytes_total: "Log bytes sent to consumers",
     fetch_zero_copy_bytes_total: "Log bytes sent with sendfile (never in userspace)",
     fetch_copied_bytes_total: "Log bytes copied through userspace while waiting for a full socket",
-    flushes_total: "fdatasync-backed flushes completed",
     segments_deleted_total: "Segments removed by retention",
+}
+
+/// Flushes of a shard's partitions. Shared with each partition's log (the
+/// storage layer runs the fdatasyncs and knows nothing of shards).
+#[derive(Debug)]
+pub struct FlushStats {
+    /// Flushes completed (one fdatasync round over a partition's written files).
+    pub flushes: Cell<u64>,
+    /// How long each flush's fdatasyncs took, µs.
+    pub latency_us: RefCell<Histogram<u64>>,
+}
+
+impl Default for FlushStats {
+    fn default() -> Self {
+        FlushStats {
+            flushes: Cell::new(0),
+            latency_us: RefCell::new(histogram()),
+        }
+    }
 }
 
 /// A shard's metrics. Not `Send`; owned by one shard.
@@ -62,6 +81,8 @@ counters! {
 pub struct ShardMetrics {
     /// The counters.
     pub counters: Counters,
+    /// Flush count and fdatasync latency of the shard's partitions.
+    pub flush: Rc<FlushStats>,
     /// Produce latency with acks (request read to response ready), µs.
     pub produce_latency_us: RefCell<Histogram<u64>>,
     /// Fetch latency (request read to response ready, excluding long-poll waits), µs.
@@ -78,6 +99,7 @@ impl Default for ShardMetrics {
     fn default() -> Self {
         ShardMetrics {
             counters: Counters::default(),
+            flush: Rc::new(FlushStats::default()),
             produce_latency_us: RefCell::new(histogram()),
             fetch_latency_us: RefCell::new(histogram()),
         }
@@ -120,8 +142,10 @@ impl Percentiles {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     counters: CounterValues,
+    flushes: u64,
     produce: Percentiles,
     fetch: Percentiles,
+    flush: Percentiles,
 }
 
 impl ShardMetrics {
@@ -130,8 +154,10 @@ impl ShardMetrics {
         let counters = self.counters.values();
         Snapshot {
             counters,
+            flushes: self.flush.flushes.get(),
             produce: Percentiles::of(&self.produce_latency_us.borrow()),
             fetch: Percentiles::of(&self.fetch_latency_us.borrow()),
+            flush: Percentiles::of(&self.flush.latency_us.borrow()),
         }
     }
 }
@@ -149,21 +175,41 @@ pub fn render(published: &Published) -> String {
     for (shard, snapshot) in snapshots.iter().enumerate() {
         snapshot.counters.render(&mut out, shard, shard == 0);
     }
-    for (name, pick) in [
-        ("produce_latency_seconds", 0usize),
-        ("fetch_latency_seconds", 1),
-    ] {
+    let _ = writeln!(
+        out,
+        "# HELP ringlog_flushes_total Flushes completed (fdatasync of a partition's written files)"
+    );
+    let _ = writeln!(out, "# TYPE ringlog_flushes_total counter");
+    for (shard, snapshot) in snapshots.iter().enumerate() {
         let _ = writeln!(
             out,
-            "# HELP ringlog_{name} Request latency percentiles (from hdrhistogram)"
+            "ringlog_flushes_total{{shard=\"{shard}\"}} {}",
+            snapshot.flushes
         );
+    }
+    type Pick = fn(&Snapshot) -> &Percentiles;
+    let summaries: [(&str, &str, Pick); 3] = [
+        (
+            "produce_latency_seconds",
+            "Produce latency with acks, request read to response ready (from hdrhistogram)",
+            |s| &s.produce,
+        ),
+        (
+            "fetch_latency_seconds",
+            "Fetch latency, request read to response ready (from hdrhistogram)",
+            |s| &s.fetch,
+        ),
+        (
+            "flush_latency_seconds",
+            "Time a flush spends in fdatasync (from hdrhistogram)",
+            |s| &s.flush,
+        ),
+    ];
+    for (name, help, pick) in summaries {
+        let _ = writeln!(out, "# HELP ringlog_{name} {help}");
         let _ = writeln!(out, "# TYPE ringlog_{name} summary");
         for (shard, snapshot) in snapshots.iter().enumerate() {
-            let p = if pick == 0 {
-                &snapshot.produce
-            } else {
-                &snapshot.fetch
-            };
+            let p = pick(snapshot);
             for (q, v) in [
                 ("0.5", p.p50),
                 ("0.99", p.p99),

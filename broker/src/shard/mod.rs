@@ -142,9 +142,10 @@ impl Shard {
             }
             let label = partition_dir_name(&stored.name, partition);
             let dir = self.config.data_dir.join(&label);
-            let (log, recovered) = PartitionLog::open(&dir, &label, settings)
+            let (mut log, recovered) = PartitionLog::open(&dir, &label, settings)
                 .await
                 .map_err(|e| format!("opening partition {label}: {e}"))?;
+            log.set_flush_stats(self.metrics.flush.clone());
             if recovered.bytes_cut > 0 || recovered.bytes_scanned > 0 {
                 tracing::info!(
                     partition = %label,

@@ -25,6 +25,7 @@ use super::error::StorageError;
 use super::recovery::{self, Recovered};
 use super::segment::{Segment, DELETED_SUFFIX};
 use super::segments::Segments;
+use crate::metrics::{self, FlushStats};
 use crate::notify::Notify;
 use glommio::io::{BufferedFile, OpenOptions};
 use std::cell::RefCell;
@@ -98,6 +99,8 @@ pub struct PartitionLog {
     poisoned: Option<String>,
     checkpointed_offset: u64,
     watermarks: Notify,
+    /// Where flushes are counted and timed (the owning shard's metrics).
+    flush_stats: Rc<FlushStats>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -150,9 +153,15 @@ impl PartitionLog {
             poisoned: None,
             checkpointed_offset: recovery::read_recovery_point(dir).unwrap_or(0),
             watermarks: Notify::new(),
+            flush_stats: Rc::new(FlushStats::default()),
         };
         log.check_offsets();
         Ok((log, recovered))
+    }
+
+    /// Counts and times this log's flushes in `stats` (a shard's metrics).
+    pub fn set_flush_stats(&mut self, stats: Rc<FlushStats>) {
+        self.flush_stats = stats;
     }
 
     fn check_offsets(&self) {
@@ -561,6 +570,7 @@ async fn sync_once(
                 l.written_messages,
             )
         };
+        let started = Instant::now();
         for file in &files {
             let path = file.path().map(|p| p.to_path_buf()).unwrap_or_default();
             file.fdatasync()
@@ -568,6 +578,11 @@ async fn sync_once(
                 .map_err(|e| StorageError::io("fdatasync", path, e))?;
         }
         let mut l = log.borrow_mut();
+        metrics::bump(&l.flush_stats.flushes, 1);
+        metrics::record_us(
+            &l.flush_stats.latency_us,
+            started.elapsed().as_micros() as u64,
+        );
         if target > l.flushed_offset {
             l.flushed_offset = target;
         }

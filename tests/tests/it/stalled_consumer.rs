@@ -60,6 +60,11 @@ fn a_stalled_consumer_does_not_stall_another_on_the_same_shard() {
     // The stalled socket filled up: the writability wait really ran.
     let copied = metric(&metrics, "ringlog_fetch_copied_bytes_total");
     assert!(copied > 0, "the full-socket path was exercised:\n{metrics}");
+    // The 20 flush-acknowledged produces were flushed, counted and timed.
+    let flushes = metric(&metrics, "ringlog_flushes_total");
+    assert!(flushes >= 1, "flushes are counted:\n{metrics}");
+    let timed = metric(&metrics, "ringlog_flush_latency_seconds_count");
+    assert_eq!(timed, flushes, "every flush is timed:\n{metrics}");
     drop(stalled);
 }
 

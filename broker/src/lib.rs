@@ -26,6 +26,16 @@
 //!   etcd registries come with the coordinator.
 #![warn(missing_docs)]
 
+/// This build: the crate version and the git revision it was built from
+/// (`-dirty` when the sources differed), as `--version` prints it and the
+/// handshake reports it.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("RINGLOG_GIT_REVISION"),
+    ")"
+);
+
 pub mod broker;
 pub mod config;
 pub mod handler;

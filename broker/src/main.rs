@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// The ringlog broker: the Kafka paper's partitioned log on io_uring shards.
 #[derive(Parser, Debug)]
-#[command(name = "broker", version, about)]
+#[command(name = "broker", version = broker::VERSION, about)]
 struct Args {
     /// Where segments and the topic registry live.
     #[arg(long, value_name = "DIR")]

@@ -372,5 +372,9 @@ pub fn broker_config(brokers: &str, topic: &str) -> anyhow::Result<serde_json::V
             "flush_interval_ms": s.flush_interval_ms,
         })
     });
-    Ok(serde_json::json!({ "brokers": brokers, "topic": topic }))
+    Ok(serde_json::json!({
+        "brokers": brokers,
+        "broker_version": client.hello().broker_version,
+        "topic": topic,
+    }))
 }

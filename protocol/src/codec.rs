@@ -369,8 +369,10 @@ pub fn handshake_response<'b>(
     broker_id: BrokerId,
     shard_id: ShardId,
     shard_count: u16,
+    broker_version: &str,
 ) -> &'b [u8] {
     fbb.reset();
+    let broker_version = fbb.create_string(broker_version);
     let root = wire::HandshakeResponse::create(
         fbb,
         &wire::HandshakeResponseArgs {
@@ -378,6 +380,7 @@ pub fn handshake_response<'b>(
             broker_id,
             shard_id,
             shard_count,
+            broker_version: Some(broker_version),
         },
     );
     finish(fbb, root)

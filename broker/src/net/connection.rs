@@ -249,6 +249,7 @@ fn handshake(shard: &Shard, prefix: FramePrefix, header: &[u8]) -> Result<Respon
             shard.config.broker_id,
             shard.id,
             shard.shard_count() as u16,
+            crate::VERSION,
         )
         .to_vec()
     });

@@ -24,7 +24,7 @@ pub struct ResponseFrame {
 }
 
 /// What the broker said in the handshake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BrokerHello {
     /// The broker's id.
     pub broker_id: u32,
@@ -32,6 +32,9 @@ pub struct BrokerHello {
     pub shard_id: u16,
     /// Shards in the broker.
     pub shard_count: u16,
+    /// The broker's build ("VERSION (GIT_REVISION)"); empty from a broker
+    /// that predates the field.
+    pub broker_version: String,
 }
 
 /// A connection to one broker shard. Not thread-safe; one owner at a time.
@@ -81,11 +84,7 @@ impl Connection {
             writer,
             next_request_id: 0,
             fbb: FlatBufferBuilder::with_capacity(1024),
-            hello: BrokerHello {
-                broker_id: 0,
-                shard_id: 0,
-                shard_count: 0,
-            },
+            hello: BrokerHello::default(),
             address: address.to_string(),
         };
         let name = format!("ringlog-rust/{}", env!("CARGO_PKG_VERSION"));
@@ -97,6 +96,7 @@ impl Connection {
             broker_id: hello.broker_id(),
             shard_id: hello.shard_id(),
             shard_count: hello.shard_count(),
+            broker_version: hello.broker_version().unwrap_or_default().to_string(),
         };
         Ok(conn)
     }
@@ -107,8 +107,8 @@ impl Connection {
     }
 
     /// What the broker said in the handshake.
-    pub fn hello(&self) -> BrokerHello {
-        self.hello
+    pub fn hello(&self) -> &BrokerHello {
+        &self.hello
     }
 
     /// Queues a request; returns its id. Nothing is sent until [`Connection::flush`]

@@ -142,6 +142,12 @@ impl Client {
         &self.bootstrap
     }
 
+    /// What the bootstrap broker said in the handshake (its id, shards and
+    /// build).
+    pub fn hello(&self) -> BrokerHello {
+        self.conn.borrow().hello().clone()
+    }
+
     /// Every topic (empty `topics`) or the named ones.
     pub fn metadata(&self, topics: &[&str]) -> Result<Metadata, ClientError> {
         let mut conn = self.conn.borrow_mut();

@@ -360,6 +360,7 @@ pub mod ringlog {
             pub const VT_BROKER_ID: ::flatbuffers::VOffsetT = 6;
             pub const VT_SHARD_ID: ::flatbuffers::VOffsetT = 8;
             pub const VT_SHARD_COUNT: ::flatbuffers::VOffsetT = 10;
+            pub const VT_BROKER_VERSION: ::flatbuffers::VOffsetT = 12;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -373,9 +374,12 @@ pub mod ringlog {
                 A: ::flatbuffers::Allocator + 'bldr,
             >(
                 _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-                args: &'args HandshakeResponseArgs,
+                args: &'args HandshakeResponseArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<HandshakeResponse<'bldr>> {
                 let mut builder = HandshakeResponseBuilder::new(_fbb);
+                if let Some(x) = args.broker_version {
+                    builder.add_broker_version(x);
+                }
                 builder.add_broker_id(args.broker_id);
                 builder.add_shard_count(args.shard_count);
                 builder.add_shard_id(args.shard_id);
@@ -427,6 +431,18 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn broker_version(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        HandshakeResponse::VT_BROKER_VERSION,
+                        None,
+                    )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for HandshakeResponse<'_> {
@@ -440,17 +456,23 @@ pub mod ringlog {
                     .visit_field::<u32>("broker_id", Self::VT_BROKER_ID, false)?
                     .visit_field::<u16>("shard_id", Self::VT_SHARD_ID, false)?
                     .visit_field::<u16>("shard_count", Self::VT_SHARD_COUNT, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "broker_version",
+                        Self::VT_BROKER_VERSION,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
         }
-        pub struct HandshakeResponseArgs {
+        pub struct HandshakeResponseArgs<'a> {
             pub protocol_version: u16,
             pub broker_id: u32,
             pub shard_id: u16,
             pub shard_count: u16,
+            pub broker_version: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
-        impl<'a> Default for HandshakeResponseArgs {
+        impl<'a> Default for HandshakeResponseArgs<'a> {
             #[inline]
             fn default() -> Self {
                 HandshakeResponseArgs {
@@ -458,6 +480,7 @@ pub mod ringlog {
                     broker_id: 0,
                     shard_id: 0,
                     shard_count: 0,
+                    broker_version: None,
                 }
             }
         }
@@ -491,6 +514,16 @@ pub mod ringlog {
                     .push_slot::<u16>(HandshakeResponse::VT_SHARD_COUNT, shard_count, 0);
             }
             #[inline]
+            pub fn add_broker_version(
+                &mut self,
+                broker_version: ::flatbuffers::WIPOffset<&'b str>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    HandshakeResponse::VT_BROKER_VERSION,
+                    broker_version,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> HandshakeResponseBuilder<'a, 'b, A> {
@@ -514,6 +547,7 @@ pub mod ringlog {
                 ds.field("broker_id", &self.broker_id());
                 ds.field("shard_id", &self.shard_id());
                 ds.field("shard_count", &self.shard_count());
+                ds.field("broker_version", &self.broker_version());
                 ds.finish()
             }
         }

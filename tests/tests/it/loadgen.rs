@@ -79,6 +79,7 @@ fn produce_and_consume_count_exactly_and_report_every_field() {
         "summary.latency.curve",
         "produce.all_flushed_after_s",
         "broker_config.brokers",
+        "broker_config.broker_version",
         "broker_config.topic.flush_interval_ms",
         "environment.hostname",
         "environment.kernel",
@@ -91,6 +92,12 @@ fn produce_and_consume_count_exactly_and_report_every_field() {
     ] {
         has(&report, field);
     }
+    // The report names the broker's build, as its handshake gave it.
+    let version = report["broker_config"]["broker_version"].as_str().unwrap();
+    assert!(
+        version.starts_with(&format!("{} (", env!("CARGO_PKG_VERSION"))) && version.ends_with(')'),
+        "{version}"
+    );
     // The broker agrees: 5000 messages of 100 + 9 bytes.
     let client = broker.client();
     let stored: u64 = (0..3)

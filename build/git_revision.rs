@@ -1,6 +1,8 @@
-//! Records the git revision loadgen was built from, for its reports, with
-//! `-dirty` when the code differs from that commit: a published figure must
-//! name the code that produced it.
+//! Build script of the broker and loadgen (both crates name this file as
+//! `build` in their Cargo.toml): records the git revision they are built
+//! from as `RINGLOG_GIT_REVISION`, with `-dirty` when the sources differ from
+//! that commit. Reports, `--version` and the handshake carry it: a published
+//! figure must name the code that produced it.
 use std::path::Path;
 use std::process::Command;
 

@@ -12,7 +12,7 @@ use crate::broker_process::LocalBroker;
 use crate::chart::{self, Series};
 use crate::peers::{self, activemq, rabbitmq};
 use crate::report::{write_json, Environment};
-use crate::stats::{Reporter, Stats, Summary};
+use crate::stats::{measure, Stats, Summary};
 use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use anyhow::Context;
 use protocol::client::AckMode;
@@ -206,17 +206,7 @@ fn run_one(
     expected: u64,
     f: impl FnOnce(&Arc<Stats>) -> anyhow::Result<()>,
 ) -> anyhow::Result<Summary> {
-    let stats = Stats::new();
-    let reporter = Reporter::start(
-        stats.clone(),
-        label.to_string(),
-        "processed",
-        Some(expected),
-    );
-    let result = f(&stats);
-    drop(reporter);
-    result?;
-    Ok(stats.summary())
+    measure(label, "processed", Some(expected), 0.0, f).map(|((), summary)| summary)
 }
 
 fn row(

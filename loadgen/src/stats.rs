@@ -351,6 +351,30 @@ impl Drop for Reporter {
     }
 }
 
+/// Runs `work` with a fresh [`Stats`] and the 5-second report lines on
+/// stderr (`label`, `verb`: "produce", "sent"), not counting the first
+/// `warmup_secs`; returns the work's result and the run's summary.
+pub fn measure<T>(
+    label: &str,
+    verb: &'static str,
+    expected: Option<u64>,
+    warmup_secs: f64,
+    work: impl FnOnce(&Arc<Stats>) -> anyhow::Result<T>,
+) -> anyhow::Result<(T, Summary)> {
+    let stats = Stats::new();
+    let reporter = Reporter::start(stats.clone(), label.to_string(), verb, expected);
+    if warmup_secs > 0.0 {
+        let stats = stats.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs_f64(warmup_secs));
+            stats.reset();
+        });
+    }
+    let result = work(&stats);
+    drop(reporter);
+    Ok((result?, stats.summary()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,17 +53,12 @@ pub fn handle(
     }
     let Some(log) = log else {
         let owner = shard.owner_of(topic_name, partition);
-        if acks == AckMode::None {
-            return forward_without_reply(
-                shard,
-                owner,
-                Api::Produce as u16,
-                request_id,
-                header,
-                payload,
-            );
-        }
-        return forward(
+        let send = if acks == AckMode::None {
+            forward_without_reply
+        } else {
+            forward
+        };
+        return send(
             shard,
             owner,
             Api::Produce as u16,

@@ -8,7 +8,7 @@ use loadgen::e2e::{self, E2eSpec};
 use loadgen::paper::{self, PaperSpec, System};
 use loadgen::peers::{activemq, rabbitmq};
 use loadgen::report::{write_json, Environment};
-use loadgen::stats::{Reporter, Stats, Summary};
+use loadgen::stats::{measure, Summary};
 use loadgen::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use protocol::client::AckMode;
 use serde::Serialize;
@@ -263,16 +263,6 @@ fn rate(rate: Option<f64>) -> Option<f64> {
     rate.filter(|r| *r > 0.0)
 }
 
-fn warmup(stats: &std::sync::Arc<Stats>, secs: f64) {
-    if secs > 0.0 {
-        let stats = stats.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs_f64(secs));
-            stats.reset();
-        });
-    }
-}
-
 fn plot(dir: &Option<PathBuf>, title: &str, summary: &Summary) -> anyhow::Result<()> {
     let Some(dir) = dir else { return Ok(()) };
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -348,14 +338,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 producers: args.producers,
                 shard_aware: !args.no_shard_aware,
             };
-            let stats = Stats::new();
-            let expected = args.common.messages;
-            let reporter = Reporter::start(stats.clone(), "produce".into(), "sent", expected);
-            warmup(&stats, args.common.warmup);
-            let outcome = workload::produce(&spec, &stats);
-            drop(reporter);
-            let outcome = outcome?;
-            let summary = stats.summary();
+            let (outcome, summary) = measure(
+                "produce",
+                "sent",
+                args.common.messages,
+                args.common.warmup,
+                |stats| workload::produce(&spec, stats),
+            )?;
             println!("{}", summary.line("sent"));
             println!(
                 "all {} messages flushed after {:.3} s; {:.1} bytes stored per message",
@@ -393,18 +382,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 fetch_bytes: args.fetch_bytes,
                 consumers: args.consumers,
             };
-            let stats = Stats::new();
-            let reporter = Reporter::start(
-                stats.clone(),
-                "consume".into(),
+            let ((), summary) = measure(
+                "consume",
                 "received",
                 args.common.messages,
-            );
-            warmup(&stats, args.common.warmup);
-            let result = workload::consume(&spec, &stats);
-            drop(reporter);
-            result?;
-            let summary = stats.summary();
+                args.common.warmup,
+                |stats| workload::consume(&spec, stats),
+            )?;
             println!("{}", summary.line("received"));
             if let Some(path) = &args.common.json {
                 write_json(
@@ -439,18 +423,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 inject_duplicate: args.inject_duplicate,
                 grace: Duration::from_secs_f64(args.grace),
             };
-            let stats = Stats::new();
-            let reporter = Reporter::start(
-                stats.clone(),
-                "e2e".into(),
+            let (checks, summary) = measure(
+                "e2e",
                 "received",
                 args.common.messages,
-            );
-            warmup(&stats, args.common.warmup);
-            let checks = e2e::run(&spec, &stats);
-            drop(reporter);
-            let checks = checks?;
-            let summary = stats.summary();
+                args.common.warmup,
+                |stats| e2e::run(&spec, stats),
+            )?;
             println!("{}", summary.line("received"));
             let total = |f: fn(&e2e::PartitionCheck) -> u64| checks.iter().map(f).sum::<u64>();
             let extra = E2eExtra {

@@ -1,20 +1,23 @@
 //! Start-up and shutdown: pinned executors, the ready line, signals.
 //!
-//! Start: validate the configuration, lock the data directory, load the
-//! topic registry, bind one listener per shard, start one pinned glommio
+//! Start: validate the configuration, lock the data directory, start the
+//! control thread (which opens the topic registry and hands back the
+//! registered topics), bind one listener per shard, start one pinned glommio
 //! executor per shard (each recovers and opens the partitions it owns), and
 //! print one ready line on stdout once every shard serves. Stop (SIGTERM or
-//! SIGINT): every shard stops accepting, flushes every partition, writes an
-//! exact recovery point and exits; then the process exits 0.
+//! SIGINT): the control thread finishes its current change and stops, every
+//! shard stops accepting, flushes every partition, writes an exact recovery
+//! point and exits; then the process exits 0.
 
 use crate::config::Config;
+use crate::control::{self, ControlMsg};
 use crate::handler;
 use crate::metrics::{self, Published};
 use crate::notify::Notify;
 use crate::shard::forward::ShardMsg;
 use crate::shard::{self, Shard};
-use crate::storage::meta::{self, StoredTopic};
 use anyhow::{bail, Context};
+use coordinator::registry::{Standalone, TopicRecord};
 use glommio::{LocalExecutorBuilder, Placement};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -33,21 +36,21 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let _lock = lock_data_dir(&config)?;
     check_io_uring()?;
     check_memlock(&config)?;
-    let topics = meta::load_topics(&config.data_dir).with_context(|| {
-        format!(
-            "loading the topic registry in {}",
-            config.data_dir.display()
-        )
-    })?;
 
+    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..config.shards)
+        .map(|_| flume::bounded::<ShardMsg>(crate::limits::FORWARD_QUEUE_MAX))
+        .unzip();
+    let data_dir = config.data_dir.clone();
+    let broker_id = config.broker_id;
+    let (control, topics) = control::start(&config, senders.clone(), move || {
+        Standalone::open(&data_dir, broker_id)
+    })
+    .with_context(|| format!("in {}", config.data_dir.display()))?;
     let listeners = bind_listeners(&config)?;
     let addresses: Vec<SocketAddr> = listeners
         .iter()
         .map(|l| l.local_addr())
         .collect::<Result<_, _>>()?;
-    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..config.shards)
-        .map(|_| flume::bounded::<ShardMsg>(crate::limits::FORWARD_QUEUE_MAX))
-        .unzip();
     let published: Published = Arc::new(Mutex::new(vec![Default::default(); config.shards]));
     let metrics_address = match config.metrics_listen {
         Some(addr) => {
@@ -77,6 +80,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             config: config.clone(),
             addresses: addresses.clone(),
             peers: senders.clone(),
+            control: control.requests.clone(),
             inbox,
             listener_fd: listener.into_raw_fd(),
             topics: topics.clone(),
@@ -99,10 +103,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
+                control.stop();
                 stop_shards(&senders);
                 bail!("a shard failed to start: {error}");
             }
-            Err(_) => bail!("a shard exited during start-up"),
+            Err(_) => {
+                control.stop();
+                bail!("a shard exited during start-up");
+            }
         }
     }
     let ports: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
@@ -123,10 +131,14 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             break;
         }
         if alive.load(Ordering::SeqCst) < config.shards {
+            control.stop();
             stop_shards(&senders);
             bail!("a shard stopped unexpectedly; see the log above");
         }
     }
+    // The control thread first: it finishes the change it is making (with
+    // every shard still there to apply it), then shards stop.
+    control.stop();
     stop_shards(&senders);
     for handle in handles {
         if let Err(error) = handle.join() {
@@ -148,9 +160,10 @@ struct ShardContext {
     config: Config,
     addresses: Vec<SocketAddr>,
     peers: Vec<flume::Sender<ShardMsg>>,
+    control: flume::Sender<ControlMsg>,
     inbox: flume::Receiver<ShardMsg>,
     listener_fd: i32,
-    topics: Vec<StoredTopic>,
+    topics: Vec<TopicRecord>,
     ready: mpsc::Sender<Result<(), String>>,
     published: Published,
 }
@@ -166,12 +179,7 @@ async fn shard_main(context: ShardContext) {
         stopping: Cell::new(false),
         responses_pending: Cell::new(0),
         responses_written: Notify::new(),
-        registry: RefCell::new(if context.id == 0 {
-            context.topics.clone()
-        } else {
-            Vec::new()
-        }),
-        admin_busy: RefCell::new(Vec::new()),
+        control: context.control,
         fbb: RefCell::new(protocol::flatbuffers::FlatBufferBuilder::with_capacity(
             1024,
         )),

@@ -22,8 +22,11 @@
 //! - **Storage:** the paper's append-only log of segment files; offsets are
 //!   byte positions; flushed data only is visible ([`storage`]).
 //! - **Fetch:** zero-copy with sendfile on a non-blocking socket ([`net::sendfile`]).
-//! - **Control plane:** standalone today (topics in `<data-dir>/topics.toml`);
-//!   etcd registries come with the coordinator.
+//! - **Control plane:** one control thread (a current-thread tokio runtime)
+//!   owns the topic registry ([`control`]); shards ask it over a channel and
+//!   it tells them, over their inboxes, to open or drop partitions. A shard
+//!   never waits on the registry. Standalone, the registry is
+//!   `<data-dir>/topics.toml`.
 #![warn(missing_docs)]
 
 /// This build: the crate version and the git revision it was built from
@@ -38,6 +41,7 @@ pub const VERSION: &str = concat!(
 
 pub mod broker;
 pub mod config;
+pub mod control;
 pub mod handler;
 pub mod limits;
 pub mod metrics;

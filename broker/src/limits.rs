@@ -15,6 +15,9 @@ pub const INFLIGHT_REQUESTS_MAX: usize = 4096;
 pub const READ_BUFFER_BYTES: usize = 256 * 1024;
 /// Forwarded requests queued for one shard before senders wait.
 pub const FORWARD_QUEUE_MAX: usize = 4096;
+/// Admin requests (create/delete topic) queued for the control thread
+/// before the shards that send them wait.
+pub const CONTROL_QUEUE_MAX: usize = 1024;
 /// Appended but unwritten bytes of one partition above which a producer's
 /// connection stops being read until the disk catches up.
 pub const PENDING_BYTES_MAX: u64 = 64 * 1024 * 1024;

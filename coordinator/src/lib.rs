@@ -1,10 +1,16 @@
 //! The paper's coordination, with etcd in ZooKeeper's place.
 //!
-//! So far this crate holds the pure part: the range rebalance every consumer
-//! of a group computes identically ([`rebalance`]). The etcd registries
-//! (brokers, consumers, ownership, offsets: lease-bound keys, claims in
-//! transactions, watches that trigger the rebalance) come with the consumer
-//! group work; until then the broker runs standalone.
+//! - [`registry`]: the one seam between a broker and its topic registry.
+//!   The broker's control thread owns a [`registry::Registry`] and is the
+//!   only code that reads or changes it; shards ask the control thread.
+//!   Implementations: [`registry::Standalone`] (`topics.toml` in the data
+//!   directory, the embedded default) and [`registry::Memory`] (tests).
+//! - [`placement`]: which broker stores each partition of a new topic, a
+//!   pure function every broker computes alike.
+//! - [`rebalance`]: the paper's range assignment every consumer of a group
+//!   computes identically.
 #![deny(missing_docs)]
 
+pub mod placement;
 pub mod rebalance;
+pub mod registry;

@@ -386,16 +386,25 @@ pub fn handshake_response<'b>(
     finish(fbb, root)
 }
 
-/// Error response header; `range` is the valid offset range for OFFSET_OUT_OF_RANGE.
+/// What an error response carries beside its code and message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ErrorDetails {
+    /// For OFFSET_OUT_OF_RANGE: the valid range `[start, end]`.
+    pub range: Option<(u64, u64)>,
+    /// For NOT_OWNER: the broker that stores the partition.
+    pub owner_broker_id: Option<BrokerId>,
+}
+
+/// Error response header.
 pub fn error_response<'b>(
     fbb: &'b mut FlatBufferBuilder<'_>,
     code: crate::ErrorCode,
     message: &str,
-    range: Option<(u64, u64)>,
+    details: ErrorDetails,
 ) -> &'b [u8] {
     fbb.reset();
     let message = fbb.create_string(message);
-    let (start_offset, end_offset) = range.unwrap_or((0, 0));
+    let (start_offset, end_offset) = details.range.unwrap_or((0, 0));
     let root = wire::ErrorResponse::create(
         fbb,
         &wire::ErrorResponseArgs {
@@ -403,6 +412,7 @@ pub fn error_response<'b>(
             message: Some(message),
             start_offset,
             end_offset,
+            owner_broker_id: details.owner_broker_id.unwrap_or(0),
         },
     );
     finish(fbb, root)

@@ -46,11 +46,14 @@ pub enum ErrorCode {
     Overloaded = 16,
     /// A bug in the broker; the message says what.
     Internal = 17,
+    /// The partition is stored by another broker (named in the
+    /// ErrorResponse's `owner_broker_id`): refresh metadata and ask it.
+    NotOwner = 18,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -69,6 +72,7 @@ impl ErrorCode {
         ErrorCode::ShuttingDown,
         ErrorCode::Overloaded,
         ErrorCode::Internal,
+        ErrorCode::NotOwner,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -101,6 +105,7 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::Overloaded => "OVERLOADED",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::NotOwner => "NOT_OWNER",
         }
     }
 }

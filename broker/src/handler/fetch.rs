@@ -4,39 +4,13 @@
 
 use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
 use crate::limits::{FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX};
-use crate::shard::Shard;
+use crate::shard::{Owner, Shard};
 use crate::storage::SharedLog;
 use protocol::codec::{verify, PartitionOffsets};
 use protocol::frame::Api;
-use protocol::{wire, ErrorCode};
+use protocol::wire;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-
-/// The log of a partition if this shard owns it; `None` if another shard
-/// does; an error if the topic or partition does not exist.
-pub fn local_log(
-    shard: &Shard,
-    topic_name: &str,
-    partition: u32,
-) -> Result<Option<SharedLog>, Failure> {
-    let Some(topic) = shard.topic(topic_name) else {
-        return Err(Failure::new(
-            ErrorCode::UnknownTopic,
-            format!("unknown topic {topic_name:?}"),
-        ));
-    };
-    let topic = topic.borrow();
-    if partition >= topic.partitions {
-        return Err(Failure::new(
-            ErrorCode::UnknownPartition,
-            format!(
-                "topic {topic_name:?} has partitions 0..{}, not {partition}",
-                topic.partitions
-            ),
-        ));
-    }
-    Ok(topic.logs.get(&partition).cloned())
-}
 
 /// The partition's offsets as reported to clients.
 pub fn offsets_of(log: &SharedLog) -> PartitionOffsets {
@@ -54,9 +28,12 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
         verify::<wire::FetchRequest>(header).map_err(|e| invalid_header(Api::Fetch, e))?;
     let topic_name = request.topic().unwrap_or_default();
     let partition = request.partition();
-    let Some(log) = local_log(shard, topic_name, partition)? else {
-        let owner = shard.owner_of(topic_name, partition);
-        return forward(shard, owner, Api::Fetch as u16, request_id, header, &[]);
+    let log = match super::locate(shard, topic_name, partition)? {
+        Owner::Here(log) => log,
+        Owner::Shard(owner) => {
+            return forward(shard, owner, Api::Fetch as u16, request_id, header, &[]);
+        }
+        Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
     let offset = request.offset();
     let bytes_max = request.max_bytes().min(FETCH_BYTES_MAX);

@@ -2,9 +2,9 @@
 //! offset, or the offset to start from to see everything appended since a
 //! time (segment granularity, as in the paper).
 
-use super::fetch::{local_log, offsets_of};
+use super::fetch::offsets_of;
 use super::{forward, invalid_header, Dispatched, Failure, Response};
-use crate::shard::Shard;
+use crate::shard::{Owner, Shard};
 use protocol::codec::{verify, OffsetSpec};
 use protocol::frame::Api;
 use protocol::{wire, ErrorCode};
@@ -16,16 +16,19 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
         .map_err(|e| invalid_header(Api::ListOffsets, e))?;
     let topic_name = request.topic().unwrap_or_default();
     let partition = request.partition();
-    let Some(log) = local_log(shard, topic_name, partition)? else {
-        let owner = shard.owner_of(topic_name, partition);
-        return forward(
-            shard,
-            owner,
-            Api::ListOffsets as u16,
-            request_id,
-            header,
-            &[],
-        );
+    let log = match super::locate(shard, topic_name, partition)? {
+        Owner::Here(log) => log,
+        Owner::Shard(owner) => {
+            return forward(
+                shard,
+                owner,
+                Api::ListOffsets as u16,
+                request_id,
+                header,
+                &[],
+            );
+        }
+        Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
     let offsets = offsets_of(&log);
     let offset = match request.spec() {

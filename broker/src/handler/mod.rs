@@ -13,9 +13,10 @@ pub mod produce;
 pub mod topics;
 
 use crate::shard::forward::ShardMsg;
-use crate::shard::Shard;
+use crate::shard::{LocateError, Owner, Shard};
 use crate::storage::{FetchSlice, StorageError};
 use protocol::frame::{Api, API_VERSION};
+use protocol::types::{BrokerId, PartitionId};
 use protocol::ErrorCode;
 use std::future::Future;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -155,8 +156,25 @@ pub fn error_response(
     message: &str,
     range: Option<(u64, u64)>,
 ) -> Response {
+    error_response_with(
+        api,
+        code,
+        message,
+        protocol::codec::ErrorDetails {
+            range,
+            ..Default::default()
+        },
+    )
+}
+
+fn error_response_with(
+    api: u16,
+    code: ErrorCode,
+    message: &str,
+    details: protocol::codec::ErrorDetails,
+) -> Response {
     let mut fbb = protocol::flatbuffers::FlatBufferBuilder::with_capacity(128 + message.len());
-    let header = protocol::codec::error_response(&mut fbb, code, message, range).to_vec();
+    let header = protocol::codec::error_response(&mut fbb, code, message, details).to_vec();
     Response {
         api,
         error: code as u16,
@@ -174,6 +192,8 @@ pub struct Failure {
     pub message: String,
     /// For OFFSET_OUT_OF_RANGE: the valid range.
     pub range: Option<(u64, u64)>,
+    /// For NOT_OWNER: the broker that stores the partition.
+    pub owner_broker_id: Option<BrokerId>,
 }
 
 impl Failure {
@@ -183,13 +203,47 @@ impl Failure {
             code,
             message: message.into(),
             range: None,
+            owner_broker_id: None,
+        }
+    }
+
+    /// NOT_OWNER: another broker stores this partition.
+    pub fn not_owner(topic: &str, partition: PartitionId, broker: BrokerId) -> Self {
+        Failure {
+            owner_broker_id: Some(broker),
+            ..Failure::new(
+                ErrorCode::NotOwner,
+                format!("{topic}-{partition} is stored by broker {broker}, not this one: refresh metadata"),
+            )
         }
     }
 
     /// The response that reports it.
     pub fn response(&self, api: u16) -> Response {
-        error_response(api, self.code, &self.message, self.range)
+        error_response_with(
+            api,
+            self.code,
+            &self.message,
+            protocol::codec::ErrorDetails {
+                range: self.range,
+                owner_broker_id: self.owner_broker_id,
+            },
+        )
     }
+}
+
+/// Where a request's partition lives; an unknown topic or partition is the
+/// client's error.
+pub fn locate(shard: &Shard, topic: &str, partition: PartitionId) -> Result<Owner, Failure> {
+    shard.locate(topic, partition).map_err(|error| match error {
+        LocateError::UnknownTopic => {
+            Failure::new(ErrorCode::UnknownTopic, format!("unknown topic {topic:?}"))
+        }
+        LocateError::UnknownPartition { partitions } => Failure::new(
+            ErrorCode::UnknownPartition,
+            format!("topic {topic:?} has partitions 0..{partitions}, not {partition}"),
+        ),
+    })
 }
 
 impl From<StorageError> for Failure {
@@ -205,6 +259,7 @@ impl From<StorageError> for Failure {
                     "offset {requested} is outside the log; valid offsets are {start}..={end}"
                 ),
                 range: Some((start, end)),
+                owner_broker_id: None,
             },
             StorageError::Poisoned(_) | StorageError::Io { .. } => {
                 Failure::new(ErrorCode::StorageFailed, error.to_string())
@@ -261,8 +316,8 @@ pub fn dispatch(
         Api::Fetch => fetch::handle(shard, request_id, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),
         Api::Metadata => metadata::handle(shard, header),
-        Api::CreateTopic => topics::handle_create(shard, request_id, header),
-        Api::DeleteTopic => topics::handle_delete(shard, request_id, header),
+        Api::CreateTopic => topics::handle_create(shard, header),
+        Api::DeleteTopic => topics::handle_delete(shard, header),
         Api::Handshake => Err(Failure::new(
             ErrorCode::InvalidRequest,
             "the handshake was already done",

@@ -6,7 +6,7 @@ use super::{
     forward, forward_without_reply, invalid_header, Dispatched, Failure, Payload, Response,
 };
 use crate::limits::PENDING_BYTES_MAX;
-use crate::shard::Shard;
+use crate::shard::{Owner, Shard};
 use crate::storage::partition_log::{request_sync, SharedLog, WRITE_CHUNK_BYTES};
 use protocol::codec::{verify, AckMode};
 use protocol::frame::Api;
@@ -33,7 +33,10 @@ pub fn handle(
             format!("unknown ack mode {}", acks.0),
         ));
     }
-    let log = super::fetch::local_log(shard, topic_name, partition)?;
+    let owner = super::locate(shard, topic_name, partition)?;
+    if let Owner::Broker(broker) = owner {
+        return Err(Failure::not_owner(topic_name, partition, broker));
+    }
     // Checked before any forwarding too, so a bad set is refused at once
     // whichever shard the client talks to.
     let summary = validate_message_set(payload).map_err(|e| {
@@ -51,21 +54,24 @@ pub fn handle(
             ),
         ));
     }
-    let Some(log) = log else {
-        let owner = shard.owner_of(topic_name, partition);
-        let send = if acks == AckMode::None {
-            forward_without_reply
-        } else {
-            forward
-        };
-        return send(
-            shard,
-            owner,
-            Api::Produce as u16,
-            request_id,
-            header,
-            payload,
-        );
+    let log = match owner {
+        Owner::Here(log) => log,
+        Owner::Shard(owner) => {
+            let send = if acks == AckMode::None {
+                forward_without_reply
+            } else {
+                forward
+            };
+            return send(
+                shard,
+                owner,
+                Api::Produce as u16,
+                request_id,
+                header,
+                payload,
+            );
+        }
+        Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
     let started = Instant::now();
     let (base, end) = log.borrow_mut().append(payload, summary.count)?;

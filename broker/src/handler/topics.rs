@@ -1,40 +1,25 @@
 //! CreateTopic and DeleteTopic.
 //!
-//! Shard 0 is the admin shard: it serialises topic changes, rewrites the
-//! standalone registry (`topics.toml`), then tells every shard to open or
-//! drop its partitions and waits for all of them before answering. Other
-//! shards forward these requests to shard 0.
+//! Any shard takes these requests, checks what it can alone (the name, the
+//! partition count, the settings against the broker's limits), and hands the
+//! change to the control thread ([`crate::control`]), which owns the topic
+//! registry, serialises every change, and has every shard open or drop its
+//! partitions before it answers. The handler awaits that answer on a
+//! channel; the shard's reactor never waits on the registry's fsync.
 
-use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
-use crate::shard::forward::ShardMsg;
+use super::{invalid_header, Dispatched, Failure, Payload, Response};
+use crate::control::{ControlError, ControlMsg};
 use crate::shard::Shard;
-use crate::storage::meta::{store_topics, StoredTopic};
 use protocol::codec::{verify, TopicSettings};
 use protocol::frame::Api;
 use protocol::types::validate_topic_name;
 use protocol::{wire, ErrorCode};
 use std::rc::Rc;
 
-const ADMIN_SHARD: u16 = 0;
-
 /// Handles a CreateTopic request.
-pub fn handle_create(
-    shard: &Rc<Shard>,
-    request_id: u32,
-    header: &[u8],
-) -> Result<Dispatched, Failure> {
+pub fn handle_create(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Failure> {
     let request = verify::<wire::CreateTopicRequest>(header)
         .map_err(|e| invalid_header(Api::CreateTopic, e))?;
-    if shard.id != ADMIN_SHARD {
-        return forward(
-            shard,
-            ADMIN_SHARD,
-            Api::CreateTopic as u16,
-            request_id,
-            header,
-            &[],
-        );
-    }
     let name = request.name().unwrap_or_default().to_string();
     validate_topic_name(&name)
         .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
@@ -53,58 +38,25 @@ pub fn handle_create(
         .config
         .topic_settings(&overrides)
         .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e))?;
-    if shard.topic(&name).is_some() || shard.admin_busy.borrow().contains(&name) {
-        return Err(Failure::new(
-            ErrorCode::TopicAlreadyExists,
-            format!("topic {name:?} already exists"),
-        ));
-    }
-    let stored = StoredTopic {
+    let (reply, answer) = flume::bounded(1);
+    let msg = ControlMsg::CreateTopic {
         name: name.clone(),
         partitions,
-        retention_ms: overrides.retention_ms,
-        retention_bytes: overrides.retention_bytes,
-        segment_bytes: overrides.segment_bytes,
-        flush_messages: overrides.flush_messages,
-        flush_interval_ms: overrides.flush_interval_ms,
+        overrides,
+        reply,
     };
-    let mut registry = shard.registry.borrow().clone();
-    registry.push(stored.clone());
-    store_topics(&shard.config.data_dir, &registry)
-        .map_err(|e| Failure::new(ErrorCode::StorageFailed, e.to_string()))?;
-    *shard.registry.borrow_mut() = registry;
-    shard.admin_busy.borrow_mut().push(name.clone());
     let shard = shard.clone();
     Ok(Dispatched::Later(Box::pin(async move {
-        let mut failures = Vec::new();
-        for peer in &shard.peers {
-            let (done, result) = flume::bounded(1);
-            let msg = ShardMsg::TopicCreated {
-                topic: stored.clone(),
-                done,
-            };
-            if peer.send_async(msg).await.is_err() {
-                failures.push("a shard has stopped".to_string());
-                continue;
-            }
-            match result.recv_async().await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failures.push(e),
-                Err(_) => failures.push("a shard has stopped".to_string()),
-            }
+        let api = Api::CreateTopic as u16;
+        if let Err(error) = ask_control(&shard, msg, answer).await {
+            return Some(Failure::new(error.code, error.message).response(api));
         }
-        shard.admin_busy.borrow_mut().retain(|n| n != &name);
-        if !failures.is_empty() {
-            return Some(
-                Failure::new(ErrorCode::StorageFailed, failures.join("; "))
-                    .response(Api::CreateTopic as u16),
-            );
-        }
-        tracing::info!(topic = %name, partitions, "created topic");
+        // The control thread answers after every shard, this one included,
+        // has opened the topic.
         let Some(topic) = shard.topic(&name) else {
             return Some(
                 Failure::new(ErrorCode::Internal, "topic vanished while being created")
-                    .response(Api::CreateTopic as u16),
+                    .response(api),
             );
         };
         let metadata = shard.topic_metadata(&topic.borrow());
@@ -112,7 +64,7 @@ pub fn handle_create(
             protocol::codec::create_topic_response(fbb, &metadata).to_vec()
         });
         Some(Response {
-            api: Api::CreateTopic as u16,
+            api,
             error: 0,
             header,
             payload: Payload::None,
@@ -121,65 +73,50 @@ pub fn handle_create(
 }
 
 /// Handles a DeleteTopic request.
-pub fn handle_delete(
-    shard: &Rc<Shard>,
-    request_id: u32,
-    header: &[u8],
-) -> Result<Dispatched, Failure> {
+pub fn handle_delete(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Failure> {
     let request = verify::<wire::DeleteTopicRequest>(header)
         .map_err(|e| invalid_header(Api::DeleteTopic, e))?;
-    if shard.id != ADMIN_SHARD {
-        return forward(
-            shard,
-            ADMIN_SHARD,
-            Api::DeleteTopic as u16,
-            request_id,
-            header,
-            &[],
-        );
-    }
     let name = request.name().unwrap_or_default().to_string();
     validate_topic_name(&name)
         .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
-    if shard.topic(&name).is_none() || shard.admin_busy.borrow().contains(&name) {
-        return Err(Failure::new(
-            ErrorCode::UnknownTopic,
-            format!("unknown topic {name:?}"),
-        ));
-    }
-    let registry: Vec<StoredTopic> = shard
-        .registry
-        .borrow()
-        .iter()
-        .filter(|t| t.name != name)
-        .cloned()
-        .collect();
-    store_topics(&shard.config.data_dir, &registry)
-        .map_err(|e| Failure::new(ErrorCode::StorageFailed, e.to_string()))?;
-    *shard.registry.borrow_mut() = registry;
-    shard.admin_busy.borrow_mut().push(name.clone());
+    let (reply, answer) = flume::bounded(1);
+    let msg = ControlMsg::DeleteTopic {
+        name: name.clone(),
+        reply,
+    };
     let shard = shard.clone();
     Ok(Dispatched::Later(Box::pin(async move {
-        for peer in &shard.peers {
-            let (done, finished) = flume::bounded(1);
-            let msg = ShardMsg::TopicDeleted {
-                name: name.clone(),
-                done,
-            };
-            if peer.send_async(msg).await.is_ok() {
-                let _ = finished.recv_async().await;
-            }
+        let api = Api::DeleteTopic as u16;
+        if let Err(error) = ask_control(&shard, msg, answer).await {
+            return Some(Failure::new(error.code, error.message).response(api));
         }
-        shard.admin_busy.borrow_mut().retain(|n| n != &name);
-        tracing::info!(topic = %name, "deleted topic");
         let header = super::with_builder(&shard, |fbb| {
             protocol::codec::delete_topic_response(fbb, &name).to_vec()
         });
         Some(Response {
-            api: Api::DeleteTopic as u16,
+            api,
             error: 0,
             header,
             payload: Payload::None,
         })
     })))
+}
+
+/// Sends `msg` to the control thread and awaits its answer. A control
+/// thread that has stopped (the broker is stopping) is SHUTTING_DOWN.
+async fn ask_control<T>(
+    shard: &Shard,
+    msg: ControlMsg,
+    answer: flume::Receiver<Result<T, ControlError>>,
+) -> Result<T, ControlError> {
+    let stopping = || ControlError {
+        code: ErrorCode::ShuttingDown,
+        message: "the broker is stopping".into(),
+    };
+    shard
+        .control
+        .send_async(msg)
+        .await
+        .map_err(|_| stopping())?;
+    answer.recv_async().await.map_err(|_| stopping())?
 }

@@ -5,10 +5,11 @@
 //! response back. A fetch's file range crosses as a duplicated file
 //! descriptor, so the requesting shard still sends it with sendfile: the
 //! forwarded path costs one copy of the *request* and a `dup`, not a copy of
-//! the data. Admin changes (topic created/deleted) are broadcast the same way.
+//! the data. The control thread sends topic changes (created/deleted) to
+//! every shard the same way.
 
 use crate::handler::SendableResponse;
-use crate::storage::meta::StoredTopic;
+use coordinator::registry::TopicRecord;
 
 /// What one shard asks of another.
 pub enum ShardMsg {
@@ -30,7 +31,7 @@ pub enum ShardMsg {
     /// A topic was added to the registry: open the partitions you own.
     TopicCreated {
         /// The topic.
-        topic: StoredTopic,
+        topic: TopicRecord,
         /// Done (or why not).
         done: flume::Sender<Result<(), String>>,
     },

@@ -9,13 +9,14 @@ pub mod forward;
 pub mod placement;
 
 use crate::config::Config;
+use crate::control::ControlMsg;
 use crate::metrics::ShardMetrics;
-use crate::storage::meta::StoredTopic;
 use crate::storage::partition_log::{self, now_ms, request_sync, PartitionLog, SharedLog};
 use crate::storage::{partition_dir_name, LogSettings};
+use coordinator::registry::TopicRecord;
 use forward::ShardMsg;
 use protocol::codec::{PartitionPlacement, TopicMetadata, TopicSettings};
-use protocol::types::{PartitionId, ShardId};
+use protocol::types::{BrokerId, PartitionId, ShardId};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -30,38 +31,24 @@ pub struct Topic {
     pub name: String,
     /// Number of partitions.
     pub partitions: u32,
-    /// The overrides as created (0 = default).
-    pub overrides: TopicSettings,
+    /// The broker that stores each partition, indexed by partition.
+    pub brokers: Vec<BrokerId>,
     /// The effective settings.
     pub settings: LogSettings,
     /// Logs of the partitions this shard owns.
     pub logs: HashMap<PartitionId, SharedLog>,
 }
 
-impl Topic {
-    /// The overrides as stored in the registry.
-    pub fn stored(&self) -> StoredTopic {
-        StoredTopic {
-            name: self.name.clone(),
-            partitions: self.partitions,
-            retention_ms: self.overrides.retention_ms,
-            retention_bytes: self.overrides.retention_bytes,
-            segment_bytes: self.overrides.segment_bytes,
-            flush_messages: self.overrides.flush_messages,
-            flush_interval_ms: self.overrides.flush_interval_ms,
-        }
-    }
-}
-
-/// Converts a registry entry's overrides.
-pub fn stored_overrides(topic: &StoredTopic) -> TopicSettings {
-    TopicSettings {
-        retention_ms: topic.retention_ms,
-        retention_bytes: topic.retention_bytes,
-        segment_bytes: topic.segment_bytes,
-        flush_messages: topic.flush_messages,
-        flush_interval_ms: topic.flush_interval_ms,
-    }
+/// Where a partition lives, seen from one shard: three different answers,
+/// each with its own path (serve, forward over an inbox, or tell the client
+/// which broker to ask), never confused.
+pub enum Owner {
+    /// This shard owns it: here is its log.
+    Here(SharedLog),
+    /// Another shard of this broker owns it.
+    Shard(ShardId),
+    /// Another broker stores it.
+    Broker(BrokerId),
 }
 
 /// One shard's state. Not `Send`; owned by its executor thread.
@@ -85,10 +72,8 @@ pub struct Shard {
     pub responses_pending: Cell<usize>,
     /// Signalled when `responses_pending` drops.
     pub responses_written: crate::notify::Notify,
-    /// Shard 0 only: the standalone registry as last stored.
-    pub registry: RefCell<Vec<StoredTopic>>,
-    /// Shard 0 only: names being created or deleted right now.
-    pub admin_busy: RefCell<Vec<String>>,
+    /// The control thread, which owns the topic registry.
+    pub control: flume::Sender<ControlMsg>,
     /// A reusable flatbuffers builder for response headers.
     pub fbb: RefCell<protocol::flatbuffers::FlatBufferBuilder<'static>>,
 }
@@ -99,9 +84,30 @@ impl Shard {
         self.peers.len()
     }
 
-    /// The shard that owns a partition.
+    /// The shard of this broker that owns a partition stored here.
     pub fn owner_of(&self, topic: &str, partition: PartitionId) -> ShardId {
         placement::owner_shard(topic, partition, self.shard_count())
+    }
+
+    /// Where a partition lives: here, on another shard, or on another
+    /// broker. An unknown topic or partition is an error for the client.
+    pub fn locate(&self, topic_name: &str, partition: PartitionId) -> Result<Owner, LocateError> {
+        let Some(topic) = self.topic(topic_name) else {
+            return Err(LocateError::UnknownTopic);
+        };
+        let topic = topic.borrow();
+        let Some(&broker) = topic.brokers.get(partition as usize) else {
+            return Err(LocateError::UnknownPartition {
+                partitions: topic.partitions,
+            });
+        };
+        if broker != self.config.broker_id {
+            return Ok(Owner::Broker(broker));
+        }
+        Ok(match topic.logs.get(&partition) {
+            Some(log) => Owner::Here(log.clone()),
+            None => Owner::Shard(self.owner_of(topic_name, partition)),
+        })
     }
 
     /// The topic, if it exists.
@@ -114,9 +120,10 @@ impl Shard {
         TopicMetadata {
             name: topic.name.clone(),
             partitions: (0..topic.partitions)
-                .map(|p| PartitionPlacement {
+                .zip(&topic.brokers)
+                .map(|(p, &broker_id)| PartitionPlacement {
                     partition: p,
-                    broker_id: self.config.broker_id,
+                    broker_id,
                     shard_id: self.owner_of(&topic.name, p),
                 })
                 .collect(),
@@ -132,12 +139,13 @@ impl Shard {
 
     /// Opens the partitions of `stored` that this shard owns and registers
     /// the topic. Used at start-up and when a topic is created.
-    pub async fn open_topic(&self, stored: &StoredTopic) -> Result<(), String> {
-        let overrides = stored_overrides(stored);
-        let settings = self.config.topic_settings(&overrides)?;
+    pub async fn open_topic(&self, stored: &TopicRecord) -> Result<(), String> {
+        stored.check()?;
+        let settings = self.config.topic_settings(&stored.overrides())?;
         let mut logs = HashMap::new();
-        for partition in 0..stored.partitions {
-            if self.owner_of(&stored.name, partition) != self.id {
+        for (partition, &broker) in (0..stored.partitions).zip(&stored.brokers) {
+            if broker != self.config.broker_id || self.owner_of(&stored.name, partition) != self.id
+            {
                 continue;
             }
             let label = partition_dir_name(&stored.name, partition);
@@ -160,7 +168,7 @@ impl Shard {
         let topic = Topic {
             name: stored.name.clone(),
             partitions: stored.partitions,
-            overrides,
+            brokers: stored.brokers.clone(),
             settings,
             logs,
         };
@@ -193,6 +201,18 @@ impl Shard {
             .flat_map(|t| t.borrow().logs.values().cloned().collect::<Vec<_>>())
             .collect()
     }
+}
+
+/// Why [`Shard::locate`] found no owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocateError {
+    /// No such topic.
+    UnknownTopic,
+    /// The topic has only `partitions` partitions.
+    UnknownPartition {
+        /// How many it has.
+        partitions: u32,
+    },
 }
 
 /// The flush timer: writes pending bytes and flushes partitions whose policy

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! <data-dir>/
-//!   topics.toml                      standalone topic registry (see meta.rs)
+//!   topics.toml                      standalone topic registry (coordinator::registry::Standalone)
 //!   <topic>-<partition>/
 //!     00000000000000000000.log       segment files, named by 20-digit base offset
 //!     00000000000001073741903.log
@@ -20,7 +20,6 @@
 //! - **Retention** removes whole closed segments, never the active one.
 
 pub mod error;
-pub mod meta;
 pub mod partition_log;
 pub mod recovery;
 pub mod segment;

@@ -573,6 +573,7 @@ pub mod ringlog {
             pub const VT_MESSAGE: ::flatbuffers::VOffsetT = 6;
             pub const VT_START_OFFSET: ::flatbuffers::VOffsetT = 8;
             pub const VT_END_OFFSET: ::flatbuffers::VOffsetT = 10;
+            pub const VT_OWNER_BROKER_ID: ::flatbuffers::VOffsetT = 12;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -591,6 +592,7 @@ pub mod ringlog {
                 let mut builder = ErrorResponseBuilder::new(_fbb);
                 builder.add_end_offset(args.end_offset);
                 builder.add_start_offset(args.start_offset);
+                builder.add_owner_broker_id(args.owner_broker_id);
                 if let Some(x) = args.message {
                     builder.add_message(x);
                 }
@@ -643,6 +645,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn owner_broker_id(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(ErrorResponse::VT_OWNER_BROKER_ID, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for ErrorResponse<'_> {
@@ -660,6 +673,7 @@ pub mod ringlog {
                     )?
                     .visit_field::<u64>("start_offset", Self::VT_START_OFFSET, false)?
                     .visit_field::<u64>("end_offset", Self::VT_END_OFFSET, false)?
+                    .visit_field::<u32>("owner_broker_id", Self::VT_OWNER_BROKER_ID, false)?
                     .finish();
                 Ok(())
             }
@@ -669,6 +683,7 @@ pub mod ringlog {
             pub message: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub start_offset: u64,
             pub end_offset: u64,
+            pub owner_broker_id: u32,
         }
         impl<'a> Default for ErrorResponseArgs<'a> {
             #[inline]
@@ -678,6 +693,7 @@ pub mod ringlog {
                     message: None,
                     start_offset: 0,
                     end_offset: 0,
+                    owner_broker_id: 0,
                 }
             }
         }
@@ -709,6 +725,11 @@ pub mod ringlog {
                     .push_slot::<u64>(ErrorResponse::VT_END_OFFSET, end_offset, 0);
             }
             #[inline]
+            pub fn add_owner_broker_id(&mut self, owner_broker_id: u32) {
+                self.fbb_
+                    .push_slot::<u32>(ErrorResponse::VT_OWNER_BROKER_ID, owner_broker_id, 0);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> ErrorResponseBuilder<'a, 'b, A> {
@@ -732,6 +753,7 @@ pub mod ringlog {
                 ds.field("message", &self.message());
                 ds.field("start_offset", &self.start_offset());
                 ds.field("end_offset", &self.end_offset());
+                ds.field("owner_broker_id", &self.owner_broker_id());
                 ds.finish()
             }
         }

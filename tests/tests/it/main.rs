@@ -1,6 +1,7 @@
 //! Integration tests: the real broker binary, driven through the client.
 //! One test binary with many modules (faster to link than one per file).
 
+mod admin;
 mod bad_input;
 mod durability;
 mod loadgen;

@@ -1,0 +1,215 @@
+//! The topic registry: one seam, several stores.
+//!
+//! A broker's control thread owns exactly one [`Registry`] and is the only
+//! code that reads or changes it; shards send the control thread a message
+//! and await its answer, so no shard ever blocks on a file's fsync or on a
+//! coordination service. The implementations:
+//!
+//! | store          | where topics live                    | used by                         |
+//! |----------------|--------------------------------------|---------------------------------|
+//! | [`Standalone`] | `<data-dir>/topics.toml`             | a broker without `--etcd`       |
+//! | [`Memory`]     | the process's memory                 | tests of code above the seam    |
+//!
+//! Every implementation passes the same conformance test
+//! ([`conformance`](self) in this module's tests), so code above the seam
+//! cannot tell them apart except by durability.
+
+mod memory;
+mod standalone;
+
+pub use memory::Memory;
+pub use standalone::{Standalone, TOPICS_FILE};
+
+use protocol::codec::TopicSettings;
+use protocol::types::{BrokerId, PartitionId};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::path::PathBuf;
+
+/// A topic as the registry stores it: its name, partition count, the
+/// settings it overrides (0 = the broker's default) and the broker that
+/// stores each partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    /// Topic name.
+    pub name: String,
+    /// Number of partitions.
+    pub partitions: u32,
+    /// Time retention override; 0 = broker default.
+    #[serde(default)]
+    pub retention_ms: u64,
+    /// Size retention override; 0 = broker default.
+    #[serde(default)]
+    pub retention_bytes: u64,
+    /// Segment size override; 0 = broker default.
+    #[serde(default)]
+    pub segment_bytes: u64,
+    /// Flush-after-messages override; 0 = broker default.
+    #[serde(default)]
+    pub flush_messages: u64,
+    /// Flush interval override; 0 = broker default.
+    #[serde(default)]
+    pub flush_interval_ms: u64,
+    /// The broker of each partition, indexed by partition.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub brokers: Vec<BrokerId>,
+}
+
+impl TopicRecord {
+    /// A record for a new topic with these overrides, stored by `brokers`.
+    pub fn new(name: &str, overrides: TopicSettings, brokers: Vec<BrokerId>) -> TopicRecord {
+        TopicRecord {
+            name: name.to_string(),
+            partitions: brokers.len() as u32,
+            retention_ms: overrides.retention_ms,
+            retention_bytes: overrides.retention_bytes,
+            segment_bytes: overrides.segment_bytes,
+            flush_messages: overrides.flush_messages,
+            flush_interval_ms: overrides.flush_interval_ms,
+            brokers,
+        }
+    }
+
+    /// The settings this topic overrides (0 = the broker's default).
+    pub fn overrides(&self) -> TopicSettings {
+        TopicSettings {
+            retention_ms: self.retention_ms,
+            retention_bytes: self.retention_bytes,
+            segment_bytes: self.segment_bytes,
+            flush_messages: self.flush_messages,
+            flush_interval_ms: self.flush_interval_ms,
+        }
+    }
+
+    /// The broker that stores `partition`, if the partition exists.
+    pub fn broker_of(&self, partition: PartitionId) -> Option<BrokerId> {
+        self.brokers.get(partition as usize).copied()
+    }
+
+    /// Checks the record's own consistency (one broker per partition).
+    pub fn check(&self) -> Result<(), String> {
+        if self.brokers.len() != self.partitions as usize {
+            return Err(format!(
+                "topic {:?} has {} partitions but {} partition owners",
+                self.name,
+                self.partitions,
+                self.brokers.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a registry operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// CreateTopic for a name that is taken.
+    #[error("topic {name:?} already exists")]
+    TopicExists {
+        /// The name.
+        name: String,
+    },
+    /// DeleteTopic (or a lookup) for a name that is not registered.
+    #[error("unknown topic {name:?}")]
+    UnknownTopic {
+        /// The name.
+        name: String,
+    },
+    /// Reading or writing the registry's file failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The stored registry cannot be read back.
+    #[error("the topic registry {path} is unreadable: {reason}")]
+    Corrupt {
+        /// Where it is stored.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl RegistryError {
+    fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> RegistryError {
+        RegistryError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// A store of topic records. Owned by one control thread: methods take
+/// `&mut self` and their futures need not be `Send` (the control thread runs
+/// a current-thread runtime), which is why this is a plain trait with
+/// `impl Future` returns rather than a boxed, `Send` one.
+pub trait Registry {
+    /// Every registered topic, in name order.
+    fn topics(&mut self) -> impl Future<Output = Result<Vec<TopicRecord>, RegistryError>>;
+
+    /// The brokers a new topic's partitions may be placed on right now.
+    fn live_brokers(&mut self) -> impl Future<Output = Result<Vec<BrokerId>, RegistryError>>;
+
+    /// Registers a new topic; fails with [`RegistryError::TopicExists`] when
+    /// the name is taken. Durable when the future resolves `Ok`.
+    fn create_topic(
+        &mut self,
+        topic: TopicRecord,
+    ) -> impl Future<Output = Result<(), RegistryError>>;
+
+    /// Removes a topic and returns its record; fails with
+    /// [`RegistryError::UnknownTopic`] when there is none. Durable when the
+    /// future resolves `Ok`.
+    fn delete_topic(
+        &mut self,
+        name: &str,
+    ) -> impl Future<Output = Result<TopicRecord, RegistryError>>;
+}
+
+#[cfg(test)]
+pub(crate) mod conformance {
+    //! One behaviour for every implementation.
+    use super::*;
+    use futures_lite::future::block_on;
+
+    fn record(name: &str, brokers: Vec<BrokerId>) -> TopicRecord {
+        let overrides = TopicSettings {
+            retention_ms: 60_000,
+            flush_interval_ms: 5,
+            ..TopicSettings::default()
+        };
+        TopicRecord::new(name, overrides, brokers)
+    }
+
+    /// Creates, lists, refuses duplicates, deletes, refuses unknown names.
+    pub fn check(registry: &mut impl Registry, me: BrokerId) {
+        block_on(async {
+            assert_eq!(registry.live_brokers().await.unwrap(), vec![me]);
+            assert_eq!(registry.topics().await.unwrap(), vec![]);
+            let b = record("b", vec![me; 3]);
+            let a = record("a", vec![me]);
+            registry.create_topic(b.clone()).await.unwrap();
+            registry.create_topic(a.clone()).await.unwrap();
+            let error = registry.create_topic(record("a", vec![me; 2])).await;
+            assert!(
+                matches!(error, Err(RegistryError::TopicExists { ref name }) if name == "a"),
+                "{error:?}"
+            );
+            assert_eq!(registry.topics().await.unwrap(), vec![a.clone(), b.clone()]);
+            assert_eq!(registry.delete_topic("a").await.unwrap(), a);
+            let error = registry.delete_topic("a").await;
+            assert!(
+                matches!(error, Err(RegistryError::UnknownTopic { ref name }) if name == "a"),
+                "{error:?}"
+            );
+            assert_eq!(registry.topics().await.unwrap(), vec![b]);
+        });
+    }
+}

@@ -1,0 +1,179 @@
+//! The standalone registry: `<data-dir>/topics.toml`.
+//!
+//! Without etcd a broker keeps its topics here, so they survive a restart.
+//! Every change rewrites the whole file through a temporary file, an fsync
+//! and a rename, then fsyncs the directory, so a crash leaves either the old
+//! or the new registry, never a torn one. The file runs on the control
+//! thread, never on a shard's reactor. Partition owners are not stored: in a
+//! standalone broker every partition is this broker's, whatever its id.
+
+use super::{Registry, RegistryError, TopicRecord};
+use protocol::types::BrokerId;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// File name of the registry inside the data directory.
+pub const TOPICS_FILE: &str = "topics.toml";
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TopicsFile {
+    #[serde(default)]
+    topic: Vec<TopicRecord>,
+}
+
+/// Topics in `<data-dir>/topics.toml`, all stored by broker `me`.
+#[derive(Debug)]
+pub struct Standalone {
+    data_dir: PathBuf,
+    me: BrokerId,
+    /// The registry as last stored, in name order.
+    topics: Vec<TopicRecord>,
+}
+
+impl Standalone {
+    /// Loads the registry in `data_dir`; a missing file is an empty registry.
+    pub fn open(data_dir: &Path, me: BrokerId) -> Result<Standalone, RegistryError> {
+        let path = data_dir.join(TOPICS_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(RegistryError::io("reading", &path, e)),
+        };
+        let file: TopicsFile = toml::from_str(&text).map_err(|e| RegistryError::Corrupt {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let mut topics = file.topic;
+        for topic in &mut topics {
+            topic.brokers = vec![me; topic.partitions as usize];
+        }
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Standalone {
+            data_dir: data_dir.to_path_buf(),
+            me,
+            topics,
+        })
+    }
+
+    /// Replaces the file atomically and durably with `topics`.
+    fn store(&self, topics: &[TopicRecord]) -> Result<(), RegistryError> {
+        let path = self.data_dir.join(TOPICS_FILE);
+        let tmp = self.data_dir.join(format!("{TOPICS_FILE}.tmp"));
+        let stored: Vec<TopicRecord> = topics
+            .iter()
+            .map(|t| TopicRecord {
+                brokers: Vec::new(),
+                ..t.clone()
+            })
+            .collect();
+        let text = toml::to_string(&TopicsFile { topic: stored })
+            .map_err(|e| RegistryError::io("encoding", &path, std::io::Error::other(e)))?;
+        let mut file =
+            std::fs::File::create(&tmp).map_err(|e| RegistryError::io("creating", &tmp, e))?;
+        file.write_all(text.as_bytes())
+            .map_err(|e| RegistryError::io("writing", &tmp, e))?;
+        file.sync_all()
+            .map_err(|e| RegistryError::io("syncing", &tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| RegistryError::io("renaming", &path, e))?;
+        let dir = std::fs::File::open(&self.data_dir)
+            .map_err(|e| RegistryError::io("opening", &self.data_dir, e))?;
+        dir.sync_all()
+            .map_err(|e| RegistryError::io("syncing", &self.data_dir, e))
+    }
+}
+
+impl Registry for Standalone {
+    async fn topics(&mut self) -> Result<Vec<TopicRecord>, RegistryError> {
+        Ok(self.topics.clone())
+    }
+
+    async fn live_brokers(&mut self) -> Result<Vec<BrokerId>, RegistryError> {
+        Ok(vec![self.me])
+    }
+
+    async fn create_topic(&mut self, topic: TopicRecord) -> Result<(), RegistryError> {
+        let index = match self.topics.binary_search_by(|t| t.name.cmp(&topic.name)) {
+            Ok(_) => return Err(RegistryError::TopicExists { name: topic.name }),
+            Err(index) => index,
+        };
+        let mut topics = self.topics.clone();
+        topics.insert(index, topic);
+        self.store(&topics)?;
+        self.topics = topics;
+        Ok(())
+    }
+
+    async fn delete_topic(&mut self, name: &str) -> Result<TopicRecord, RegistryError> {
+        let Ok(index) = self.topics.binary_search_by(|t| t.name.as_str().cmp(name)) else {
+            return Err(RegistryError::UnknownTopic {
+                name: name.to_string(),
+            });
+        };
+        let mut topics = self.topics.clone();
+        let removed = topics.remove(index);
+        self.store(&topics)?;
+        self.topics = topics;
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::future::block_on;
+
+    fn temp_dir(label: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("ringlog-registry-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn standalone_registry_conforms_and_survives_a_reopen() {
+        let dir = temp_dir("conform");
+        let mut registry = Standalone::open(&dir, 3).unwrap();
+        super::super::conformance::check(&mut registry, 3);
+        let before = block_on(registry.topics()).unwrap();
+        // A restart under another id still owns every partition.
+        let mut reopened = Standalone::open(&dir, 8).unwrap();
+        let after = block_on(reopened.topics()).unwrap();
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].brokers, vec![8; before[0].partitions as usize]);
+        assert_eq!(after[0].overrides(), before[0].overrides());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reads_the_registry_written_before_the_seam() {
+        // The file format of the first standalone broker: no owners stored.
+        let dir = temp_dir("compat");
+        std::fs::write(
+            dir.join(TOPICS_FILE),
+            "[[topic]]\nname = \"clicks\"\npartitions = 4\nretention_ms = 0\nretention_bytes = 10\nsegment_bytes = 0\nflush_messages = 0\nflush_interval_ms = 5\n",
+        )
+        .unwrap();
+        let mut registry = Standalone::open(&dir, 0).unwrap();
+        let topics = block_on(registry.topics()).unwrap();
+        assert_eq!(topics.len(), 1);
+        assert_eq!(topics[0].partitions, 4);
+        assert_eq!(topics[0].retention_bytes, 10);
+        assert_eq!(topics[0].flush_interval_ms, 5);
+        assert_eq!(topics[0].brokers, vec![0; 4]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_unreadable_registry_is_named() {
+        let dir = temp_dir("corrupt");
+        std::fs::write(dir.join(TOPICS_FILE), "[[topic]]\nname = 7\n").unwrap();
+        let error = Standalone::open(&dir, 0).unwrap_err();
+        assert!(
+            error.to_string().contains("topics.toml is unreadable"),
+            "{error}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

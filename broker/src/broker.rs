@@ -17,7 +17,9 @@ use crate::notify::Notify;
 use crate::shard::forward::ShardMsg;
 use crate::shard::{self, Shard};
 use anyhow::{bail, Context};
-use coordinator::registry::{Standalone, TopicRecord};
+use coordinator::registry::{
+    BrokerRecord, Etcd, EtcdOptions, ShardEndpoint, Standalone, TopicRecord,
+};
 use glommio::{LocalExecutorBuilder, Placement};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -37,20 +39,55 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     check_io_uring()?;
     check_memlock(&config)?;
 
-    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..config.shards)
-        .map(|_| flume::bounded::<ShardMsg>(crate::limits::FORWARD_QUEUE_MAX))
-        .unzip();
-    let data_dir = config.data_dir.clone();
-    let broker_id = config.broker_id;
-    let (control, topics) = control::start(&config, senders.clone(), move || {
-        Standalone::open(&data_dir, broker_id)
-    })
-    .with_context(|| format!("in {}", config.data_dir.display()))?;
     let listeners = bind_listeners(&config)?;
     let addresses: Vec<SocketAddr> = listeners
         .iter()
         .map(|l| l.local_addr())
         .collect::<Result<_, _>>()?;
+    let (senders, inboxes): (Vec<_>, Vec<_>) = (0..config.shards)
+        .map(|_| flume::bounded::<ShardMsg>(crate::limits::FORWARD_QUEUE_MAX))
+        .unzip();
+    let me = BrokerRecord {
+        broker_id: config.broker_id,
+        shards: addresses
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| ShardEndpoint {
+                shard_id: i as u16,
+                host: config
+                    .advertise_host
+                    .clone()
+                    .unwrap_or_else(|| addr.ip().to_string()),
+                port: addr.port(),
+            })
+            .collect(),
+        version: crate::VERSION.to_string(),
+        data_dir_id: data_dir_id(&config)?,
+    };
+    let (control, loaded) = if config.clustered() {
+        let options = EtcdOptions {
+            endpoints: config.etcd.clone(),
+            cluster: config.cluster.clone(),
+            lease_ttl_s: i64::from(config.etcd_lease_ttl_s),
+            request_timeout: Duration::from_millis(config.etcd_timeout_ms),
+        };
+        let endpoints = config.etcd.join(",");
+        control::start(&config, senders.clone(), move || Etcd::connect(options, me)).with_context(
+            || {
+                format!(
+                    "joining cluster {:?} through etcd {endpoints}",
+                    config.cluster
+                )
+            },
+        )?
+    } else {
+        let data_dir = config.data_dir.clone();
+        control::start(&config, senders.clone(), move || async move {
+            Standalone::open(&data_dir, me)
+        })
+        .with_context(|| format!("in {}", config.data_dir.display()))?
+    };
+    let topics = loaded.topics;
     let published: Published = Arc::new(Mutex::new(vec![Default::default(); config.shards]));
     let metrics_address = match config.metrics_listen {
         Some(addr) => {
@@ -81,6 +118,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             addresses: addresses.clone(),
             peers: senders.clone(),
             control: control.requests.clone(),
+            brokers: loaded.brokers.clone(),
             inbox,
             listener_fd: listener.into_raw_fd(),
             topics: topics.clone(),
@@ -161,6 +199,7 @@ struct ShardContext {
     addresses: Vec<SocketAddr>,
     peers: Vec<flume::Sender<ShardMsg>>,
     control: flume::Sender<ControlMsg>,
+    brokers: Vec<BrokerRecord>,
     inbox: flume::Receiver<ShardMsg>,
     listener_fd: i32,
     topics: Vec<TopicRecord>,
@@ -180,6 +219,7 @@ async fn shard_main(context: ShardContext) {
         responses_pending: Cell::new(0),
         responses_written: Notify::new(),
         control: context.control,
+        brokers: RefCell::new(context.brokers),
         fbb: RefCell::new(protocol::flatbuffers::FlatBufferBuilder::with_capacity(
             1024,
         )),
@@ -222,6 +262,9 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
             ShardMsg::TopicDeleted { name, done } => {
                 shard.drop_topic(&name);
                 let _ = done.send_async(()).await;
+            }
+            ShardMsg::Brokers(brokers) => {
+                *shard.brokers.borrow_mut() = brokers;
             }
             ShardMsg::Stop => {
                 shard.stopping.set(true);
@@ -267,6 +310,35 @@ fn bind_listeners(config: &Config) -> anyhow::Result<Vec<TcpListener>> {
             })
         })
         .collect()
+}
+
+/// A random id of the data directory, made once and kept in
+/// `<data-dir>/data-dir-id`: the etcd registration carries it, so a broker
+/// restarted after a crash recognises the registration it left behind.
+fn data_dir_id(config: &Config) -> anyhow::Result<String> {
+    let path = config.data_dir.join("data-dir-id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => return Ok(id.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let seed = format!(
+        "{:?}-{}-{}",
+        now,
+        std::process::id(),
+        config.data_dir.display()
+    );
+    let id = format!("{:016x}", protocol::types::fnv1a(seed.as_bytes()));
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, &id)
+        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(id)
 }
 
 /// Holds an exclusive `flock` on `<data-dir>/.lock` so two brokers never

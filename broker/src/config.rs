@@ -59,6 +59,15 @@ pub struct Config {
     pub retention_check_ms: u64,
     /// Topic defaults.
     pub topic_defaults: TopicDefaults,
+    /// etcd endpoints (`http://host:port`); empty = standalone.
+    pub etcd: Vec<String>,
+    /// The cluster's name: its keys live under `/ringlog/<cluster>/` in etcd.
+    pub cluster: String,
+    /// TTL of the broker's etcd lease: a broker that dies leaves the broker
+    /// registry this long after its last keep-alive.
+    pub etcd_lease_ttl_s: u32,
+    /// Deadline of every etcd request.
+    pub etcd_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -74,6 +83,10 @@ impl Default for Config {
             io_memory_bytes: crate::limits::IO_MEMORY_BYTES_DEFAULT,
             retention_check_ms: 30_000,
             topic_defaults: TopicDefaults::default(),
+            etcd: Vec::new(),
+            cluster: "ringlog".into(),
+            etcd_lease_ttl_s: 10,
+            etcd_timeout_ms: 5_000,
         }
     }
 }
@@ -101,9 +114,37 @@ impl Config {
                 self.message_bytes_max
             )));
         }
+        if self.cluster.is_empty()
+            || !self
+                .cluster
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
+            return Err(ConfigError(format!(
+                "cluster must be a non-empty name of letters, digits, '.', '_' and '-', got {:?}",
+                self.cluster
+            )));
+        }
+        if !(2..=3600).contains(&self.etcd_lease_ttl_s) {
+            return Err(ConfigError(format!(
+                "etcd_lease_ttl_s must be 2..=3600, got {}",
+                self.etcd_lease_ttl_s
+            )));
+        }
+        if !(100..=600_000).contains(&self.etcd_timeout_ms) {
+            return Err(ConfigError(format!(
+                "etcd_timeout_ms must be 100..=600000, got {}",
+                self.etcd_timeout_ms
+            )));
+        }
         self.topic_settings(&protocol::codec::TopicSettings::default())
             .map(|_| ())
             .map_err(ConfigError)
+    }
+
+    /// True when the broker is a member of an etcd cluster.
+    pub fn clustered(&self) -> bool {
+        !self.etcd.is_empty()
     }
 
     /// A topic's effective settings: its overrides, else the broker defaults.

@@ -23,9 +23,12 @@ struct Args {
     /// Number of shards, one pinned core each [default: available cores].
     #[arg(long, value_name = "N")]
     shards: Option<usize>,
-    /// etcd endpoints for cluster mode (not available yet: runs standalone only).
+    /// etcd endpoints: run as a member of a cluster [default: standalone].
     #[arg(long, value_name = "URL[,URL]")]
     etcd: Option<String>,
+    /// The cluster's name (its etcd key prefix) [default: ringlog].
+    #[arg(long, value_name = "NAME")]
+    cluster: Option<String>,
     /// This broker's id.
     #[arg(long, value_name = "ID")]
     broker_id: Option<u32>,
@@ -88,9 +91,18 @@ fn run(args: Args) -> anyhow::Result<()> {
         config.io_memory_bytes = v;
     }
     if let Some(etcd) = args.etcd {
-        anyhow::bail!(
-            "--etcd {etcd}: cluster mode (etcd registries) is not implemented yet; run without --etcd for a standalone broker"
-        );
+        config.etcd = etcd
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(String::from)
+            .collect();
+        if config.etcd.is_empty() {
+            anyhow::bail!("--etcd {etcd:?} names no endpoint");
+        }
+    }
+    if let Some(v) = args.cluster {
+        config.cluster = v;
     }
     broker::broker::run(config)
 }

@@ -11,6 +11,7 @@
 //!   computes identically.
 #![deny(missing_docs)]
 
+pub mod keys;
 pub mod placement;
 pub mod rebalance;
 pub mod registry;

@@ -49,11 +49,17 @@ pub enum ErrorCode {
     /// The partition is stored by another broker (named in the
     /// ErrorResponse's `owner_broker_id`): refresh metadata and ask it.
     NotOwner = 18,
+    /// The broker could not reach its coordination service (etcd) in time;
+    /// produce and fetch go on, topic and group changes wait. Retry.
+    CoordinatorUnavailable = 19,
+    /// The request needs a cluster (a broker started with `--etcd`), and
+    /// this broker runs standalone: consumer groups, for one.
+    ClusterRequired = 20,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 21] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -73,6 +79,8 @@ impl ErrorCode {
         ErrorCode::Overloaded,
         ErrorCode::Internal,
         ErrorCode::NotOwner,
+        ErrorCode::CoordinatorUnavailable,
+        ErrorCode::ClusterRequired,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -106,6 +114,8 @@ impl ErrorCode {
             ErrorCode::Overloaded => "OVERLOADED",
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::NotOwner => "NOT_OWNER",
+            ErrorCode::CoordinatorUnavailable => "COORDINATOR_UNAVAILABLE",
+            ErrorCode::ClusterRequired => "CLUSTER_REQUIRED",
         }
     }
 }

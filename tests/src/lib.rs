@@ -1,9 +1,13 @@
 //! Test harness: runs the real `broker` binary on loopback with its own
-//! temporary data directory, and gives tests a client for it.
+//! temporary data directory, and gives tests a client for it; runs a real
+//! `etcd` (Debian's `etcd-server`) on free loopback ports for cluster tests
+//! ([`etcd::Etcd`]).
 //!
 //! The binary is found next to the test executable's `deps/` directory
 //! (`target/<profile>/broker`), so run `cargo build --bins` before the
 //! tests; a missing binary fails loudly rather than skipping.
+
+pub mod etcd;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -68,6 +72,12 @@ pub struct BrokerOptions {
     pub config_toml: String,
     /// Also serve metrics on an ephemeral port.
     pub metrics: bool,
+    /// Join the cluster of this etcd (`--etcd`); `None` = standalone.
+    pub etcd: Option<String>,
+    /// The cluster's name (`--cluster`), when `etcd` is set.
+    pub cluster: String,
+    /// `--broker-id`.
+    pub broker_id: u32,
 }
 
 impl Default for BrokerOptions {
@@ -76,6 +86,23 @@ impl Default for BrokerOptions {
             shards: 2,
             config_toml: String::new(),
             metrics: false,
+            etcd: None,
+            cluster: "ringlog".into(),
+            broker_id: 0,
+        }
+    }
+}
+
+impl BrokerOptions {
+    /// Broker `broker_id` of cluster `cluster` on `etcd`, with a short etcd
+    /// lease (2 s) so that tests see a dead broker leave quickly.
+    pub fn clustered(etcd: &etcd::Etcd, cluster: &str, broker_id: u32) -> BrokerOptions {
+        BrokerOptions {
+            etcd: Some(etcd.endpoint()),
+            cluster: cluster.to_string(),
+            broker_id,
+            config_toml: "etcd_lease_ttl_s = 2\netcd_timeout_ms = 2000\n".into(),
+            ..BrokerOptions::default()
         }
     }
 }
@@ -151,6 +178,16 @@ impl Broker {
             .stderr(Stdio::from(stderr));
         if self.options.metrics {
             command.arg("--metrics-listen").arg("127.0.0.1:0");
+        }
+        command
+            .arg("--broker-id")
+            .arg(self.options.broker_id.to_string());
+        if let Some(etcd) = &self.options.etcd {
+            command
+                .arg("--etcd")
+                .arg(etcd)
+                .arg("--cluster")
+                .arg(&self.options.cluster);
         }
         let mut child = command
             .spawn()
@@ -232,6 +269,11 @@ impl Broker {
             .unwrap_or_else(|e| panic!("connecting: {e}"))
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// True while the process is running.
     pub fn is_running(&mut self) -> bool {
         match &mut self.child {
@@ -244,6 +286,25 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+/// Waits until `check` holds, polling every 20 ms; panics with `what` and
+/// the last value after `timeout`. Tests wait on conditions, never on time.
+pub fn eventually<T: std::fmt::Debug>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(last) if std::time::Instant::now() > deadline => {
+                panic!("{what}: not within {timeout:?}; last: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
     }
 }
 

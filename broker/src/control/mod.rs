@@ -8,17 +8,26 @@
 //! serialised here, one at a time, so two creates of one name can never
 //! both succeed and a delete never overtakes the create it follows.
 //!
+//! In a cluster the registry also reports what other brokers changed (a
+//! topic created or deleted elsewhere, brokers joining and leaving): the
+//! control thread keeps the set of topics the shards have open and the live
+//! brokers, applies each change to every shard, and reconciles the whole
+//! set after etcd was unreachable ([`RegistryEvent::Resync`]).
+//!
 //! The thread runs a current-thread tokio runtime: the registry's futures
 //! need not be `Send`, and the etcd client (tokio/tonic) lives here when
 //! the broker runs in a cluster. A shard only ever awaits a flume channel,
-//! so a slow registry delays admin answers, never produce or fetch.
+//! so a slow or unreachable etcd delays admin answers, never produce or
+//! fetch.
 
 use crate::config::Config;
 use crate::shard::forward::ShardMsg;
 use coordinator::placement;
-use coordinator::registry::{Registry, RegistryError, TopicRecord};
+use coordinator::registry::{BrokerRecord, Registry, RegistryError, RegistryEvent, TopicRecord};
 use protocol::codec::TopicSettings;
 use protocol::ErrorCode;
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::mpsc;
 
 /// What a shard asks of the control thread.
@@ -67,6 +76,7 @@ impl From<RegistryError> for ControlError {
         let code = match &error {
             RegistryError::TopicExists { .. } => ErrorCode::TopicAlreadyExists,
             RegistryError::UnknownTopic { .. } => ErrorCode::UnknownTopic,
+            RegistryError::Unavailable { .. } => ErrorCode::CoordinatorUnavailable,
             _ => ErrorCode::StorageFailed,
         };
         ControlError::new(code, error.to_string())
@@ -93,21 +103,30 @@ impl Control {
     }
 }
 
+/// What the registry held when the broker started.
+pub struct Loaded {
+    /// Every registered topic.
+    pub topics: Vec<TopicRecord>,
+    /// The live brokers (this one among them).
+    pub brokers: Vec<BrokerRecord>,
+}
+
 /// Starts the control thread with the registry `open` builds on it, and
-/// returns the registered topics once it has loaded them.
-pub fn start<R, F>(
+/// returns the registered topics and live brokers once it has loaded them.
+pub fn start<R, F, Fut>(
     config: &Config,
     shards: Vec<flume::Sender<ShardMsg>>,
     open: F,
-) -> anyhow::Result<(Control, Vec<TopicRecord>)>
+) -> anyhow::Result<(Control, Loaded)>
 where
     R: Registry + 'static,
-    F: FnOnce() -> Result<R, RegistryError> + Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<R, RegistryError>>,
 {
     let (requests, inbox) = flume::bounded::<ControlMsg>(crate::limits::CONTROL_QUEUE_MAX);
     let (stop, stopped) = flume::bounded::<()>(1);
-    let (loaded_tx, loaded_rx) = mpsc::channel::<Result<Vec<TopicRecord>, RegistryError>>();
-    let config = config.clone();
+    let (loaded_tx, loaded_rx) = mpsc::channel::<Result<Loaded, RegistryError>>();
+    let me = config.broker_id;
     let thread = std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
@@ -117,48 +136,50 @@ where
             {
                 Ok(runtime) => runtime,
                 Err(error) => {
-                    let _ = loaded_tx.send(Err(RegistryError::Io {
-                        op: "starting the control runtime",
-                        path: config.data_dir.clone(),
-                        source: error,
+                    let _ = loaded_tx.send(Err(RegistryError::Unavailable {
+                        reason: format!("starting the control thread's runtime: {error}"),
                     }));
                     return;
                 }
             };
             runtime.block_on(async move {
-                let mut registry = match open() {
-                    Ok(registry) => registry,
+                let loaded = async {
+                    let mut registry = open().await?;
+                    let topics = registry.topics().await?;
+                    let brokers = registry.brokers().await?;
+                    Ok::<_, RegistryError>((registry, Loaded { topics, brokers }))
+                };
+                let (registry, loaded) = match loaded.await {
+                    Ok(loaded) => loaded,
                     Err(error) => {
                         let _ = loaded_tx.send(Err(error));
                         return;
                     }
                 };
-                match registry.topics().await {
-                    Ok(topics) => {
-                        let _ = loaded_tx.send(Ok(topics));
-                    }
-                    Err(error) => {
-                        let _ = loaded_tx.send(Err(error));
-                        return;
-                    }
-                }
+                let known = loaded
+                    .topics
+                    .iter()
+                    .map(|t| (t.name.clone(), t.clone()))
+                    .collect();
+                let _ = loaded_tx.send(Ok(loaded));
                 let mut plane = ControlPlane {
                     registry,
                     shards,
-                    me: config.broker_id,
+                    me,
+                    known,
                 };
                 plane.serve(inbox, stopped).await;
             });
         })?;
-    let topics = match loaded_rx.recv() {
-        Ok(Ok(topics)) => topics,
+    let loaded = match loaded_rx.recv() {
+        Ok(Ok(loaded)) => loaded,
         Ok(Err(error)) => {
             let _ = thread.join();
-            return Err(anyhow::Error::new(error).context("loading the topic registry"));
+            return Err(anyhow::Error::new(error).context("opening the topic registry"));
         }
         Err(_) => {
             let _ = thread.join();
-            anyhow::bail!("the control thread ended while loading the topic registry");
+            anyhow::bail!("the control thread ended while opening the topic registry");
         }
     };
     Ok((
@@ -167,7 +188,7 @@ where
             stop,
             thread,
         },
-        topics,
+        loaded,
     ))
 }
 
@@ -175,39 +196,62 @@ struct ControlPlane<R> {
     registry: R,
     shards: Vec<flume::Sender<ShardMsg>>,
     me: protocol::types::BrokerId,
+    /// The topics every shard has open, as last applied.
+    known: BTreeMap<String, TopicRecord>,
+}
+
+/// What the control loop does next.
+enum Next {
+    Request(ControlMsg),
+    Event(RegistryEvent),
+    Stop,
 }
 
 impl<R: Registry> ControlPlane<R> {
     async fn serve(&mut self, inbox: flume::Receiver<ControlMsg>, stopped: flume::Receiver<()>) {
         loop {
-            let next = futures_lite::future::or(async { inbox.recv_async().await.ok() }, async {
-                let _ = stopped.recv_async().await;
-                None
-            })
+            // Every arm is cancel-safe: the ones that lose the race lose
+            // nothing (flume and the registry's event queue keep their items).
+            let next = futures_lite::future::or(
+                futures_lite::future::or(
+                    async {
+                        match inbox.recv_async().await {
+                            Ok(msg) => Next::Request(msg),
+                            Err(_) => Next::Stop,
+                        }
+                    },
+                    async { Next::Event(self.registry.next_event().await) },
+                ),
+                async {
+                    let _ = stopped.recv_async().await;
+                    Next::Stop
+                },
+            )
             .await;
-            let Some(msg) = next else { return };
+            let operation: std::pin::Pin<Box<dyn Future<Output = ()> + '_>> = match next {
+                Next::Stop => break,
+                Next::Request(msg) => Box::pin(self.handle(msg)),
+                Next::Event(event) => Box::pin(self.apply(event)),
+            };
             // An operation waits on shards; a stop while it waits abandons
             // it (its reply channel drops, and the shard answers
             // SHUTTING_DOWN) instead of hanging on a shard that has exited.
-            let operation = self.handle(msg);
-            let abandoned = async {
-                let _ = stopped.recv_async().await;
-            };
-            if futures_lite::future::or(
+            let abandoned = futures_lite::future::or(
                 async {
                     operation.await;
                     false
                 },
                 async {
-                    abandoned.await;
+                    let _ = stopped.recv_async().await;
                     true
                 },
             )
-            .await
-            {
-                return;
+            .await;
+            if abandoned {
+                break;
             }
         }
+        self.registry.close().await;
     }
 
     async fn handle(&mut self, msg: ControlMsg) {
@@ -234,7 +278,13 @@ impl<R: Registry> ControlPlane<R> {
         partitions: u32,
         overrides: TopicSettings,
     ) -> Result<TopicRecord, ControlError> {
-        let brokers = self.registry.live_brokers().await?;
+        let brokers: Vec<_> = self
+            .registry
+            .brokers()
+            .await?
+            .iter()
+            .map(|b| b.broker_id)
+            .collect();
         if !brokers.contains(&self.me) {
             return Err(ControlError::new(
                 ErrorCode::Internal,
@@ -247,6 +297,21 @@ impl<R: Registry> ControlPlane<R> {
         let owners = placement::spread(name, partitions, &brokers);
         let record = TopicRecord::new(name, overrides, owners);
         self.registry.create_topic(record.clone()).await?;
+        let result = self.open_everywhere(&record).await;
+        tracing::info!(topic = %name, partitions, "created topic");
+        result.map(|()| record)
+    }
+
+    async fn delete_topic(&mut self, name: &str) -> Result<(), ControlError> {
+        self.registry.delete_topic(name).await?;
+        self.drop_everywhere(name).await;
+        tracing::info!(topic = %name, "deleted topic");
+        Ok(())
+    }
+
+    /// Has every shard open the partitions of `record` it owns.
+    async fn open_everywhere(&mut self, record: &TopicRecord) -> Result<(), ControlError> {
+        self.known.insert(record.name.clone(), record.clone());
         let mut failures = Vec::new();
         for shard in &self.shards {
             let (done, result) = flume::bounded(1);
@@ -264,18 +329,19 @@ impl<R: Registry> ControlPlane<R> {
                 Err(_) => failures.push("a shard has stopped".to_string()),
             }
         }
-        if !failures.is_empty() {
-            return Err(ControlError::new(
-                ErrorCode::StorageFailed,
-                failures.join("; "),
-            ));
+        if failures.is_empty() {
+            return Ok(());
         }
-        tracing::info!(topic = %name, partitions, "created topic");
-        Ok(record)
+        tracing::error!(topic = %record.name, failures = %failures.join("; "), "opening a topic");
+        Err(ControlError::new(
+            ErrorCode::StorageFailed,
+            failures.join("; "),
+        ))
     }
 
-    async fn delete_topic(&mut self, name: &str) -> Result<(), ControlError> {
-        self.registry.delete_topic(name).await?;
+    /// Has every shard drop the topic and its partitions' files.
+    async fn drop_everywhere(&mut self, name: &str) {
+        self.known.remove(name);
         for shard in &self.shards {
             let (done, finished) = flume::bounded(1);
             let msg = ShardMsg::TopicDeleted {
@@ -286,7 +352,59 @@ impl<R: Registry> ControlPlane<R> {
                 let _ = finished.recv_async().await;
             }
         }
-        tracing::info!(topic = %name, "deleted topic");
-        Ok(())
+    }
+
+    /// Tells every shard the live brokers (for Metadata and routing).
+    async fn publish_brokers(&mut self, brokers: Vec<BrokerRecord>) {
+        tracing::info!(
+            brokers = ?brokers.iter().map(|b| b.broker_id).collect::<Vec<_>>(),
+            "live brokers changed"
+        );
+        for shard in &self.shards {
+            let _ = shard.send_async(ShardMsg::Brokers(brokers.clone())).await;
+        }
+    }
+
+    /// Applies a change another broker made (or the whole state, after a
+    /// lost watch) to this broker's shards.
+    async fn apply(&mut self, event: RegistryEvent) {
+        match event {
+            RegistryEvent::TopicPut(record) => self.apply_topic(record).await,
+            RegistryEvent::TopicDeleted(name) => {
+                if self.known.contains_key(&name) {
+                    tracing::info!(topic = %name, "topic deleted in the cluster");
+                    self.drop_everywhere(&name).await;
+                }
+            }
+            RegistryEvent::Brokers(brokers) => self.publish_brokers(brokers).await,
+            RegistryEvent::Resync { topics, brokers } => {
+                let gone: Vec<String> = self
+                    .known
+                    .keys()
+                    .filter(|name| !topics.iter().any(|t| &t.name == *name))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    tracing::info!(topic = %name, "topic deleted in the cluster (seen on resync)");
+                    self.drop_everywhere(&name).await;
+                }
+                for record in topics {
+                    self.apply_topic(record).await;
+                }
+                self.publish_brokers(brokers).await;
+            }
+        }
+    }
+
+    async fn apply_topic(&mut self, record: TopicRecord) {
+        match self.known.get(&record.name) {
+            Some(known) if *known == record => return,
+            // The name was deleted and created again while the watch was
+            // away: the old topic's partitions go first.
+            Some(_) => self.drop_everywhere(&record.name).await,
+            None => {}
+        }
+        tracing::info!(topic = %record.name, partitions = record.partitions, "topic created in the cluster");
+        let _ = self.open_everywhere(&record).await;
     }
 }

@@ -1,5 +1,6 @@
-//! Metadata: this broker, its shard ports, and where every partition lives,
-//! so shard-aware clients send each request straight to the owning core.
+//! Metadata: the live brokers with their shard ports, and where every
+//! partition lives (broker and shard), so shard-aware clients send each
+//! request straight to the owning core of the owning broker.
 
 use super::{invalid_header, Dispatched, Failure, Payload, Response};
 use crate::shard::Shard;
@@ -33,23 +34,23 @@ pub fn handle(shard: &Shard, header: &[u8]) -> Result<Dispatched, Failure> {
         }
     }
     let metadata = Metadata {
-        brokers: vec![BrokerMetadata {
-            broker_id: shard.config.broker_id,
-            shards: shard
-                .addresses
-                .iter()
-                .enumerate()
-                .map(|(i, addr)| ShardAddress {
-                    shard_id: i as u16,
-                    host: shard
-                        .config
-                        .advertise_host
-                        .clone()
-                        .unwrap_or_else(|| addr.ip().to_string()),
-                    port: addr.port(),
-                })
-                .collect(),
-        }],
+        brokers: shard
+            .brokers
+            .borrow()
+            .iter()
+            .map(|b| BrokerMetadata {
+                broker_id: b.broker_id,
+                shards: b
+                    .shards
+                    .iter()
+                    .map(|s| ShardAddress {
+                        shard_id: s.shard_id,
+                        host: s.host.clone(),
+                        port: s.port,
+                    })
+                    .collect(),
+            })
+            .collect(),
         topics: listed,
     };
     let header = super::with_builder(shard, |fbb| {

@@ -9,7 +9,7 @@
 //! every shard the same way.
 
 use crate::handler::SendableResponse;
-use coordinator::registry::TopicRecord;
+use coordinator::registry::{BrokerRecord, TopicRecord};
 
 /// What one shard asks of another.
 pub enum ShardMsg {
@@ -42,6 +42,8 @@ pub enum ShardMsg {
         /// Done.
         done: flume::Sender<()>,
     },
+    /// The live brokers changed; here they are, sorted by id.
+    Brokers(Vec<BrokerRecord>),
     /// Graceful stop: stop accepting, flush everything, exit.
     Stop,
 }

@@ -13,7 +13,7 @@ use crate::control::ControlMsg;
 use crate::metrics::ShardMetrics;
 use crate::storage::partition_log::{self, now_ms, request_sync, PartitionLog, SharedLog};
 use crate::storage::{partition_dir_name, LogSettings};
-use coordinator::registry::TopicRecord;
+use coordinator::registry::{BrokerRecord, TopicRecord};
 use forward::ShardMsg;
 use protocol::codec::{PartitionPlacement, TopicMetadata, TopicSettings};
 use protocol::types::{BrokerId, PartitionId, ShardId};
@@ -74,6 +74,9 @@ pub struct Shard {
     pub responses_written: crate::notify::Notify,
     /// The control thread, which owns the topic registry.
     pub control: flume::Sender<ControlMsg>,
+    /// The live brokers (this one among them), sorted by id, as the
+    /// control thread last reported them.
+    pub brokers: RefCell<Vec<BrokerRecord>>,
     /// A reusable flatbuffers builder for response headers.
     pub fbb: RefCell<protocol::flatbuffers::FlatBufferBuilder<'static>>,
 }
@@ -115,7 +118,22 @@ impl Shard {
         self.topics.borrow().get(name).cloned()
     }
 
-    /// The metadata of a topic, as Metadata and CreateTopic report it.
+    /// The shard count of a live broker (`None` if it is not live).
+    pub fn shard_count_of(&self, broker: BrokerId) -> Option<usize> {
+        if broker == self.config.broker_id {
+            return Some(self.shard_count());
+        }
+        self.brokers
+            .borrow()
+            .iter()
+            .find(|b| b.broker_id == broker)
+            .map(|b| b.shards.len())
+            .filter(|&n| n > 0)
+    }
+
+    /// The metadata of a topic, as Metadata and CreateTopic report it. A
+    /// partition whose broker is not live gets shard 0; clients see that
+    /// its broker is missing from the broker list.
     pub fn topic_metadata(&self, topic: &Topic) -> TopicMetadata {
         TopicMetadata {
             name: topic.name.clone(),
@@ -124,7 +142,9 @@ impl Shard {
                 .map(|(p, &broker_id)| PartitionPlacement {
                     partition: p,
                     broker_id,
-                    shard_id: self.owner_of(&topic.name, p),
+                    shard_id: self
+                        .shard_count_of(broker_id)
+                        .map_or(0, |count| placement::owner_shard(&topic.name, p, count)),
                 })
                 .collect(),
             settings: TopicSettings {

@@ -1,19 +1,18 @@
 //! The in-memory registry, for tests of the code above the seam.
 
-use super::{Registry, RegistryError, TopicRecord};
-use protocol::types::BrokerId;
+use super::{BrokerRecord, Registry, RegistryError, RegistryEvent, TopicRecord};
 use std::collections::BTreeMap;
 
 /// Topics in memory; gone with the process. One live broker: `me`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Memory {
-    me: BrokerId,
+    me: BrokerRecord,
     topics: BTreeMap<String, TopicRecord>,
 }
 
 impl Memory {
     /// An empty registry whose only live broker is `me`.
-    pub fn new(me: BrokerId) -> Memory {
+    pub fn new(me: BrokerRecord) -> Memory {
         Memory {
             me,
             topics: BTreeMap::new(),
@@ -26,8 +25,8 @@ impl Registry for Memory {
         Ok(self.topics.values().cloned().collect())
     }
 
-    async fn live_brokers(&mut self) -> Result<Vec<BrokerId>, RegistryError> {
-        Ok(vec![self.me])
+    async fn brokers(&mut self) -> Result<Vec<BrokerRecord>, RegistryError> {
+        Ok(vec![self.me.clone()])
     }
 
     async fn create_topic(&mut self, topic: TopicRecord) -> Result<(), RegistryError> {
@@ -45,6 +44,10 @@ impl Registry for Memory {
                 name: name.to_string(),
             })
     }
+
+    async fn next_event(&mut self) -> RegistryEvent {
+        std::future::pending().await
+    }
 }
 
 #[cfg(test)]
@@ -53,6 +56,7 @@ mod tests {
 
     #[test]
     fn memory_registry_conforms() {
-        super::super::conformance::check(&mut Memory::new(4), 4);
+        let me = super::super::conformance::broker(4);
+        futures_lite::future::block_on(super::super::conformance::check(&mut Memory::new(me), 4));
     }
 }

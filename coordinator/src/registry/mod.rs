@@ -9,19 +9,27 @@
 //! |----------------|--------------------------------------|---------------------------------|
 //! | [`Standalone`] | `<data-dir>/topics.toml`             | a broker without `--etcd`       |
 //! | [`Memory`]     | the process's memory                 | tests of code above the seam    |
+//! | [`Etcd`]       | etcd, under the cluster's prefix ([`crate::keys`]) | a broker with `--etcd`  |
 //!
-//! Every implementation passes the same conformance test
-//! ([`conformance`](self) in this module's tests), so code above the seam
-//! cannot tell them apart except by durability.
+//! A single-broker store has no one else to hear from: its
+//! [`Registry::next_event`] never resolves. The etcd store reports the
+//! changes other brokers make (topics created and deleted, brokers joining
+//! and leaving) as [`RegistryEvent`]s from its watch.
+//!
+//! Every implementation passes the same test ([`conformance`]), so code
+//! above the seam cannot tell them apart except by durability and by who
+//! else can see the topics.
 
+mod etcd;
 mod memory;
 mod standalone;
 
+pub use etcd::{Etcd, EtcdOptions};
 pub use memory::Memory;
 pub use standalone::{Standalone, TOPICS_FILE};
 
 use protocol::codec::TopicSettings;
-use protocol::types::{BrokerId, PartitionId};
+use protocol::types::{BrokerId, PartitionId, ShardId};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::path::PathBuf;
@@ -100,6 +108,53 @@ impl TopicRecord {
     }
 }
 
+/// A live broker as the broker registry holds it: its id, and how clients
+/// reach each of its shards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    /// The broker's id.
+    pub broker_id: BrokerId,
+    /// Every shard's address, shard 0 first.
+    pub shards: Vec<ShardEndpoint>,
+    /// The broker's build (`broker --version`).
+    #[serde(default)]
+    pub version: String,
+    /// A random id of the broker's data directory, so that a restarted
+    /// broker recognises the registration its killed predecessor left.
+    #[serde(default)]
+    pub data_dir_id: String,
+}
+
+/// One shard's address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardEndpoint {
+    /// The shard.
+    pub shard_id: ShardId,
+    /// Host clients connect to.
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+}
+
+/// A change someone else made to the registries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryEvent {
+    /// A topic was created (or its record rewritten).
+    TopicPut(TopicRecord),
+    /// A topic was deleted.
+    TopicDeleted(String),
+    /// The set of live brokers changed; here it is, sorted by id.
+    Brokers(Vec<BrokerRecord>),
+    /// The watch was lost (etcd unreachable) and is back: the whole state,
+    /// for the receiver to reconcile with what it knew.
+    Resync {
+        /// Every topic.
+        topics: Vec<TopicRecord>,
+        /// Every live broker.
+        brokers: Vec<BrokerRecord>,
+    },
+}
+
 /// Why a registry operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -134,6 +189,20 @@ pub enum RegistryError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The coordination service (etcd) did not answer.
+    #[error("etcd is unavailable: {reason}")]
+    Unavailable {
+        /// What failed, in the client's words.
+        reason: String,
+    },
+    /// Another live broker is registered under this broker's id.
+    #[error("broker id {broker_id} is already registered by a live broker ({holder}); give each broker its own --broker-id")]
+    DuplicateBroker {
+        /// The id.
+        broker_id: BrokerId,
+        /// The other broker's registration, as stored.
+        holder: String,
+    },
 }
 
 impl RegistryError {
@@ -154,8 +223,9 @@ pub trait Registry {
     /// Every registered topic, in name order.
     fn topics(&mut self) -> impl Future<Output = Result<Vec<TopicRecord>, RegistryError>>;
 
-    /// The brokers a new topic's partitions may be placed on right now.
-    fn live_brokers(&mut self) -> impl Future<Output = Result<Vec<BrokerId>, RegistryError>>;
+    /// The live brokers, sorted by id: where a new topic's partitions may
+    /// be placed, and what Metadata lists.
+    fn brokers(&mut self) -> impl Future<Output = Result<Vec<BrokerRecord>, RegistryError>>;
 
     /// Registers a new topic; fails with [`RegistryError::TopicExists`] when
     /// the name is taken. Durable when the future resolves `Ok`.
@@ -171,13 +241,24 @@ pub trait Registry {
         &mut self,
         name: &str,
     ) -> impl Future<Output = Result<TopicRecord, RegistryError>>;
+
+    /// The next change made elsewhere. Cancel-safe: dropping the future
+    /// loses no event. Never resolves for a single-broker store.
+    fn next_event(&mut self) -> impl Future<Output = RegistryEvent>;
+
+    /// A graceful stop: leave the cluster at once (an etcd registration is
+    /// revoked rather than left to expire).
+    fn close(&mut self) -> impl Future<Output = ()> {
+        async {}
+    }
 }
 
-#[cfg(test)]
-pub(crate) mod conformance {
-    //! One behaviour for every implementation.
+#[allow(clippy::unwrap_used)] // a test: a failed step is the failure
+pub mod conformance {
+    //! The behaviour every [`Registry`] must have, as a test that any
+    //! implementation runs (the etcd one from the integration tests, against
+    //! a real etcd).
     use super::*;
-    use futures_lite::future::block_on;
 
     fn record(name: &str, brokers: Vec<BrokerId>) -> TopicRecord {
         let overrides = TopicSettings {
@@ -188,10 +269,26 @@ pub(crate) mod conformance {
         TopicRecord::new(name, overrides, brokers)
     }
 
+    /// A broker record for tests.
+    pub fn broker(id: BrokerId) -> BrokerRecord {
+        BrokerRecord {
+            broker_id: id,
+            shards: vec![ShardEndpoint {
+                shard_id: 0,
+                host: "127.0.0.1".into(),
+                port: 9092,
+            }],
+            version: "test".into(),
+            data_dir_id: format!("test-{id}"),
+        }
+    }
+
     /// Creates, lists, refuses duplicates, deletes, refuses unknown names.
-    pub fn check(registry: &mut impl Registry, me: BrokerId) {
-        block_on(async {
-            assert_eq!(registry.live_brokers().await.unwrap(), vec![me]);
+    /// Expects a registry with no topics, in which `me` is live.
+    pub async fn check(registry: &mut impl Registry, me: BrokerId) {
+        {
+            let brokers = registry.brokers().await.unwrap();
+            assert!(brokers.iter().any(|b| b.broker_id == me), "{brokers:?}");
             assert_eq!(registry.topics().await.unwrap(), vec![]);
             let b = record("b", vec![me; 3]);
             let a = record("a", vec![me]);
@@ -210,6 +307,6 @@ pub(crate) mod conformance {
                 "{error:?}"
             );
             assert_eq!(registry.topics().await.unwrap(), vec![b]);
-        });
+        }
     }
 }

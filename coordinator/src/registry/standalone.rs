@@ -7,8 +7,7 @@
 //! thread, never on a shard's reactor. Partition owners are not stored: in a
 //! standalone broker every partition is this broker's, whatever its id.
 
-use super::{Registry, RegistryError, TopicRecord};
-use protocol::types::BrokerId;
+use super::{BrokerRecord, Registry, RegistryError, RegistryEvent, TopicRecord};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -26,14 +25,14 @@ struct TopicsFile {
 #[derive(Debug)]
 pub struct Standalone {
     data_dir: PathBuf,
-    me: BrokerId,
+    me: BrokerRecord,
     /// The registry as last stored, in name order.
     topics: Vec<TopicRecord>,
 }
 
 impl Standalone {
     /// Loads the registry in `data_dir`; a missing file is an empty registry.
-    pub fn open(data_dir: &Path, me: BrokerId) -> Result<Standalone, RegistryError> {
+    pub fn open(data_dir: &Path, me: BrokerRecord) -> Result<Standalone, RegistryError> {
         let path = data_dir.join(TOPICS_FILE);
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
@@ -46,7 +45,7 @@ impl Standalone {
         })?;
         let mut topics = file.topic;
         for topic in &mut topics {
-            topic.brokers = vec![me; topic.partitions as usize];
+            topic.brokers = vec![me.broker_id; topic.partitions as usize];
         }
         topics.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Standalone {
@@ -88,8 +87,8 @@ impl Registry for Standalone {
         Ok(self.topics.clone())
     }
 
-    async fn live_brokers(&mut self) -> Result<Vec<BrokerId>, RegistryError> {
-        Ok(vec![self.me])
+    async fn brokers(&mut self) -> Result<Vec<BrokerRecord>, RegistryError> {
+        Ok(vec![self.me.clone()])
     }
 
     async fn create_topic(&mut self, topic: TopicRecord) -> Result<(), RegistryError> {
@@ -116,10 +115,15 @@ impl Registry for Standalone {
         self.topics = topics;
         Ok(removed)
     }
+
+    async fn next_event(&mut self) -> RegistryEvent {
+        std::future::pending().await
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::conformance::broker;
     use super::*;
     use futures_lite::future::block_on;
 
@@ -134,11 +138,11 @@ mod tests {
     #[test]
     fn standalone_registry_conforms_and_survives_a_reopen() {
         let dir = temp_dir("conform");
-        let mut registry = Standalone::open(&dir, 3).unwrap();
-        super::super::conformance::check(&mut registry, 3);
+        let mut registry = Standalone::open(&dir, broker(3)).unwrap();
+        block_on(super::super::conformance::check(&mut registry, 3));
         let before = block_on(registry.topics()).unwrap();
         // A restart under another id still owns every partition.
-        let mut reopened = Standalone::open(&dir, 8).unwrap();
+        let mut reopened = Standalone::open(&dir, broker(8)).unwrap();
         let after = block_on(reopened.topics()).unwrap();
         assert_eq!(after.len(), 1);
         assert_eq!(after[0].brokers, vec![8; before[0].partitions as usize]);
@@ -155,7 +159,7 @@ mod tests {
             "[[topic]]\nname = \"clicks\"\npartitions = 4\nretention_ms = 0\nretention_bytes = 10\nsegment_bytes = 0\nflush_messages = 0\nflush_interval_ms = 5\n",
         )
         .unwrap();
-        let mut registry = Standalone::open(&dir, 0).unwrap();
+        let mut registry = Standalone::open(&dir, broker(0)).unwrap();
         let topics = block_on(registry.topics()).unwrap();
         assert_eq!(topics.len(), 1);
         assert_eq!(topics[0].partitions, 4);
@@ -169,7 +173,7 @@ mod tests {
     fn an_unreadable_registry_is_named() {
         let dir = temp_dir("corrupt");
         std::fs::write(dir.join(TOPICS_FILE), "[[topic]]\nname = 7\n").unwrap();
-        let error = Standalone::open(&dir, 0).unwrap_err();
+        let error = Standalone::open(&dir, broker(0)).unwrap_err();
         assert!(
             error.to_string().contains("topics.toml is unreadable"),
             "{error}"

@@ -202,11 +202,13 @@ fn broker_error(code: u16, header: &[u8]) -> ClientError {
             message: error.message().unwrap_or_default().to_string(),
             range: (code == ErrorCode::OffsetOutOfRange)
                 .then(|| (error.start_offset(), error.end_offset())),
+            owner_broker_id: (code == ErrorCode::NotOwner).then(|| error.owner_broker_id()),
         },
         Err(e) => ClientError::Broker {
             code,
             message: format!("(undecodable error header: {e})"),
             range: None,
+            owner_broker_id: None,
         },
     }
 }

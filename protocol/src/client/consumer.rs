@@ -7,12 +7,18 @@
 //! first incomplete one. A message larger than `max_bytes` can never arrive
 //! whole, so it is reported as `MessageTooLarge` instead of looping. The
 //! broker keeps no consumer state: the position lives here (`seek` to rewind).
+//!
+//! In a cluster the consumer talks to the shard that owns its partition, on
+//! the broker that stores it. If a broker answers NOT_OWNER (the consumer
+//! was pointed at the wrong broker), the consumer asks that broker for
+//! metadata, connects to the owner and fetches again, once per poll.
 
 use super::{Client, ClientError, Connection, ResponseFrame};
 use crate::codec::{self, verify, FetchArgs, PartitionOffsets};
 use crate::frame::Api;
 use crate::message::{Message, MessageSetIter};
 use crate::wire;
+use crate::ErrorCode;
 
 /// A message copied out of a fetch chunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +60,34 @@ impl Consumer {
             partition,
             offset,
         ))
+    }
+
+    /// Connects to the owner of the partition, as the broker this consumer
+    /// is connected to sees it.
+    fn reroute(&mut self) -> Result<(), ClientError> {
+        let client = Client::connect(self.conn.address())?;
+        let metadata = client.metadata(&[&self.topic])?;
+        let address = client.owner_address(&metadata, &self.topic, self.partition);
+        self.conn = Connection::connect(&address)?;
+        Ok(())
+    }
+
+    /// Sends one fetch and receives its response into `self.frame`.
+    fn fetch_once(&mut self) -> Result<(), ClientError> {
+        let header = codec::fetch_request(
+            &mut self.conn.fbb,
+            &self.topic,
+            self.partition,
+            FetchArgs {
+                offset: self.offset,
+                max_bytes: self.max_bytes,
+                max_wait_ms: self.max_wait_ms,
+            },
+        )
+        .to_vec();
+        self.conn.send(Api::Fetch, &header, &[])?;
+        self.conn.flush()?;
+        self.conn.recv_into(&mut self.frame)
     }
 
     /// A consumer over an existing connection (any shard; the broker forwards).
@@ -105,20 +139,13 @@ impl Consumer {
     /// how many messages were delivered (0 when nothing new arrived within
     /// the wait).
     pub fn poll_with(&mut self, mut f: impl FnMut(Message<'_>)) -> Result<usize, ClientError> {
-        let header = codec::fetch_request(
-            &mut self.conn.fbb,
-            &self.topic,
-            self.partition,
-            FetchArgs {
-                offset: self.offset,
-                max_bytes: self.max_bytes,
-                max_wait_ms: self.max_wait_ms,
-            },
-        )
-        .to_vec();
-        self.conn.send(Api::Fetch, &header, &[])?;
-        self.conn.flush()?;
-        self.conn.recv_into(&mut self.frame)?;
+        match self.fetch_once() {
+            Err(error) if error.code() == Some(ErrorCode::NotOwner) => {
+                self.reroute()?;
+                self.fetch_once()?;
+            }
+            other => other?,
+        }
         let response = verify::<wire::FetchResponse>(&self.frame.header)
             .map_err(|e| ClientError::Protocol(format!("fetch response: {e}")))?;
         if response.offset() != self.offset

@@ -65,6 +65,8 @@ pub enum ClientError {
         message: String,
         /// The valid offset range, for OFFSET_OUT_OF_RANGE.
         range: Option<(u64, u64)>,
+        /// The broker that stores the partition, for NOT_OWNER.
+        owner_broker_id: Option<u32>,
     },
     /// The broker sent something this client cannot understand.
     #[error("protocol error: {0}")]
@@ -107,10 +109,12 @@ impl ClientError {
 }
 
 /// A connection for metadata and admin requests, opened to the first
-/// reachable bootstrap address.
+/// reachable bootstrap address, and connections to the shards that own
+/// partitions, opened on demand for partition requests (ListOffsets).
 pub struct Client {
     conn: RefCell<Connection>,
     bootstrap: Vec<String>,
+    owners: RefCell<std::collections::HashMap<String, Connection>>,
 }
 
 impl Client {
@@ -129,6 +133,7 @@ impl Client {
                     return Ok(Client {
                         conn: RefCell::new(conn),
                         bootstrap,
+                        owners: RefCell::new(std::collections::HashMap::new()),
                     })
                 }
                 Err(e) => last = Some(e),
@@ -186,7 +191,8 @@ impl Client {
     }
 
     /// An offset of a partition (earliest, latest, or before a time), with
-    /// the partition's current offsets.
+    /// the partition's current offsets. Asks the shard that owns the
+    /// partition, on whichever broker stores it.
     pub fn list_offsets(
         &self,
         topic: &str,
@@ -194,11 +200,29 @@ impl Client {
         spec: OffsetSpec,
         timestamp_ms: u64,
     ) -> Result<(u64, PartitionOffsets), ClientError> {
-        let mut conn = self.conn.borrow_mut();
+        let metadata = self.metadata(&[topic])?;
+        let address = self.owner_address(&metadata, topic, partition);
+        let mut owners = self.owners.borrow_mut();
+        if !owners.contains_key(&address) {
+            let conn = Connection::connect(&address)?;
+            owners.insert(address.clone(), conn);
+        }
+        let Some(conn) = owners.get_mut(&address) else {
+            return Err(ClientError::protocol("owner connection vanished"));
+        };
         let header =
             codec::list_offsets_request(&mut conn.fbb, topic, partition, spec, timestamp_ms)
                 .to_vec();
-        let response = conn.call(Api::ListOffsets, &header, &[])?;
+        let response = match conn.call(Api::ListOffsets, &header, &[]) {
+            Ok(response) => response,
+            Err(error) => {
+                // A broken connection is not kept for the next call.
+                if !matches!(error, ClientError::Broker { .. }) {
+                    owners.remove(&address);
+                }
+                return Err(error);
+            }
+        };
         let decoded = verify::<wire::ListOffsetsResponse>(&response.header)
             .map_err(|e| ClientError::protocol(format!("list offsets: {e}")))?;
         Ok((

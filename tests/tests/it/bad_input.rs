@@ -137,6 +137,7 @@ fn unknown_topics_partitions_and_out_of_range_offsets_are_errors() {
             code,
             range,
             message,
+            ..
         }) => {
             assert_eq!(code, ErrorCode::OffsetOutOfRange);
             assert_eq!(range, Some((0, 14)), "{message}");

@@ -1,5 +1,5 @@
 //! loadgen's drivers for the paper's competitors, against the real RabbitMQ
-//! and ActiveMQ: the Debian packages `deploy/peers.sh install` puts in place
+//! and ActiveMQ: the Debian packages `deploy/test-deps.sh` puts in place
 //! (`.ci/run` does). The test starts them with `deploy/peers.sh` in a data
 //! directory of its own, leaves alone any that already listen, and stops
 //! only what it started. A missing package fails the test, never skips it.
@@ -34,7 +34,7 @@ impl Peers {
         assert!(
             Path::new("/usr/lib/rabbitmq/bin/rabbitmq-server").exists()
                 && Path::new("/usr/share/activemq/bin/activemq.jar").exists(),
-            "RabbitMQ and ActiveMQ are not installed: run `deploy/peers.sh install` (as root; .ci/run does)"
+            "RabbitMQ and ActiveMQ are not installed: run `bash deploy/test-deps.sh` (as root; the README's test command does)"
         );
         let started = (!listening(RABBITMQ_PORT), !listening(ACTIVEMQ_STOMP_PORT));
         let peers = Peers {

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what the test suite runs besides ringlog itself, from Debian's
+# packages: etcd (the cluster tests start a real one on free loopback
+# ports) and the paper's competitors, RabbitMQ and ActiveMQ (the peer test
+# drives them through loadgen). The tests start and stop every one of them
+# themselves; nothing is left running. Idempotent: a machine that has them
+# all runs no package manager. Needs root (or sudo) the first time.
+set -euo pipefail
+
+missing=()
+[[ -x /usr/bin/etcd ]] || missing+=(etcd-server)
+[[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
+[[ -f /usr/share/activemq/bin/activemq.jar ]] || missing+=(activemq)
+if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "test-deps: etcd, RabbitMQ and ActiveMQ are installed"
+    exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "test-deps: installing ${missing[*]} needs root: run as root: apt-get install ${missing[*]}" >&2; exit 1; }
+    sudo=(sudo)
+fi
+echo "test-deps: installing ${missing[*]} (Debian packages)"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+# policy-rc.d refuses service starts during the install: the packages would
+# otherwise start system-wide etcd/RabbitMQ/ActiveMQ on their default ports.
+policy=/usr/sbin/policy-rc.d
+had_policy=0
+[[ -e $policy ]] && had_policy=1
+if [[ $had_policy -eq 0 ]]; then
+    printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee "$policy" >/dev/null
+    "${sudo[@]}" chmod +x "$policy"
+fi
+status=0
+"${sudo[@]}" apt-get install -y -q "${missing[@]}" || status=$?
+if [[ $had_policy -eq 0 ]]; then
+    "${sudo[@]}" rm -f "$policy"
+fi
+exit $status

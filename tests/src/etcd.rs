@@ -1,0 +1,157 @@
+//! A real etcd for cluster tests: Debian's `etcd-server`, on two free
+//! loopback ports, with its own temporary data directory.
+//!
+//! A machine without etcd fails the test with the command that installs it;
+//! a cluster test never skips.
+
+use crate::TempDir;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running (or stopped, restartable) single-member etcd.
+pub struct Etcd {
+    child: Option<Child>,
+    dir: TempDir,
+    client_port: u16,
+    peer_port: u16,
+    starts: u32,
+}
+
+/// The etcd binary: `$RINGLOG_ETCD`, else `etcd` on PATH, else Debian's.
+fn binary() -> PathBuf {
+    if let Ok(path) = std::env::var("RINGLOG_ETCD") {
+        return PathBuf::from(path);
+    }
+    let on_path = std::env::var_os("PATH")
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("etcd"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_default();
+    let path = on_path.unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"));
+    assert!(
+        path.is_file(),
+        "etcd is not installed ({} is missing): the cluster tests need a real etcd; install it with `bash deploy/test-deps.sh` (Debian's etcd-server), or set RINGLOG_ETCD",
+        path.display()
+    );
+    path
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("finding a free port: {e}"))
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it serves.
+    pub fn start() -> Etcd {
+        let mut etcd = Etcd {
+            child: None,
+            dir: TempDir::new("etcd"),
+            client_port: free_port(),
+            peer_port: free_port(),
+            starts: 0,
+        };
+        etcd.launch();
+        etcd
+    }
+
+    /// The client URL, as `broker --etcd` takes it.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// What etcd wrote to stderr, across all its runs.
+    pub fn log(&self) -> String {
+        (0..self.starts)
+            .map(|i| {
+                std::fs::read_to_string(self.dir.path().join(format!("etcd-{i}.log")))
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    fn launch(&mut self) {
+        let log_path = self.dir.path().join(format!("etcd-{}.log", self.starts));
+        let log = std::fs::File::create(&log_path)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
+        let client = self.endpoint();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(binary())
+            .arg("--name")
+            .arg("it")
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .arg("--listen-client-urls")
+            .arg(&client)
+            .arg("--advertise-client-urls")
+            .arg(&client)
+            .arg("--listen-peer-urls")
+            .arg(&peer)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer)
+            .arg("--initial-cluster")
+            .arg(format!("it={peer}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting etcd: {e}"));
+        self.child = Some(child);
+        self.starts += 1;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.healthy() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("etcd exited with {status}; its log:\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not become healthy within 30 s; its log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// True when etcd answers its health endpoint with `"health":"true"`.
+    fn healthy(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.client_port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let request = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        if stream.write_all(request.as_bytes()).is_err() {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer.contains("\"health\":\"true\"")
+    }
+
+    /// Kills etcd (SIGKILL): an outage. Its data stays for [`Etcd::restart`].
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "kill etcd before restarting it");
+        self.launch();
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -62,7 +62,13 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             })
             .collect(),
         version: crate::VERSION.to_string(),
-        data_dir_id: data_dir_id(&config)?,
+        // Only a cluster member needs it (to recognise its own earlier
+        // registration in etcd); a standalone data dir stays as it was.
+        data_dir_id: if config.clustered() {
+            data_dir_id(&config)?
+        } else {
+            String::new()
+        },
     };
     let (control, loaded) = if config.clustered() {
         let options = EtcdOptions {

@@ -18,6 +18,18 @@ pub const FORWARD_QUEUE_MAX: usize = 4096;
 /// Admin requests (create/delete topic) queued for the control thread
 /// before the shards that send them wait.
 pub const CONTROL_QUEUE_MAX: usize = 1024;
+/// Heartbeats parked on the control thread waiting for a group change;
+/// past this, heartbeats are answered at once.
+pub const GROUP_WAITERS_MAX: usize = 10_000;
+/// Shortest and longest session timeout a group member may choose.
+pub const GROUP_SESSION_TIMEOUT_MS_MIN: u32 = 2_000;
+/// Longest session timeout a group member may choose.
+pub const GROUP_SESSION_TIMEOUT_MS_MAX: u32 = 300_000;
+/// Longest heartbeat long-poll.
+pub const GROUP_HEARTBEAT_WAIT_MS_MAX: u32 = 60_000;
+/// Most topics one member may subscribe to, and most partitions or
+/// offsets in one claim, release or commit.
+pub const GROUP_ITEMS_MAX: usize = 10_000;
 /// Appended but unwritten bytes of one partition above which a producer's
 /// connection stops being read until the disk catches up.
 pub const PENDING_BYTES_MAX: u64 = 64 * 1024 * 1024;

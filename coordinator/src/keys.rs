@@ -8,6 +8,9 @@
 //! |----------------------------|-----------------------------------------------|-----------------------------------|-------|
 //! | `brokers/<id:010>`         | [`BrokerRecord`]: id, shard hosts and ports, build | that broker, at start (create-if-absent) | the broker's own lease: gone ≤ TTL after it dies |
 //! | `topics/<name>`            | [`TopicRecord`]: partitions, overrides, broker of each partition | the broker that served CreateTopic (create-if-absent txn); deleted by DeleteTopic | none: persistent |
+//! | `groups/<group>/members/<member>` | [`MemberRecord`]: member id, subscribed topics, session timeout | the broker that served JoinGroup | the member's session lease, kept alive by its heartbeats through any broker |
+//! | `groups/<group>/owners/<topic>/<partition:010>` | the owning member's id | the broker that served ClaimPartitions: a txn that succeeds only if no member joined since the claimer's view, the claimer's session is live, and no owner exists | the owner's session lease: a dead member's partitions are free when its session expires |
+//! | `groups/<group>/offsets/<topic>/<partition:010>` | the committed offset, decimal | CommitOffsets: a txn that succeeds only if the committer owns the partition (or, for a reset, the group has no member) | none: persistent |
 //!
 //! Ids are zero-padded to ten digits so that etcd's byte order is numeric
 //! order. Topic names are restricted to `[A-Za-z0-9._-]`, so they never
@@ -15,6 +18,7 @@
 //!
 //! [`BrokerRecord`]: crate::registry::BrokerRecord
 //! [`TopicRecord`]: crate::registry::TopicRecord
+//! [`MemberRecord`]: crate::groups::MemberRecord
 
 use protocol::types::BrokerId;
 
@@ -57,6 +61,47 @@ impl Keys {
         format!("{}topics/{name}", self.prefix)
     }
 
+    /// The prefix of every group.
+    pub fn groups(&self) -> String {
+        format!("{}groups/", self.prefix)
+    }
+
+    /// The members of a group.
+    pub fn group_members(&self, group: &str) -> String {
+        format!("{}groups/{group}/members/", self.prefix)
+    }
+
+    /// One member.
+    pub fn group_member(&self, group: &str, member: &str) -> String {
+        format!("{}groups/{group}/members/{member}", self.prefix)
+    }
+
+    /// The partition owners of a group.
+    pub fn group_owners(&self, group: &str) -> String {
+        format!("{}groups/{group}/owners/", self.prefix)
+    }
+
+    /// The owner of one partition.
+    pub fn group_owner(&self, group: &str, topic: &str, partition: u32) -> String {
+        format!(
+            "{}groups/{group}/owners/{topic}/{partition:010}",
+            self.prefix
+        )
+    }
+
+    /// The committed offsets of a group.
+    pub fn group_offsets(&self, group: &str) -> String {
+        format!("{}groups/{group}/offsets/", self.prefix)
+    }
+
+    /// The committed offset of one partition.
+    pub fn group_offset(&self, group: &str, topic: &str, partition: u32) -> String {
+        format!(
+            "{}groups/{group}/offsets/{topic}/{partition:010}",
+            self.prefix
+        )
+    }
+
     /// What a key of this cluster names, if it is one of the registries.
     pub fn parse<'k>(&self, key: &'k str) -> Option<Key<'k>> {
         let rest = key.strip_prefix(self.prefix.as_str())?;
@@ -65,6 +110,24 @@ impl Keys {
         }
         if let Some(name) = rest.strip_prefix("topics/") {
             return (!name.is_empty() && !name.contains('/')).then_some(Key::Topic(name));
+        }
+        if let Some(group_rest) = rest.strip_prefix("groups/") {
+            let mut parts = group_rest.split('/');
+            let group = parts.next().filter(|g| !g.is_empty())?;
+            let kind = parts.next()?;
+            let first = parts.next().filter(|s| !s.is_empty())?;
+            return match (kind, parts.next(), parts.next()) {
+                ("members", None, _) => Some(Key::GroupMember(group, first)),
+                ("owners", Some(partition), None) => partition
+                    .parse()
+                    .ok()
+                    .map(|p| Key::GroupOwner(group, first, p)),
+                ("offsets", Some(partition), None) => partition
+                    .parse()
+                    .ok()
+                    .map(|p| Key::GroupOffset(group, first, p)),
+                _ => None,
+            };
         }
         None
     }
@@ -77,6 +140,12 @@ pub enum Key<'k> {
     Broker(BrokerId),
     /// `topics/<name>`.
     Topic(&'k str),
+    /// `groups/<group>/members/<member>`.
+    GroupMember(&'k str, &'k str),
+    /// `groups/<group>/owners/<topic>/<partition>`.
+    GroupOwner(&'k str, &'k str, u32),
+    /// `groups/<group>/offsets/<topic>/<partition>`.
+    GroupOffset(&'k str, &'k str, u32),
 }
 
 #[cfg(test)]
@@ -96,5 +165,20 @@ mod tests {
         assert!(keys.broker(9) < keys.broker(10));
         assert!(keys.topic("x").starts_with(&keys.topics()));
         assert!(keys.broker(1).starts_with(&keys.brokers()));
+        let member = keys.group_member("g", "host-00ff");
+        assert_eq!(
+            keys.parse(&member),
+            Some(Key::GroupMember("g", "host-00ff"))
+        );
+        assert!(member.starts_with(&keys.group_members("g")));
+        let owner = keys.group_owner("g", "t.x", 12);
+        assert_eq!(owner, "/ringlog/prod/groups/g/owners/t.x/0000000012");
+        assert_eq!(keys.parse(&owner), Some(Key::GroupOwner("g", "t.x", 12)));
+        let offset = keys.group_offset("g", "t", 3);
+        assert_eq!(keys.parse(&offset), Some(Key::GroupOffset("g", "t", 3)));
+        assert!(offset.starts_with(&keys.group_offsets("g")));
+        assert!(offset.starts_with(&keys.groups()));
+        assert_eq!(keys.parse("/ringlog/prod/groups/g/owners/t"), None);
+        assert_eq!(keys.parse("/ringlog/prod/groups/g/other/x"), None);
     }
 }

@@ -11,7 +11,11 @@
 //!   computes identically.
 #![deny(missing_docs)]
 
+pub mod groups;
 pub mod keys;
 pub mod placement;
-pub mod rebalance;
 pub mod registry;
+
+/// The paper's range rebalance (it lives in `protocol`, since every client
+/// runs it).
+pub use protocol::rebalance;

@@ -55,11 +55,20 @@ pub enum ErrorCode {
     /// The request needs a cluster (a broker started with `--etcd`), and
     /// this broker runs standalone: consumer groups, for one.
     ClusterRequired = 20,
+    /// The member's session expired (or it never joined): join again.
+    UnknownMember = 21,
+    /// A claim lost: the group changed since the view it was computed from,
+    /// or a partition still has an owner. Release everything, back off, retry.
+    ClaimConflict = 22,
+    /// An offset commit for a partition the member does not own.
+    NotPartitionOwner = 23,
+    /// Offsets of a group cannot be reset while it has live members.
+    GroupNotEmpty = 24,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 25] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -81,6 +90,10 @@ impl ErrorCode {
         ErrorCode::NotOwner,
         ErrorCode::CoordinatorUnavailable,
         ErrorCode::ClusterRequired,
+        ErrorCode::UnknownMember,
+        ErrorCode::ClaimConflict,
+        ErrorCode::NotPartitionOwner,
+        ErrorCode::GroupNotEmpty,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -116,6 +129,10 @@ impl ErrorCode {
             ErrorCode::NotOwner => "NOT_OWNER",
             ErrorCode::CoordinatorUnavailable => "COORDINATOR_UNAVAILABLE",
             ErrorCode::ClusterRequired => "CLUSTER_REQUIRED",
+            ErrorCode::UnknownMember => "UNKNOWN_MEMBER",
+            ErrorCode::ClaimConflict => "CLAIM_CONFLICT",
+            ErrorCode::NotPartitionOwner => "NOT_PARTITION_OWNER",
+            ErrorCode::GroupNotEmpty => "GROUP_NOT_EMPTY",
         }
     }
 }

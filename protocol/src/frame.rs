@@ -38,6 +38,22 @@ pub enum Api {
     Fetch = 5,
     /// Earliest / latest / before-a-time offsets of one partition.
     ListOffsets = 6,
+    /// Join a consumer group (cluster only).
+    JoinGroup = 7,
+    /// Keep a member's session alive; long-poll for the group's view.
+    Heartbeat = 8,
+    /// Claim partitions for a member.
+    ClaimPartitions = 9,
+    /// Release a member's partitions.
+    ReleasePartitions = 10,
+    /// Commit (or, for an empty group, reset) offsets.
+    CommitOffsets = 11,
+    /// Leave a consumer group.
+    LeaveGroup = 12,
+    /// A group's members, owners and committed offsets.
+    DescribeGroup = 13,
+    /// Every consumer group.
+    ListGroups = 14,
 }
 
 impl Api {
@@ -51,6 +67,14 @@ impl Api {
             4 => Api::Produce,
             5 => Api::Fetch,
             6 => Api::ListOffsets,
+            7 => Api::JoinGroup,
+            8 => Api::Heartbeat,
+            9 => Api::ClaimPartitions,
+            10 => Api::ReleasePartitions,
+            11 => Api::CommitOffsets,
+            12 => Api::LeaveGroup,
+            13 => Api::DescribeGroup,
+            14 => Api::ListGroups,
             _ => return None,
         })
     }

@@ -4,6 +4,7 @@
 //! - [`message`]: the paper's message format, identical on the wire and on disk.
 //! - [`codec`]: flatbuffer headers (`schema/ringlog.fbs`), verified on decode.
 //! - [`error_code`]: typed error codes; [`types`]: newtypes and the topic name rule.
+//! - [`rebalance`]: the paper's range assignment every group member computes.
 //! - `client` (feature `client`, on by default): a blocking, std-only Rust client.
 //!
 //! Everything but `client` is I/O-free. `PROTOCOL.md` beside this crate is the
@@ -14,6 +15,7 @@ pub mod codec;
 pub mod error_code;
 pub mod frame;
 pub mod message;
+pub mod rebalance;
 pub mod types;
 
 #[cfg(feature = "client")]

@@ -3,6 +3,7 @@
 //! fuzz targets, cheap enough to run on every test run.
 #![allow(clippy::unwrap_used)]
 
+use protocol::codec::groups::{self as group_codec, OffsetCommit};
 use protocol::codec::{self, verify, AckMode, FetchArgs, OffsetSpec, TopicSettings};
 use protocol::frame::{FramePrefix, FRAME_BYTES_MAX, FRAME_PREFIX_BYTES};
 use protocol::message::{encode_message, validate_message_set, MessageSetIter};
@@ -41,7 +42,35 @@ fn decode_everything(bytes: &[u8]) {
     let _ = verify::<wire::FetchRequest>(bytes).map(|r| (r.topic(), r.offset()));
     let _ = verify::<wire::ListOffsetsRequest>(bytes).map(|r| (r.topic(), r.spec()));
     let _ = verify::<wire::MetadataResponse>(bytes).map(codec::decode_metadata);
-    let _ = verify::<wire::ErrorResponse>(bytes).map(|r| r.message());
+    let _ = verify::<wire::ErrorResponse>(bytes).map(|r| (r.message(), r.owner_broker_id()));
+    // Consumer groups: the broker's reads of each request, the client's of
+    // each response.
+    let _ = verify::<wire::JoinGroupRequest>(bytes).map(|r| {
+        (
+            r.group(),
+            r.member_name(),
+            r.topics().map(|t| t.iter().count()),
+        )
+    });
+    let _ = verify::<wire::HeartbeatRequest>(bytes).map(|r| (r.group(), r.member_id()));
+    let _ = verify::<wire::ClaimPartitionsRequest>(bytes)
+        .map(|r| (r.topic(), r.partitions().map(|p| p.iter().max())));
+    let _ = verify::<wire::ReleasePartitionsRequest>(bytes)
+        .map(|r| (r.topic(), r.partitions().map(|p| p.iter().count())));
+    let _ = verify::<wire::CommitOffsetsRequest>(bytes).map(|r| {
+        r.offsets().map(|os| {
+            os.iter()
+                .filter(|o| o.topic().is_some() && o.offset() > 0)
+                .count()
+        })
+    });
+    let _ = verify::<wire::LeaveGroupRequest>(bytes).map(|r| r.member_id());
+    let _ = verify::<wire::DescribeGroupRequest>(bytes).map(|r| r.group());
+    let _ = verify::<wire::ListGroupsRequest>(bytes);
+    let _ = group_codec::decode_joined(bytes);
+    let _ = group_codec::decode_heartbeat(bytes);
+    let _ = group_codec::decode_description(bytes);
+    let _ = group_codec::decode_groups(bytes);
 }
 
 #[test]
@@ -73,6 +102,25 @@ fn mutated_valid_inputs_never_panic_a_decoder() {
         )
         .to_vec(),
         codec::list_offsets_request(&mut fbb, "t", 0, OffsetSpec::BeforeTime, 5).to_vec(),
+        group_codec::join_group_request(&mut fbb, "g", "host", &["t", "u"], 6000).to_vec(),
+        group_codec::heartbeat_request(&mut fbb, "g", "host-1", 7, 99, 500).to_vec(),
+        group_codec::claim_partitions_request(&mut fbb, "g", "host-1", 7, 12, "t", &[0, 3])
+            .to_vec(),
+        group_codec::release_partitions_request(&mut fbb, "g", "host-1", "t", &[1]).to_vec(),
+        group_codec::commit_offsets_request(
+            &mut fbb,
+            "g",
+            "host-1",
+            &[OffsetCommit {
+                topic: "t".into(),
+                partition: 2,
+                offset: 418,
+            }],
+        )
+        .to_vec(),
+        group_codec::leave_group_request(&mut fbb, "g", "host-1", 7).to_vec(),
+        group_codec::describe_group_request(&mut fbb, "g").to_vec(),
+        group_codec::list_groups_response(&mut fbb, &["g1".to_string(), "g2".to_string()]).to_vec(),
     ];
     let mut set = Vec::new();
     encode_message(&mut set, None, b"one");

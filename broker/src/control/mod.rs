@@ -20,10 +20,13 @@
 //! so a slow or unreachable etcd delays admin answers, never produce or
 //! fetch.
 
+pub mod groups;
+
 use crate::config::Config;
 use crate::shard::forward::ShardMsg;
 use coordinator::placement;
 use coordinator::registry::{BrokerRecord, Registry, RegistryError, RegistryEvent, TopicRecord};
+use groups::{GroupPlane, GroupReply, GroupRequest, Wake};
 use protocol::codec::TopicSettings;
 use protocol::ErrorCode;
 use std::collections::BTreeMap;
@@ -49,6 +52,13 @@ pub enum ControlMsg {
         name: String,
         /// Done, or why not.
         reply: flume::Sender<Result<(), ControlError>>,
+    },
+    /// A consumer group request.
+    Group {
+        /// The request, checked by the handler.
+        request: GroupRequest,
+        /// The answer.
+        reply: GroupReply,
     },
 }
 
@@ -161,12 +171,16 @@ where
                     .iter()
                     .map(|t| (t.name.clone(), t.clone()))
                     .collect();
+                let brokers = loaded.brokers.clone();
                 let _ = loaded_tx.send(Ok(loaded));
+                let groups = GroupPlane::new(registry.groups());
                 let mut plane = ControlPlane {
                     registry,
                     shards,
                     me,
                     known,
+                    brokers,
+                    groups,
                 };
                 plane.serve(inbox, stopped).await;
             });
@@ -198,12 +212,18 @@ struct ControlPlane<R> {
     me: protocol::types::BrokerId,
     /// The topics every shard has open, as last applied.
     known: BTreeMap<String, TopicRecord>,
+    /// The live brokers, as last reported.
+    brokers: Vec<BrokerRecord>,
+    /// Consumer groups and their parked heartbeats.
+    groups: GroupPlane,
 }
 
 /// What the control loop does next.
 enum Next {
     Request(ControlMsg),
     Event(RegistryEvent),
+    /// A parked heartbeat's wait ran out.
+    Timer,
     Stop,
 }
 
@@ -212,6 +232,7 @@ impl<R: Registry> ControlPlane<R> {
         loop {
             // Every arm is cancel-safe: the ones that lose the race lose
             // nothing (flume and the registry's event queue keep their items).
+            let deadline = self.groups.next_deadline();
             let next = futures_lite::future::or(
                 futures_lite::future::or(
                     async {
@@ -222,16 +243,28 @@ impl<R: Registry> ControlPlane<R> {
                     },
                     async { Next::Event(self.registry.next_event().await) },
                 ),
-                async {
-                    let _ = stopped.recv_async().await;
-                    Next::Stop
-                },
+                futures_lite::future::or(
+                    async {
+                        match deadline {
+                            Some(at) => tokio::time::sleep_until(at.into()).await,
+                            None => std::future::pending().await,
+                        }
+                        Next::Timer
+                    },
+                    async {
+                        let _ = stopped.recv_async().await;
+                        Next::Stop
+                    },
+                ),
             )
             .await;
             let operation: std::pin::Pin<Box<dyn Future<Output = ()> + '_>> = match next {
                 Next::Stop => break,
                 Next::Request(msg) => Box::pin(self.handle(msg)),
                 Next::Event(event) => Box::pin(self.apply(event)),
+                Next::Timer => {
+                    Box::pin(self.groups.wake(Wake::Expired, &self.known, &self.brokers))
+                }
             };
             // An operation waits on shards; a stop while it waits abandons
             // it (its reply channel drops, and the shard answers
@@ -268,6 +301,11 @@ impl<R: Registry> ControlPlane<R> {
             ControlMsg::DeleteTopic { name, reply } => {
                 let result = self.delete_topic(&name).await;
                 let _ = reply.send_async(result).await;
+            }
+            ControlMsg::Group { request, reply } => {
+                self.groups
+                    .handle(request, reply, &self.known, &self.brokers)
+                    .await;
             }
         }
     }
@@ -356,6 +394,7 @@ impl<R: Registry> ControlPlane<R> {
 
     /// Tells every shard the live brokers (for Metadata and routing).
     async fn publish_brokers(&mut self, brokers: Vec<BrokerRecord>) {
+        self.brokers = brokers.clone();
         tracing::info!(
             brokers = ?brokers.iter().map(|b| b.broker_id).collect::<Vec<_>>(),
             "live brokers changed"
@@ -368,7 +407,18 @@ impl<R: Registry> ControlPlane<R> {
     /// Applies a change another broker made (or the whole state, after a
     /// lost watch) to this broker's shards.
     async fn apply(&mut self, event: RegistryEvent) {
+        let wake = match &event {
+            RegistryEvent::GroupMembers(group) => Some(group.clone()),
+            _ => None,
+        };
+        self.apply_registry(event).await;
+        let wake = wake.as_deref().map_or(Wake::All, Wake::Group);
+        self.groups.wake(wake, &self.known, &self.brokers).await;
+    }
+
+    async fn apply_registry(&mut self, event: RegistryEvent) {
         match event {
+            RegistryEvent::GroupMembers(_) => {}
             RegistryEvent::TopicPut(record) => self.apply_topic(record).await,
             RegistryEvent::TopicDeleted(name) => {
                 if self.known.contains_key(&name) {

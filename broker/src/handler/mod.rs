@@ -7,6 +7,7 @@
 //! or not at all (a successful `acks = none` produce, as in the paper).
 
 pub mod fetch;
+pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -318,6 +319,14 @@ pub fn dispatch(
         Api::Metadata => metadata::handle(shard, header),
         Api::CreateTopic => topics::handle_create(shard, header),
         Api::DeleteTopic => topics::handle_delete(shard, header),
+        Api::JoinGroup
+        | Api::Heartbeat
+        | Api::ClaimPartitions
+        | Api::ReleasePartitions
+        | Api::CommitOffsets
+        | Api::LeaveGroup
+        | Api::DescribeGroup
+        | Api::ListGroups => groups::handle(shard, known, header),
         Api::Handshake => Err(Failure::new(
             ErrorCode::InvalidRequest,
             "the handshake was already done",

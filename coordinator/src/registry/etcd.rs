@@ -131,7 +131,7 @@ async fn snapshot(
             Some(Key::Broker(_)) => {
                 brokers.extend(parse_record::<BrokerRecord>(kv.key(), kv.value()))
             }
-            None => {}
+            _ => {}
         }
     }
     topics.sort_by(|a, b| a.name.cmp(&b.name));
@@ -393,7 +393,10 @@ async fn watch(
                             brokers_changed |= brokers.remove(&id).is_some();
                             None
                         }
-                        (None, _) => None,
+                        (Some(Key::GroupMember(group, _)), _) => {
+                            Some(RegistryEvent::GroupMembers(group.to_string()))
+                        }
+                        _ => None,
                     };
                     if let Some(change) = change {
                         if events.send(change).await.is_err() {
@@ -537,6 +540,14 @@ impl Registry for Etcd {
             }
             // Rewritten (or deleted) in between: read it again.
         }
+    }
+
+    fn groups(&self) -> Option<crate::groups::Groups> {
+        Some(crate::groups::Groups::new(
+            self.client.clone(),
+            self.keys.clone(),
+            self.options.request_timeout,
+        ))
     }
 
     async fn next_event(&mut self) -> RegistryEvent {

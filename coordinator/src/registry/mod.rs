@@ -145,6 +145,8 @@ pub enum RegistryEvent {
     TopicDeleted(String),
     /// The set of live brokers changed; here it is, sorted by id.
     Brokers(Vec<BrokerRecord>),
+    /// A member joined or left this group.
+    GroupMembers(String),
     /// The watch was lost (etcd unreachable) and is back: the whole state,
     /// for the receiver to reconcile with what it knew.
     Resync {
@@ -245,6 +247,12 @@ pub trait Registry {
     /// The next change made elsewhere. Cancel-safe: dropping the future
     /// loses no event. Never resolves for a single-broker store.
     fn next_event(&mut self) -> impl Future<Output = RegistryEvent>;
+
+    /// The consumer group registries, where the store has them (etcd);
+    /// `None` for a single-broker store.
+    fn groups(&self) -> Option<crate::groups::Groups> {
+        None
+    }
 
     /// A graceful stop: leave the cluster at once (an etcd registration is
     /// revoked rather than left to expire).

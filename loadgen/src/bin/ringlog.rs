@@ -1,11 +1,12 @@
 //! `ringlog`: the operator's and developer's command line (topics, produce,
-//! consume, offsets). Every failure is one line on stderr and exit code 1;
-//! usage errors exit 2 (clap's convention).
+//! consume, offsets, consumer groups, brokers). Every failure is one line on
+//! stderr and exit code 1; usage errors exit 2 (clap's convention).
 
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use protocol::client::{
-    AckMode, Client, Consumer, OffsetSpec, Producer, ProducerConfig, TopicSettings,
+    AckMode, Client, Consumer, GroupConfig, GroupConsumer, OffsetCommit, OffsetSpec, Producer,
+    ProducerConfig, StartFrom, TopicSettings,
 };
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -14,7 +15,7 @@ use std::time::Duration;
 #[command(
     name = "ringlog",
     version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("RINGLOG_GIT_REVISION"), ")"),
-    about = "Operate a ringlog broker: topics, produce, consume, offsets"
+    about = "Operate ringlog brokers: topics, produce, consume, offsets, consumer groups"
 )]
 struct Cli {
     /// Broker addresses, comma-separated.
@@ -40,6 +41,36 @@ enum Command {
     Consume(ConsumeArgs),
     /// Look up an offset of a partition.
     Offsets(OffsetsArgs),
+    /// List, describe or reset consumer groups (cluster only).
+    #[command(subcommand)]
+    Groups(GroupsCommand),
+    /// The live brokers and their shard addresses.
+    Brokers,
+}
+
+#[derive(Subcommand, Debug)]
+enum GroupsCommand {
+    /// Every group with a live member or a committed offset.
+    List,
+    /// Members, owned partitions, committed offsets, log end and lag.
+    Describe {
+        /// Group name.
+        group: String,
+    },
+    /// Set a group's committed offsets (refused while it has live members).
+    ResetOffsets {
+        /// Group name.
+        group: String,
+        /// The topic whose partitions to reset.
+        #[arg(long)]
+        topic: String,
+        /// earliest, latest, an OFFSET, or @UNIX_MS.
+        #[arg(long)]
+        to: String,
+        /// Only this partition (default: all).
+        #[arg(long)]
+        partition: Option<u32>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -128,9 +159,16 @@ struct ConsumeArgs {
     /// Bytes per fetch.
     #[arg(long, default_value_t = 256 * 1024)]
     max_bytes: u32,
-    /// Consumer group (needs a broker cluster with etcd; not available yet).
+    /// Consume as a member of this consumer group (cluster only): the
+    /// group's partitions are divided among its members, and offsets are
+    /// committed as messages are printed. --from (earliest or latest) then
+    /// applies only to partitions without a committed offset.
     #[arg(long)]
     group: Option<String>,
+    /// With --group: a member that stops heartbeating (it died) leaves the
+    /// group this long after its last heartbeat.
+    #[arg(long, default_value_t = 10_000)]
+    session_timeout_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -165,6 +203,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Produce(args) => produce(&cli.brokers, args),
         Command::Consume(args) => consume(&cli.brokers, args),
         Command::Offsets(args) => offsets(&cli.brokers, args),
+        Command::Groups(command) => groups(&cli.brokers, command),
+        Command::Brokers => brokers(&cli.brokers),
     }
 }
 
@@ -313,7 +353,7 @@ fn split_key(line: &[u8], separator: Option<char>) -> (Option<&[u8]>, &[u8]) {
 
 fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(group) = &args.group {
-        bail!("--group {group}: consumer groups need a broker cluster with etcd (--etcd), which is not available yet; consume by --partition and --from instead");
+        return consume_group(brokers, group, &args);
     }
     let client = connect(brokers)?;
     let metadata = client.metadata(&[&args.topic])?;
@@ -416,5 +456,186 @@ fn offsets(brokers: &str, args: OffsetsArgs) -> anyhow::Result<()> {
     };
     let (offset, _) = client.list_offsets(&args.topic, args.partition, spec, timestamp)?;
     println!("{offset}");
+    Ok(())
+}
+
+/// `consume --group`: a member of the group, printing its share.
+fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Result<()> {
+    let start_from = match args.from.as_str() {
+        "earliest" => StartFrom::Earliest,
+        "latest" => StartFrom::Latest,
+        other => bail!("--from {other} with --group: a group starts each partition at its committed offset, else at earliest or latest (use `ringlog groups reset-offsets` to move it)"),
+    };
+    if args.partition.is_some() || args.exit_at_end {
+        bail!("--partition and --exit-at-end do not apply with --group: the group decides which partitions this member reads; use --count to stop");
+    }
+    connect(brokers)?;
+    let config = GroupConfig {
+        start_from,
+        member_name: member_name(),
+        auto_commit_interval: None,
+        session_timeout: Duration::from_millis(args.session_timeout_ms),
+        ..GroupConfig::default()
+    };
+    let mut consumer = GroupConsumer::subscribe(brokers, group, &[&args.topic], config)
+        .with_context(|| format!("joining group {group}"))?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut printed = 0u64;
+    let limit = args.count.unwrap_or(u64::MAX);
+    while printed < limit {
+        let messages = consumer.poll()?;
+        let mut delivered = false;
+        let mut rewound = std::collections::BTreeSet::new();
+        for m in messages {
+            if printed >= limit {
+                // Not printed: the next owner (or this group's next run)
+                // must read it, so the committed position goes back to it.
+                if rewound.insert((m.topic.clone(), m.partition)) {
+                    consumer.seek(&m.topic, m.partition, m.offset);
+                }
+                continue;
+            }
+            let result = if args.print_offsets {
+                write!(out, "{}:{}\t", m.partition, m.offset).and_then(|()| out.write_all(&m.value))
+            } else {
+                out.write_all(&m.value)
+            }
+            .and_then(|()| out.write_all(b"\n"));
+            match result {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+                Err(e) => return Err(e).context("writing stdout"),
+            }
+            printed += 1;
+            delivered = true;
+        }
+        if delivered {
+            // Printed before committed: at least once, never at most once.
+            out.flush().context("writing stdout")?;
+            consumer.commit()?;
+        }
+    }
+    out.flush().context("writing stdout")?;
+    consumer.close()?;
+    Ok(())
+}
+
+/// `<hostname>-<pid>`, so `groups describe` says whose each member is.
+fn member_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    format!("{host}-{}", std::process::id())
+}
+
+fn groups(brokers: &str, command: GroupsCommand) -> anyhow::Result<()> {
+    let client = connect(brokers)?;
+    match command {
+        GroupsCommand::List => {
+            for group in client.list_groups()? {
+                println!("{group}");
+            }
+        }
+        GroupsCommand::Describe { group } => {
+            let description = client.describe_group(&group)?;
+            let view = &description.view;
+            println!(
+                "group {group} members {} topics {}",
+                view.members.len(),
+                view.topics
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            for member in &view.members {
+                println!("member\t{}\t{}", member.member_id, member.topics.join(","));
+            }
+            // Every partition of the subscribed topics, and any other topic
+            // with a committed offset.
+            let mut rows: Vec<(String, u32)> = description
+                .partitions
+                .iter()
+                .map(|p| (p.topic.clone(), p.partition))
+                .collect();
+            for topic in &view.topics {
+                rows.extend((0..topic.partitions).map(|p| (topic.name.clone(), p)));
+            }
+            rows.sort();
+            rows.dedup();
+            println!("topic\tpartition\towner\tcommitted_offset\tlog_end_offset\tlag");
+            for (topic, partition) in rows {
+                let info = description
+                    .partitions
+                    .iter()
+                    .find(|p| p.topic == topic && p.partition == partition);
+                let owner = info
+                    .map(|p| p.owner.as_str())
+                    .filter(|o| !o.is_empty())
+                    .unwrap_or("-");
+                let committed = info.and_then(|p| p.offset);
+                let end = client
+                    .list_offsets(&topic, partition, OffsetSpec::Latest, 0)
+                    .map(|(offset, _)| offset);
+                let (end_text, lag) = match (&end, committed) {
+                    (Ok(end), Some(c)) => (end.to_string(), end.saturating_sub(c).to_string()),
+                    (Ok(end), None) => (end.to_string(), "-".to_string()),
+                    (Err(e), _) => (format!("unavailable ({e})"), "-".to_string()),
+                };
+                println!(
+                    "{topic}\t{partition}\t{owner}\t{}\t{end_text}\t{lag}",
+                    committed.map_or("-".to_string(), |c| c.to_string())
+                );
+            }
+        }
+        GroupsCommand::ResetOffsets {
+            group,
+            topic,
+            to,
+            partition,
+        } => {
+            let metadata = client.metadata(&[&topic])?;
+            let count = metadata
+                .topics
+                .first()
+                .map_or(0, |t| t.partitions.len() as u32);
+            let partitions: Vec<u32> = match partition {
+                Some(p) if p >= count => {
+                    bail!("topic {topic:?} has partitions 0..{count}, not {p}")
+                }
+                Some(p) => vec![p],
+                None => (0..count).collect(),
+            };
+            let mut offsets = Vec::new();
+            for p in partitions {
+                offsets.push(OffsetCommit {
+                    topic: topic.clone(),
+                    partition: p,
+                    offset: start_offset(&client, &topic, p, &to)?,
+                });
+            }
+            let reset = client.reset_offsets(&group, &offsets)?;
+            for o in &offsets {
+                println!("{}\t{}\t{}", o.topic, o.partition, o.offset);
+            }
+            eprintln!("reset {reset} offsets of group {group}");
+        }
+    }
+    Ok(())
+}
+
+fn brokers(brokers: &str) -> anyhow::Result<()> {
+    let client = connect(brokers)?;
+    let metadata = client.metadata(&[])?;
+    println!("broker\tshard\taddress");
+    for broker in &metadata.brokers {
+        for shard in &broker.shards {
+            println!(
+                "{}\t{}\t{}:{}",
+                broker.broker_id, shard.shard_id, shard.host, shard.port
+            );
+        }
+    }
     Ok(())
 }

@@ -5,6 +5,8 @@
 //!   partitioning, pipelined requests, ack modes.
 //! - [`Consumer`]: one partition from an offset; verifies CRCs, resumes after
 //!   chunks that end mid-message, seeks and rewinds.
+//! - [`GroupConsumer`]: a member of a consumer group (cluster only): the
+//!   paper's rebalance, offset commits, at-least-once delivery.
 //!
 //! A complete program: `protocol/examples/quickstart.rs`
 //! (`cargo run -p ringlog-protocol --example quickstart -- 127.0.0.1:9092`).
@@ -27,13 +29,19 @@
 
 mod connection;
 mod consumer;
+mod group;
 mod producer;
 
+pub use crate::codec::groups::{
+    GroupDescription, GroupMemberInfo, GroupPartitionInfo, GroupTopicInfo, GroupView, Joined,
+    OffsetCommit,
+};
 pub use crate::codec::{
     AckMode, Metadata, OffsetSpec, PartitionOffsets, TopicMetadata, TopicSettings,
 };
 pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OwnedMessage};
+pub use group::{GroupConfig, GroupConsumer, GroupMessage, StartFrom};
 pub use producer::{Partitioner, Producer, ProducerConfig};
 
 use crate::codec::{self, verify};

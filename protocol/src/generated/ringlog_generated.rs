@@ -3480,5 +3480,3420 @@ pub mod ringlog {
                 ds.finish()
             }
         }
+        pub enum JoinGroupRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct JoinGroupRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for JoinGroupRequest<'a> {
+            type Inner = JoinGroupRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> JoinGroupRequest<'a> {
+            pub const VT_GROUP: ::flatbuffers::VOffsetT = 4;
+            pub const VT_MEMBER_NAME: ::flatbuffers::VOffsetT = 6;
+            pub const VT_TOPICS: ::flatbuffers::VOffsetT = 8;
+            pub const VT_SESSION_TIMEOUT_MS: ::flatbuffers::VOffsetT = 10;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                JoinGroupRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args JoinGroupRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<JoinGroupRequest<'bldr>> {
+                let mut builder = JoinGroupRequestBuilder::new(_fbb);
+                builder.add_session_timeout_ms(args.session_timeout_ms);
+                if let Some(x) = args.topics {
+                    builder.add_topics(x);
+                }
+                if let Some(x) = args.member_name {
+                    builder.add_member_name(x);
+                }
+                if let Some(x) = args.group {
+                    builder.add_group(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn group(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        JoinGroupRequest::VT_GROUP,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn member_name(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        JoinGroupRequest::VT_MEMBER_NAME,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn topics(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                    >>(JoinGroupRequest::VT_TOPICS, None)
+                }
+            }
+            #[inline]
+            pub fn session_timeout_ms(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(JoinGroupRequest::VT_SESSION_TIMEOUT_MS, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for JoinGroupRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "group",
+                        Self::VT_GROUP,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "member_name",
+                        Self::VT_MEMBER_NAME,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<&'_ str>>,
+                    >>("topics", Self::VT_TOPICS, false)?
+                    .visit_field::<u32>("session_timeout_ms", Self::VT_SESSION_TIMEOUT_MS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct JoinGroupRequestArgs<'a> {
+            pub group: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub member_name: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub topics: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                >,
+            >,
+            pub session_timeout_ms: u32,
+        }
+        impl<'a> Default for JoinGroupRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                JoinGroupRequestArgs {
+                    group: None,
+                    member_name: None,
+                    topics: None,
+                    session_timeout_ms: 0,
+                }
+            }
+        }
+
+        pub struct JoinGroupRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> JoinGroupRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_group(&mut self, group: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    JoinGroupRequest::VT_GROUP,
+                    group,
+                );
+            }
+            #[inline]
+            pub fn add_member_name(&mut self, member_name: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    JoinGroupRequest::VT_MEMBER_NAME,
+                    member_name,
+                );
+            }
+            #[inline]
+            pub fn add_topics(
+                &mut self,
+                topics: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<&'b str>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    JoinGroupRequest::VT_TOPICS,
+                    topics,
+                );
+            }
+            #[inline]
+            pub fn add_session_timeout_ms(&mut self, session_timeout_ms: u32) {
+                self.fbb_.push_slot::<u32>(
+                    JoinGroupRequest::VT_SESSION_TIMEOUT_MS,
+                    session_timeout_ms,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> JoinGroupRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                JoinGroupRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<JoinGroupRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for JoinGroupRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("JoinGroupRequest");
+                ds.field("group", &self.group());
+                ds.field("member_name", &self.member_name());
+                ds.field("topics", &self.topics());
+                ds.field("session_timeout_ms", &self.session_timeout_ms());
+                ds.finish()
+            }
+        }
+        pub enum JoinGroupResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct JoinGroupResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for JoinGroupResponse<'a> {
+            type Inner = JoinGroupResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> JoinGroupResponse<'a> {
+            pub const VT_MEMBER_ID: ::flatbuffers::VOffsetT = 4;
+            pub const VT_SESSION_ID: ::flatbuffers::VOffsetT = 6;
+            pub const VT_SESSION_TIMEOUT_MS: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                JoinGroupResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args JoinGroupResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<JoinGroupResponse<'bldr>> {
+                let mut builder = JoinGroupResponseBuilder::new(_fbb);
+                builder.add_session_id(args.session_id);
+                builder.add_session_timeout_ms(args.session_timeout_ms);
+                if let Some(x) = args.member_id {
+                    builder.add_member_id(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn member_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        JoinGroupResponse::VT_MEMBER_ID,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn session_id(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(JoinGroupResponse::VT_SESSION_ID, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn session_timeout_ms(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(JoinGroupResponse::VT_SESSION_TIMEOUT_MS, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for JoinGroupResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "member_id",
+                        Self::VT_MEMBER_ID,
+                        false,
+                    )?
+                    .visit_field::<u64>("session_id", Self::VT_SESSION_ID, false)?
+                    .visit_field::<u32>("session_timeout_ms", Self::VT_SESSION_TIMEOUT_MS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct JoinGroupResponseArgs<'a> {
+            pub member_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub session_id: u64,
+            pub session_timeout_ms: u32,
+        }
+        impl<'a> Default for JoinGroupResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                JoinGroupResponseArgs {
+                    member_id: None,
+                    session_id: 0,
+                    session_timeout_ms: 0,
+                }
+            }
+        }
+
+        pub struct JoinGroupResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> JoinGroupResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_member_id(&mut self, member_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    JoinGroupResponse::VT_MEMBER_ID,
+                    member_id,
+                );
+            }
+            #[inline]
+            pub fn add_session_id(&mut self, session_id: u64) {
+                self.fbb_
+                    .push_slot::<u64>(JoinGroupResponse::VT_SESSION_ID, session_id, 0);
+            }
+            #[inline]
+            pub fn add_session_timeout_ms(&mut self, session_timeout_ms: u32) {
+                self.fbb_.push_slot::<u32>(
+                    JoinGroupResponse::VT_SESSION_TIMEOUT_MS,
+                    session_timeout_ms,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> JoinGroupResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                JoinGroupResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<JoinGroupResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for JoinGroupResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("JoinGroupResponse");
+                ds.field("member_id", &self.member_id());
+                ds.field("session_id", &self.session_id());
+                ds.field("session_timeout_ms", &self.session_timeout_ms());
+                ds.finish()
+            }
+        }
+        pub enum GroupTopicOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct GroupTopic<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for GroupTopic<'a> {
+            type Inner = GroupTopic<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> GroupTopic<'a> {
+            pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                GroupTopic { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args GroupTopicArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<GroupTopic<'bldr>> {
+                let mut builder = GroupTopicBuilder::new(_fbb);
+                builder.add_partitions(args.partitions);
+                if let Some(x) = args.name {
+                    builder.add_name(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn name(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(GroupTopic::VT_NAME, None)
+                }
+            }
+            #[inline]
+            pub fn partitions(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(GroupTopic::VT_PARTITIONS, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for GroupTopic<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "name",
+                        Self::VT_NAME,
+                        false,
+                    )?
+                    .visit_field::<u32>("partitions", Self::VT_PARTITIONS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct GroupTopicArgs<'a> {
+            pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partitions: u32,
+        }
+        impl<'a> Default for GroupTopicArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                GroupTopicArgs {
+                    name: None,
+                    partitions: 0,
+                }
+            }
+        }
+
+        pub struct GroupTopicBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> GroupTopicBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_name(&mut self, name: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(GroupTopic::VT_NAME, name);
+            }
+            #[inline]
+            pub fn add_partitions(&mut self, partitions: u32) {
+                self.fbb_
+                    .push_slot::<u32>(GroupTopic::VT_PARTITIONS, partitions, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> GroupTopicBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                GroupTopicBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<GroupTopic<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for GroupTopic<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("GroupTopic");
+                ds.field("name", &self.name());
+                ds.field("partitions", &self.partitions());
+                ds.finish()
+            }
+        }
+        pub enum GroupMemberOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct GroupMember<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for GroupMember<'a> {
+            type Inner = GroupMember<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> GroupMember<'a> {
+            pub const VT_MEMBER_ID: ::flatbuffers::VOffsetT = 4;
+            pub const VT_TOPICS: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                GroupMember { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args GroupMemberArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<GroupMember<'bldr>> {
+                let mut builder = GroupMemberBuilder::new(_fbb);
+                if let Some(x) = args.topics {
+                    builder.add_topics(x);
+                }
+                if let Some(x) = args.member_id {
+                    builder.add_member_id(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn member_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        GroupMember::VT_MEMBER_ID,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn topics(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                    >>(GroupMember::VT_TOPICS, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for GroupMember<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "member_id",
+                        Self::VT_MEMBER_ID,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<&'_ str>>,
+                    >>("topics", Self::VT_TOPICS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct GroupMemberArgs<'a> {
+            pub member_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub topics: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                >,
+            >,
+        }
+        impl<'a> Default for GroupMemberArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                GroupMemberArgs {
+                    member_id: None,
+                    topics: None,
+                }
+            }
+        }
+
+        pub struct GroupMemberBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> GroupMemberBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_member_id(&mut self, member_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    GroupMember::VT_MEMBER_ID,
+                    member_id,
+                );
+            }
+            #[inline]
+            pub fn add_topics(
+                &mut self,
+                topics: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<&'b str>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    GroupMember::VT_TOPICS,
+                    topics,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> GroupMemberBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                GroupMemberBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<GroupMember<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for GroupMember<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("GroupMember");
+                ds.field("member_id", &self.member_id());
+                ds.field("topics", &self.topics());
+                ds.finish()
+            }
+        }
+        pub enum GroupViewOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct GroupView<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for GroupView<'a> {
+            type Inner = GroupView<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> GroupView<'a> {
+            pub const VT_GENERATION: ::flatbuffers::VOffsetT = 4;
+            pub const VT_REVISION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_MEMBERS: ::flatbuffers::VOffsetT = 8;
+            pub const VT_TOPICS: ::flatbuffers::VOffsetT = 10;
+            pub const VT_BROKERS: ::flatbuffers::VOffsetT = 12;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                GroupView { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args GroupViewArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<GroupView<'bldr>> {
+                let mut builder = GroupViewBuilder::new(_fbb);
+                builder.add_revision(args.revision);
+                builder.add_generation(args.generation);
+                if let Some(x) = args.brokers {
+                    builder.add_brokers(x);
+                }
+                if let Some(x) = args.topics {
+                    builder.add_topics(x);
+                }
+                if let Some(x) = args.members {
+                    builder.add_members(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn generation(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(GroupView::VT_GENERATION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn revision(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(GroupView::VT_REVISION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn members(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<GroupMember<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<GroupMember>>,
+                    >>(GroupView::VT_MEMBERS, None)
+                }
+            }
+            #[inline]
+            pub fn topics(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<GroupTopic<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<GroupTopic>>,
+                    >>(GroupView::VT_TOPICS, None)
+                }
+            }
+            #[inline]
+            pub fn brokers(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            GroupView::VT_BROKERS,
+                            None,
+                        )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for GroupView<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<u64>("generation", Self::VT_GENERATION, false)?
+                    .visit_field::<u64>("revision", Self::VT_REVISION, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<GroupMember>>,
+                    >>("members", Self::VT_MEMBERS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<GroupTopic>>,
+                    >>("topics", Self::VT_TOPICS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "brokers",
+                        Self::VT_BROKERS,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct GroupViewArgs<'a> {
+            pub generation: u64,
+            pub revision: u64,
+            pub members: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<GroupMember<'a>>>,
+                >,
+            >,
+            pub topics: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<GroupTopic<'a>>>,
+                >,
+            >,
+            pub brokers: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+        }
+        impl<'a> Default for GroupViewArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                GroupViewArgs {
+                    generation: 0,
+                    revision: 0,
+                    members: None,
+                    topics: None,
+                    brokers: None,
+                }
+            }
+        }
+
+        pub struct GroupViewBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> GroupViewBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_generation(&mut self, generation: u64) {
+                self.fbb_
+                    .push_slot::<u64>(GroupView::VT_GENERATION, generation, 0);
+            }
+            #[inline]
+            pub fn add_revision(&mut self, revision: u64) {
+                self.fbb_
+                    .push_slot::<u64>(GroupView::VT_REVISION, revision, 0);
+            }
+            #[inline]
+            pub fn add_members(
+                &mut self,
+                members: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<GroupMember<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    GroupView::VT_MEMBERS,
+                    members,
+                );
+            }
+            #[inline]
+            pub fn add_topics(
+                &mut self,
+                topics: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<GroupTopic<'b>>>,
+                >,
+            ) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(GroupView::VT_TOPICS, topics);
+            }
+            #[inline]
+            pub fn add_brokers(
+                &mut self,
+                brokers: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    GroupView::VT_BROKERS,
+                    brokers,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> GroupViewBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                GroupViewBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<GroupView<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for GroupView<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("GroupView");
+                ds.field("generation", &self.generation());
+                ds.field("revision", &self.revision());
+                ds.field("members", &self.members());
+                ds.field("topics", &self.topics());
+                ds.field("brokers", &self.brokers());
+                ds.finish()
+            }
+        }
+        pub enum HeartbeatRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct HeartbeatRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for HeartbeatRequest<'a> {
+            type Inner = HeartbeatRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> HeartbeatRequest<'a> {
+            pub const VT_GROUP: ::flatbuffers::VOffsetT = 4;
+            pub const VT_MEMBER_ID: ::flatbuffers::VOffsetT = 6;
+            pub const VT_SESSION_ID: ::flatbuffers::VOffsetT = 8;
+            pub const VT_GENERATION: ::flatbuffers::VOffsetT = 10;
+            pub const VT_MAX_WAIT_MS: ::flatbuffers::VOffsetT = 12;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                HeartbeatRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args HeartbeatRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<HeartbeatRequest<'bldr>> {
+                let mut builder = HeartbeatRequestBuilder::new(_fbb);
+                builder.add_generation(args.generation);
+                builder.add_session_id(args.session_id);
+                builder.add_max_wait_ms(args.max_wait_ms);
+                if let Some(x) = args.member_id {
+                    builder.add_member_id(x);
+                }
+                if let Some(x) = args.group {
+                    builder.add_group(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn group(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        HeartbeatRequest::VT_GROUP,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn member_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        HeartbeatRequest::VT_MEMBER_ID,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn session_id(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(HeartbeatRequest::VT_SESSION_ID, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn generation(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(HeartbeatRequest::VT_GENERATION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn max_wait_ms(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(HeartbeatRequest::VT_MAX_WAIT_MS, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for HeartbeatRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "group",
+                        Self::VT_GROUP,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "member_id",
+                        Self::VT_MEMBER_ID,
+                        false,
+                    )?
+                    .visit_field::<u64>("session_id", Self::VT_SESSION_ID, false)?
+                    .visit_field::<u64>("generation", Self::VT_GENERATION, false)?
+                    .visit_field::<u32>("max_wait_ms", Self::VT_MAX_WAIT_MS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct HeartbeatRequestArgs<'a> {
+            pub group: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub member_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub session_id: u64,
+            pub generation: u64,
+            pub max_wait_ms: u32,
+        }
+        impl<'a> Default for HeartbeatRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                HeartbeatRequestArgs {
+                    group: None,
+                    member_id: None,
+                    session_id: 0,
+                    generation: 0,
+                    max_wait_ms: 0,
+                }
+            }
+        }
+
+        pub struct HeartbeatRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> HeartbeatRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_group(&mut self, group: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    HeartbeatRequest::VT_GROUP,
+                    group,
+                );
+            }
+            #[inline]
+            pub fn add_member_id(&mut self, member_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    HeartbeatRequest::VT_MEMBER_ID,
+                    member_id,
+                );
+            }
+            #[inline]
+            pub fn add_session_id(&mut self, session_id: u64) {
+                self.fbb_
+                    .push_slot::<u64>(HeartbeatRequest::VT_SESSION_ID, session_id, 0);
+            }
+            #[inline]
+            pub fn add_generation(&mut self, generation: u64) {
+                self.fbb_
+                    .push_slot::<u64>(HeartbeatRequest::VT_GENERATION, generation, 0);
+            }
+            #[inline]
+            pub fn add_max_wait_ms(&mut self, max_wait_ms: u32) {
+                self.fbb_
+                    .push_slot::<u32>(HeartbeatRequest::VT_MAX_WAIT_MS, max_wait_ms, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> HeartbeatRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                HeartbeatRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<HeartbeatRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for HeartbeatRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("HeartbeatRequest");
+                ds.field("group", &self.group());
+                ds.field("member_id", &self.member_id());
+                ds.field("session_id", &self.session_id());
+                ds.field("generation", &self.generation());
+                ds.field("max_wait_ms", &self.max_wait_ms());
+                ds.finish()
+            }
+        }
+        pub enum HeartbeatResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct HeartbeatResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for HeartbeatResponse<'a> {
+            type Inner = HeartbeatResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> HeartbeatResponse<'a> {
+            pub const VT_VIEW: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                HeartbeatResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args HeartbeatResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<HeartbeatResponse<'bldr>> {
+                let mut builder = HeartbeatResponseBuilder::new(_fbb);
+                if let Some(x) = args.view {
+                    builder.add_view(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn view(&self) -> Option<GroupView<'a>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<GroupView>>(
+                        HeartbeatResponse::VT_VIEW,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for HeartbeatResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<GroupView>>(
+                        "view",
+                        Self::VT_VIEW,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct HeartbeatResponseArgs<'a> {
+            pub view: Option<::flatbuffers::WIPOffset<GroupView<'a>>>,
+        }
+        impl<'a> Default for HeartbeatResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                HeartbeatResponseArgs { view: None }
+            }
+        }
+
+        pub struct HeartbeatResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> HeartbeatResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_view(&mut self, view: ::flatbuffers::WIPOffset<GroupView<'b>>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<GroupView>>(
+                        HeartbeatResponse::VT_VIEW,
+                        view,
+                    );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> HeartbeatResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                HeartbeatResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<HeartbeatResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for HeartbeatResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("HeartbeatResponse");
+                ds.field("view", &self.view());
+                ds.finish()
+            }
+        }
+        pub enum ClaimPartitionsRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ClaimPartitionsRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ClaimPartitionsRequest<'a> {
+            type Inner = ClaimPartitionsRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ClaimPartitionsRequest<'a> {
+            pub const VT_GROUP: ::flatbuffers::VOffsetT = 4;
+            pub const VT_MEMBER_ID: ::flatbuffers::VOffsetT = 6;
+            pub const VT_SESSION_ID: ::flatbuffers::VOffsetT = 8;
+            pub const VT_REVISION: ::flatbuffers::VOffsetT = 10;
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 12;
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 14;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ClaimPartitionsRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ClaimPartitionsRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ClaimPartitionsRequest<'bldr>> {
+                let mut builder = ClaimPartitionsRequestBuilder::new(_fbb);
+                builder.add_revision(args.revision);
+                builder.add_session_id(args.session_id);
+                if let Some(x) = args.partitions {
+                    builder.add_partitions(x);
+                }
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                if let Some(x) = args.member_id {
+                    builder.add_member_id(x);
+                }
+                if let Some(x) = args.group {
+                    builder.add_group(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn group(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ClaimPartitionsRequest::VT_GROUP,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn member_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ClaimPartitionsRequest::VT_MEMBER_ID,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn session_id(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(ClaimPartitionsRequest::VT_SESSION_ID, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn revision(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(ClaimPartitionsRequest::VT_REVISION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ClaimPartitionsRequest::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partitions(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            ClaimPartitionsRequest::VT_PARTITIONS,
+                            None,
+                        )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ClaimPartitionsRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "group",
+                        Self::VT_GROUP,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "member_id",
+                        Self::VT_MEMBER_ID,
+                        false,
+                    )?
+                    .visit_field::<u64>("session_id", Self::VT_SESSION_ID, false)?
+                    .visit_field::<u64>("revision", Self::VT_REVISION, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "partitions",
+                        Self::VT_PARTITIONS,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ClaimPartitionsRequestArgs<'a> {
+            pub group: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub member_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub session_id: u64,
+            pub revision: u64,
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partitions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+        }
+        impl<'a> Default for ClaimPartitionsRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ClaimPartitionsRequestArgs {
+                    group: None,
+                    member_id: None,
+                    session_id: 0,
+                    revision: 0,
+                    topic: None,
+                    partitions: None,
+                }
+            }
+        }
+
+        pub struct ClaimPartitionsRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ClaimPartitionsRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_group(&mut self, group: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ClaimPartitionsRequest::VT_GROUP,
+                    group,
+                );
+            }
+            #[inline]
+            pub fn add_member_id(&mut self, member_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ClaimPartitionsRequest::VT_MEMBER_ID,
+                    member_id,
+                );
+            }
+            #[inline]
+            pub fn add_session_id(&mut self, session_id: u64) {
+                self.fbb_
+                    .push_slot::<u64>(ClaimPartitionsRequest::VT_SESSION_ID, session_id, 0);
+            }
+            #[inline]
+            pub fn add_revision(&mut self, revision: u64) {
+                self.fbb_
+                    .push_slot::<u64>(ClaimPartitionsRequest::VT_REVISION, revision, 0);
+            }
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ClaimPartitionsRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partitions(
+                &mut self,
+                partitions: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ClaimPartitionsRequest::VT_PARTITIONS,
+                    partitions,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ClaimPartitionsRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ClaimPartitionsRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ClaimPartitionsRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ClaimPartitionsRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ClaimPartitionsRequest");
+                ds.field("group", &self.group());
+                ds.field("member_id", &self.member_id());
+                ds.field("session_id", &self.session_id());
+                ds.field("revision", &self.revision());
+                ds.field("topic", &self.topic());
+                ds.field("partitions", &self.partitions());
+                ds.finish()
+            }
+        }
+        pub enum ClaimPartitionsResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ClaimPartitionsResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ClaimPartitionsResponse<'a> {
+            type Inner = ClaimPartitionsResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ClaimPartitionsResponse<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ClaimPartitionsResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ClaimPartitionsResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ClaimPartitionsResponse<'bldr>> {
+                let mut builder = ClaimPartitionsResponseBuilder::new(_fbb);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ClaimPartitionsResponse::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ClaimPartitionsResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ClaimPartitionsResponseArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for ClaimPartitionsResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ClaimPartitionsResponseArgs { topic: None }
+            }
+        }
+
+        pub struct ClaimPartitionsResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ClaimPartitionsResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ClaimPartitionsResponse::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ClaimPartitionsResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ClaimPartitionsResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ClaimPartitionsResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ClaimPartitionsResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ClaimPartitionsResponse");
+                ds.field("topic", &self.topic());
+                ds.finish()
+            }
+        }
+        pub enum ReleasePartitionsRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ReleasePartitionsRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ReleasePartitionsRequest<'a> {
+            type Inner = ReleasePartitionsRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ReleasePartitionsRequest<'a> {
+            pub const VT_GROUP: ::flatbuffers::VOffsetT = 4;
+            pub const VT_MEMBER_ID: ::flatbuffers::VOffsetT = 6;
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 8;
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 10;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ReleasePartitionsRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ReleasePartitionsRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ReleasePartitionsRequest<'bldr>> {
+                let mut builder = ReleasePartitionsRequestBuilder::new(_fbb);
+                if let Some(x) = args.partitions {
+                    builder.add_partitions(x);
+                }
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                if let Some(x) = args.member_id {
+                    builder.add_member_id(x);
+                }
+                if let Some(x) = args.group {
+                    builder.add_group(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn group(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ReleasePartitionsRequest::VT_GROUP,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn member_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ReleasePartitionsRequest::VT_MEMBER_ID,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ReleasePartitionsRequest::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partitions(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            ReleasePartitionsRequest::VT_PARTITIONS,
+                            None,
+                        )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ReleasePartitionsRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "group",
+                        Self::VT_GROUP,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "member_id",
+                        Self::VT_MEMBER_ID,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "partitions",
+                        Self::VT_PARTITIONS,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ReleasePartitionsRequestArgs<'a> {
+            pub group: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub member_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partitions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+        }
+        impl<'a> Default for ReleasePartitionsRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ReleasePartitionsRequestArgs {
+                    group: None,
+                    member_id: None,
+                    topic: None,
+                    partitions: None,
+                }
+            }
+        }
+
+        pub struct ReleasePartitionsRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ReleasePartitionsRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_group(&mut self, group: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReleasePartitionsRequest::VT_GROUP,
+                    group,
+                );
+            }
+            #[inline]
+            pub fn add_member_id(&mut self, member_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReleasePartitionsRequest::VT_MEMBER_ID,
+                    member_id,
+                );
+            }
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReleasePartitionsRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partitions(
+                &mut self,
+                partitions: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReleasePartitionsRequest::VT_PARTITIONS,
+                    partitions,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ReleasePartitionsRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ReleasePartitionsRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ReleasePartitionsRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ReleasePartitionsRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ReleasePartitionsRequest");
+                ds.field("group", &self.group());
+                ds.field("member_id", &self.member_id());
+                ds.field("topic", &self.topic());
+                ds.field("partitions", &self.partitions());
+                ds.finish()
+            }
+        }
+        pub enum ReleasePartitionsResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ReleasePartitionsResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ReleasePartitionsResponse<'a> {
+            type Inner = ReleasePartitionsResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ReleasePartitionsResponse<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ReleasePartitionsResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ReleasePartitionsResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ReleasePartitionsResponse<'bldr>> {
+                let mut builder = ReleasePartitionsResponseBuilder::new(_fbb);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ReleasePartitionsResponse::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ReleasePartitionsResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ReleasePartitionsResponseArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for ReleasePartitionsResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ReleasePartitionsResponseArgs { topic: None }
+            }
+        }
+
+        pub struct ReleasePartitionsResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ReleasePartitionsResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReleasePartitionsResponse::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ReleasePartitionsResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ReleasePartitionsResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ReleasePartitionsResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ReleasePartitionsResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ReleasePartitionsResponse");
+                ds.field("topic", &self.topic());
+                ds.finish()
+            }
+        }
+        pub enum PartitionOffsetOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct PartitionOffset<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for PartitionOffset<'a> {
+            type Inner = PartitionOffset<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> PartitionOffset<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_OFFSET: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                PartitionOffset { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args PartitionOffsetArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<PartitionOffset<'bldr>> {
+                let mut builder = PartitionOffsetBuilder::new(_fbb);
+                builder.add_offset(args.offset);
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        PartitionOffset::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(PartitionOffset::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(PartitionOffset::VT_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for PartitionOffset<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<u64>("offset", Self::VT_OFFSET, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct PartitionOffsetArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub offset: u64,
+        }
+        impl<'a> Default for PartitionOffsetArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                PartitionOffsetArgs {
+                    topic: None,
+                    partition: 0,
+                    offset: 0,
+                }
+            }
+        }
+
+        pub struct PartitionOffsetBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> PartitionOffsetBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    PartitionOffset::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(PartitionOffset::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_offset(&mut self, offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(PartitionOffset::VT_OFFSET, offset, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> PartitionOffsetBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                PartitionOffsetBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<PartitionOffset<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for PartitionOffset<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("PartitionOffset");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("offset", &self.offset());
+                ds.finish()
+            }
+        }
+        pub enum CommitOffsetsRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct CommitOffsetsRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for CommitOffsetsRequest<'a> {
+            type Inner = CommitOffsetsRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> CommitOffsetsRequest<'a> {
+            pub const VT_GROUP: ::flatbuffers::VOffsetT = 4;
+            pub const VT_MEMBER_ID: ::flatbuffers::VOffsetT = 6;
+            pub const VT_OFFSETS: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                CommitOffsetsRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args CommitOffsetsRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<CommitOffsetsRequest<'bldr>> {
+                let mut builder = CommitOffsetsRequestBuilder::new(_fbb);
+                if let Some(x) = args.offsets {
+                    builder.add_offsets(x);
+                }
+                if let Some(x) = args.member_id {
+                    builder.add_member_id(x);
+                }
+                if let Some(x) = args.group {
+                    builder.add_group(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn group(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        CommitOffsetsRequest::VT_GROUP,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn member_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        CommitOffsetsRequest::VT_MEMBER_ID,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn offsets(
+                &self,
+            ) -> Option<
+                ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionOffset<'a>>>,
+            > {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionOffset>>,
+                    >>(CommitOffsetsRequest::VT_OFFSETS, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for CommitOffsetsRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "group",
+                        Self::VT_GROUP,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "member_id",
+                        Self::VT_MEMBER_ID,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<PartitionOffset>>,
+                    >>("offsets", Self::VT_OFFSETS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct CommitOffsetsRequestArgs<'a> {
+            pub group: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub member_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub offsets: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionOffset<'a>>>,
+                >,
+            >,
+        }
+        impl<'a> Default for CommitOffsetsRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                CommitOffsetsRequestArgs {
+                    group: None,
+                    member_id: None,
+                    offsets: None,
+                }
+            }
+        }
+
+        pub struct CommitOffsetsRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CommitOffsetsRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_group(&mut self, group: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    CommitOffsetsRequest::VT_GROUP,
+                    group,
+                );
+            }
+            #[inline]
+            pub fn add_member_id(&mut self, member_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    CommitOffsetsRequest::VT_MEMBER_ID,
+                    member_id,
+                );
+            }
+            #[inline]
+            pub fn add_offsets(
+                &mut self,
+                offsets: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<PartitionOffset<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    CommitOffsetsRequest::VT_OFFSETS,
+                    offsets,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> CommitOffsetsRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                CommitOffsetsRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<CommitOffsetsRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for CommitOffsetsRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("CommitOffsetsRequest");
+                ds.field("group", &self.group());
+                ds.field("member_id", &self.member_id());
+                ds.field("offsets", &self.offsets());
+                ds.finish()
+            }
+        }
+        pub enum CommitOffsetsResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct CommitOffsetsResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for CommitOffsetsResponse<'a> {
+            type Inner = CommitOffsetsResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> CommitOffsetsResponse<'a> {
+            pub const VT_COMMITTED: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                CommitOffsetsResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args CommitOffsetsResponseArgs,
+            ) -> ::flatbuffers::WIPOffset<CommitOffsetsResponse<'bldr>> {
+                let mut builder = CommitOffsetsResponseBuilder::new(_fbb);
+                builder.add_committed(args.committed);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn committed(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(CommitOffsetsResponse::VT_COMMITTED, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for CommitOffsetsResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<u32>("committed", Self::VT_COMMITTED, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct CommitOffsetsResponseArgs {
+            pub committed: u32,
+        }
+        impl<'a> Default for CommitOffsetsResponseArgs {
+            #[inline]
+            fn default() -> Self {
+                CommitOffsetsResponseArgs { committed: 0 }
+            }
+        }
+
+        pub struct CommitOffsetsResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CommitOffsetsResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_committed(&mut self, committed: u32) {
+                self.fbb_
+                    .push_slot::<u32>(CommitOffsetsResponse::VT_COMMITTED, committed, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> CommitOffsetsResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                CommitOffsetsResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<CommitOffsetsResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for CommitOffsetsResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("CommitOffsetsResponse");
+                ds.field("committed", &self.committed());
+                ds.finish()
+            }
+        }
+        pub enum LeaveGroupRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct LeaveGroupRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for LeaveGroupRequest<'a> {
+            type Inner = LeaveGroupRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> LeaveGroupRequest<'a> {
+            pub const VT_GROUP: ::flatbuffers::VOffsetT = 4;
+            pub const VT_MEMBER_ID: ::flatbuffers::VOffsetT = 6;
+            pub const VT_SESSION_ID: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                LeaveGroupRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args LeaveGroupRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<LeaveGroupRequest<'bldr>> {
+                let mut builder = LeaveGroupRequestBuilder::new(_fbb);
+                builder.add_session_id(args.session_id);
+                if let Some(x) = args.member_id {
+                    builder.add_member_id(x);
+                }
+                if let Some(x) = args.group {
+                    builder.add_group(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn group(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        LeaveGroupRequest::VT_GROUP,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn member_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        LeaveGroupRequest::VT_MEMBER_ID,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn session_id(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(LeaveGroupRequest::VT_SESSION_ID, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for LeaveGroupRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "group",
+                        Self::VT_GROUP,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "member_id",
+                        Self::VT_MEMBER_ID,
+                        false,
+                    )?
+                    .visit_field::<u64>("session_id", Self::VT_SESSION_ID, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct LeaveGroupRequestArgs<'a> {
+            pub group: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub member_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub session_id: u64,
+        }
+        impl<'a> Default for LeaveGroupRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                LeaveGroupRequestArgs {
+                    group: None,
+                    member_id: None,
+                    session_id: 0,
+                }
+            }
+        }
+
+        pub struct LeaveGroupRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> LeaveGroupRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_group(&mut self, group: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    LeaveGroupRequest::VT_GROUP,
+                    group,
+                );
+            }
+            #[inline]
+            pub fn add_member_id(&mut self, member_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    LeaveGroupRequest::VT_MEMBER_ID,
+                    member_id,
+                );
+            }
+            #[inline]
+            pub fn add_session_id(&mut self, session_id: u64) {
+                self.fbb_
+                    .push_slot::<u64>(LeaveGroupRequest::VT_SESSION_ID, session_id, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> LeaveGroupRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                LeaveGroupRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<LeaveGroupRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for LeaveGroupRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("LeaveGroupRequest");
+                ds.field("group", &self.group());
+                ds.field("member_id", &self.member_id());
+                ds.field("session_id", &self.session_id());
+                ds.finish()
+            }
+        }
+        pub enum LeaveGroupResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct LeaveGroupResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for LeaveGroupResponse<'a> {
+            type Inner = LeaveGroupResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> LeaveGroupResponse<'a> {
+            pub const VT_GROUP: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                LeaveGroupResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args LeaveGroupResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<LeaveGroupResponse<'bldr>> {
+                let mut builder = LeaveGroupResponseBuilder::new(_fbb);
+                if let Some(x) = args.group {
+                    builder.add_group(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn group(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        LeaveGroupResponse::VT_GROUP,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for LeaveGroupResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "group",
+                        Self::VT_GROUP,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct LeaveGroupResponseArgs<'a> {
+            pub group: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for LeaveGroupResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                LeaveGroupResponseArgs { group: None }
+            }
+        }
+
+        pub struct LeaveGroupResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> LeaveGroupResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_group(&mut self, group: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    LeaveGroupResponse::VT_GROUP,
+                    group,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> LeaveGroupResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                LeaveGroupResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<LeaveGroupResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for LeaveGroupResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("LeaveGroupResponse");
+                ds.field("group", &self.group());
+                ds.finish()
+            }
+        }
+        pub enum DescribeGroupRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DescribeGroupRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DescribeGroupRequest<'a> {
+            type Inner = DescribeGroupRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DescribeGroupRequest<'a> {
+            pub const VT_GROUP: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DescribeGroupRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args DescribeGroupRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<DescribeGroupRequest<'bldr>> {
+                let mut builder = DescribeGroupRequestBuilder::new(_fbb);
+                if let Some(x) = args.group {
+                    builder.add_group(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn group(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        DescribeGroupRequest::VT_GROUP,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DescribeGroupRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "group",
+                        Self::VT_GROUP,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct DescribeGroupRequestArgs<'a> {
+            pub group: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for DescribeGroupRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                DescribeGroupRequestArgs { group: None }
+            }
+        }
+
+        pub struct DescribeGroupRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DescribeGroupRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_group(&mut self, group: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DescribeGroupRequest::VT_GROUP,
+                    group,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DescribeGroupRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DescribeGroupRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DescribeGroupRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DescribeGroupRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DescribeGroupRequest");
+                ds.field("group", &self.group());
+                ds.finish()
+            }
+        }
+        pub enum GroupPartitionOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct GroupPartition<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for GroupPartition<'a> {
+            type Inner = GroupPartition<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> GroupPartition<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_OWNER: ::flatbuffers::VOffsetT = 8;
+            pub const VT_OFFSET: ::flatbuffers::VOffsetT = 10;
+            pub const VT_COMMITTED: ::flatbuffers::VOffsetT = 12;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                GroupPartition { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args GroupPartitionArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<GroupPartition<'bldr>> {
+                let mut builder = GroupPartitionBuilder::new(_fbb);
+                builder.add_offset(args.offset);
+                if let Some(x) = args.owner {
+                    builder.add_owner(x);
+                }
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.add_committed(args.committed);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(GroupPartition::VT_TOPIC, None)
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(GroupPartition::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn owner(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(GroupPartition::VT_OWNER, None)
+                }
+            }
+            #[inline]
+            pub fn offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(GroupPartition::VT_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn committed(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(GroupPartition::VT_COMMITTED, Some(false))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for GroupPartition<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "owner",
+                        Self::VT_OWNER,
+                        false,
+                    )?
+                    .visit_field::<u64>("offset", Self::VT_OFFSET, false)?
+                    .visit_field::<bool>("committed", Self::VT_COMMITTED, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct GroupPartitionArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub owner: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub offset: u64,
+            pub committed: bool,
+        }
+        impl<'a> Default for GroupPartitionArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                GroupPartitionArgs {
+                    topic: None,
+                    partition: 0,
+                    owner: None,
+                    offset: 0,
+                    committed: false,
+                }
+            }
+        }
+
+        pub struct GroupPartitionBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> GroupPartitionBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    GroupPartition::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(GroupPartition::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_owner(&mut self, owner: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    GroupPartition::VT_OWNER,
+                    owner,
+                );
+            }
+            #[inline]
+            pub fn add_offset(&mut self, offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(GroupPartition::VT_OFFSET, offset, 0);
+            }
+            #[inline]
+            pub fn add_committed(&mut self, committed: bool) {
+                self.fbb_
+                    .push_slot::<bool>(GroupPartition::VT_COMMITTED, committed, false);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> GroupPartitionBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                GroupPartitionBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<GroupPartition<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for GroupPartition<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("GroupPartition");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("owner", &self.owner());
+                ds.field("offset", &self.offset());
+                ds.field("committed", &self.committed());
+                ds.finish()
+            }
+        }
+        pub enum DescribeGroupResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DescribeGroupResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DescribeGroupResponse<'a> {
+            type Inner = DescribeGroupResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DescribeGroupResponse<'a> {
+            pub const VT_VIEW: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DescribeGroupResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args DescribeGroupResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<DescribeGroupResponse<'bldr>> {
+                let mut builder = DescribeGroupResponseBuilder::new(_fbb);
+                if let Some(x) = args.partitions {
+                    builder.add_partitions(x);
+                }
+                if let Some(x) = args.view {
+                    builder.add_view(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn view(&self) -> Option<GroupView<'a>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<GroupView>>(
+                        DescribeGroupResponse::VT_VIEW,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partitions(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<GroupPartition<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<GroupPartition>>,
+                    >>(DescribeGroupResponse::VT_PARTITIONS, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DescribeGroupResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<GroupView>>(
+                        "view",
+                        Self::VT_VIEW,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<GroupPartition>>,
+                    >>("partitions", Self::VT_PARTITIONS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct DescribeGroupResponseArgs<'a> {
+            pub view: Option<::flatbuffers::WIPOffset<GroupView<'a>>>,
+            pub partitions: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<GroupPartition<'a>>>,
+                >,
+            >,
+        }
+        impl<'a> Default for DescribeGroupResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                DescribeGroupResponseArgs {
+                    view: None,
+                    partitions: None,
+                }
+            }
+        }
+
+        pub struct DescribeGroupResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DescribeGroupResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_view(&mut self, view: ::flatbuffers::WIPOffset<GroupView<'b>>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<GroupView>>(
+                        DescribeGroupResponse::VT_VIEW,
+                        view,
+                    );
+            }
+            #[inline]
+            pub fn add_partitions(
+                &mut self,
+                partitions: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<GroupPartition<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DescribeGroupResponse::VT_PARTITIONS,
+                    partitions,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DescribeGroupResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DescribeGroupResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DescribeGroupResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DescribeGroupResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DescribeGroupResponse");
+                ds.field("view", &self.view());
+                ds.field("partitions", &self.partitions());
+                ds.finish()
+            }
+        }
+        pub enum ListGroupsRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ListGroupsRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ListGroupsRequest<'a> {
+            type Inner = ListGroupsRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ListGroupsRequest<'a> {
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ListGroupsRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                _args: &'args ListGroupsRequestArgs,
+            ) -> ::flatbuffers::WIPOffset<ListGroupsRequest<'bldr>> {
+                let mut builder = ListGroupsRequestBuilder::new(_fbb);
+                builder.finish()
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ListGroupsRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?.finish();
+                Ok(())
+            }
+        }
+        pub struct ListGroupsRequestArgs {}
+        impl<'a> Default for ListGroupsRequestArgs {
+            #[inline]
+            fn default() -> Self {
+                ListGroupsRequestArgs {}
+            }
+        }
+
+        pub struct ListGroupsRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ListGroupsRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ListGroupsRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ListGroupsRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ListGroupsRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ListGroupsRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ListGroupsRequest");
+                ds.finish()
+            }
+        }
+        pub enum ListGroupsResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ListGroupsResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ListGroupsResponse<'a> {
+            type Inner = ListGroupsResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ListGroupsResponse<'a> {
+            pub const VT_GROUPS: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ListGroupsResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ListGroupsResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ListGroupsResponse<'bldr>> {
+                let mut builder = ListGroupsResponseBuilder::new(_fbb);
+                if let Some(x) = args.groups {
+                    builder.add_groups(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn groups(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                    >>(ListGroupsResponse::VT_GROUPS, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ListGroupsResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<&'_ str>>,
+                    >>("groups", Self::VT_GROUPS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ListGroupsResponseArgs<'a> {
+            pub groups: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                >,
+            >,
+        }
+        impl<'a> Default for ListGroupsResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ListGroupsResponseArgs { groups: None }
+            }
+        }
+
+        pub struct ListGroupsResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ListGroupsResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_groups(
+                &mut self,
+                groups: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<&'b str>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ListGroupsResponse::VT_GROUPS,
+                    groups,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ListGroupsResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ListGroupsResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ListGroupsResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ListGroupsResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ListGroupsResponse");
+                ds.field("groups", &self.groups());
+                ds.finish()
+            }
+        }
     } // pub mod wire
 } // pub mod ringlog

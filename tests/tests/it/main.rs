@@ -5,6 +5,7 @@ mod admin;
 mod bad_input;
 mod cluster;
 mod durability;
+mod groups;
 mod loadgen;
 mod peers;
 mod produce_consume;

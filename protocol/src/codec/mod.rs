@@ -12,6 +12,8 @@ use flatbuffers::{
 
 pub use wire::{AckMode, OffsetSpec};
 
+pub mod groups;
+
 /// Verifies `bytes` as a flatbuffer whose root is `T` and returns the root.
 ///
 /// The limits keep a hostile header from costing more than a few microseconds:

@@ -1,5 +1,10 @@
 //! The paper's range rebalance, as a pure function.
 //!
+//! It lives in the protocol crate because every client runs it (there is
+//! no group leader and no broker-side assignment); `coordinator::rebalance`
+//! re-exports it, and PROTOCOL.md specifies it for clients in other
+//! languages.
+//!
 //! Every consumer of a group runs this on the same inputs (read from the
 //! registries) and so computes the same assignment without talking to the
 //! others: sort the partitions and the consumers, split the partitions into

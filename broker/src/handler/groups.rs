@@ -1,0 +1,258 @@
+//! Consumer group requests: JoinGroup, Heartbeat, ClaimPartitions,
+//! ReleasePartitions, CommitOffsets, LeaveGroup, DescribeGroup, ListGroups.
+//!
+//! Any shard of any broker serves them. The handler checks what it can
+//! alone (names, bounds, that claimed partitions exist), then hands the
+//! request to the control thread, which owns the etcd client
+//! ([`crate::control::groups`]), and awaits the answer on a channel: a
+//! shard never waits on etcd.
+
+use super::{invalid_header, Dispatched, Failure, Payload, Response};
+use crate::control::groups::{GroupAnswer, GroupRequest};
+use crate::control::ControlMsg;
+use crate::limits::{
+    GROUP_HEARTBEAT_WAIT_MS_MAX, GROUP_ITEMS_MAX, GROUP_SESSION_TIMEOUT_MS_MAX,
+    GROUP_SESSION_TIMEOUT_MS_MIN,
+};
+use crate::shard::Shard;
+use protocol::codec::groups::{self as codec, OffsetCommit};
+use protocol::codec::verify;
+use protocol::frame::Api;
+use protocol::types::validate_topic_name;
+use protocol::{wire, ErrorCode};
+use std::rc::Rc;
+
+fn group_name(api: Api, name: Option<&str>) -> Result<String, Failure> {
+    let name = name.unwrap_or_default();
+    validate_topic_name(name).map_err(|e| {
+        Failure::new(
+            ErrorCode::InvalidRequest,
+            format!("{api:?}: group names follow the topic naming rule: {e}"),
+        )
+    })?;
+    Ok(name.to_string())
+}
+
+fn bounded<T>(api: Api, what: &str, items: Vec<T>) -> Result<Vec<T>, Failure> {
+    if items.len() > GROUP_ITEMS_MAX {
+        return Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "{api:?}: {} {what}, the limit is {GROUP_ITEMS_MAX}",
+                items.len()
+            ),
+        ));
+    }
+    Ok(items)
+}
+
+fn member_id(api: Api, id: Option<&str>) -> Result<String, Failure> {
+    match id {
+        Some(id) if !id.is_empty() => Ok(id.to_string()),
+        _ => Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!("{api:?}: member_id is required"),
+        )),
+    }
+}
+
+/// Checks that `partitions` of `topic` exist (as this shard knows topics).
+fn check_partitions(shard: &Shard, topic: &str, partitions: &[u32]) -> Result<(), Failure> {
+    let Some(known) = shard.topic(topic) else {
+        return Err(Failure::new(
+            ErrorCode::UnknownTopic,
+            format!("unknown topic {topic:?}"),
+        ));
+    };
+    let count = known.borrow().partitions;
+    if let Some(p) = partitions.iter().find(|&&p| p >= count) {
+        return Err(Failure::new(
+            ErrorCode::UnknownPartition,
+            format!("topic {topic:?} has partitions 0..{count}, not {p}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Decodes and checks a group request.
+fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failure> {
+    let bad = |e| invalid_header(api, e);
+    Ok(match api {
+        Api::JoinGroup => {
+            let r = verify::<wire::JoinGroupRequest>(header).map_err(bad)?;
+            let topics: Vec<String> = r
+                .topics()
+                .map(|ts| ts.iter().map(String::from).collect())
+                .unwrap_or_default();
+            let topics = bounded(api, "topics", topics)?;
+            if topics.is_empty() {
+                return Err(Failure::new(
+                    ErrorCode::InvalidRequest,
+                    "JoinGroup: a member must subscribe to at least one topic",
+                ));
+            }
+            for topic in &topics {
+                validate_topic_name(topic)
+                    .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
+            }
+            GroupRequest::Join {
+                group: group_name(api, r.group())?,
+                member_name: r.member_name().unwrap_or_default().to_string(),
+                topics,
+                session_timeout_ms: r
+                    .session_timeout_ms()
+                    .clamp(GROUP_SESSION_TIMEOUT_MS_MIN, GROUP_SESSION_TIMEOUT_MS_MAX),
+            }
+        }
+        Api::Heartbeat => {
+            let r = verify::<wire::HeartbeatRequest>(header).map_err(bad)?;
+            GroupRequest::Heartbeat {
+                group: group_name(api, r.group())?,
+                member_id: member_id(api, r.member_id())?,
+                session_id: r.session_id(),
+                generation: r.generation(),
+                max_wait_ms: r.max_wait_ms().min(GROUP_HEARTBEAT_WAIT_MS_MAX),
+            }
+        }
+        Api::ClaimPartitions => {
+            let r = verify::<wire::ClaimPartitionsRequest>(header).map_err(bad)?;
+            let topic = r.topic().unwrap_or_default().to_string();
+            let partitions = bounded(
+                api,
+                "partitions",
+                r.partitions()
+                    .map(|p| p.iter().collect())
+                    .unwrap_or_default(),
+            )?;
+            check_partitions(shard, &topic, &partitions)?;
+            GroupRequest::Claim {
+                group: group_name(api, r.group())?,
+                member_id: member_id(api, r.member_id())?,
+                session_id: r.session_id(),
+                revision: r.revision(),
+                topic,
+                partitions,
+            }
+        }
+        Api::ReleasePartitions => {
+            let r = verify::<wire::ReleasePartitionsRequest>(header).map_err(bad)?;
+            let topic = r.topic().unwrap_or_default().to_string();
+            validate_topic_name(&topic)
+                .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
+            GroupRequest::Release {
+                group: group_name(api, r.group())?,
+                member_id: member_id(api, r.member_id())?,
+                topic,
+                partitions: bounded(
+                    api,
+                    "partitions",
+                    r.partitions()
+                        .map(|p| p.iter().collect())
+                        .unwrap_or_default(),
+                )?,
+            }
+        }
+        Api::CommitOffsets => {
+            let r = verify::<wire::CommitOffsetsRequest>(header).map_err(bad)?;
+            let offsets: Vec<OffsetCommit> = r
+                .offsets()
+                .map(|os| {
+                    os.iter()
+                        .map(|o| OffsetCommit {
+                            topic: o.topic().unwrap_or_default().to_string(),
+                            partition: o.partition(),
+                            offset: o.offset(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let offsets = bounded(api, "offsets", offsets)?;
+            for offset in &offsets {
+                check_partitions(shard, &offset.topic, &[offset.partition])?;
+            }
+            GroupRequest::Commit {
+                group: group_name(api, r.group())?,
+                member_id: r.member_id().unwrap_or_default().to_string(),
+                offsets,
+            }
+        }
+        Api::LeaveGroup => {
+            let r = verify::<wire::LeaveGroupRequest>(header).map_err(bad)?;
+            GroupRequest::Leave {
+                group: group_name(api, r.group())?,
+                member_id: member_id(api, r.member_id())?,
+                session_id: r.session_id(),
+            }
+        }
+        Api::DescribeGroup => {
+            let r = verify::<wire::DescribeGroupRequest>(header).map_err(bad)?;
+            GroupRequest::Describe {
+                group: group_name(api, r.group())?,
+            }
+        }
+        Api::ListGroups => {
+            verify::<wire::ListGroupsRequest>(header).map_err(bad)?;
+            GroupRequest::List
+        }
+        other => {
+            return Err(Failure::new(
+                ErrorCode::Internal,
+                format!("{other:?} is not a group request"),
+            ))
+        }
+    })
+}
+
+/// Handles a consumer group request.
+pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, Failure> {
+    let request = decode(shard, api, header)?;
+    let (reply, answer) = flume::bounded(1);
+    let shard = shard.clone();
+    Ok(Dispatched::Later(Box::pin(async move {
+        let stopping = || Failure::new(ErrorCode::ShuttingDown, "the broker is stopping");
+        let answer = if shard
+            .control
+            .send_async(ControlMsg::Group { request, reply })
+            .await
+            .is_err()
+        {
+            Err(stopping())
+        } else {
+            match answer.recv_async().await {
+                Ok(Ok(answer)) => Ok(answer),
+                Ok(Err(error)) => Err(Failure::new(error.code, error.message)),
+                Err(_) => Err(stopping()),
+            }
+        };
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(failure) => {
+                crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
+                return Some(failure.response(api as u16));
+            }
+        };
+        let header = super::with_builder(&shard, |fbb| {
+            match answer {
+                GroupAnswer::Joined(joined) => codec::join_group_response(fbb, &joined),
+                GroupAnswer::View(view) => codec::heartbeat_response(fbb, &view),
+                GroupAnswer::Done => match api {
+                    Api::LeaveGroup => codec::leave_group_response(fbb, ""),
+                    Api::ReleasePartitions => codec::release_partitions_response(fbb, ""),
+                    _ => codec::claim_partitions_response(fbb, ""),
+                },
+                GroupAnswer::Committed(count) => codec::commit_offsets_response(fbb, count),
+                GroupAnswer::Described(description) => {
+                    codec::describe_group_response(fbb, &description)
+                }
+                GroupAnswer::Groups(groups) => codec::list_groups_response(fbb, &groups),
+            }
+            .to_vec()
+        });
+        Some(Response {
+            api: api as u16,
+            error: 0,
+            header,
+            payload: Payload::None,
+        })
+    })))
+}

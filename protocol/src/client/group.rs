@@ -1,0 +1,573 @@
+//! Consumer groups: the group requests on [`Client`], and [`GroupConsumer`],
+//! which runs the paper's rebalance itself.
+//!
+//! There is no group leader: every member reads the group's view through a
+//! broker (members, their topics, partition counts), computes its own range
+//! of each topic ([`GroupView::assignment`]), commits and releases what it
+//! no longer owns, and claims the rest. A claim that loses (the view was
+//! stale, or a previous owner has not released yet) makes the member
+//! release everything, back off with jitter and start again, as in the
+//! paper. Offsets are committed every `auto_commit_interval`, on
+//! [`GroupConsumer::commit`], before any release, and on drop; delivery is
+//! at least once: a member that dies hands its partitions over from the
+//! last committed offset.
+//!
+//! Heartbeats are sent from [`GroupConsumer::poll`]: a program that does
+//! not poll for longer than the session timeout leaves the group (its
+//! partitions go to the others) and joins again on its next poll.
+
+use super::{Client, ClientError, Consumer};
+use crate::codec::groups::{self as codec, GroupDescription, GroupView, Joined, OffsetCommit};
+use crate::codec::OffsetSpec;
+use crate::frame::Api;
+use crate::ErrorCode;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+impl Client {
+    fn group_call(&self, api: Api, header: &[u8]) -> Result<Vec<u8>, ClientError> {
+        let mut conn = self.conn.borrow_mut();
+        Ok(conn.call(api, header, &[])?.header)
+    }
+
+    fn encode(
+        &self,
+        build: impl FnOnce(&mut flatbuffers::FlatBufferBuilder<'static>) -> Vec<u8>,
+    ) -> Vec<u8> {
+        build(&mut self.conn.borrow_mut().fbb)
+    }
+
+    /// Joins `group` as a member consuming `topics`.
+    pub fn join_group(
+        &self,
+        group: &str,
+        member_name: &str,
+        topics: &[&str],
+        session_timeout_ms: u32,
+    ) -> Result<Joined, ClientError> {
+        let header = self.encode(|fbb| {
+            codec::join_group_request(fbb, group, member_name, topics, session_timeout_ms).to_vec()
+        });
+        let response = self.group_call(Api::JoinGroup, &header)?;
+        codec::decode_joined(&response)
+            .map_err(|e| ClientError::protocol(format!("join group: {e}")))
+    }
+
+    /// Keeps the member's session alive and returns the group's view, at
+    /// once if its generation is not `generation`, else when it changes or
+    /// after `max_wait_ms`.
+    pub fn heartbeat(
+        &self,
+        group: &str,
+        joined: &Joined,
+        generation: u64,
+        max_wait_ms: u32,
+    ) -> Result<GroupView, ClientError> {
+        let header = self.encode(|fbb| {
+            codec::heartbeat_request(
+                fbb,
+                group,
+                &joined.member_id,
+                joined.session_id,
+                generation,
+                max_wait_ms,
+            )
+            .to_vec()
+        });
+        let response = self.group_call(Api::Heartbeat, &header)?;
+        codec::decode_heartbeat(&response)
+            .map_err(|e| ClientError::protocol(format!("heartbeat: {e}")))
+    }
+
+    /// Claims `partitions` of `topic` for the member, as computed from the
+    /// view at `revision`.
+    pub fn claim_partitions(
+        &self,
+        group: &str,
+        joined: &Joined,
+        revision: u64,
+        topic: &str,
+        partitions: &[u32],
+    ) -> Result<(), ClientError> {
+        let header = self.encode(|fbb| {
+            codec::claim_partitions_request(
+                fbb,
+                group,
+                &joined.member_id,
+                joined.session_id,
+                revision,
+                topic,
+                partitions,
+            )
+            .to_vec()
+        });
+        self.group_call(Api::ClaimPartitions, &header).map(|_| ())
+    }
+
+    /// Releases partitions the member owns.
+    pub fn release_partitions(
+        &self,
+        group: &str,
+        member_id: &str,
+        topic: &str,
+        partitions: &[u32],
+    ) -> Result<(), ClientError> {
+        let header = self.encode(|fbb| {
+            codec::release_partitions_request(fbb, group, member_id, topic, partitions).to_vec()
+        });
+        self.group_call(Api::ReleasePartitions, &header).map(|_| ())
+    }
+
+    /// Commits offsets of partitions the member owns (all or none).
+    pub fn commit_offsets(
+        &self,
+        group: &str,
+        member_id: &str,
+        offsets: &[OffsetCommit],
+    ) -> Result<u32, ClientError> {
+        let header = self
+            .encode(|fbb| codec::commit_offsets_request(fbb, group, member_id, offsets).to_vec());
+        let response = self.group_call(Api::CommitOffsets, &header)?;
+        crate::codec::verify::<crate::wire::CommitOffsetsResponse>(&response)
+            .map(|r| r.committed())
+            .map_err(|e| ClientError::protocol(format!("commit offsets: {e}")))
+    }
+
+    /// Sets the committed offsets of a group that has no live member
+    /// (GROUP_NOT_EMPTY otherwise).
+    pub fn reset_offsets(&self, group: &str, offsets: &[OffsetCommit]) -> Result<u32, ClientError> {
+        self.commit_offsets(group, "", offsets)
+    }
+
+    /// Ends the member's session: its partitions are free at once.
+    pub fn leave_group(&self, group: &str, joined: &Joined) -> Result<(), ClientError> {
+        let header = self.encode(|fbb| {
+            codec::leave_group_request(fbb, group, &joined.member_id, joined.session_id).to_vec()
+        });
+        self.group_call(Api::LeaveGroup, &header).map(|_| ())
+    }
+
+    /// The group's members, partition owners and committed offsets.
+    pub fn describe_group(&self, group: &str) -> Result<GroupDescription, ClientError> {
+        let header = self.encode(|fbb| codec::describe_group_request(fbb, group).to_vec());
+        let response = self.group_call(Api::DescribeGroup, &header)?;
+        codec::decode_description(&response)
+            .map_err(|e| ClientError::protocol(format!("describe group: {e}")))
+    }
+
+    /// Every group with a member or a committed offset.
+    pub fn list_groups(&self) -> Result<Vec<String>, ClientError> {
+        let header = self.encode(|fbb| codec::list_groups_request(fbb).to_vec());
+        let response = self.group_call(Api::ListGroups, &header)?;
+        codec::decode_groups(&response)
+            .map_err(|e| ClientError::protocol(format!("list groups: {e}")))
+    }
+}
+
+/// Where a partition without a committed offset starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartFrom {
+    /// The first retained offset (the paper's "smallest").
+    Earliest,
+    /// The flushed end: only messages produced from now on.
+    Latest,
+}
+
+/// How a [`GroupConsumer`] behaves.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// A member whose heartbeats stop leaves the group this long after the
+    /// last (the broker clamps it to 2 s ..= 300 s).
+    pub session_timeout: Duration,
+    /// Commit every interval from `poll`; `None`: only on `commit` (and
+    /// before releases and on drop).
+    pub auto_commit_interval: Option<Duration>,
+    /// Where a partition without a committed offset starts.
+    pub start_from: StartFrom,
+    /// A readable prefix of the member id.
+    pub member_name: String,
+    /// How long a poll waits for new messages when there are none.
+    pub max_wait: Duration,
+    /// How often `poll` heartbeats (at most a third of the session
+    /// timeout): how soon a member notices that the group changed.
+    pub heartbeat_interval: Duration,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            session_timeout: Duration::from_secs(10),
+            auto_commit_interval: Some(Duration::from_secs(5)),
+            start_from: StartFrom::Earliest,
+            member_name: "consumer".into(),
+            max_wait: Duration::from_millis(200),
+            heartbeat_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A message of a group consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMessage {
+    /// Its topic.
+    pub topic: String,
+    /// Its partition.
+    pub partition: u32,
+    /// Its offset.
+    pub offset: u64,
+    /// Its key, if keyed.
+    pub key: Option<Vec<u8>>,
+    /// Its payload.
+    pub value: Vec<u8>,
+}
+
+/// Claims that lose in a row before a poll gives up for this time (the next
+/// poll starts again).
+const CLAIM_ATTEMPTS_MAX: u32 = 8;
+
+/// A member of a consumer group. Not thread-safe; owns its connections.
+pub struct GroupConsumer {
+    client: Client,
+    group: String,
+    topics: Vec<String>,
+    config: GroupConfig,
+    joined: Joined,
+    view: GroupView,
+    owned: BTreeMap<(String, u32), Consumer>,
+    committed: BTreeMap<(String, u32), u64>,
+    next_heartbeat: Instant,
+    last_commit: Instant,
+    cursor: usize,
+    rebalances: u64,
+}
+
+impl GroupConsumer {
+    /// Joins `group` through the brokers at `brokers` (comma-separated)
+    /// and takes this member's share of `topics`.
+    pub fn subscribe(
+        brokers: &str,
+        group: &str,
+        topics: &[&str],
+        config: GroupConfig,
+    ) -> Result<GroupConsumer, ClientError> {
+        let client = Client::connect(brokers)?;
+        let session_ms = u32::try_from(config.session_timeout.as_millis()).unwrap_or(u32::MAX);
+        let joined = client.join_group(group, &config.member_name, topics, session_ms)?;
+        let mut consumer = GroupConsumer {
+            client,
+            group: group.to_string(),
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            config,
+            joined,
+            view: GroupView::default(),
+            owned: BTreeMap::new(),
+            committed: BTreeMap::new(),
+            next_heartbeat: Instant::now(),
+            last_commit: Instant::now(),
+            cursor: 0,
+            rebalances: 0,
+        };
+        consumer.heartbeat(0)?;
+        Ok(consumer)
+    }
+
+    /// This member's id.
+    pub fn member_id(&self) -> &str {
+        &self.joined.member_id
+    }
+
+    /// The partitions this member owns now.
+    pub fn assignment(&self) -> Vec<(String, u32)> {
+        self.owned.keys().cloned().collect()
+    }
+
+    /// How many times this member has rebalanced.
+    pub fn rebalances(&self) -> u64 {
+        self.rebalances
+    }
+
+    fn heartbeat_period(&self) -> Duration {
+        Duration::from_millis(u64::from(self.joined.session_timeout_ms) / 3)
+            .min(self.config.heartbeat_interval)
+    }
+
+    /// Heartbeats (waiting up to `max_wait_ms` for a change) and rebalances
+    /// when the view changed; joins again when the session was lost.
+    fn heartbeat(&mut self, max_wait_ms: u32) -> Result<(), ClientError> {
+        let generation = self.view.generation;
+        let view = match self
+            .client
+            .heartbeat(&self.group, &self.joined, generation, max_wait_ms)
+        {
+            Err(error) if error.code() == Some(ErrorCode::UnknownMember) => {
+                self.rejoin()?;
+                self.client.heartbeat(&self.group, &self.joined, 0, 0)?
+            }
+            other => other?,
+        };
+        self.next_heartbeat = Instant::now() + self.heartbeat_period();
+        if view.generation != generation || self.owned.is_empty() && !view.members.is_empty() {
+            self.rebalance(view)?;
+        }
+        Ok(())
+    }
+
+    /// The session was lost: whatever was owned is gone already.
+    fn rejoin(&mut self) -> Result<(), ClientError> {
+        self.owned.clear();
+        self.committed.clear();
+        let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+        self.joined = self.client.join_group(
+            &self.group,
+            &self.config.member_name,
+            &topics,
+            self.joined.session_timeout_ms,
+        )?;
+        self.view = GroupView::default();
+        Ok(())
+    }
+
+    /// Moves to the assignment of `view`: commit and release what goes,
+    /// claim what comes; on a lost claim release everything, back off and
+    /// start again from a fresh view.
+    fn rebalance(&mut self, mut view: GroupView) -> Result<(), ClientError> {
+        for attempt in 0..CLAIM_ATTEMPTS_MAX {
+            self.view = view.clone();
+            let wanted: BTreeSet<(String, u32)> = view
+                .assignment(&self.joined.member_id)
+                .into_iter()
+                .flat_map(|(topic, ps)| ps.into_iter().map(move |p| (topic.clone(), p)))
+                .collect();
+            let going: Vec<(String, u32)> = self
+                .owned
+                .keys()
+                .filter(|k| !wanted.contains(*k))
+                .cloned()
+                .collect();
+            self.release(&going)?;
+            let coming: Vec<(String, u32)> = wanted
+                .iter()
+                .filter(|k| !self.owned.contains_key(*k))
+                .cloned()
+                .collect();
+            match self.claim(&coming, view.revision) {
+                Ok(()) => {
+                    self.rebalances += 1;
+                    return Ok(());
+                }
+                Err(error) if error.code() == Some(ErrorCode::ClaimConflict) => {
+                    // The paper: release everything, back off, try again.
+                    let all: Vec<(String, u32)> = self.owned.keys().cloned().collect();
+                    self.release(&all)?;
+                    std::thread::sleep(backoff(attempt));
+                    view = self.client.heartbeat(&self.group, &self.joined, 0, 0)?;
+                }
+                Err(error) if error.code() == Some(ErrorCode::UnknownMember) => {
+                    self.rejoin()?;
+                    view = self.client.heartbeat(&self.group, &self.joined, 0, 0)?;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        // Still contended: own nothing for now; the next heartbeat retries.
+        self.view.generation = 0;
+        Ok(())
+    }
+
+    /// Commits then releases `partitions`.
+    fn release(&mut self, partitions: &[(String, u32)]) -> Result<(), ClientError> {
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let _ = self.commit_some(partitions);
+        let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for (topic, partition) in partitions {
+            by_topic.entry(topic).or_default().push(*partition);
+            self.owned.remove(&(topic.clone(), *partition));
+            self.committed.remove(&(topic.clone(), *partition));
+        }
+        for (topic, ps) in by_topic {
+            self.client
+                .release_partitions(&self.group, &self.joined.member_id, topic, &ps)?;
+        }
+        Ok(())
+    }
+
+    /// Claims `partitions` (per topic) and opens a consumer on each at its
+    /// committed offset, or where `start_from` says.
+    fn claim(&mut self, partitions: &[(String, u32)], revision: u64) -> Result<(), ClientError> {
+        let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for (topic, partition) in partitions {
+            by_topic.entry(topic).or_default().push(*partition);
+        }
+        for (topic, ps) in &by_topic {
+            self.client
+                .claim_partitions(&self.group, &self.joined, revision, topic, ps)?;
+        }
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let description = self.client.describe_group(&self.group)?;
+        for (topic, partition) in partitions {
+            let committed = description
+                .partitions
+                .iter()
+                .find(|p| &p.topic == topic && p.partition == *partition)
+                .and_then(|p| p.offset);
+            let offset = match committed {
+                Some(offset) => offset,
+                None => {
+                    let spec = match self.config.start_from {
+                        StartFrom::Earliest => OffsetSpec::Earliest,
+                        StartFrom::Latest => OffsetSpec::Latest,
+                    };
+                    self.client.list_offsets(topic, *partition, spec, 0)?.0
+                }
+            };
+            let mut consumer = Consumer::new(&self.client, topic, *partition, offset)?;
+            consumer.set_max_wait_ms(0);
+            if let Some(offset) = committed {
+                self.committed.insert((topic.clone(), *partition), offset);
+            }
+            self.owned.insert((topic.clone(), *partition), consumer);
+        }
+        Ok(())
+    }
+
+    /// Commits the positions of `partitions` that moved since their last
+    /// commit.
+    fn commit_some(&mut self, partitions: &[(String, u32)]) -> Result<(), ClientError> {
+        let offsets: Vec<OffsetCommit> = partitions
+            .iter()
+            .filter_map(|key| {
+                let position = self.owned.get(key)?.position();
+                (self.committed.get(key) != Some(&position)).then(|| OffsetCommit {
+                    topic: key.0.clone(),
+                    partition: key.1,
+                    offset: position,
+                })
+            })
+            .collect();
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        self.client
+            .commit_offsets(&self.group, &self.joined.member_id, &offsets)?;
+        for offset in offsets {
+            self.committed
+                .insert((offset.topic, offset.partition), offset.offset);
+        }
+        Ok(())
+    }
+
+    /// Moves an owned partition's position (rewind or skip); the next poll
+    /// and commit use it. Partitions not owned are ignored.
+    pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) {
+        if let Some(consumer) = self.owned.get_mut(&(topic.to_string(), partition)) {
+            consumer.seek(offset);
+        }
+    }
+
+    /// Commits the position of every owned partition.
+    pub fn commit(&mut self) -> Result<(), ClientError> {
+        let all: Vec<(String, u32)> = self.owned.keys().cloned().collect();
+        self.last_commit = Instant::now();
+        match self.commit_some(&all) {
+            Err(error) if error.code() == Some(ErrorCode::NotPartitionOwner) => {
+                // A partition was lost (the session lapsed): look again.
+                self.view.generation = 0;
+                self.heartbeat(0)
+            }
+            other => other,
+        }
+    }
+
+    /// Returns the next messages of the member's partitions (possibly none,
+    /// after waiting up to `max_wait`), heartbeating, rebalancing and
+    /// auto-committing as due.
+    pub fn poll(&mut self) -> Result<Vec<GroupMessage>, ClientError> {
+        if Instant::now() >= self.next_heartbeat {
+            self.heartbeat(0)?;
+        }
+        if let Some(interval) = self.config.auto_commit_interval {
+            if self.last_commit.elapsed() >= interval {
+                self.commit()?;
+            }
+        }
+        let wait_ms = u32::try_from(self.config.max_wait.as_millis()).unwrap_or(u32::MAX);
+        if self.owned.is_empty() {
+            // Nothing to read: wait for the group to change instead.
+            let wait = wait_ms.min(self.heartbeat_period().as_millis() as u32);
+            return self.heartbeat(wait).map(|()| Vec::new());
+        }
+        let mut out = Vec::new();
+        let keys: Vec<(String, u32)> = self.owned.keys().cloned().collect();
+        for (topic, partition) in &keys {
+            self.read_from(topic, *partition, 0, &mut out)?;
+        }
+        if out.is_empty() {
+            // Long-poll one partition (in turn), so an idle group does not spin.
+            self.cursor = (self.cursor + 1) % keys.len();
+            let (topic, partition) = &keys[self.cursor];
+            self.read_from(topic, *partition, wait_ms, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    fn read_from(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        wait_ms: u32,
+        out: &mut Vec<GroupMessage>,
+    ) -> Result<(), ClientError> {
+        let Some(consumer) = self.owned.get_mut(&(topic.to_string(), partition)) else {
+            return Ok(());
+        };
+        consumer.set_max_wait_ms(wait_ms);
+        consumer.poll_with(|m| {
+            out.push(GroupMessage {
+                topic: topic.to_string(),
+                partition,
+                offset: m.offset,
+                key: m.key.map(<[u8]>::to_vec),
+                value: m.value.to_vec(),
+            })
+        })?;
+        Ok(())
+    }
+
+    /// Commits and leaves the group (its partitions go to the others at
+    /// once). Dropping the consumer does the same, ignoring errors.
+    pub fn close(mut self) -> Result<(), ClientError> {
+        self.leave()
+    }
+
+    fn leave(&mut self) -> Result<(), ClientError> {
+        let committed = self.commit();
+        self.owned.clear();
+        let left = self.client.leave_group(&self.group, &self.joined);
+        self.joined.session_id = 0;
+        committed.and(left)
+    }
+}
+
+impl Drop for GroupConsumer {
+    fn drop(&mut self) {
+        if self.joined.session_id != 0 {
+            let _ = self.leave();
+        }
+    }
+}
+
+/// The pause before the next claim: doubling from 50 ms, capped at 1.6 s,
+/// with up to half of it added at random so that members that saw the same
+/// change do not retry in lockstep.
+fn backoff(attempt: u32) -> Duration {
+    let base = 50u64 << attempt.min(5);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let jitter = crate::types::fnv1a(&nanos.to_le_bytes()) % (base / 2 + 1);
+    Duration::from_millis(base + jitter)
+}

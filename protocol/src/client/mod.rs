@@ -100,6 +100,17 @@ pub enum ClientError {
     /// Bad arguments from the caller.
     #[error("{0}")]
     Usage(String),
+    /// The partition's broker is not live; without replication (as in the
+    /// paper) the partition is unavailable until that broker is back.
+    #[error("{topic}-{partition} is stored by broker {broker_id}, which is down: the partition is unavailable until that broker is back (there is no replication yet)")]
+    PartitionUnavailable {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: u32,
+        /// The broker that stores it.
+        broker_id: u32,
+    },
 }
 
 impl ClientError {

@@ -9,6 +9,12 @@
 //! unacknowledged requests per connection. A reader thread per connection
 //! counts acknowledgements and keeps the first error. With `AckMode::None`
 //! (the paper's mode) the broker only answers failures.
+//!
+//! In a cluster, a partition whose broker is down (not in Metadata's broker
+//! list when the producer was made) is unavailable, as in the paper, which
+//! has no replication: the random and round-robin partitioners skip it, and
+//! a message for it (by key or by number) fails at once with
+//! [`ClientError::PartitionUnavailable`].
 
 use super::{Client, ClientError, Connection, ResponseFrame};
 use crate::codec::{self, verify, AckMode};
@@ -124,7 +130,8 @@ struct Batch {
 
 struct Inner {
     lanes: Vec<Lane>,
-    lane_of_partition: Vec<usize>,
+    /// The lane of each partition; `None` when its broker is down.
+    lane_of_partition: Vec<Option<usize>>,
     batches: Vec<Batch>,
     sent_messages: u64,
     linger_error: Option<ClientError>,
@@ -150,6 +157,8 @@ pub struct Producer {
     shared: Arc<Shared>,
     linger_thread: Option<JoinHandle<()>>,
     partitions: u32,
+    /// For each partition, the broker that stores it if that broker is down.
+    down: Vec<Option<u32>>,
     next_partition: u32,
     rng: u64,
 }
@@ -170,11 +179,37 @@ impl Producer {
         let partitions = topic_meta.partitions.len() as u32;
         let mut addresses: Vec<String> = Vec::new();
         let mut lane_of_partition = Vec::new();
-        for p in 0..partitions {
-            let address = if config.shard_aware {
-                client.owner_address(&metadata, topic, p)
+        let mut down = Vec::new();
+        let clustered = metadata.brokers.len() > 1
+            || topic_meta
+                .partitions
+                .iter()
+                .any(|p| !metadata.brokers.iter().any(|b| b.broker_id == p.broker_id));
+        for placement in &topic_meta.partitions {
+            let p = placement.partition;
+            let address = if !clustered {
+                // One broker: any of its shards forwards to the owner.
+                Some(if config.shard_aware {
+                    client.owner_address(&metadata, topic, p)
+                } else {
+                    client.bootstrap().first().cloned().unwrap_or_default()
+                })
             } else {
-                client.bootstrap().first().cloned().unwrap_or_default()
+                let broker = metadata
+                    .brokers
+                    .iter()
+                    .find(|b| b.broker_id == placement.broker_id);
+                let shard = if config.shard_aware {
+                    metadata.owner_address(topic, p)
+                } else {
+                    broker.and_then(|b| b.shards.first())
+                };
+                shard.map(|s| format!("{}:{}", s.host, s.port))
+            };
+            let Some(address) = address else {
+                lane_of_partition.push(None);
+                down.push(Some(placement.broker_id));
+                continue;
             };
             let index = match addresses.iter().position(|a| *a == address) {
                 Some(i) => i,
@@ -183,7 +218,8 @@ impl Producer {
                     addresses.len() - 1
                 }
             };
-            lane_of_partition.push(index);
+            lane_of_partition.push(Some(index));
+            down.push(None);
         }
         let lanes = addresses
             .iter()
@@ -218,9 +254,17 @@ impl Producer {
             shared,
             linger_thread: Some(linger_thread),
             partitions,
+            down,
             next_partition: 0,
             rng: seed,
         })
+    }
+
+    /// The partitions whose broker was down when the producer was made.
+    pub fn unavailable_partitions(&self) -> Vec<u32> {
+        (0..self.partitions)
+            .filter(|&p| self.down[p as usize].is_some())
+            .collect()
     }
 
     /// Number of partitions of the topic.
@@ -229,11 +273,12 @@ impl Producer {
     }
 
     /// The partition a message with this key goes to (random or round-robin
-    /// without a key).
+    /// without a key, skipping partitions whose broker is down; by key hash
+    /// with a key, whether its broker is up or not).
     pub fn partition_for(&mut self, key: Option<&[u8]>) -> u32 {
         let n = self.partitions;
-        match (key, self.config.partitioner) {
-            (Some(key), Partitioner::KeyHashOrRandom) => (fnv1a(key) % u64::from(n)) as u32,
+        let first = match (key, self.config.partitioner) {
+            (Some(key), Partitioner::KeyHashOrRandom) => return (fnv1a(key) % u64::from(n)) as u32,
             (None, Partitioner::KeyHashOrRandom) => {
                 self.rng ^= self.rng << 13;
                 self.rng ^= self.rng >> 7;
@@ -245,7 +290,13 @@ impl Producer {
                 self.next_partition = self.next_partition.wrapping_add(1);
                 p
             }
-        }
+        };
+        // The first live partition from the choice on; the choice itself if
+        // none is live (sending to it then names the broker that is down).
+        (0..n)
+            .map(|i| (first + i) % n)
+            .find(|&p| self.down[p as usize].is_none())
+            .unwrap_or(first)
     }
 
     /// Queues one message for the partitioner's choice of partition.
@@ -308,6 +359,13 @@ impl Producer {
                 "topic {:?} has partitions 0..{}, not {partition}",
                 self.topic, self.partitions
             )));
+        }
+        if let Some(broker_id) = self.down[index] {
+            return Err(ClientError::PartitionUnavailable {
+                topic: self.topic.clone(),
+                partition,
+                broker_id,
+            });
         }
         if key.is_some_and(|k| k.len() > crate::message::KEY_BYTES_MAX)
             || encoded_len(key, value) > MESSAGE_BYTES_MAX
@@ -403,7 +461,11 @@ fn send_batch(
     if count == 0 {
         return Ok(());
     }
-    let lane_index = inner.lane_of_partition[index];
+    let Some(lane_index) = inner.lane_of_partition[index] else {
+        return Err(ClientError::Usage(format!(
+            "{topic}-{index} has no connection: its broker is down"
+        )));
+    };
     let lane = &mut inner.lanes[lane_index];
     if config.acks != AckMode::None {
         let mut counts = lane.state.lock();

@@ -159,14 +159,14 @@ fn a_broker_killed_and_restarted_registers_again_and_serves_its_data() {
         .create_topic("kept", 3, &TopicSettings::default())
         .unwrap();
     wait_for_topic(&brokers[2], "kept");
-    let mut producer = producer(&client, "kept", AckMode::Flushed, 10);
+    let mut before = producer(&client, "kept", AckMode::Flushed, 10);
     for i in 0..300u64 {
-        producer
+        before
             .send_to((i % 3) as u32, None, &numbered_payload(i, 32))
             .unwrap();
     }
-    producer.flush().unwrap();
-    drop(producer);
+    before.flush().unwrap();
+    drop(before);
 
     brokers[1].kill9();
     // Its lease (2 s) runs out and it leaves the broker registry.
@@ -182,6 +182,34 @@ fn a_broker_killed_and_restarted_registers_again_and_serves_its_data() {
         down.owner_address("kept", on_2).is_none(),
         "no address for a partition whose broker is down"
     );
+    // Producers: the random partitioner skips the partition whose broker is
+    // down; a message for it fails at once and names the broker.
+    let mut during = producer(&client, "kept", AckMode::Flushed, 10);
+    assert_eq!(during.unavailable_partitions(), vec![on_2]);
+    for i in 0..60u64 {
+        let partition = during.send(None, &numbered_payload(1_000 + i, 32)).unwrap();
+        assert_ne!(partition, on_2);
+    }
+    during.flush().unwrap();
+    assert_eq!(during.acked_messages(), 60);
+    match during.send_to(on_2, None, b"x") {
+        Err(ClientError::PartitionUnavailable {
+            partition,
+            broker_id,
+            ..
+        }) => assert_eq!((partition, broker_id), (on_2, 2)),
+        other => panic!("expected PartitionUnavailable, got {other:?}"),
+    }
+    let key = (0..1_000u32)
+        .map(|k| k.to_string())
+        .find(|k| during.partition_for(Some(k.as_bytes())) == on_2)
+        .unwrap();
+    let error = during.send(Some(key.as_bytes()), b"x").unwrap_err();
+    assert!(
+        error.to_string().contains("broker 2, which is down"),
+        "{error}"
+    );
+    drop(during);
 
     // Restarted (on new ports), it registers again at once and serves.
     let started = Instant::now();

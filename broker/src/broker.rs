@@ -114,7 +114,9 @@ pub fn run(config: Config) -> anyhow::Result<()> {
     let mut handles = Vec::new();
     for (id, (listener, inbox)) in listeners.into_iter().zip(inboxes).enumerate() {
         let placement = if config.shards <= cpus {
-            Placement::Fixed(id)
+            // Several brokers on one machine (deploy/cluster.sh) give each a
+            // different first CPU, or they would all pin shard 0 to CPU 0.
+            Placement::Fixed((config.first_cpu + id) % cpus)
         } else {
             Placement::Unbound
         };

@@ -47,6 +47,9 @@ pub struct Config {
     pub advertise_host: Option<String>,
     /// Number of shards (one pinned executor each).
     pub shards: usize,
+    /// Shard `i` is pinned to CPU `(first_cpu + i) % cpus`: set it apart
+    /// for each broker when several run on one machine.
+    pub first_cpu: usize,
     /// This broker's id.
     pub broker_id: u32,
     /// Prometheus endpoint address, if any.
@@ -77,6 +80,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             advertise_host: None,
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            first_cpu: 0,
             broker_id: 0,
             metrics_listen: None,
             message_bytes_max: crate::limits::MESSAGE_BYTES_MAX_DEFAULT,

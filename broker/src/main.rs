@@ -32,6 +32,10 @@ struct Args {
     /// This broker's id.
     #[arg(long, value_name = "ID")]
     broker_id: Option<u32>,
+    /// Pin shard i to CPU (FIRST_CPU + i) mod cpus [default: 0]; give each
+    /// broker on one machine its own.
+    #[arg(long, value_name = "CPU")]
+    first_cpu: Option<usize>,
     /// Serve Prometheus metrics on this address.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_listen: Option<SocketAddr>,
@@ -83,6 +87,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(v) = args.broker_id {
         config.broker_id = v;
+    }
+    if let Some(v) = args.first_cpu {
+        config.first_cpu = v;
     }
     if let Some(v) = args.metrics_listen {
         config.metrics_listen = Some(v);

@@ -3,7 +3,9 @@
 //! hdrhistogram percentiles, JSON, SVG charts).
 //!
 //! - [`paper`]: the paper's experiments beside RabbitMQ and ActiveMQ ([`peers`]).
-//! - [`workload`]: ringlog producers and consumers; [`e2e`]: end-to-end checks.
+//! - [`workload`]: ringlog producers and consumers; [`e2e`]: end-to-end checks;
+//!   [`group`]: a consumer group's members reading together; [`failover`]:
+//!   how soon a group consumes a member's partitions again after it goes.
 //! - [`stats`], [`report`], [`chart`]: counting and presenting.
 //! - [`broker_process`]: a standalone broker started on demand.
 #![deny(missing_docs)]
@@ -11,6 +13,8 @@
 pub mod broker_process;
 pub mod chart;
 pub mod e2e;
+pub mod failover;
+pub mod group;
 pub mod paper;
 pub mod peers;
 pub mod report;

@@ -336,7 +336,14 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
                 let local;
                 let brokers = match &spec.brokers {
                     Some(b) => {
-                        ringlog_broker = b.clone();
+                        // Say whether it is one broker or a cluster.
+                        let live = protocol::client::Client::connect(b)
+                            .and_then(|c| c.metadata(&[]))
+                            .map(|m| m.brokers.len());
+                        ringlog_broker = match live {
+                            Ok(n) if n > 1 => format!("{b} (a cluster of {n} live brokers)"),
+                            _ => b.clone(),
+                        };
                         b.clone()
                     }
                     None => {

@@ -5,12 +5,15 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use loadgen::chart::{self, Series};
 use loadgen::e2e::{self, E2eSpec};
+use loadgen::failover::{failover, FailoverSpec};
+use loadgen::group::{consume_group, GroupSpec};
 use loadgen::paper::{self, PaperSpec, System};
 use loadgen::peers::{activemq, rabbitmq};
 use loadgen::report::{write_json, Environment};
 use loadgen::stats::{measure, Summary};
 use loadgen::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use protocol::client::AckMode;
+use protocol::client::StartFrom;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -60,6 +63,9 @@ enum Command {
     Consume(ConsumeArgs),
     /// Producers and consumers at once: latency, loss, duplicates, order.
     E2e(E2eArgs),
+    /// A consumer group's takeover time after a member's SIGKILL and after
+    /// a clean leave (cluster only; runs `ringlog consume --group` members).
+    Failover(FailoverArgs),
     /// Redraw the charts of an earlier `paper` run from its paper.json.
     Replot {
         /// The paper.json to read.
@@ -176,9 +182,37 @@ struct ConsumeArgs {
     /// Bytes per fetch.
     #[arg(long, default_value_t = 200 * 1024)]
     fetch_bytes: u32,
-    /// Consumer threads (partition p goes to consumer p mod N).
+    /// Consumer threads (partition p goes to consumer p mod N; with
+    /// --group, N members of the group divide the partitions themselves).
     #[arg(long, default_value_t = 1)]
     consumers: usize,
+    /// Consume as members of this consumer group (cluster only): every
+    /// message is counted once across the group, duplicates and gaps are
+    /// reported, and the group's lag at the end.
+    #[arg(long)]
+    group: Option<String>,
+    /// With --group: where partitions without a committed offset start.
+    #[arg(long, value_parser = ["earliest", "latest"], default_value = "earliest")]
+    from: String,
+}
+
+#[derive(Args, Debug)]
+struct FailoverArgs {
+    /// Topic (created if missing).
+    #[arg(long, default_value = "failover")]
+    topic: String,
+    /// Partitions of a topic created by this run.
+    #[arg(long, default_value_t = 6)]
+    partitions: u32,
+    /// Group members (separate processes).
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// Each member's session timeout.
+    #[arg(long, default_value_t = 3000)]
+    session_timeout_ms: u64,
+    /// Messages per second produced while the members consume.
+    #[arg(long, default_value_t = 5000)]
+    rate: u64,
 }
 
 #[derive(Args, Debug, Serialize)]
@@ -373,6 +407,68 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 )?;
             }
             plot(&args.common.plot, "produce", &summary)?;
+        }
+        Command::Failover(args) => {
+            let spec = FailoverSpec {
+                brokers: brokers.clone(),
+                topic: args.topic.clone(),
+                partitions: args.partitions,
+                members: args.members,
+                session_timeout_ms: args.session_timeout_ms,
+                rate: args.rate,
+            };
+            let outcome = failover(&spec)?;
+            println!(
+                "SIGKILL of a member ({} partitions): consumed again after {:.2} s (session timeout {} ms)",
+                outcome.killed_partitions,
+                outcome.after_sigkill.as_secs_f64(),
+                args.session_timeout_ms
+            );
+            println!(
+                "clean leave of a member ({} partitions): consumed again after {:.2} s",
+                outcome.left_partitions,
+                outcome.after_leave.as_secs_f64()
+            );
+        }
+        Command::Consume(args) if args.group.is_some() => {
+            let spec = GroupSpec {
+                brokers: brokers.clone(),
+                topic: args.common.topic.clone(),
+                group: args.group.clone().unwrap_or_default(),
+                consumers: args.consumers,
+                length: args.common.length(),
+                start_from: if args.from == "latest" {
+                    StartFrom::Latest
+                } else {
+                    StartFrom::Earliest
+                },
+            };
+            let (outcome, summary) = measure(
+                "consume",
+                "received",
+                args.common.messages,
+                args.common.warmup,
+                |stats| consume_group(&spec, stats),
+            )?;
+            println!("{}", summary.line("received"));
+            println!(
+                "group {}: {} members, {} messages once, {} duplicates, {} bytes skipped, {} rebalances; lag at the end {} bytes ({} partitions without a committed offset)",
+                spec.group,
+                spec.consumers,
+                outcome.distinct,
+                outcome.duplicates,
+                outcome.gap_bytes,
+                outcome.rebalances,
+                outcome.lag_bytes,
+                outcome.uncommitted_partitions
+            );
+            if outcome.gap_bytes > 0 {
+                anyhow::bail!(
+                    "{} bytes of the log were skipped: messages lost",
+                    outcome.gap_bytes
+                );
+            }
+            plot(&args.common.plot, "consume", &summary)?;
         }
         Command::Consume(args) => {
             let spec = ConsumeSpec {

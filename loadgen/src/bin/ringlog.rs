@@ -479,11 +479,15 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
     };
     let mut consumer = GroupConsumer::subscribe(brokers, group, &[&args.topic], config)
         .with_context(|| format!("joining group {group}"))?;
+    // Ctrl-C or SIGTERM: commit what was printed and leave the group at
+    // once, so the other members take over without waiting for the session
+    // timeout.
+    let stop = stop_on_signals();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut printed = 0u64;
     let limit = args.count.unwrap_or(u64::MAX);
-    while printed < limit {
+    while printed < limit && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let messages = consumer.poll()?;
         let mut delivered = false;
         let mut rewound = std::collections::BTreeSet::new();
@@ -519,6 +523,23 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
     out.flush().context("writing stdout")?;
     consumer.close()?;
     Ok(())
+}
+
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A flag set by SIGINT and SIGTERM (instead of dying at once).
+fn stop_on_signals() -> &'static std::sync::atomic::AtomicBool {
+    let handler = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+    &STOP
 }
 
 /// `<hostname>-<pid>`, so `groups describe` says whose each member is.

@@ -269,3 +269,84 @@ fn paper_runs_end_to_end_with_its_own_broker_and_marks_unreachable_peers_not_run
         .iter()
         .all(|r| r["ratio"].is_null()));
 }
+
+#[test]
+fn a_group_of_loadgen_consumers_reads_every_message_once_and_failover_is_measured() {
+    let etcd = harness::etcd::Etcd::start();
+    let brokers: Vec<Broker> = (1..=2)
+        .map(|id| Broker::start(BrokerOptions::clustered(&etcd, "lg", id)))
+        .collect();
+    let address = brokers[0].address();
+    loadgen(&[
+        "--brokers",
+        &address,
+        "produce",
+        "--topic",
+        "shared",
+        "--partitions",
+        "4",
+        "--num-records",
+        "40000",
+        "--record-size",
+        "50",
+        "--batch",
+        "50",
+        "--acks",
+        "flushed",
+    ]);
+    let (stdout, _) = loadgen(&[
+        "--brokers",
+        &address,
+        "consume",
+        "--topic",
+        "shared",
+        "--group",
+        "lg-group",
+        "--consumers",
+        "2",
+        "--messages",
+        "40000",
+    ]);
+    assert!(
+        stdout.contains("40000 messages once, 0 duplicates, 0 bytes skipped"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("lag at the end 0 bytes (0 partitions without a committed offset)"),
+        "{stdout}"
+    );
+
+    let (stdout, _) = loadgen(&[
+        "--brokers",
+        &address,
+        "failover",
+        "--topic",
+        "fo",
+        "--partitions",
+        "4",
+        "--members",
+        "2",
+        "--session-timeout-ms",
+        "2000",
+        "--rate",
+        "2000",
+    ]);
+    let seconds = |label: &str| -> f64 {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no {label:?} line in {stdout}"));
+        line.split("consumed again after ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no time in {line:?}"))
+    };
+    let killed = seconds("SIGKILL of a member");
+    let left = seconds("clean leave of a member");
+    // A dead member is noticed only when its session (2 s) expires; a clean
+    // leave does not wait for it.
+    assert!(killed >= 2.0, "{stdout}");
+    assert!(left < killed, "{stdout}");
+    eprintln!("{stdout}");
+}

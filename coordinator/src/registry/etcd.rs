@@ -102,6 +102,18 @@ fn parse_record<T: serde::de::DeserializeOwned>(key: &[u8], value: &[u8]) -> Opt
     }
 }
 
+/// A topic record, checked like a request (a bad one is skipped, loudly).
+fn parse_topic(key: &[u8], value: &[u8]) -> Option<TopicRecord> {
+    let record: TopicRecord = parse_record(key, value)?;
+    match record.check() {
+        Ok(()) => Some(record),
+        Err(reason) => {
+            tracing::error!(key = %String::from_utf8_lossy(key), %reason, "skipping an invalid topic record");
+            None
+        }
+    }
+}
+
 /// Every topic and live broker, and the revision they were read at.
 struct Snapshot {
     topics: Vec<TopicRecord>,
@@ -127,7 +139,7 @@ async fn snapshot(
             continue;
         };
         match keys.parse(key) {
-            Some(Key::Topic(_)) => topics.extend(parse_record::<TopicRecord>(kv.key(), kv.value())),
+            Some(Key::Topic(_)) => topics.extend(parse_topic(kv.key(), kv.value())),
             Some(Key::Broker(_)) => {
                 brokers.extend(parse_record::<BrokerRecord>(kv.key(), kv.value()))
             }
@@ -376,7 +388,7 @@ async fn watch(
                     };
                     let change = match (keys.parse(key), event.event_type()) {
                         (Some(Key::Topic(_)), EventType::Put) => {
-                            parse_record(kv.key(), kv.value()).map(RegistryEvent::TopicPut)
+                            parse_topic(kv.key(), kv.value()).map(RegistryEvent::TopicPut)
                         }
                         (Some(Key::Topic(name)), EventType::Delete) => {
                             Some(RegistryEvent::TopicDeleted(name.to_string()))

@@ -94,8 +94,16 @@ impl TopicRecord {
         self.brokers.get(partition as usize).copied()
     }
 
-    /// Checks the record's own consistency (one broker per partition).
+    /// Checks the record as if it came from the wire: a valid name (a
+    /// record read from disk or etcd is no more trusted than a request: a
+    /// name like `../x` would escape the data directory), at least one
+    /// partition, one broker per partition.
     pub fn check(&self) -> Result<(), String> {
+        protocol::types::validate_topic_name(&self.name)
+            .map_err(|e| format!("topic record {:?}: {e}", self.name))?;
+        if self.partitions == 0 {
+            return Err(format!("topic {:?} has no partitions", self.name));
+        }
         if self.brokers.len() != self.partitions as usize {
             return Err(format!(
                 "topic {:?} has {} partitions but {} partition owners",

@@ -46,6 +46,10 @@ impl Standalone {
         let mut topics = file.topic;
         for topic in &mut topics {
             topic.brokers = vec![me.broker_id; topic.partitions as usize];
+            topic.check().map_err(|reason| RegistryError::Corrupt {
+                path: path.display().to_string(),
+                reason,
+            })?;
         }
         topics.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(Standalone {
@@ -166,6 +170,32 @@ mod tests {
         assert_eq!(topics[0].retention_bytes, 10);
         assert_eq!(topics[0].flush_interval_ms, 5);
         assert_eq!(topics[0].brokers, vec![0; 4]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn r8_11_names_loaded_from_the_file_are_checked_like_names_from_the_wire() {
+        // issue 8, item 11: an entry named ../../escape created escape-0
+        // outside the data directory at start.
+        let dir = temp_dir("escape");
+        std::fs::write(
+            dir.join(TOPICS_FILE),
+            "[[topic]]\nname = \"../../escape\"\npartitions = 1\n",
+        )
+        .unwrap();
+        let error = Standalone::open(&dir, broker(0)).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("../../escape") && text.contains("topics.toml"),
+            "{text}"
+        );
+        std::fs::write(
+            dir.join(TOPICS_FILE),
+            "[[topic]]\nname = \"t\"\npartitions = 0\n",
+        )
+        .unwrap();
+        let error = Standalone::open(&dir, broker(0)).unwrap_err();
+        assert!(error.to_string().contains("no partitions"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -346,3 +346,25 @@ fn a_duplicate_broker_id_and_an_unreachable_etcd_are_refused_with_one_clear_line
         "{stderr}"
     );
 }
+
+#[test]
+fn the_etcd_registry_behaves_like_the_standalone_and_memory_ones() {
+    use coordinator::registry::{conformance, EtcdOptions};
+    let etcd = Etcd::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let options = EtcdOptions {
+            endpoints: vec![etcd.endpoint()],
+            cluster: "conformance".into(),
+            lease_ttl_s: 2,
+            request_timeout: Duration::from_secs(5),
+        };
+        let mut registry = coordinator::registry::Etcd::connect(options, conformance::broker(7))
+            .await
+            .unwrap();
+        conformance::check(&mut registry, 7).await;
+    });
+}

@@ -313,11 +313,40 @@ fn bind_listeners(config: &Config) -> anyhow::Result<Vec<TcpListener>> {
                 }
                 addr.set_port(port as u16);
             }
-            TcpListener::bind(addr).with_context(|| {
+            bind_retrying(addr).with_context(|| {
                 format!("binding shard {i} to {addr} (shard i listens on --listen port + i)")
             })
         })
         .collect()
+}
+
+/// Binds, riding out a crashed predecessor: a process's io_uring is torn
+/// down asynchronously after it dies and can hold its listening sockets for
+/// a moment (DESIGN.md), so an immediate restart after kill -9 would fail
+/// with EADDRINUSE although nothing listens any more. Retries that error for
+/// up to `BIND_RETRY_MS`, saying so once; any other error fails at once.
+fn bind_retrying(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let deadline = std::time::Instant::now() + Duration::from_millis(crate::limits::BIND_RETRY_MS);
+    let mut said = false;
+    loop {
+        match TcpListener::bind(addr) {
+            Err(error)
+                if error.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                if !said {
+                    tracing::warn!(
+                        %addr,
+                        "address in use (a broker killed a moment ago may still hold it); retrying for up to {} ms",
+                        crate::limits::BIND_RETRY_MS
+                    );
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// A random id of the data directory, made once and kept in

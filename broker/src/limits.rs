@@ -15,6 +15,9 @@ pub const INFLIGHT_REQUESTS_MAX: usize = 4096;
 pub const READ_BUFFER_BYTES: usize = 256 * 1024;
 /// Forwarded requests queued for one shard before senders wait.
 pub const FORWARD_QUEUE_MAX: usize = 4096;
+/// How long start-up retries a listening address that is in use (a broker
+/// killed a moment ago may hold it while its io_uring is torn down).
+pub const BIND_RETRY_MS: u64 = 10_000;
 /// Admin requests (create/delete topic) queued for the control thread
 /// before the shards that send them wait.
 pub const CONTROL_QUEUE_MAX: usize = 1024;

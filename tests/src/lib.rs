@@ -78,6 +78,8 @@ pub struct BrokerOptions {
     pub cluster: String,
     /// `--broker-id`.
     pub broker_id: u32,
+    /// `--listen` (default `127.0.0.1:0`: new ephemeral ports at every start).
+    pub listen: Option<String>,
 }
 
 impl Default for BrokerOptions {
@@ -89,6 +91,7 @@ impl Default for BrokerOptions {
             etcd: None,
             cluster: "ringlog".into(),
             broker_id: 0,
+            listen: None,
         }
     }
 }
@@ -167,7 +170,7 @@ impl Broker {
             .arg("--data-dir")
             .arg(self.data_dir())
             .arg("--listen")
-            .arg("127.0.0.1:0")
+            .arg(self.options.listen.as_deref().unwrap_or("127.0.0.1:0"))
             .arg("--shards")
             .arg(self.options.shards.to_string())
             .arg("--config")
@@ -287,6 +290,29 @@ impl Drop for Broker {
     fn drop(&mut self) {
         self.kill9();
     }
+}
+
+/// A port `p` such that `p` and the next `count - 1` ports were free a
+/// moment ago (a broker's shards listen on consecutive ports).
+pub fn free_ports(count: u16) -> u16 {
+    for _ in 0..100 {
+        let Ok(first) = std::net::TcpListener::bind("127.0.0.1:0") else {
+            continue;
+        };
+        let Ok(port) = first.local_addr().map(|a| a.port()) else {
+            continue;
+        };
+        if port.checked_add(count).is_none() {
+            continue;
+        }
+        let rest: Vec<_> = (1..count)
+            .map(|i| std::net::TcpListener::bind(("127.0.0.1", port + i)))
+            .collect();
+        if rest.iter().all(Result::is_ok) {
+            return port;
+        }
+    }
+    panic!("no {count} consecutive free ports on 127.0.0.1");
 }
 
 /// Waits until `check` holds, polling every 20 ms; panics with `what` and

@@ -561,14 +561,15 @@ fn groups(brokers: &str, command: GroupsCommand) -> anyhow::Result<()> {
         GroupsCommand::Describe { group } => {
             let description = client.describe_group(&group)?;
             let view = &description.view;
+            let topics: Vec<&str> = view.topics.iter().map(|t| t.name.as_str()).collect();
             println!(
                 "group {group} members {} topics {}",
                 view.members.len(),
-                view.topics
-                    .iter()
-                    .map(|t| t.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(",")
+                if topics.is_empty() {
+                    "-".to_string()
+                } else {
+                    topics.join(",")
+                }
             );
             for member in &view.members {
                 println!("member\t{}\t{}", member.member_id, member.topics.join(","));
@@ -585,7 +586,8 @@ fn groups(brokers: &str, command: GroupsCommand) -> anyhow::Result<()> {
             }
             rows.sort();
             rows.dedup();
-            println!("topic\tpartition\towner\tcommitted_offset\tlog_end_offset\tlag");
+            // Offsets are byte positions, so the lag is in bytes.
+            println!("topic\tpartition\towner\tcommitted_offset\tlog_end_offset\tlag_bytes");
             for (topic, partition) in rows {
                 let info = description
                     .partitions

@@ -94,6 +94,23 @@ pub fn run(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("in {}", config.data_dir.display()))?
     };
     let topics = loaded.topics;
+    // Before any partition opens: finish deletes a crash interrupted, and
+    // move aside directories of topics deleted meanwhile, so that a topic
+    // re-created under an old name never serves the old messages.
+    let me = config.broker_id;
+    let swept = crate::storage::sweep::sweep(&config.data_dir, |name, partition| {
+        topics
+            .iter()
+            .any(|t| t.name == name && t.broker_of(partition) == Some(me))
+    })
+    .with_context(|| format!("sweeping {}", config.data_dir.display()))?;
+    if swept.tombstones_removed > 0 || !swept.orphans_moved.is_empty() {
+        tracing::info!(
+            deletes_finished = swept.tombstones_removed,
+            moved_aside = swept.orphans_moved.len(),
+            "swept the data dir"
+        );
+    }
     let published: Published = Arc::new(Mutex::new(vec![Default::default(); config.shards]));
     let metrics_address = match config.metrics_listen {
         Some(addr) => {
@@ -268,8 +285,8 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
                 let _ = done.send_async(result).await;
             }
             ShardMsg::TopicDeleted { name, done } => {
-                shard.drop_topic(&name);
-                let _ = done.send_async(()).await;
+                let result = shard.drop_topic(&name);
+                let _ = done.send_async(result).await;
             }
             ShardMsg::Brokers(brokers) => {
                 *shard.brokers.borrow_mut() = brokers;
@@ -378,25 +395,22 @@ fn data_dir_id(config: &Config) -> anyhow::Result<String> {
     Ok(id)
 }
 
-/// Holds an exclusive `flock` on `<data-dir>/.lock` so two brokers never
-/// share a data directory.
+/// Holds an exclusive `flock` on the data directory itself, so two brokers
+/// never share one. The lock is on the directory's own descriptor, not on a
+/// file inside it: a lock file can be deleted under a running broker, and a
+/// second broker would then lock a new file and write beside the first
+/// (issue 8, item 10). A directory cannot be unlinked while it holds data.
 fn lock_data_dir(config: &Config) -> anyhow::Result<std::fs::File> {
-    let path = config.data_dir.join(".lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
+    let dir = std::fs::File::open(&config.data_dir)
+        .with_context(|| format!("opening data dir {}", config.data_dir.display()))?;
     // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         bail!(
-            "data dir {} is in use by another broker (could not lock {})",
-            config.data_dir.display(),
-            path.display()
+            "data dir {} is in use by another broker (it holds the directory's lock)",
+            config.data_dir.display()
         );
     }
-    Ok(file)
+    Ok(dir)
 }
 
 /// glommio panics deep inside an executor when io_uring is missing; probe

@@ -156,6 +156,19 @@ impl Config {
         &self,
         overrides: &protocol::codec::TopicSettings,
     ) -> Result<LogSettings, String> {
+        // The registries store values as TOML or JSON integers, which stop at
+        // 2^63 - 1; anything larger is a client's mistake, not a disk failure.
+        for (name, value) in [
+            ("retention_ms", overrides.retention_ms),
+            ("retention_bytes", overrides.retention_bytes),
+            ("segment_bytes", overrides.segment_bytes),
+            ("flush_messages", overrides.flush_messages),
+            ("flush_interval_ms", overrides.flush_interval_ms),
+        ] {
+            if value > i64::MAX as u64 {
+                return Err(format!("{name} must be below 2^63, got {value}"));
+            }
+        }
         let pick = |v: u64, d: u64| if v == 0 { d } else { v };
         let d = &self.topic_defaults;
         let settings = LogSettings {

@@ -333,7 +333,14 @@ impl<R: Registry> ControlPlane<R> {
             ));
         }
         let owners = placement::spread(name, partitions, &brokers);
-        let record = TopicRecord::new(name, overrides, owners);
+        let mut record = TopicRecord::new(name, overrides, owners);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        record.id = format!(
+            "{:016x}",
+            protocol::types::fnv1a(format!("{name}/{}/{nanos}", self.me).as_bytes())
+        );
         self.registry.create_topic(record.clone()).await?;
         let result = self.open_everywhere(&record).await;
         tracing::info!(topic = %name, partitions, "created topic");
@@ -342,9 +349,14 @@ impl<R: Registry> ControlPlane<R> {
 
     async fn delete_topic(&mut self, name: &str) -> Result<(), ControlError> {
         self.registry.delete_topic(name).await?;
-        self.drop_everywhere(name).await;
+        let dropped = self.drop_everywhere(name).await;
         tracing::info!(topic = %name, "deleted topic");
-        Ok(())
+        dropped.map_err(|failures| {
+            ControlError::new(
+                ErrorCode::StorageFailed,
+                format!("topic {name:?} is deleted from the registry, but {failures}; those directories are moved aside at the next start, and the name can be reused at once"),
+            )
+        })
     }
 
     /// Has every shard open the partitions of `record` it owns.
@@ -377,9 +389,11 @@ impl<R: Registry> ControlPlane<R> {
         ))
     }
 
-    /// Has every shard drop the topic and its partitions' files.
-    async fn drop_everywhere(&mut self, name: &str) {
+    /// Has every shard drop the topic and its partitions' files; says
+    /// which directories could not be moved aside.
+    async fn drop_everywhere(&mut self, name: &str) -> Result<(), String> {
         self.known.remove(name);
+        let mut failures = Vec::new();
         for shard in &self.shards {
             let (done, finished) = flume::bounded(1);
             let msg = ShardMsg::TopicDeleted {
@@ -387,9 +401,16 @@ impl<R: Registry> ControlPlane<R> {
                 done,
             };
             if shard.send_async(msg).await.is_ok() {
-                let _ = finished.recv_async().await;
+                if let Ok(Err(failure)) = finished.recv_async().await {
+                    failures.push(failure);
+                }
             }
         }
+        if failures.is_empty() {
+            return Ok(());
+        }
+        tracing::error!(topic = %name, failures = %failures.join("; "), "deleting a topic's partitions");
+        Err(failures.join("; "))
     }
 
     /// Tells every shard the live brokers (for Metadata and routing).
@@ -423,7 +444,7 @@ impl<R: Registry> ControlPlane<R> {
             RegistryEvent::TopicDeleted(name) => {
                 if self.known.contains_key(&name) {
                     tracing::info!(topic = %name, "topic deleted in the cluster");
-                    self.drop_everywhere(&name).await;
+                    let _ = self.drop_everywhere(&name).await;
                 }
             }
             RegistryEvent::Brokers(brokers) => self.publish_brokers(brokers).await,
@@ -436,7 +457,7 @@ impl<R: Registry> ControlPlane<R> {
                     .collect();
                 for name in gone {
                     tracing::info!(topic = %name, "topic deleted in the cluster (seen on resync)");
-                    self.drop_everywhere(&name).await;
+                    let _ = self.drop_everywhere(&name).await;
                 }
                 for record in topics {
                     self.apply_topic(record).await;
@@ -451,7 +472,9 @@ impl<R: Registry> ControlPlane<R> {
             Some(known) if *known == record => return,
             // The name was deleted and created again while the watch was
             // away: the old topic's partitions go first.
-            Some(_) => self.drop_everywhere(&record.name).await,
+            Some(_) => {
+                let _ = self.drop_everywhere(&record.name).await;
+            }
             None => {}
         }
         tracing::info!(topic = %record.name, partitions = record.partitions, "topic created in the cluster");

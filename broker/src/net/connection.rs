@@ -218,6 +218,20 @@ fn handshake(shard: &Shard, prefix: FramePrefix, header: &[u8]) -> Result<Respon
             None,
         ));
     }
+    // PROTOCOL.md §1: every api answers a layout version other than 0
+    // with UNSUPPORTED_VERSION, the handshake too (issue 8, item 13).
+    if prefix.version_or_error != frame::API_VERSION {
+        return Err(handler::error_response(
+            api,
+            ErrorCode::UnsupportedVersion,
+            &format!(
+                "Handshake api version {} is not supported (this broker speaks {})",
+                prefix.version_or_error,
+                frame::API_VERSION
+            ),
+            None,
+        ));
+    }
     let request = verify::<wire::HandshakeRequest>(header).map_err(|e| {
         handler::error_response(
             api,

@@ -39,8 +39,8 @@ pub enum ShardMsg {
     TopicDeleted {
         /// The topic.
         name: String,
-        /// Done.
-        done: flume::Sender<()>,
+        /// Done, or which directories could not be moved aside.
+        done: flume::Sender<Result<(), String>>,
     },
     /// The live brokers changed; here they are, sorted by id.
     Brokers(Vec<BrokerRecord>),

@@ -198,19 +198,20 @@ impl Shard {
         Ok(())
     }
 
-    /// Forgets a topic and deletes this shard's partition directories.
-    pub fn drop_topic(&self, name: &str) {
+    /// Forgets a topic and deletes this shard's partition directories,
+    /// crash-safely (see [`crate::storage::sweep`]). Fails when a directory
+    /// could not be moved aside; the next start moves it aside then.
+    pub fn drop_topic(&self, name: &str) -> Result<(), String> {
         let Some(topic) = self.topics.borrow_mut().remove(name) else {
-            return;
+            return Ok(());
         };
         let topic = topic.borrow();
+        let mut dirs = Vec::new();
         for log in topic.logs.values() {
             log.borrow_mut().close_for_delete();
-            let dir = log.borrow().dir().to_path_buf();
-            if let Err(error) = std::fs::remove_dir_all(&dir) {
-                tracing::warn!(dir = %dir.display(), %error, "deleting partition directory");
-            }
+            dirs.push(log.borrow().dir().to_path_buf());
         }
+        crate::storage::sweep::delete_partition_dirs(&dirs)
     }
 
     /// Every log this shard owns.

@@ -7,6 +7,8 @@
 //!     00000000000000000000.log       segment files, named by 20-digit base offset
 //!     00000000000001073741903.log
 //!     recovery-point                 a flushed offset; recovery scans from here
+//!   <topic>-<partition>~deleted-N/   a delete in progress (removed at start)
+//!   <topic>-<partition>~orphaned-N/  moved aside at start: no registered topic owns it (sweep.rs)
 //! ```
 //!
 //! - **Offset = logical byte position.** A message's offset is the position of
@@ -24,6 +26,7 @@ pub mod partition_log;
 pub mod recovery;
 pub mod segment;
 pub mod segments;
+pub mod sweep;
 
 pub use error::StorageError;
 pub use partition_log::{FetchSlice, LogSettings, PartitionLog, SharedLog};

@@ -61,6 +61,13 @@ pub struct TopicRecord {
     /// The broker of each partition, indexed by partition.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub brokers: Vec<BrokerId>,
+    /// Unique per creation: a topic deleted and created again under the
+    /// same name (and, being placed deterministically, on the same brokers)
+    /// is a different record, so a broker that missed the delete still
+    /// drops the old partitions instead of serving them as the new topic's.
+    /// Empty in registries written before it existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
 }
 
 impl TopicRecord {
@@ -75,6 +82,7 @@ impl TopicRecord {
             flush_messages: overrides.flush_messages,
             flush_interval_ms: overrides.flush_interval_ms,
             brokers,
+            id: String::new(),
         }
     }
 

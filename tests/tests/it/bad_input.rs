@@ -256,3 +256,69 @@ fn the_first_request_must_be_a_handshake() {
     let error = read_response(&mut stream, &mut response).unwrap_err();
     assert_eq!(error.code(), Some(ErrorCode::HandshakeRequired), "{error}");
 }
+
+/// Issue 8, item 13: a Handshake with api_version 1 was accepted although
+/// PROTOCOL.md says every api answers other versions UNSUPPORTED_VERSION.
+#[test]
+fn r8_13_a_handshake_with_another_api_version_is_unsupported() {
+    let broker = Broker::start(BrokerOptions::default());
+    let mut stream = TcpStream::connect(broker.address()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = codec::handshake_request(&mut fbb, "v1-client").to_vec();
+    let mut out = Vec::new();
+    frame::write_frame(
+        &mut out,
+        Api::Handshake as u16,
+        API_VERSION + 1,
+        1,
+        &header,
+        &[],
+    );
+    stream.write_all(&out).unwrap();
+    let mut response = ResponseFrame::default();
+    let error = read_response(&mut stream, &mut response).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::UnsupportedVersion), "{error}");
+    // The connection stays open and a correct handshake then succeeds.
+    out.clear();
+    frame::write_frame(
+        &mut out,
+        Api::Handshake as u16,
+        API_VERSION,
+        2,
+        &header,
+        &[],
+    );
+    stream.write_all(&out).unwrap();
+    read_response(&mut stream, &mut response).unwrap();
+    assert_eq!(response.request_id, 2);
+}
+
+/// Issue 8, item 13: a config value of 2^63 or more answered STORAGE_FAILED
+/// (the registry file cannot hold it) instead of INVALID_CONFIG, and must
+/// leave no trace.
+#[test]
+fn r8_13_a_config_value_past_i64_is_invalid_config() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    for settings in [
+        protocol::client::TopicSettings {
+            retention_ms: 1 << 63,
+            ..Default::default()
+        },
+        protocol::client::TopicSettings {
+            retention_bytes: u64::MAX,
+            ..Default::default()
+        },
+        protocol::client::TopicSettings {
+            flush_messages: 1 << 63,
+            ..Default::default()
+        },
+    ] {
+        let error = client.create_topic("big", 1, &settings).unwrap_err();
+        assert_eq!(error.code(), Some(ErrorCode::InvalidConfig), "{error}");
+    }
+    client.create_topic("big", 1, &Default::default()).unwrap();
+}

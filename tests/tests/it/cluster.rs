@@ -368,3 +368,38 @@ fn the_etcd_registry_behaves_like_the_standalone_and_memory_ones() {
         conformance::check(&mut registry, 7).await;
     });
 }
+
+/// Issue 8, item 5, in a cluster: a topic deleted and created again while
+/// one of its brokers was down must not come back on that broker's return.
+#[test]
+fn r8_5_a_topic_deleted_and_re_created_while_a_broker_was_down_serves_only_new_messages() {
+    let etcd = Etcd::start();
+    let mut brokers = cluster(&etcd, "recreate", 2);
+    let client = brokers[0].client();
+    client
+        .create_topic("phoenix", 4, &TopicSettings::default())
+        .unwrap();
+    wait_for_topic(&brokers[1], "phoenix");
+    let mut old = producer(&client, "phoenix", AckMode::Flushed, 1);
+    for p in 0..4u32 {
+        old.send_to(p, None, b"old").unwrap();
+    }
+    old.flush().unwrap();
+    drop(old);
+    brokers[1].kill9();
+    wait_for_brokers(&brokers[0], &[1]);
+    client.delete_topic("phoenix").unwrap();
+    client
+        .create_topic("phoenix", 4, &TopicSettings::default())
+        .unwrap();
+    brokers[1].restart();
+    wait_for_brokers(&brokers[0], &[1, 2]);
+    assert!(
+        brokers[1].log().contains("moved aside"),
+        "{}",
+        brokers[1].log()
+    );
+    for p in 0..4u32 {
+        assert_eq!(read_all(&client, "phoenix", p, 0).len(), 0, "partition {p}");
+    }
+}

@@ -190,3 +190,31 @@ fn r8_15_a_broker_killed_with_clients_connected_restarts_at_once_on_the_same_por
     let retried = broker.log().matches("address in use").count();
     eprintln!("10 kill -9 + immediate restarts on the same ports: all started; {retried} had to wait for the address");
 }
+
+/// Issue 8, item 10: the lock was a file; deleted under a running broker,
+/// it let a second broker start on the same directory and overwrite
+/// acknowledged data. Now the directory itself is locked.
+#[test]
+fn r8_10_a_second_broker_on_the_same_data_dir_is_refused_whatever_files_are_deleted() {
+    let broker = Broker::start(BrokerOptions::default());
+    create(&broker.client(), "mine", 1);
+    // An operator (or a cleanup job) deletes every plain file at the top.
+    for entry in std::fs::read_dir(broker.data_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    let output = std::process::Command::new(harness::binary("broker"))
+        .arg("--data-dir")
+        .arg(broker.data_dir())
+        .args(["--listen", "127.0.0.1:0", "--shards", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "a second broker started: {stderr}"
+    );
+    assert!(stderr.contains("is in use by another broker"), "{stderr}");
+}

@@ -92,11 +92,13 @@ impl Response {
                 // negative result is checked before it is owned.
                 let raw = unsafe { libc::dup(slice.file.as_raw_fd()) };
                 if raw < 0 {
+                    // Out of descriptors (EMFILE, ENFILE) is the broker
+                    // being overloaded, not a bug: the client may retry.
                     let error = std::io::Error::last_os_error();
                     return error_response(
                         self.api,
-                        ErrorCode::Internal,
-                        &format!("dup: {error}"),
+                        ErrorCode::Overloaded,
+                        &format!("the broker is out of file descriptors for a forwarded fetch ({error}); retry"),
                         None,
                     )
                     .into_sendable();

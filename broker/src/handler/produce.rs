@@ -142,12 +142,20 @@ async fn await_ack(
         }
     };
     if !reached {
-        let reason = log
-            .borrow()
-            .poisoned()
-            .unwrap_or("storage failed")
-            .to_string();
         crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
+        let l = log.borrow();
+        // A topic deleted under a waiting produce is not a failed disk.
+        if l.deleted() {
+            return Failure::new(
+                ErrorCode::UnknownTopic,
+                format!(
+                    "{}: the topic was deleted while this produce waited for its acknowledgement",
+                    l.label()
+                ),
+            )
+            .response(Api::Produce as u16);
+        }
+        let reason = l.poisoned().unwrap_or("storage failed").to_string();
         return Failure::new(ErrorCode::StorageFailed, reason).response(Api::Produce as u16);
     }
     crate::metrics::record_us(

@@ -96,6 +96,9 @@ pub struct PartitionLog {
     dirty_files: Vec<Rc<BufferedFile>>,
     sync_running: bool,
     flush_requested: bool,
+    /// Set when its topic was deleted (it also counts as poisoned, so
+    /// nothing more is written; waiting requests learn UNKNOWN_TOPIC).
+    deleted: bool,
     poisoned: Option<String>,
     checkpointed_offset: u64,
     watermarks: Notify,
@@ -118,7 +121,7 @@ impl PartitionLog {
         settings: LogSettings,
     ) -> Result<(PartitionLog, Recovered), StorageError> {
         std::fs::create_dir_all(dir).map_err(|e| StorageError::io("creating", dir, e))?;
-        let recovered = recovery::recover(dir, label)?;
+        let mut recovered = recovery::recover(dir, label)?;
         let mut segments = Segments::new();
         for found in &recovered.segments {
             let mut segment = Segment::new(dir, found.base_offset, found.modified_ms);
@@ -132,6 +135,31 @@ impl PartitionLog {
         }
         let start_offset = segments.as_slice().first().map_or(0, |s| s.base_offset);
         let end_offset = segments.active().map_or(0, |s| s.end_offset());
+        let checkpoint = recovery::read_recovery_point(dir).unwrap_or(0);
+        // Bytes above the recovery point outlived the crash in the page
+        // cache, but nothing says they reached the disk: fdatasync them
+        // before they count as flushed, or a power loss after the restart
+        // could take back what consumers were already served (issue 8,
+        // item 9).
+        let mut synced = false;
+        for segment in segments.as_slice() {
+            if segment.end_offset() <= checkpoint {
+                continue;
+            }
+            if let Some(file) = &segment.file {
+                file.fdatasync()
+                    .await
+                    .map_err(|e| StorageError::io("fdatasync", &segment.path, e))?;
+                synced = true;
+                recovered.bytes_synced +=
+                    segment.end_offset() - checkpoint.max(segment.base_offset);
+            }
+        }
+        if synced {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| StorageError::io("syncing", dir, e))?;
+        }
         let log = PartitionLog {
             label: label.to_string(),
             dir: dir.to_path_buf(),
@@ -151,7 +179,8 @@ impl PartitionLog {
             sync_running: false,
             flush_requested: false,
             poisoned: None,
-            checkpointed_offset: recovery::read_recovery_point(dir).unwrap_or(0),
+            deleted: false,
+            checkpointed_offset: checkpoint,
             watermarks: Notify::new(),
             flush_stats: Rc::new(FlushStats::default()),
         };
@@ -425,10 +454,16 @@ impl PartitionLog {
     /// task still running must not create or write files in a directory that
     /// a new topic of the same name may reuse.
     pub fn close_for_delete(&mut self) {
+        self.deleted = true;
         self.poisoned = Some("the topic was deleted".into());
         self.pending.clear();
         self.pending_bytes = 0;
         self.watermarks.notify_all();
+    }
+
+    /// True once its topic was deleted.
+    pub fn deleted(&self) -> bool {
+        self.deleted
     }
 
     fn poison(&mut self, reason: String) {

@@ -45,6 +45,8 @@ pub struct Recovered {
     pub bytes_cut: u64,
     /// Bytes checked message by message.
     pub bytes_scanned: u64,
+    /// Bytes above the recovery point fdatasynced before being exposed.
+    pub bytes_synced: u64,
 }
 
 /// Reads the recovery point, if present and well-formed.

@@ -126,3 +126,32 @@ fn r8_5_a_topic_deleted_during_a_crash_never_comes_back_and_its_data_is_moved_as
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Issue 8, item 13: a topic deleted under a waiting acks=flushed produce
+/// answered STORAGE_FAILED (a failed disk) instead of UNKNOWN_TOPIC.
+#[test]
+fn r8_13_a_produce_waiting_on_a_deleted_topic_gets_unknown_topic() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    // Flushes only after an hour: a flushed produce waits.
+    let slow = TopicSettings {
+        flush_interval_ms: 3_600_000,
+        flush_messages: 1_000_000,
+        ..TopicSettings::default()
+    };
+    client.create_topic("doomed", 1, &slow).unwrap();
+    let metadata = client.metadata(&["doomed"]).unwrap();
+    let mut conn =
+        protocol::client::Connection::connect(&client.owner_address(&metadata, "doomed", 0))
+            .unwrap();
+    let mut set = Vec::new();
+    protocol::message::encode_message(&mut set, None, b"waiting");
+    let header =
+        protocol::codec::produce_request(&mut conn.fbb, "doomed", 0, AckMode::Flushed).to_vec();
+    conn.send(protocol::frame::Api::Produce, &header, &set)
+        .unwrap();
+    conn.flush().unwrap();
+    client.delete_topic("doomed").unwrap();
+    let error = conn.recv().unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::UnknownTopic), "{error}");
+}

@@ -60,6 +60,15 @@ pub struct Config {
     pub io_memory_bytes: usize,
     /// How often retention runs.
     pub retention_check_ms: u64,
+    /// A new connection must complete its Handshake within this, or it is
+    /// closed.
+    pub handshake_timeout_ms: u64,
+    /// A connection with nothing to read and no response pending is closed
+    /// after this long.
+    pub idle_timeout_ms: u64,
+    /// Once a frame has begun to arrive, the rest must arrive within this
+    /// (a client that trickles bytes holds a buffer; slowloris).
+    pub frame_timeout_ms: u64,
     /// Topic defaults.
     pub topic_defaults: TopicDefaults,
     /// etcd endpoints (`http://host:port`); empty = standalone.
@@ -86,6 +95,9 @@ impl Default for Config {
             message_bytes_max: crate::limits::MESSAGE_BYTES_MAX_DEFAULT,
             io_memory_bytes: crate::limits::IO_MEMORY_BYTES_DEFAULT,
             retention_check_ms: 30_000,
+            handshake_timeout_ms: 10_000,
+            idle_timeout_ms: 600_000,
+            frame_timeout_ms: 30_000,
             topic_defaults: TopicDefaults::default(),
             etcd: Vec::new(),
             cluster: "ringlog".into(),
@@ -128,6 +140,17 @@ impl Config {
                 "cluster must be a non-empty name of letters, digits, '.', '_' and '-', got {:?}",
                 self.cluster
             )));
+        }
+        for (name, value) in [
+            ("handshake_timeout_ms", self.handshake_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("frame_timeout_ms", self.frame_timeout_ms),
+        ] {
+            if !(100..=86_400_000).contains(&value) {
+                return Err(ConfigError(format!(
+                    "{name} must be 100..=86400000, got {value}"
+                )));
+            }
         }
         if !(2..=3600).contains(&self.etcd_lease_ttl_s) {
             return Err(ConfigError(format!(

@@ -13,6 +13,10 @@ pub const FETCH_WAIT_MS_MAX: u32 = 60_000;
 pub const INFLIGHT_REQUESTS_MAX: usize = 4096;
 /// Read buffer of a connection; frames larger than this grow it up to the frame limit.
 pub const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// The largest frame a connection may declare before its Handshake (a
+/// Handshake is a few dozen bytes): a stranger cannot make the broker
+/// reserve a request-sized buffer with 16 bytes.
+pub const HANDSHAKE_FRAME_BYTES_MAX: usize = 64 * 1024;
 /// Forwarded requests queued for one shard before senders wait.
 pub const FORWARD_QUEUE_MAX: usize = 4096;
 /// How long start-up retries a listening address that is in use (a broker

@@ -45,6 +45,7 @@ macro_rules! counters {
 
 counters! {
     connections_accepted_total: "TCP connections accepted",
+    connections_timed_out_total: "Connections closed past their handshake, frame or idle deadline",
     requests_total: "Requests handled (local and forwarded-in)",
     requests_forwarded_total: "Requests this shard sent to the owning shard",
     request_errors_total: "Requests answered with an error code",

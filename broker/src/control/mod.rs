@@ -53,6 +53,15 @@ pub enum ControlMsg {
         /// Done, or why not.
         reply: flume::Sender<Result<(), ControlError>>,
     },
+    /// Read the topic registry now and apply what changed (a request named
+    /// a topic this broker has not heard of from the watch yet).
+    Refresh {
+        /// When the request was made: a registry read that started later
+        /// answers it too, so a burst of such requests costs one read.
+        asked_at: std::time::Instant,
+        /// Done (applied, or the registry could not be read).
+        reply: flume::Sender<()>,
+    },
     /// A consumer group request.
     Group {
         /// The request, checked by the handler.
@@ -181,6 +190,7 @@ where
                     known,
                     brokers,
                     groups,
+                    last_refresh: None,
                 };
                 plane.serve(inbox, stopped).await;
             });
@@ -216,6 +226,8 @@ struct ControlPlane<R> {
     brokers: Vec<BrokerRecord>,
     /// Consumer groups and their parked heartbeats.
     groups: GroupPlane,
+    /// When the last on-demand registry read started.
+    last_refresh: Option<std::time::Instant>,
 }
 
 /// What the control loop does next.
@@ -301,6 +313,22 @@ impl<R: Registry> ControlPlane<R> {
             ControlMsg::DeleteTopic { name, reply } => {
                 let result = self.delete_topic(&name).await;
                 let _ = reply.send_async(result).await;
+            }
+            ControlMsg::Refresh { asked_at, reply } => {
+                if self.last_refresh.is_some_and(|at| at >= asked_at) {
+                    let _ = reply.send_async(()).await;
+                    return;
+                }
+                self.last_refresh = Some(std::time::Instant::now());
+                match self.registry.topics().await {
+                    Ok(topics) => {
+                        for record in topics {
+                            self.apply_topic(record).await;
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "refreshing the topic registry"),
+                }
+                let _ = reply.send_async(()).await;
             }
             ControlMsg::Group { request, reply } => {
                 self.groups

@@ -289,6 +289,60 @@ pub fn dispatch(
     header: &[u8],
     payload: &[u8],
 ) -> Dispatched {
+    dispatch_once(shard, api, version, request_id, header, payload, true)
+}
+
+/// A cluster member learns other brokers' topics from a watch, a moment
+/// after they are created: a client that creates a topic through one broker
+/// and at once produces through another would get UNKNOWN_TOPIC. So before
+/// answering UNKNOWN_TOPIC, a cluster member has the control thread read the
+/// registry (one etcd read) and open what it finds, then runs the request
+/// again, once.
+fn refresh_then_retry(
+    shard: &Rc<Shard>,
+    api: u16,
+    version: u16,
+    request_id: u32,
+    header: &[u8],
+    payload: &[u8],
+    failure: Failure,
+) -> Dispatched {
+    let (header, payload) = (header.to_vec(), payload.to_vec());
+    let shard = shard.clone();
+    Dispatched::Later(Box::pin(async move {
+        let (reply, refreshed) = flume::bounded(1);
+        let asked = shard
+            .control
+            .send_async(crate::control::ControlMsg::Refresh {
+                asked_at: std::time::Instant::now(),
+                reply,
+            })
+            .await
+            .is_ok();
+        if !asked || refreshed.recv_async().await.is_err() {
+            return Some(failure.response(api));
+        }
+        match dispatch_once(&shard, api, version, request_id, &header, &payload, false) {
+            Dispatched::Silent => None,
+            Dispatched::Ready(response) => Some(response),
+            Dispatched::Later(later) => later.await,
+            Dispatched::Throttle(until) => {
+                until.await;
+                None
+            }
+        }
+    }))
+}
+
+fn dispatch_once(
+    shard: &Rc<Shard>,
+    api: u16,
+    version: u16,
+    request_id: u32,
+    header: &[u8],
+    payload: &[u8],
+    may_refresh: bool,
+) -> Dispatched {
     crate::metrics::bump(&shard.metrics.counters.requests_total, 1);
     let Some(known) = Api::from_u16(api) else {
         return fail(
@@ -340,6 +394,17 @@ pub fn dispatch(
     };
     match result {
         Ok(dispatched) => dispatched,
+        Err(failure)
+            if may_refresh
+                && failure.code == ErrorCode::UnknownTopic
+                && shard.config.clustered()
+                && matches!(
+                    known,
+                    Api::Produce | Api::Fetch | Api::ListOffsets | Api::Metadata
+                ) =>
+        {
+            refresh_then_retry(shard, api, version, request_id, header, payload, failure)
+        }
         Err(failure) => fail(shard, api, failure),
     }
 }

@@ -13,10 +13,21 @@
 //! error and the connection is closed (the stream cannot be resynchronised);
 //! a bad flatbuffer header, unknown api or bad message set is answered with
 //! an error and the connection goes on.
+//!
+//! Bounds (issue 8, items 1 and 2): before its Handshake a connection may
+//! declare frames of at most `HANDSHAKE_FRAME_BYTES_MAX`; the read buffer
+//! grows only as bytes arrive (at most doubling when full), so a declared
+//! size costs nothing until it is sent; and three deadlines close a
+//! connection that holds resources without using them: the Handshake must
+//! come within `handshake_timeout_ms`, a frame that has begun must be whole
+//! within `frame_timeout_ms`, and a connection with nothing to read and no
+//! response pending is closed after `idle_timeout_ms`.
 
 use super::sendfile::{self, Sent};
 use crate::handler::{self, Dispatched, Later, Payload, Response};
-use crate::limits::{INFLIGHT_REQUESTS_MAX, READ_BUFFER_BYTES, REQUEST_FRAME_BYTES_MAX};
+use crate::limits::{
+    HANDSHAKE_FRAME_BYTES_MAX, INFLIGHT_REQUESTS_MAX, READ_BUFFER_BYTES, REQUEST_FRAME_BYTES_MAX,
+};
 use crate::notify::Notify;
 use crate::shard::Shard;
 use futures_lite::{AsyncRead, AsyncWrite};
@@ -31,6 +42,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 enum Queued {
     Ready(u32, Response),
@@ -97,16 +109,38 @@ async fn write_all(conn: &Conn, mut buf: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Why a connection's read ended on a deadline.
+#[derive(Debug, Clone, Copy)]
+enum Deadline {
+    Handshake,
+    Frame,
+    Idle,
+}
+
+/// The read buffer's next size when it is full and the frame at its front
+/// needs `frame_bytes`: doubling, never past the frame.
+fn grown(len: usize, frame_bytes: usize) -> usize {
+    len.saturating_mul(2).min(frame_bytes).max(len)
+}
+
 async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
     let mut buf = vec![0u8; READ_BUFFER_BYTES];
     let mut filled = 0usize;
     let mut handshaken = false;
+    let config = &shard.config;
+    let connected_at = Instant::now();
+    let mut frame_started_at = connected_at;
     loop {
+        let frame_max = if handshaken {
+            REQUEST_FRAME_BYTES_MAX
+        } else {
+            HANDSHAKE_FRAME_BYTES_MAX
+        };
         let mut start = 0usize;
         while filled - start >= FRAME_PREFIX_BYTES {
             let mut prefix_bytes = [0u8; FRAME_PREFIX_BYTES];
             prefix_bytes.copy_from_slice(&buf[start..start + FRAME_PREFIX_BYTES]);
-            let prefix = match FramePrefix::parse(&prefix_bytes, REQUEST_FRAME_BYTES_MAX) {
+            let prefix = match FramePrefix::parse(&prefix_bytes, frame_max) {
                 Ok(prefix) => prefix,
                 Err(error) => {
                     let request_id = u32::from_le_bytes([
@@ -183,25 +217,66 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                 return Ok(());
             }
         }
-        // Keep the unparsed tail at the front, and make room for a whole frame.
+        // Keep the unparsed tail at the front. A large frame's buffer grows
+        // as its bytes arrive, not when its size is declared.
         buf.copy_within(start..filled, 0);
         filled -= start;
-        if filled >= FRAME_PREFIX_BYTES {
+        if filled == buf.len() && filled >= FRAME_PREFIX_BYTES {
             let mut prefix_bytes = [0u8; FRAME_PREFIX_BYTES];
             prefix_bytes.copy_from_slice(&buf[..FRAME_PREFIX_BYTES]);
-            if let Ok(prefix) = FramePrefix::parse(&prefix_bytes, REQUEST_FRAME_BYTES_MAX) {
-                if prefix.frame_bytes > buf.len() {
-                    buf.resize(prefix.frame_bytes, 0);
-                }
+            if let Ok(prefix) = FramePrefix::parse(&prefix_bytes, frame_max) {
+                buf.resize(grown(buf.len(), prefix.frame_bytes), 0);
             }
         } else if buf.len() > READ_BUFFER_BYTES && filled == 0 {
             // A large frame passed; give the memory back.
             buf.truncate(READ_BUFFER_BYTES);
             buf.shrink_to_fit();
         }
-        let n = read_some(conn, &mut buf[filled..]).await?;
+        if start > 0 && filled > 0 {
+            // The rest of the buffer is the start of the next frame.
+            frame_started_at = Instant::now();
+        }
+        let (deadline, why) = if !handshaken {
+            (
+                connected_at + Duration::from_millis(config.handshake_timeout_ms),
+                Deadline::Handshake,
+            )
+        } else if filled > 0 {
+            (
+                frame_started_at + Duration::from_millis(config.frame_timeout_ms),
+                Deadline::Frame,
+            )
+        } else {
+            (
+                Instant::now() + Duration::from_millis(config.idle_timeout_ms),
+                Deadline::Idle,
+            )
+        };
+        let read = futures_lite::future::or(
+            async { Some(read_some(conn, &mut buf[filled..]).await) },
+            async {
+                glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
+                None
+            },
+        )
+        .await;
+        let n = match read {
+            Some(read) => read?,
+            // Idle, but a response is still on its way (a long-poll, an
+            // acknowledgement): not idle after all.
+            None if matches!(why, Deadline::Idle) && !conn.queue.borrow().is_empty() => continue,
+            None => {
+                tracing::debug!(deadline = ?why, shard = shard.id, "closing a connection past its deadline");
+                crate::metrics::bump(&shard.metrics.counters.connections_timed_out_total, 1);
+                return Ok(());
+            }
+        };
         if n == 0 {
             return Ok(());
+        }
+        if filled == 0 {
+            // The first bytes of a frame: its deadline starts now.
+            frame_started_at = Instant::now();
         }
         filled += n;
     }

@@ -403,3 +403,37 @@ fn r8_5_a_topic_deleted_and_re_created_while_a_broker_was_down_serves_only_new_m
         assert_eq!(read_all(&client, "phoenix", p, 0).len(), 0, "partition {p}");
     }
 }
+
+/// A topic created through one broker can be used through another at once:
+/// a broker that has not heard of it from the watch yet reads the registry
+/// before answering UNKNOWN_TOPIC.
+#[test]
+fn a_topic_is_usable_through_every_broker_as_soon_as_its_create_returns() {
+    let etcd = Etcd::start();
+    let brokers = cluster(&etcd, "fresh", 2);
+    let via_1 = brokers[0].client();
+    // Connections to broker 2's shards, open before the topics exist, so a
+    // produce reaches broker 2 microseconds after the create returns.
+    let mut to_2: Vec<Connection> = brokers[1]
+        .shards
+        .iter()
+        .map(|a| Connection::connect(a).unwrap())
+        .collect();
+    let mut set = Vec::new();
+    protocol::message::encode_message(&mut set, None, b"first");
+    for round in 0..20u64 {
+        let name = format!("fresh-{round}");
+        let created = via_1
+            .create_topic(&name, 4, &TopicSettings::default())
+            .unwrap();
+        for placement in created.partitions.iter().filter(|p| p.broker_id == 2) {
+            let conn = &mut to_2[placement.shard_id as usize];
+            let header =
+                codec::produce_request(&mut conn.fbb, &name, placement.partition, AckMode::Flushed)
+                    .to_vec();
+            conn.call(Api::Produce, &header, &set)
+                .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        }
+        brokers[1].client().metadata(&[&name]).unwrap();
+    }
+}

@@ -6,6 +6,7 @@ mod bad_input;
 mod cluster;
 mod durability;
 mod groups;
+mod limits;
 mod loadgen;
 mod peers;
 mod produce_consume;

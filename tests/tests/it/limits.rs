@@ -1,0 +1,173 @@
+//! Hostile connections cannot pin the broker's memory or hold connections
+//! forever (issue 8, items 1 and 2).
+
+use super::util::create;
+use harness::{Broker, BrokerOptions};
+use protocol::client::{read_response, ResponseFrame};
+use protocol::codec::{self, FetchArgs};
+use protocol::frame::{self, Api, API_VERSION};
+use protocol::ErrorCode;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+fn connect(address: &str) -> TcpStream {
+    let stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+}
+
+fn handshake(stream: &mut TcpStream) {
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = codec::handshake_request(&mut fbb, "limits").to_vec();
+    let mut out = Vec::new();
+    frame::write_frame(
+        &mut out,
+        Api::Handshake as u16,
+        API_VERSION,
+        0,
+        &header,
+        &[],
+    );
+    stream.write_all(&out).unwrap();
+    read_response(stream, &mut ResponseFrame::default()).unwrap();
+}
+
+/// A 16-byte request prefix that declares a frame of `frame_bytes`.
+fn prefix(frame_bytes: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&((frame_bytes - 4) as u32).to_le_bytes());
+    out.extend_from_slice(&(Api::Produce as u16).to_le_bytes());
+    out.extend_from_slice(&API_VERSION.to_le_bytes());
+    out.extend_from_slice(&7u32.to_le_bytes());
+    out.extend_from_slice(&64u32.to_le_bytes());
+    out
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+/// True when the broker closed the connection (EOF), within the read timeout.
+fn closed_by_broker(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(stream.read(&mut byte), Ok(0))
+}
+
+/// Item 1: 64 connections that each declared a 16 MiB frame in 16 bytes
+/// took the broker from 8 MB to 1,041 MB RSS.
+#[test]
+fn r8_1_sixteen_bytes_no_longer_pin_sixteen_mebibytes() {
+    let broker = Broker::start(BrokerOptions::default());
+    let pid = broker.pid().unwrap();
+    // Settle start-up allocations with one round trip per shard.
+    for address in &broker.shards {
+        protocol::client::Client::connect(address)
+            .unwrap()
+            .metadata(&[])
+            .unwrap();
+    }
+    let before = rss_kib(pid);
+    let mut held = Vec::new();
+    for i in 0..64 {
+        let address = &broker.shards[i % broker.shards.len()];
+        let mut stream = connect(address);
+        handshake(&mut stream);
+        stream.write_all(&prefix(16 * 1024 * 1024)).unwrap();
+        held.push(stream);
+    }
+    // Before a handshake, even the declaration is refused.
+    let mut stranger = connect(&broker.address());
+    stranger.write_all(&prefix(16 * 1024 * 1024)).unwrap();
+    let error = read_response(&mut stranger, &mut ResponseFrame::default()).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::FrameTooLarge), "{error}");
+    // A round trip per shard after the prefixes: their reads have run.
+    for address in &broker.shards {
+        protocol::client::Client::connect(address)
+            .unwrap()
+            .metadata(&[])
+            .unwrap();
+    }
+    let after = rss_kib(pid);
+    eprintln!(
+        "RSS {before} KiB before, {after} KiB with 64 connections holding a 16 MiB frame's prefix"
+    );
+    assert!(
+        after < before + 64 * 1024,
+        "RSS grew from {before} to {after} KiB"
+    );
+}
+
+/// Item 2: connections that send nothing, half a prefix, or go idle are
+/// closed on their deadlines; one waiting for a long-poll is not idle.
+#[test]
+fn r8_2_silent_trickling_and_idle_connections_are_closed_on_their_deadlines() {
+    let broker = Broker::start(BrokerOptions {
+        config_toml: "handshake_timeout_ms = 300\nidle_timeout_ms = 1000\nframe_timeout_ms = 300\n"
+            .into(),
+        ..BrokerOptions::default()
+    });
+    create(&broker.client(), "quiet", 1);
+    // Never a handshake (100 of them).
+    let silent: Vec<TcpStream> = (0..100).map(|_| connect(&broker.address())).collect();
+    // Half a prefix after the handshake: slowloris.
+    let trickling: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut stream = connect(&broker.address());
+            handshake(&mut stream);
+            stream.write_all(&prefix(1024)[..8]).unwrap();
+            stream
+        })
+        .collect();
+    // Handshaken, then nothing.
+    let mut idle = connect(&broker.address());
+    handshake(&mut idle);
+    // A long-poll longer than the idle timeout: answered, not cut off.
+    let mut polling = connect(&broker.address());
+    handshake(&mut polling);
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = codec::fetch_request(
+        &mut fbb,
+        "quiet",
+        0,
+        FetchArgs {
+            offset: 0,
+            max_bytes: 1024,
+            max_wait_ms: 2_500,
+        },
+    )
+    .to_vec();
+    let mut out = Vec::new();
+    frame::write_frame(&mut out, Api::Fetch as u16, API_VERSION, 9, &header, &[]);
+    polling.write_all(&out).unwrap();
+
+    let mut response = ResponseFrame::default();
+    read_response(&mut polling, &mut response).unwrap();
+    assert_eq!(response.request_id, 9, "the long-poll was answered");
+    let mut silent = silent;
+    let closed = silent
+        .iter_mut()
+        .map(closed_by_broker)
+        .filter(|c| *c)
+        .count();
+    assert_eq!(closed, 100, "connections without a handshake");
+    let mut trickling = trickling;
+    let closed = trickling
+        .iter_mut()
+        .map(closed_by_broker)
+        .filter(|c| *c)
+        .count();
+    assert_eq!(closed, 20, "connections trickling a frame");
+    assert!(closed_by_broker(&mut idle), "an idle connection");
+    assert!(closed_by_broker(&mut polling), "idle after its long-poll");
+    // The broker serves on.
+    broker.client().metadata(&[]).unwrap();
+}

@@ -81,9 +81,21 @@ fn kill_9_keeps_every_flush_acknowledged_message_and_serves_no_bad_crc() {
             acked_in_thread.store(next, Ordering::SeqCst);
         }
     });
-    while acked.load(Ordering::SeqCst) < 30_000 {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    // Issue 8, item 22: wait on the condition with a deadline, and fail at
+    // once if the writer died instead of waiting forever.
+    harness::eventually(
+        "30,000 flush-acknowledged messages",
+        std::time::Duration::from_secs(120),
+        || {
+            if writer.is_finished() {
+                panic!("the writer stopped before the crash");
+            }
+            let n = acked.load(Ordering::SeqCst);
+            (n >= 30_000)
+                .then_some(n)
+                .ok_or(format!("{n} acknowledged"))
+        },
+    );
     broker.kill9();
     writer.join().unwrap();
     let acknowledged = acked.load(Ordering::SeqCst);

@@ -56,6 +56,7 @@ fn produce_numbers(client: &Client, topic: &str, partitions: u32, from: u64, to:
 struct CliMember {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl CliMember {
@@ -79,13 +80,26 @@ impl CliMember {
         let stdout = child.stdout.take().unwrap();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in std::io::BufReader::new(stdout).lines() {
                 let Ok(line) = line else { return };
                 sink.lock().unwrap().push(line);
             }
         });
-        CliMember { child, lines }
+        CliMember {
+            child,
+            lines,
+            reader: Some(reader),
+        }
+    }
+
+    /// Waits for the process to exit and its output to be read whole.
+    fn wait(&mut self) -> std::process::ExitStatus {
+        let status = self.child.wait().unwrap();
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        status
     }
 
     fn numbers(&self) -> Vec<u64> {
@@ -220,9 +234,8 @@ fn a_group_divides_partitions_and_loses_nothing_when_a_member_is_killed_and_anot
 
     // Another group gets the whole stream, independently.
     let mut other = CliMember::start(&brokers[1], "events", "audit", &["--count", "9000"]);
-    let status = other.child.wait().unwrap();
+    let status = other.wait();
     assert!(status.success());
-    std::thread::sleep(Duration::from_millis(100));
     let audit: std::collections::BTreeSet<u64> = other.numbers().into_iter().collect();
     assert_eq!(audit.len(), 9_000, "the second group saw the whole stream");
     let groups = client.list_groups().unwrap();

@@ -42,19 +42,51 @@ fn a_stalled_consumer_does_not_stall_another_on_the_same_shard() {
         stalled.send(Api::Fetch, &header, &[]).unwrap();
     }
     stalled.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    // The stalled socket is full: the broker is waiting for it to drain
+    // (issue 8, item 22: a condition, not a sleep).
+    let metrics_address = broker.metrics.clone().unwrap();
+    harness::eventually(
+        "the stalled socket fills up",
+        Duration::from_secs(60),
+        || {
+            let copied = metric(
+                &scrape(&metrics_address),
+                "ringlog_fetch_copied_bytes_total",
+            );
+            (copied > 0)
+                .then_some(())
+                .ok_or(format!("{copied} bytes copied"))
+        },
+    );
 
-    // Another client on the same shard keeps being served: produce, fetch, metadata.
-    for round in 0..20u64 {
-        let other = broker.client();
-        let mut p = producer(&other, "big", AckMode::Flushed, 1);
-        p.send_to(0, None, &numbered_payload(100_000 + round, 10))
-            .unwrap();
-        p.flush().unwrap();
-        let got = read_all(&other, "big", 0, 20_000 * 1009);
-        assert_eq!(got.len() as u64, round + 1);
-    }
-    let metrics = scrape(broker.metrics.as_deref().unwrap());
+    // Another client on the same shard keeps being served: produce, fetch,
+    // metadata. A stalled shard fails the test instead of hanging it.
+    let address = broker.address();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for round in 0..20u64 {
+            let other = protocol::client::Client::connect(&address).unwrap();
+            let mut p = producer(&other, "big", AckMode::Flushed, 1);
+            p.send_to(0, None, &numbered_payload(100_000 + round, 10))
+                .unwrap();
+            p.flush().unwrap();
+            let got = read_all(&other, "big", 0, 20_000 * 1009);
+            assert_eq!(got.len() as u64, round + 1);
+        }
+        let _ = done.send(());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the other client was not served within 60 s: the shard stalled");
+    // Metrics are published once a second: wait for the last flushes.
+    let metrics = harness::eventually("the flushes published", Duration::from_secs(30), || {
+        let text = scrape(&metrics_address);
+        let flushes = metric(&text, "ringlog_flushes_total");
+        let timed = metric(&text, "ringlog_flush_latency_seconds_count");
+        (flushes >= 1 && timed == flushes)
+            .then_some(text.clone())
+            .ok_or(format!("{flushes} flushes, {timed} timed"))
+    });
     let zero_copy = metric(&metrics, "ringlog_fetch_zero_copy_bytes_total");
     assert!(zero_copy > 0, "sendfile bytes are counted:\n{metrics}");
     // The stalled socket filled up: the writability wait really ran.
@@ -69,8 +101,6 @@ fn a_stalled_consumer_does_not_stall_another_on_the_same_shard() {
 }
 
 fn scrape(address: &str) -> String {
-    // Metrics are published once a second.
-    std::thread::sleep(Duration::from_millis(1200));
     let mut stream = std::net::TcpStream::connect(address).unwrap();
     std::io::Write::write_all(&mut stream, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
     let mut text = String::new();

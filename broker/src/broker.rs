@@ -111,6 +111,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             "swept the data dir"
         );
     }
+    check_nofile(&config)?;
     let published: Published = Arc::new(Mutex::new(vec![Default::default(); config.shards]));
     let metrics_address = match config.metrics_listen {
         Some(addr) => {
@@ -245,6 +246,7 @@ async fn shard_main(context: ShardContext) {
         responses_written: Notify::new(),
         control: context.control,
         brokers: RefCell::new(context.brokers),
+        failed_silent_produces: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
         fbb: RefCell::new(protocol::flatbuffers::FlatBufferBuilder::with_capacity(
             1024,
         )),
@@ -429,6 +431,64 @@ fn check_io_uring() -> anyhow::Result<()> {
     // SAFETY: closing the ring we just created.
     unsafe { libc::close(fd as i32) };
     Ok(())
+}
+
+/// Every segment file holds a descriptor while its partition is open, and
+/// the broker needs more for connections, its listeners and the control
+/// plane. Check RLIMIT_NOFILE against what the data dir holds before
+/// opening anything, raise the soft limit toward the hard one when that is
+/// enough, and fail with the numbers when it is not (issue 8, item 4): a
+/// broker that runs out of descriptors mid-flight fails requests instead.
+fn check_nofile(config: &Config) -> anyhow::Result<()> {
+    let mut segments: u64 = 0;
+    for entry in std::fs::read_dir(&config.data_dir)?.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if crate::storage::sweep::parse_partition_dir(name).is_none() {
+            continue;
+        }
+        if let Ok(files) = std::fs::read_dir(entry.path()) {
+            segments += files
+                .flatten()
+                .filter(|f| f.file_name().to_string_lossy().ends_with(".log"))
+                .count() as u64;
+        }
+    }
+    let headroom = crate::limits::NOFILE_HEADROOM + 64 * config.shards as u64;
+    let needed = segments + headroom;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Ok(());
+    }
+    if limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur >= needed {
+        return Ok(());
+    }
+    if limit.rlim_max == libc::RLIM_INFINITY || limit.rlim_max >= needed {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct we pass; raising the soft
+        // limit up to the hard one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            tracing::info!(
+                from = limit.rlim_cur,
+                to = limit.rlim_max,
+                segments,
+                "raised the open-files limit to its hard limit"
+            );
+            return Ok(());
+        }
+    }
+    bail!(
+        "RLIMIT_NOFILE is {} (hard {}), but the data dir holds {segments} segment files (one descriptor each while open) and the broker needs about {headroom} more for connections: raise it (ulimit -n, or LimitNOFILE= in systemd)",
+        limit.rlim_cur,
+        limit.rlim_max
+    );
 }
 
 /// glommio registers `io_memory` of locked memory per shard; fail early with

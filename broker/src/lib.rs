@@ -44,6 +44,7 @@ pub mod config;
 pub mod control;
 pub mod handler;
 pub mod limits;
+pub mod log_limit;
 pub mod metrics;
 pub mod net;
 pub mod notify;

@@ -19,6 +19,10 @@ pub const READ_BUFFER_BYTES: usize = 256 * 1024;
 pub const HANDSHAKE_FRAME_BYTES_MAX: usize = 64 * 1024;
 /// Forwarded requests queued for one shard before senders wait.
 pub const FORWARD_QUEUE_MAX: usize = 4096;
+/// Descriptors kept beside the segment files for connections, listeners,
+/// io_uring and the control plane (plus 64 per shard), when start-up checks
+/// RLIMIT_NOFILE.
+pub const NOFILE_HEADROOM: u64 = 1024;
 /// How long start-up retries a listening address that is in use (a broker
 /// killed a moment ago may hold it while its io_uring is torn down).
 pub const BIND_RETRY_MS: u64 = 10_000;

@@ -525,13 +525,16 @@ pub fn serve_forwarded(
         Dispatched::Ready(response) => {
             if reply.is_disconnected() {
                 // A fire-and-forget produce failed here; nobody waits for it.
-                if let Ok(error) =
-                    protocol::codec::verify::<protocol::wire::ErrorResponse>(&response.header)
-                {
+                let allowed = shard.failed_silent_produces.allow();
+                if let (Some(left_out), Ok(error)) = (
+                    allowed,
+                    protocol::codec::verify::<protocol::wire::ErrorResponse>(&response.header),
+                ) {
                     tracing::warn!(
                         request_id,
                         message = error.message().unwrap_or_default(),
-                        "forwarded acks=none request failed"
+                        left_out,
+                        "forwarded acks=none request failed (at most one line a second; left_out counts the others)"
                     );
                 }
                 return None;

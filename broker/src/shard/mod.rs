@@ -77,6 +77,8 @@ pub struct Shard {
     /// The live brokers (this one among them), sorted by id, as the
     /// control thread last reported them.
     pub brokers: RefCell<Vec<BrokerRecord>>,
+    /// One log line per second for failed fire-and-forget produces.
+    pub failed_silent_produces: crate::log_limit::LogLimit,
     /// A reusable flatbuffers builder for response headers.
     pub fbb: RefCell<protocol::flatbuffers::FlatBufferBuilder<'static>>,
 }

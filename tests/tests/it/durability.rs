@@ -233,3 +233,68 @@ fn r8_10_a_second_broker_on_the_same_data_dir_is_refused_whatever_files_are_dele
     );
     assert!(stderr.contains("is in use by another broker"), "{stderr}");
 }
+
+/// Issue 8, item 4: every segment holds a descriptor; a data dir that needs
+/// more than RLIMIT_NOFILE allows is refused at start with the numbers,
+/// instead of failing requests later.
+#[test]
+fn r8_4_a_data_dir_that_needs_more_descriptors_than_allowed_is_refused_at_start() {
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    let small = protocol::client::TopicSettings {
+        segment_bytes: 1024,
+        ..Default::default()
+    };
+    client.create_topic("many", 1, &small).unwrap();
+    let mut p = producer(&client, "many", AckMode::Flushed, 5);
+    for i in 0..1_500u64 {
+        p.send_to(0, None, &numbered_payload(i, 200)).unwrap();
+    }
+    p.flush().unwrap();
+    drop(p);
+    drop(client);
+    broker.stop();
+    let segments = std::fs::read_dir(broker.data_dir().join("many-0"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".log")
+        })
+        .count() as u64;
+    assert!(segments > 200, "{segments} segments");
+    let limit = 1024 + 128 + segments / 2;
+    let mut command = std::process::Command::new(harness::binary("broker"));
+    command.arg("--data-dir").arg(broker.data_dir()).args([
+        "--listen",
+        "127.0.0.1:0",
+        "--shards",
+        "2",
+    ]);
+    // SAFETY: setrlimit in the child between fork and exec, on a struct we own.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            let rlimit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "it started: {stderr}");
+    assert!(
+        stderr.contains(&format!("RLIMIT_NOFILE is {limit}"))
+            && stderr.contains(&format!("holds {segments} segment files")),
+        "{stderr}"
+    );
+    // With room enough it starts and serves every message.
+    broker.restart();
+    assert_eq!(read_all(&broker.client(), "many", 0, 0).len(), 1_500);
+}

@@ -176,13 +176,17 @@ impl Shard {
                 .await
                 .map_err(|e| format!("opening partition {label}: {e}"))?;
             log.set_flush_stats(self.metrics.flush.clone());
-            if recovered.bytes_cut > 0 || recovered.bytes_scanned > 0 || recovered.bytes_synced > 0
+            if recovered.bytes_cut > 0
+                || recovered.bytes_scanned > 0
+                || recovered.bytes_synced > 0
+                || recovered.damaged_segments > 0
             {
                 tracing::info!(
                     partition = %label,
                     bytes_scanned = recovered.bytes_scanned,
                     bytes_cut = recovered.bytes_cut,
                     bytes_synced = recovered.bytes_synced,
+                    damaged_segments = recovered.damaged_segments,
                     end_offset = log.end_offset(),
                     "recovered partition"
                 );

@@ -47,6 +47,8 @@ pub struct Recovered {
     pub bytes_scanned: u64,
     /// Bytes above the recovery point fdatasynced before being exposed.
     pub bytes_synced: u64,
+    /// Closed segments found damaged and kept (see `recover`).
+    pub damaged_segments: u64,
 }
 
 /// Reads the recovery point, if present and well-formed.
@@ -73,7 +75,15 @@ pub fn write_recovery_point(dir: &Path, offset: u64, durable: bool) -> Result<()
             f.sync_all().map_err(|e| io("syncing", e))?;
         }
     }
-    fs::rename(&tmp, &path).map_err(|e| StorageError::io("renaming", &path, e))
+    fs::rename(&tmp, &path).map_err(|e| StorageError::io("renaming", &path, e))?;
+    if durable {
+        // The rename itself is durable only once the directory is synced;
+        // a recovery point lost to a power cut means a full scan.
+        fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StorageError::io("syncing", dir, e))?;
+    }
+    Ok(())
 }
 
 /// Scans a partition directory, removes leftovers of retention, checks the
@@ -129,6 +139,23 @@ pub fn recover(dir: &Path, partition_label: &str) -> Result<Recovered, StorageEr
         let path = dir.join(super::segment::segment_file_name(found[i].base_offset));
         let (valid, scanned) = scan_segment(&path, found[i].base_offset)?;
         recovered.bytes_scanned += scanned;
+        if valid < found[i].size_bytes && i + 1 < found.len() {
+            // Damage in a closed segment is not a torn tail: the segments
+            // after it were written later and are intact. Keep everything
+            // (truncating here would delete them and hand their offsets out
+            // again, issue 8, item 8); consumers get a CRC error at the
+            // damaged message and can skip to the next segment.
+            let next = found[i + 1].base_offset;
+            tracing::error!(
+                partition = partition_label,
+                segment = %path.display(),
+                damaged_offset = found[i].base_offset + valid,
+                next_segment_offset = next,
+                "recovery: a closed segment is damaged; kept as it is, with every later segment (a consumer can skip the damage by starting at the next segment's offset)"
+            );
+            recovered.damaged_segments += 1;
+            continue;
+        }
         if valid < found[i].size_bytes {
             let cut = found[i].size_bytes - valid;
             tracing::warn!(

@@ -298,3 +298,80 @@ fn r8_4_a_data_dir_that_needs_more_descriptors_than_allowed_is_refused_at_start(
     broker.restart();
     assert_eq!(read_all(&broker.client(), "many", 0, 0).len(), 1_500);
 }
+
+/// Issue 8, item 8: a byte flipped in the middle of a closed segment, with
+/// the recovery point lost, made recovery truncate there and delete every
+/// later segment (acknowledged, fsynced messages), then reuse their offsets.
+#[test]
+fn r8_8_damage_in_a_closed_segment_never_deletes_the_segments_after_it() {
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    let small = protocol::client::TopicSettings {
+        segment_bytes: 4096,
+        ..Default::default()
+    };
+    client.create_topic("damaged", 1, &small).unwrap();
+    let mut p = producer(&client, "damaged", AckMode::Flushed, 10);
+    for i in 0..400u64 {
+        p.send_to(0, None, &numbered_payload(i, 100)).unwrap();
+    }
+    p.flush().unwrap();
+    drop(p);
+    drop(client);
+    broker.stop();
+    let dir = broker.data_dir().join("damaged-0");
+    let mut segments: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    segments.sort();
+    assert!(segments.len() >= 5, "{} segments", segments.len());
+    let bytes_before: u64 = segments
+        .iter()
+        .map(|s| std::fs::metadata(s).unwrap().len())
+        .sum();
+    // A byte flipped in the middle of the second segment; the recovery
+    // point lost (as after a power cut).
+    let mut damaged = std::fs::read(&segments[1]).unwrap();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0x5a;
+    std::fs::write(&segments[1], &damaged).unwrap();
+    std::fs::remove_file(dir.join("recovery-point")).unwrap();
+    broker.restart();
+    let log = broker.log();
+    assert!(log.contains("a closed segment is damaged"), "{log}");
+    let bytes_after: u64 = segments
+        .iter()
+        .map(|s| std::fs::metadata(s).unwrap().len())
+        .sum();
+    assert_eq!(bytes_after, bytes_before, "nothing was cut or deleted");
+    // Everything after the damaged segment is served, from the next one.
+    let third: u64 = segments[2]
+        .file_stem()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let client = broker.client();
+    let after = read_all(&client, "damaged", 0, third);
+    assert!(!after.is_empty());
+    let first_index = check_numbered_payload(&after[0].value, 100);
+    for (k, m) in after.iter().enumerate() {
+        assert_eq!(
+            check_numbered_payload(&m.value, 100),
+            first_index + k as u64
+        );
+    }
+    assert_eq!(
+        first_index + after.len() as u64,
+        400,
+        "up to the last message"
+    );
+    // New messages go after the end, not over reused offsets.
+    let (_, offsets) = client
+        .list_offsets("damaged", 0, protocol::client::OffsetSpec::Latest, 0)
+        .unwrap();
+    assert_eq!(offsets.end_offset, bytes_before);
+}

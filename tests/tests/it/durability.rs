@@ -288,6 +288,7 @@ fn r8_4_a_data_dir_that_needs_more_descriptors_than_allowed_is_refused_at_start(
     }
     let output = command.output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{segments} segments, RLIMIT_NOFILE {limit}: {stderr}");
     assert!(!output.status.success(), "it started: {stderr}");
     assert!(
         stderr.contains(&format!("RLIMIT_NOFILE is {limit}"))

@@ -16,6 +16,21 @@ pub fn handle(shard: &Shard, header: &[u8]) -> Result<Dispatched, Failure> {
         .topics()
         .map(|t| t.iter().collect())
         .unwrap_or_default();
+    // Metadata of every topic is built once per change of the topics or
+    // brokers, not once per request (issue 8, item 7).
+    let version = shard.metadata_version.get();
+    if wanted.is_empty() {
+        if let Some((cached, header)) = &*shard.metadata_all.borrow() {
+            if *cached == version {
+                return Ok(Dispatched::Ready(Response {
+                    api: Api::Metadata as u16,
+                    error: 0,
+                    header: header.clone(),
+                    payload: Payload::None,
+                }));
+            }
+        }
+    }
     let topics = shard.topics.borrow();
     let mut listed = Vec::new();
     if wanted.is_empty() {
@@ -23,7 +38,7 @@ pub fn handle(shard: &Shard, header: &[u8]) -> Result<Dispatched, Failure> {
             listed.push(shard.topic_metadata(&topic.borrow()));
         }
     } else {
-        for name in wanted {
+        for &name in &wanted {
             let Some(topic) = topics.get(name) else {
                 return Err(Failure::new(
                     ErrorCode::UnknownTopic,
@@ -56,6 +71,9 @@ pub fn handle(shard: &Shard, header: &[u8]) -> Result<Dispatched, Failure> {
     let header = super::with_builder(shard, |fbb| {
         protocol::codec::metadata_response(fbb, &metadata).to_vec()
     });
+    if wanted.is_empty() {
+        *shard.metadata_all.borrow_mut() = Some((version, header.clone()));
+    }
     Ok(Dispatched::Ready(Response {
         api: Api::Metadata as u16,
         error: 0,

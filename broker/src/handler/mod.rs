@@ -462,14 +462,30 @@ pub fn forward(
 ) -> Result<Dispatched, Failure> {
     let (reply, response) = flume::bounded(1);
     let (peer, msg) = forwarded_request(shard, owner, api, request_id, header, payload, reply)?;
-    Ok(Dispatched::Later(Box::pin(async move {
-        if peer.send_async(msg).await.is_err() {
-            return Some(error_response(
-                api,
+    // Sent now, not when the connection's writer reaches this response:
+    // behind a long-poll, a forwarded produce would otherwise sit in memory
+    // and be appended long after the client left (issue 8, item 6). Only
+    // the response waits its turn. A full inbox is waited for in order.
+    let unsent = match peer.try_send(msg) {
+        Ok(()) => None,
+        Err(flume::TrySendError::Full(msg)) => Some(msg),
+        Err(flume::TrySendError::Disconnected(_)) => {
+            return Err(Failure::new(
                 ErrorCode::ShuttingDown,
                 "the owning shard has stopped",
-                None,
-            ));
+            ))
+        }
+    };
+    Ok(Dispatched::Later(Box::pin(async move {
+        if let Some(msg) = unsent {
+            if peer.send_async(msg).await.is_err() {
+                return Some(error_response(
+                    api,
+                    ErrorCode::ShuttingDown,
+                    "the owning shard has stopped",
+                    None,
+                ));
+            }
         }
         response
             .recv_async()

@@ -216,6 +216,11 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
             if conn.closed.get() {
                 return Ok(());
             }
+            // A buffer full of cheap-to-send, costly-to-answer requests
+            // (Metadata of thousands of partitions) must not hold the
+            // reactor: let other connections run between frames (issue 8,
+            // item 7).
+            glommio::yield_if_needed().await;
         }
         // Keep the unparsed tail at the front. A large frame's buffer grows
         // as its bytes arrive, not when its size is declared.

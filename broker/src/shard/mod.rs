@@ -77,6 +77,11 @@ pub struct Shard {
     /// The live brokers (this one among them), sorted by id, as the
     /// control thread last reported them.
     pub brokers: RefCell<Vec<BrokerRecord>>,
+    /// Bumped whenever the topics this shard knows or the live brokers
+    /// change: the cached Metadata of every topic is for one version.
+    pub metadata_version: Cell<u64>,
+    /// The encoded Metadata header of every topic, and its version.
+    pub metadata_all: RefCell<Option<(u64, Vec<u8>)>>,
     /// One log line per second for failed fire-and-forget produces.
     pub failed_silent_produces: crate::log_limit::LogLimit,
     /// A reusable flatbuffers builder for response headers.
@@ -118,6 +123,11 @@ impl Shard {
     /// The topic, if it exists.
     pub fn topic(&self, name: &str) -> Option<Rc<RefCell<Topic>>> {
         self.topics.borrow().get(name).cloned()
+    }
+
+    /// Invalidates the cached Metadata (topics or brokers changed).
+    pub fn metadata_changed(&self) {
+        self.metadata_version.set(self.metadata_version.get() + 1);
     }
 
     /// The shard count of a live broker (`None` if it is not live).
@@ -203,6 +213,7 @@ impl Shard {
         self.topics
             .borrow_mut()
             .insert(stored.name.clone(), Rc::new(RefCell::new(topic)));
+        self.metadata_changed();
         Ok(())
     }
 
@@ -213,6 +224,7 @@ impl Shard {
         let Some(topic) = self.topics.borrow_mut().remove(name) else {
             return Ok(());
         };
+        self.metadata_changed();
         let topic = topic.borrow();
         let mut dirs = Vec::new();
         for log in topic.logs.values() {

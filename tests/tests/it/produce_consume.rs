@@ -4,6 +4,8 @@
 use super::util::{create, producer, read_all};
 use harness::{check_numbered_payload, numbered_payload, Broker, BrokerOptions};
 use protocol::client::{AckMode, Client, Connection, Consumer, OffsetSpec};
+use protocol::codec;
+use protocol::frame::Api;
 use protocol::message::MESSAGE_HEADER_BYTES;
 
 #[test]
@@ -315,5 +317,62 @@ fn fire_and_forget_produces_through_the_wrong_shard_arrive_and_bad_ones_are_refu
         error.code(),
         Some(protocol::ErrorCode::CorruptMessage),
         "{error}"
+    );
+}
+
+/// Issue 8, item 6: a produce forwarded to the owning shard was sent only
+/// when the connection's writer reached it, so behind a long-poll it sat in
+/// memory and was appended long after. Now it is sent when dispatched; only
+/// its response waits its turn.
+#[test]
+fn r8_6_a_forwarded_produce_is_appended_at_once_even_behind_a_long_poll() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "behind", 2);
+    let metadata = client.metadata(&["behind"]).unwrap();
+    let on = |shard: u16| {
+        metadata.topics[0]
+            .partitions
+            .iter()
+            .find(|p| p.shard_id == shard)
+            .unwrap()
+            .partition
+    };
+    let (here, there) = (on(0), on(1));
+    let mut conn = Connection::connect(&broker.shards[0]).unwrap();
+    // A long-poll on shard 0's own, empty partition: 60 s.
+    let header = codec::fetch_request(
+        &mut conn.fbb,
+        "behind",
+        here,
+        codec::FetchArgs {
+            offset: 0,
+            max_bytes: 1024,
+            max_wait_ms: 60_000,
+        },
+    )
+    .to_vec();
+    conn.send(Api::Fetch, &header, &[]).unwrap();
+    // Then produces for shard 1's partition, through shard 0.
+    let mut set = Vec::new();
+    protocol::message::encode_message(&mut set, None, b"forwarded");
+    for _ in 0..10 {
+        let header =
+            codec::produce_request(&mut conn.fbb, "behind", there, AckMode::Written).to_vec();
+        conn.send(Api::Produce, &header, &set).unwrap();
+    }
+    conn.flush().unwrap();
+    // Appended while the long-poll still holds every response back.
+    harness::eventually(
+        "the forwarded produces appended",
+        std::time::Duration::from_secs(30),
+        || {
+            let (_, offsets) = client
+                .list_offsets("behind", there, OffsetSpec::Latest, 0)
+                .map_err(|e| e.to_string())?;
+            (offsets.end_offset == 10 * 18)
+                .then_some(())
+                .ok_or(format!("end offset {}", offsets.end_offset))
+        },
     );
 }

@@ -159,6 +159,11 @@ struct ConsumeArgs {
     /// Bytes per fetch.
     #[arg(long, default_value_t = 256 * 1024)]
     max_bytes: u32,
+    /// On a damaged message (a CRC error from a damaged disk), skip to the
+    /// next valid message and say how many bytes were skipped, instead of
+    /// stopping.
+    #[arg(long)]
+    skip_damaged: bool,
     /// Consume as a member of this consumer group (cluster only): the
     /// group's partitions are divided among its members, and offsets are
     /// committed as messages are printed. --from (earliest or latest) then
@@ -388,7 +393,7 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
         let mut all_at_end = true;
         for (p, consumer) in &mut consumers {
             let mut write_error = None;
-            consumer.poll_with(|m| {
+            let polled = consumer.poll_with(|m| {
                 if printed >= limit || write_error.is_some() {
                     return;
                 }
@@ -402,7 +407,21 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
                     write_error = Some(e);
                 }
                 printed += 1;
-            })?;
+            });
+            match polled {
+                Ok(_) => {}
+                Err(protocol::client::ClientError::Corrupt { partition, source }) => {
+                    let at = consumer.position();
+                    if !args.skip_damaged {
+                        bail!("{partition}: the bytes at offset {at} are not a valid message ({source}): damaged data, or --from is not a message boundary (see `ringlog consume --print-offsets`); --skip-damaged moves past it");
+                    }
+                    let skipped = consumer.skip_damaged()?;
+                    eprintln!(
+                        "ringlog: {partition}: skipped {skipped} damaged bytes at offset {at} ({source})"
+                    );
+                }
+                Err(error) => return Err(error.into()),
+            }
             if let Some(e) = write_error {
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
                     return Ok(());

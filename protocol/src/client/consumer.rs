@@ -196,6 +196,80 @@ impl Consumer {
         Ok(delivered)
     }
 
+    /// Moves past a damaged message at the current position (a poll that
+    /// returned [`ClientError::Corrupt`]): fetches from here and looks for
+    /// the first later position where two whole messages in a row (or one
+    /// that ends the log) pass their length and CRC checks, and resumes
+    /// there. A CRC check gives a false match once in 2^32; two in a row make
+    /// a wrong resume point practically impossible. Returns how many bytes
+    /// were skipped; messages inside them are lost to this consumer.
+    pub fn skip_damaged(&mut self) -> Result<u64, ClientError> {
+        let from = self.offset;
+        let mut probe = from + 1;
+        let saved_wait = self.max_wait_ms;
+        self.max_wait_ms = 0;
+        let found = loop {
+            self.offset = probe;
+            if let Err(error) = self.fetch_once() {
+                break Err(error);
+            }
+            let flushed = match verify::<wire::FetchResponse>(&self.frame.header) {
+                Ok(response) => response.flushed_offset(),
+                Err(e) => break Err(ClientError::Protocol(format!("fetch response: {e}"))),
+            };
+            let chunk = &self.frame.payload;
+            if chunk.is_empty() {
+                break Err(ClientError::Usage(format!(
+                    "no valid message after the damage at offset {from} in {}-{} (the log ends at {flushed})",
+                    self.topic, self.partition
+                )));
+            }
+            // A position where one whole valid message starts, but the chunk
+            // ends before the next: fetch again from there to check it.
+            let mut refetch_from = None;
+            let mut resume = None;
+            for start in 0..chunk.len() {
+                let mut iter = MessageSetIter::new(&chunk[start..], probe + start as u64);
+                if !matches!(iter.next(), Some(Ok(_))) {
+                    continue;
+                }
+                match iter.next() {
+                    Some(Ok(_)) => {
+                        resume = Some(start);
+                        break;
+                    }
+                    Some(Err(_)) => {}
+                    // One whole message that ends the log is enough, and so
+                    // is one that fills the chunk from its start.
+                    None if iter.next_offset() == flushed || start == 0 => {
+                        resume = Some(start);
+                        break;
+                    }
+                    None => {
+                        refetch_from = Some(start);
+                        break;
+                    }
+                }
+            }
+            match (resume, refetch_from) {
+                (Some(start), _) => break Ok(probe + start as u64),
+                (None, Some(start)) => probe += start as u64,
+                (None, None) => probe += chunk.len() as u64,
+            }
+        };
+        self.max_wait_ms = saved_wait;
+        match found {
+            Ok(resume) => {
+                self.offset = resume;
+                Ok(resume - from)
+            }
+            Err(error) => {
+                self.offset = from;
+                Err(error)
+            }
+        }
+    }
+
     /// Fetches once and returns copies of the whole messages.
     pub fn poll(&mut self) -> Result<Vec<OwnedMessage>, ClientError> {
         let mut out = Vec::new();

@@ -370,6 +370,28 @@ fn r8_8_damage_in_a_closed_segment_never_deletes_the_segments_after_it() {
         400,
         "up to the last message"
     );
+    // A consumer from the start meets the damage and can move past it.
+    let mut consumer = protocol::client::Consumer::new(&client, "damaged", 0, 0).unwrap();
+    consumer.set_max_wait_ms(0);
+    let mut seen = Vec::new();
+    let mut skipped = 0;
+    loop {
+        match consumer.poll_with(|m| seen.push(check_numbered_payload(m.value, 100))) {
+            Ok(0) if consumer.at_end() => break,
+            Ok(_) => {}
+            Err(protocol::client::ClientError::Corrupt { .. }) => {
+                skipped += consumer.skip_damaged().unwrap();
+            }
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert!(skipped > 0);
+    let lost = 400 - seen.len();
+    assert!(
+        (1..=2).contains(&lost),
+        "{lost} messages lost to the damage, {skipped} bytes skipped"
+    );
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "in order");
     // New messages go after the end, not over reused offsets.
     let (_, offsets) = client
         .list_offsets("damaged", 0, protocol::client::OffsetSpec::Latest, 0)

@@ -137,7 +137,13 @@ pub fn recover(dir: &Path, partition_label: &str) -> Result<Recovered, StorageEr
         .unwrap_or(found.len());
     for i in first_to_scan..found.len() {
         let path = dir.join(super::segment::segment_file_name(found[i].base_offset));
-        let (valid, scanned) = scan_segment(&path, found[i].base_offset)?;
+        // Below the recovery point everything was fsynced and checked when
+        // written: scan from there, so that only the unflushed tail can be
+        // cut (issue 8, item 8). Without a recovery point, from the start.
+        let from = recovery_point
+            .saturating_sub(found[i].base_offset)
+            .min(found[i].size_bytes);
+        let (valid, scanned) = scan_segment(&path, found[i].base_offset, from)?;
         recovered.bytes_scanned += scanned;
         if valid < found[i].size_bytes && i + 1 < found.len() {
             // Damage in a closed segment is not a torn tail: the segments
@@ -204,11 +210,15 @@ fn remove_from(
     Ok(())
 }
 
-/// Returns (bytes of whole valid messages from the start, bytes read).
-fn scan_segment(path: &Path, base_offset: u64) -> Result<(u64, u64), StorageError> {
+/// Scans from position `from` (a message boundary); returns (the position
+/// where valid whole messages end, bytes read).
+fn scan_segment(path: &Path, base_offset: u64, from: u64) -> Result<(u64, u64), StorageError> {
+    use std::io::Seek;
     let mut file = fs::File::open(path).map_err(|e| StorageError::io("opening", path, e))?;
+    file.seek(std::io::SeekFrom::Start(from))
+        .map_err(|e| StorageError::io("seeking", path, e))?;
     let mut buf: Vec<u8> = Vec::with_capacity(4 << 20);
-    let mut valid = 0u64;
+    let mut valid = from;
     let mut read_total = 0u64;
     let mut eof = false;
     loop {

@@ -1,7 +1,7 @@
 //! Bad input gets a clear error and harms nothing: no panic, no stuck
 //! shard, other connections unaffected, stored data intact.
 
-use super::util::{create, producer, read_all};
+use super::util::{create, handshake, producer, raw, read_all, socket};
 use harness::{numbered_payload, Broker, BrokerOptions};
 use protocol::client::{read_response, AckMode, ClientError, Connection, ResponseFrame};
 use protocol::codec;
@@ -17,29 +17,6 @@ fn broker_code(result: Result<impl std::fmt::Debug, ClientError>) -> ErrorCode {
         Err(ClientError::Broker { code, .. }) => code,
         other => panic!("expected a broker error, got {other:?}"),
     }
-}
-
-/// A raw socket that has done the handshake.
-fn raw(address: &str) -> TcpStream {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
-    let header = codec::handshake_request(&mut fbb, "raw").to_vec();
-    let mut out = Vec::new();
-    frame::write_frame(
-        &mut out,
-        Api::Handshake as u16,
-        API_VERSION,
-        0,
-        &header,
-        &[],
-    );
-    stream.write_all(&out).unwrap();
-    let mut response = ResponseFrame::default();
-    read_response(&mut stream, &mut response).unwrap();
-    stream
 }
 
 fn expect_error_then_close(stream: &mut TcpStream, code: ErrorCode) {
@@ -262,37 +239,11 @@ fn the_first_request_must_be_a_handshake() {
 #[test]
 fn r8_13_a_handshake_with_another_api_version_is_unsupported() {
     let broker = Broker::start(BrokerOptions::default());
-    let mut stream = TcpStream::connect(broker.address()).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
-    let header = codec::handshake_request(&mut fbb, "v1-client").to_vec();
-    let mut out = Vec::new();
-    frame::write_frame(
-        &mut out,
-        Api::Handshake as u16,
-        API_VERSION + 1,
-        1,
-        &header,
-        &[],
-    );
-    stream.write_all(&out).unwrap();
-    let mut response = ResponseFrame::default();
-    let error = read_response(&mut stream, &mut response).unwrap_err();
+    let mut stream = socket(&broker.address());
+    let error = handshake(&mut stream, API_VERSION + 1, 1).unwrap_err();
     assert_eq!(error.code(), Some(ErrorCode::UnsupportedVersion), "{error}");
     // The connection stays open and a correct handshake then succeeds.
-    out.clear();
-    frame::write_frame(
-        &mut out,
-        Api::Handshake as u16,
-        API_VERSION,
-        2,
-        &header,
-        &[],
-    );
-    stream.write_all(&out).unwrap();
-    read_response(&mut stream, &mut response).unwrap();
+    let response = handshake(&mut stream, API_VERSION, 2).unwrap();
     assert_eq!(response.request_id, 2);
 }
 

@@ -1,7 +1,7 @@
 //! Hostile connections cannot pin the broker's memory or hold connections
 //! forever (issue 8, items 1 and 2).
 
-use super::util::create;
+use super::util::{create, raw, socket};
 use harness::{Broker, BrokerOptions};
 use protocol::client::{read_response, ResponseFrame};
 use protocol::codec::{self, FetchArgs};
@@ -9,31 +9,6 @@ use protocol::frame::{self, Api, API_VERSION};
 use protocol::ErrorCode;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
-
-fn connect(address: &str) -> TcpStream {
-    let stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream
-}
-
-fn handshake(stream: &mut TcpStream) {
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
-    let header = codec::handshake_request(&mut fbb, "limits").to_vec();
-    let mut out = Vec::new();
-    frame::write_frame(
-        &mut out,
-        Api::Handshake as u16,
-        API_VERSION,
-        0,
-        &header,
-        &[],
-    );
-    stream.write_all(&out).unwrap();
-    read_response(stream, &mut ResponseFrame::default()).unwrap();
-}
 
 /// A 16-byte request prefix that declares a frame of `frame_bytes`.
 fn prefix(frame_bytes: usize) -> Vec<u8> {
@@ -79,13 +54,12 @@ fn r8_1_sixteen_bytes_no_longer_pin_sixteen_mebibytes() {
     let mut held = Vec::new();
     for i in 0..64 {
         let address = &broker.shards[i % broker.shards.len()];
-        let mut stream = connect(address);
-        handshake(&mut stream);
+        let mut stream = raw(address);
         stream.write_all(&prefix(16 * 1024 * 1024)).unwrap();
         held.push(stream);
     }
     // Before a handshake, even the declaration is refused.
-    let mut stranger = connect(&broker.address());
+    let mut stranger = socket(&broker.address());
     stranger.write_all(&prefix(16 * 1024 * 1024)).unwrap();
     let error = read_response(&mut stranger, &mut ResponseFrame::default()).unwrap_err();
     assert_eq!(error.code(), Some(ErrorCode::FrameTooLarge), "{error}");
@@ -117,22 +91,19 @@ fn r8_2_silent_trickling_and_idle_connections_are_closed_on_their_deadlines() {
     });
     create(&broker.client(), "quiet", 1);
     // Never a handshake (100 of them).
-    let silent: Vec<TcpStream> = (0..100).map(|_| connect(&broker.address())).collect();
+    let silent: Vec<TcpStream> = (0..100).map(|_| socket(&broker.address())).collect();
     // Half a prefix after the handshake: slowloris.
     let trickling: Vec<TcpStream> = (0..20)
         .map(|_| {
-            let mut stream = connect(&broker.address());
-            handshake(&mut stream);
+            let mut stream = raw(&broker.address());
             stream.write_all(&prefix(1024)[..8]).unwrap();
             stream
         })
         .collect();
     // Handshaken, then nothing.
-    let mut idle = connect(&broker.address());
-    handshake(&mut idle);
+    let mut idle = raw(&broker.address());
     // A long-poll longer than the idle timeout: answered, not cut off.
-    let mut polling = connect(&broker.address());
-    handshake(&mut polling);
+    let mut polling = raw(&broker.address());
     let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
     let header = codec::fetch_request(
         &mut fbb,

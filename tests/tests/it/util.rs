@@ -3,6 +3,8 @@
 use protocol::client::{
     AckMode, Client, Consumer, OwnedMessage, Producer, ProducerConfig, TopicSettings,
 };
+use std::io::Write;
+use std::net::TcpStream;
 use std::time::Duration;
 
 /// Creates a topic with default settings.
@@ -42,4 +44,46 @@ pub fn read_all(client: &Client, topic: &str, partition: u32, offset: u64) -> Ve
         }
         out.extend(batch);
     }
+}
+
+/// A socket to `address` with a 30 s read timeout, before any handshake.
+pub fn socket(address: &str) -> TcpStream {
+    let stream = TcpStream::connect(address).unwrap_or_else(|e| panic!("connecting: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap_or_else(|e| panic!("read timeout: {e}"));
+    stream
+}
+
+/// Sends a Handshake frame with this api version and request id, and reads
+/// the answer.
+pub fn handshake(
+    stream: &mut TcpStream,
+    api_version: u16,
+    request_id: u32,
+) -> Result<protocol::client::ResponseFrame, protocol::client::ClientError> {
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = protocol::codec::handshake_request(&mut fbb, "raw").to_vec();
+    let mut out = Vec::new();
+    protocol::frame::write_frame(
+        &mut out,
+        protocol::frame::Api::Handshake as u16,
+        api_version,
+        request_id,
+        &header,
+        &[],
+    );
+    stream
+        .write_all(&out)
+        .unwrap_or_else(|e| panic!("writing: {e}"));
+    let mut response = protocol::client::ResponseFrame::default();
+    protocol::client::read_response(stream, &mut response).map(|()| response)
+}
+
+/// A raw socket that has done the handshake.
+pub fn raw(address: &str) -> TcpStream {
+    let mut stream = socket(address);
+    handshake(&mut stream, protocol::frame::API_VERSION, 0)
+        .unwrap_or_else(|e| panic!("handshake: {e}"));
+    stream
 }

@@ -247,6 +247,8 @@ async fn shard_main(context: ShardContext) {
         control: context.control,
         brokers: RefCell::new(context.brokers),
         failed_silent_produces: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
+        connections: Cell::new(0),
+        accept_problems: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
         metadata_version: Cell::new(0),
         metadata_all: RefCell::new(None),
         fbb: RefCell::new(protocol::flatbuffers::FlatBufferBuilder::with_capacity(

@@ -60,6 +60,10 @@ pub struct Config {
     pub io_memory_bytes: usize,
     /// How often retention runs.
     pub retention_check_ms: u64,
+    /// Connections the broker serves at once (divided evenly among its
+    /// shards); past it a new connection gets an OVERLOADED error frame and
+    /// is closed, so file descriptors stay for storage.
+    pub max_connections: usize,
     /// A new connection must complete its Handshake within this, or it is
     /// closed.
     pub handshake_timeout_ms: u64,
@@ -95,6 +99,7 @@ impl Default for Config {
             message_bytes_max: crate::limits::MESSAGE_BYTES_MAX_DEFAULT,
             io_memory_bytes: crate::limits::IO_MEMORY_BYTES_DEFAULT,
             retention_check_ms: 30_000,
+            max_connections: 10_000,
             handshake_timeout_ms: 10_000,
             idle_timeout_ms: 600_000,
             frame_timeout_ms: 30_000,
@@ -141,6 +146,12 @@ impl Config {
                 self.cluster
             )));
         }
+        if self.max_connections < self.shards {
+            return Err(ConfigError(format!(
+                "max_connections must be at least one per shard ({}), got {}",
+                self.shards, self.max_connections
+            )));
+        }
         for (name, value) in [
             ("handshake_timeout_ms", self.handshake_timeout_ms),
             ("idle_timeout_ms", self.idle_timeout_ms),
@@ -167,6 +178,11 @@ impl Config {
         self.topic_settings(&protocol::codec::TopicSettings::default())
             .map(|_| ())
             .map_err(ConfigError)
+    }
+
+    /// Connections one shard serves at once.
+    pub fn max_connections_per_shard(&self) -> usize {
+        self.max_connections.div_ceil(self.shards.max(1))
     }
 
     /// True when the broker is a member of an etcd cluster.

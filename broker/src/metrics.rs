@@ -46,6 +46,7 @@ macro_rules! counters {
 counters! {
     connections_accepted_total: "TCP connections accepted",
     connections_timed_out_total: "Connections closed past their handshake, frame or idle deadline",
+    connections_refused_total: "Connections refused at max_connections",
     requests_total: "Requests handled (local and forwarded-in)",
     requests_forwarded_total: "Requests this shard sent to the owning shard",
     request_errors_total: "Requests answered with an error code",

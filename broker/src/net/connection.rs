@@ -83,6 +83,30 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     writer.await;
 }
 
+/// Answers a connection over `max_connections` with one OVERLOADED error
+/// frame (request id 0, api Handshake, as a reply to the Handshake it would
+/// send) and closes it.
+pub async fn refuse(stream: TcpStream) {
+    let response = handler::error_response(
+        Api::Handshake as u16,
+        ErrorCode::Overloaded,
+        "the broker serves max_connections connections already; retry later or raise max_connections",
+        None,
+    );
+    let mut out = Vec::new();
+    frame::write_frame(
+        &mut out,
+        response.api,
+        response.error,
+        0,
+        &response.header,
+        &[],
+    );
+    let mut stream = stream;
+    let _ = futures_lite::AsyncWriteExt::write_all(&mut stream, &out).await;
+    let _ = futures_lite::AsyncWriteExt::close(&mut stream).await;
+}
+
 fn push(shard: &Shard, conn: &Conn, item: Queued) {
     if conn.closed.get() {
         return; // The writer is gone; nothing will take it.

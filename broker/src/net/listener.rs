@@ -18,13 +18,36 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, stop: Notify) 
             return;
         };
         match accepted {
+            Ok(stream) if shard.connections.get() >= shard.config.max_connections_per_shard() => {
+                // Refused politely: one error frame, then close, so the
+                // descriptors stay for storage (issue 8, item 3).
+                crate::metrics::bump(&shard.metrics.counters.connections_refused_total, 1);
+                if let Some(left_out) = shard.accept_problems.allow() {
+                    tracing::warn!(
+                        shard = shard.id,
+                        max = shard.config.max_connections_per_shard(),
+                        left_out,
+                        "refusing a connection: max_connections reached (one line a second)"
+                    );
+                }
+                glommio::spawn_local(crate::net::connection::refuse(stream)).detach();
+            }
             Ok(stream) => {
                 crate::metrics::bump(&shard.metrics.counters.connections_accepted_total, 1);
-                glommio::spawn_local(crate::net::connection::serve(shard.clone(), stream)).detach();
+                let served = shard.clone();
+                shard.connections.set(shard.connections.get() + 1);
+                glommio::spawn_local(async move {
+                    crate::net::connection::serve(served.clone(), stream).await;
+                    served.connections.set(served.connections.get() - 1);
+                })
+                .detach();
             }
             Err(error) => {
-                // EMFILE and friends: log, back off briefly, keep serving.
-                tracing::warn!(%error, shard = shard.id, "accept failed");
+                // EMFILE and friends: log (once a second), back off
+                // briefly, keep serving.
+                if let Some(left_out) = shard.accept_problems.allow() {
+                    tracing::warn!(%error, shard = shard.id, left_out, "accept failed (one line a second)");
+                }
                 glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
             }
         }

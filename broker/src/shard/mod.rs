@@ -82,6 +82,10 @@ pub struct Shard {
     pub metadata_version: Cell<u64>,
     /// The encoded Metadata header of every topic, and its version.
     pub metadata_all: RefCell<Option<(u64, Vec<u8>)>>,
+    /// Connections this shard serves now.
+    pub connections: Cell<usize>,
+    /// One log line per second for refused connections and failed accepts.
+    pub accept_problems: crate::log_limit::LogLimit,
     /// One log line per second for failed fire-and-forget produces.
     pub failed_silent_produces: crate::log_limit::LogLimit,
     /// A reusable flatbuffers builder for response headers.

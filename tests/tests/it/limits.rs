@@ -142,3 +142,29 @@ fn r8_2_silent_trickling_and_idle_connections_are_closed_on_their_deadlines() {
     // The broker serves on.
     broker.client().metadata(&[]).unwrap();
 }
+
+/// Item 3: 1,100 idle connections took every descriptor; new clients hung
+/// and partitions failed to open segments. Past `max_connections` a new
+/// connection gets one OVERLOADED frame and is closed.
+#[test]
+fn r8_3_connections_past_max_connections_are_refused_politely() {
+    let broker = Broker::start(BrokerOptions {
+        shards: 1,
+        config_toml: "max_connections = 4\n".into(),
+        ..BrokerOptions::default()
+    });
+    let mut held: Vec<TcpStream> = (0..4).map(|_| raw(&broker.address())).collect();
+    let mut refused = socket(&broker.address());
+    let error = read_response(&mut refused, &mut ResponseFrame::default()).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::Overloaded), "{error}");
+    assert!(error.to_string().contains("max_connections"), "{error}");
+    assert!(closed_by_broker(&mut refused));
+    // One leaves; a slot is free again.
+    drop(held.pop());
+    harness::eventually("a free slot", std::time::Duration::from_secs(30), || {
+        let mut stream = socket(&broker.address());
+        super::util::handshake(&mut stream, API_VERSION, 0)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+}

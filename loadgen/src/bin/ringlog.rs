@@ -156,6 +156,11 @@ struct ConsumeArgs {
     /// Prefix each line with PARTITION:OFFSET and a tab.
     #[arg(long)]
     print_offsets: bool,
+    /// Print each message's key before its payload, separated by this
+    /// character (as `produce --key-separator` reads them); unkeyed
+    /// messages print an empty key.
+    #[arg(long, value_name = "C")]
+    print_keys: Option<char>,
     /// Bytes per fetch.
     #[arg(long, default_value_t = 256 * 1024)]
     max_bytes: u32,
@@ -234,14 +239,18 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
             };
             let topic = client.create_topic(&name, partitions, &settings)?;
             println!(
-                "created topic {} with {} partitions",
+                "created topic {} with {}",
                 topic.name,
-                topic.partitions.len()
+                plural(topic.partitions.len(), "partition")
             );
         }
         TopicCommand::List => {
             for topic in client.metadata(&[])?.topics {
-                println!("{}\t{} partitions", topic.name, topic.partitions.len());
+                println!(
+                    "{}\t{}",
+                    topic.name,
+                    plural(topic.partitions.len(), "partition")
+                );
             }
         }
         TopicCommand::Describe { name } => {
@@ -340,8 +349,21 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
         AckMode::None => "sent (no acknowledgement requested)".to_string(),
         _ => format!("acknowledged ({:?})", args.acks).to_lowercase(),
     };
-    eprintln!("{count} messages {acked} to topic {}", args.topic);
+    eprintln!(
+        "{} {acked} to topic {}",
+        plural(count as usize, "message"),
+        args.topic
+    );
     Ok(())
+}
+
+/// "1 message", "2 messages".
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 {
+        format!("1 {word}")
+    } else {
+        format!("{n} {word}s")
+    }
 }
 
 fn split_key(line: &[u8], separator: Option<char>) -> (Option<&[u8]>, &[u8]) {
@@ -377,6 +399,14 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
         Some(p) => vec![p],
         None => (0..topic.partitions.len() as u32).collect(),
     };
+    if partitions.len() > 1 && args.from.parse::<u64>().is_ok() {
+        bail!(
+            "--from {}: an offset is a byte position in one partition; name it with --partition (topic {:?} has {})",
+            args.from,
+            args.topic,
+            plural(partitions.len(), "partition")
+        );
+    }
     let mut consumers = Vec::new();
     for &p in &partitions {
         let offset = start_offset(&client, &args.topic, p, &args.from)?;
@@ -397,12 +427,7 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
                 if printed >= limit || write_error.is_some() {
                     return;
                 }
-                let result = if args.print_offsets {
-                    write!(out, "{p}:{}\t", m.offset).and_then(|()| out.write_all(m.value))
-                } else {
-                    out.write_all(m.value)
-                }
-                .and_then(|()| out.write_all(b"\n"));
+                let result = write_message(&mut out, &args, *p, m.offset, m.key, m.value);
                 if let Err(e) = result {
                     write_error = Some(e);
                 }
@@ -440,6 +465,26 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
     }
     out.flush().context("writing stdout")?;
     Ok(())
+}
+
+/// One consumed message as a line: `[PARTITION:OFFSET\t][KEY<C>]PAYLOAD\n`.
+fn write_message(
+    out: &mut impl Write,
+    args: &ConsumeArgs,
+    partition: u32,
+    offset: u64,
+    key: Option<&[u8]>,
+    value: &[u8],
+) -> std::io::Result<()> {
+    if args.print_offsets {
+        write!(out, "{partition}:{offset}\t")?;
+    }
+    if let Some(separator) = args.print_keys {
+        out.write_all(key.unwrap_or_default())?;
+        write!(out, "{separator}")?;
+    }
+    out.write_all(value)?;
+    out.write_all(b"\n")
 }
 
 fn start_offset(client: &Client, topic: &str, partition: u32, from: &str) -> anyhow::Result<u64> {
@@ -519,12 +564,14 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
                 }
                 continue;
             }
-            let result = if args.print_offsets {
-                write!(out, "{}:{}\t", m.partition, m.offset).and_then(|()| out.write_all(&m.value))
-            } else {
-                out.write_all(&m.value)
-            }
-            .and_then(|()| out.write_all(b"\n"));
+            let result = write_message(
+                &mut out,
+                args,
+                m.partition,
+                m.offset,
+                m.key.as_deref(),
+                &m.value,
+            );
             match result {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),

@@ -182,7 +182,21 @@ impl Consumer {
             }
         }
         if delivered == 0 && !self.frame.payload.is_empty() {
-            if let Some((size, _)) = iter.incomplete() {
+            if let Some((size, present)) = iter.incomplete() {
+                // Flushed data always ends at a message boundary: a message
+                // still incomplete at the flushed end never completes, so
+                // this offset is not a message boundary (or the data is
+                // damaged). Say so instead of waiting forever.
+                let chunk_end = self.offset + self.frame.payload.len() as u64;
+                if chunk_end >= self.offsets.flushed_offset {
+                    return Err(ClientError::Corrupt {
+                        partition: format!("{}-{}", self.topic, self.partition),
+                        source: crate::message::MessageError::Incomplete {
+                            position: iter.position(),
+                            missing: size.saturating_sub(present).max(1),
+                        },
+                    });
+                }
                 if size > self.max_bytes as usize {
                     return Err(ClientError::MessageTooLarge {
                         offset: self.offset,

@@ -376,3 +376,29 @@ fn r8_6_a_forwarded_produce_is_appended_at_once_even_behind_a_long_poll() {
         },
     );
 }
+
+/// Issue 10, item 4: a consumer started inside the last message waited
+/// forever for bytes that can never complete it (flushed data ends on a
+/// message boundary). It now says the offset is not a message boundary,
+/// and skip_damaged moves on.
+#[test]
+fn an_offset_inside_the_last_message_is_an_error_not_a_hang() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "inside", 1);
+    let mut p = producer(&client, "inside", AckMode::Flushed, 1);
+    p.send_to(0, None, b"x").unwrap();
+    p.flush().unwrap();
+    let mut consumer = Consumer::new(&client, "inside", 0, 7).unwrap();
+    consumer.set_max_wait_ms(100);
+    match consumer.poll() {
+        Err(protocol::client::ClientError::Corrupt { .. }) => {}
+        other => panic!("expected a not-a-message error, got {other:?}"),
+    }
+    p.send_to(0, None, b"y").unwrap();
+    p.flush().unwrap();
+    assert_eq!(consumer.skip_damaged().unwrap(), 3);
+    let next = consumer.poll().unwrap();
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].value, b"y");
+}

@@ -144,7 +144,9 @@ struct ConsumeArgs {
     /// Only this partition (default: all).
     #[arg(long)]
     partition: Option<u32>,
-    /// earliest, latest, an OFFSET, or @UNIX_MS (messages appended since then).
+    /// earliest, latest, an OFFSET (with --partition), or @UNIX_MS: from the
+    /// first segment appended to at or after that time, so with segment
+    /// granularity (as in the paper) somewhat older messages may come first.
     #[arg(long, default_value = "earliest")]
     from: String,
     /// Stop after this many messages.

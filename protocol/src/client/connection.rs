@@ -37,6 +37,9 @@ pub struct BrokerHello {
     pub broker_version: String,
 }
 
+/// How long a new connection waits for the broker's Handshake answer.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A connection to one broker shard. Not thread-safe; one owner at a time.
 ///
 /// Requests are written to a buffer; [`Connection::flush`] sends them.
@@ -77,6 +80,10 @@ impl Connection {
             source: last_error.unwrap_or_else(|| std::io::Error::other("no addresses")),
         })?;
         stream.set_nodelay(true)?;
+        // A broker that accepts but never answers (stopped, overloaded, not
+        // a ringlog broker) must not hold the caller forever: the handshake
+        // has a deadline, and a bootstrap list moves on to the next address.
+        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
         let reader = BufReader::with_capacity(256 * 1024, stream.try_clone()?);
         let writer = BufWriter::with_capacity(256 * 1024, stream);
         let mut conn = Connection {
@@ -89,7 +96,23 @@ impl Connection {
         };
         let name = format!("ringlog-rust/{}", env!("CARGO_PKG_VERSION"));
         let header = codec::handshake_request(&mut conn.fbb, &name).to_vec();
-        let response = conn.call(Api::Handshake, &header, &[])?;
+        let response = match conn.call(Api::Handshake, &header, &[]) {
+            Ok(response) => response,
+            Err(ClientError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(ClientError::Timeout {
+                    address: address.to_string(),
+                    during: "the handshake",
+                    waited: HANDSHAKE_TIMEOUT,
+                });
+            }
+            Err(other) => return Err(other),
+        };
+        conn.writer.get_ref().set_read_timeout(None)?;
         let hello = verify::<wire::HandshakeResponse>(&response.header)
             .map_err(|e| ClientError::protocol(format!("handshake response: {e}")))?;
         conn.hello = BrokerHello {

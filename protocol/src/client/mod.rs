@@ -100,6 +100,16 @@ pub enum ClientError {
     /// Bad arguments from the caller.
     #[error("{0}")]
     Usage(String),
+    /// A broker did not answer in time.
+    #[error("{address} did not answer {during} within {waited:?}")]
+    Timeout {
+        /// The broker's address.
+        address: String,
+        /// What was waited for.
+        during: &'static str,
+        /// How long.
+        waited: std::time::Duration,
+    },
     /// The partition's broker is not live; without replication (as in the
     /// paper) the partition is unavailable until that broker is back.
     #[error("{topic}-{partition} is stored by broker {broker_id}, which is down: the partition is unavailable until that broker is back (there is no replication yet)")]

@@ -273,3 +273,24 @@ fn r8_13_a_config_value_past_i64_is_invalid_config() {
     }
     client.create_topic("big", 1, &Default::default()).unwrap();
 }
+
+/// Issue 10, item 0: a broker that accepts but never answers blocked
+/// `Client::connect` forever, and a hung first bootstrap address was never
+/// skipped. The handshake has a deadline, and the next address is tried.
+#[test]
+fn a_silent_bootstrap_address_times_out_and_the_next_one_is_used() {
+    let broker = Broker::start(BrokerOptions::default());
+    // Accepts (the kernel's backlog does) but never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_address = silent.local_addr().unwrap().to_string();
+    match protocol::client::Client::connect(&silent_address) {
+        Err(ClientError::Timeout { address, .. }) => assert_eq!(address, silent_address),
+        Err(other) => panic!("expected a timeout, got {other}"),
+        Ok(_) => panic!("connected to a silent address"),
+    }
+    let client =
+        protocol::client::Client::connect(&format!("{silent_address},{}", broker.address()))
+            .unwrap();
+    client.metadata(&[]).unwrap();
+    drop(silent);
+}

@@ -186,7 +186,7 @@ impl Groups {
         // etcd answers a keep-alive for an expired lease with TTL 0 or an
         // error ("lease not found"); either way the member key says whether
         // the session is this member's and alive.
-        let member_is_live = !self.heartbeat_free_check(group, member_id, lease).await?;
+        let member_is_live = !self.session_lost(group, member_id, lease).await?;
         match kept {
             Ok(ttl) if ttl > 0 && member_is_live => Ok(()),
             Err(error) if member_is_live => Err(error),
@@ -262,7 +262,7 @@ impl Groups {
             return Ok(());
         }
         // Say why: a dead session, a newer view, or an owner in the way.
-        if self.heartbeat_free_check(group, member_id, lease).await? {
+        if self.session_lost(group, member_id, lease).await? {
             return Err(GroupError::UnknownMember {
                 group: group.to_string(),
                 member_id: member_id.to_string(),
@@ -293,7 +293,7 @@ impl Groups {
     }
 
     /// True when the member key is missing or bound to another lease.
-    async fn heartbeat_free_check(
+    async fn session_lost(
         &mut self,
         group: &str,
         member_id: &str,
@@ -427,7 +427,7 @@ impl Groups {
         session_id: u64,
     ) -> Result<(), GroupError> {
         let lease = i64::try_from(session_id).unwrap_or(-1);
-        if self.heartbeat_free_check(group, member_id, lease).await? {
+        if self.session_lost(group, member_id, lease).await? {
             return Err(GroupError::UnknownMember {
                 group: group.to_string(),
                 member_id: member_id.to_string(),

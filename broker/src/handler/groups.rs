@@ -206,6 +206,13 @@ fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failur
 /// Handles a consumer group request.
 pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, Failure> {
     let request = decode(shard, api, header)?;
+    // What the response names: the topic of a claim or release, the group
+    // of a leave.
+    let named = match &request {
+        GroupRequest::Claim { topic, .. } | GroupRequest::Release { topic, .. } => topic.clone(),
+        GroupRequest::Leave { group, .. } => group.clone(),
+        _ => String::new(),
+    };
     let (reply, answer) = flume::bounded(1);
     let shard = shard.clone();
     Ok(Dispatched::Later(Box::pin(async move {
@@ -236,9 +243,9 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
                 GroupAnswer::Joined(joined) => codec::join_group_response(fbb, &joined),
                 GroupAnswer::View(view) => codec::heartbeat_response(fbb, &view),
                 GroupAnswer::Done => match api {
-                    Api::LeaveGroup => codec::leave_group_response(fbb, ""),
-                    Api::ReleasePartitions => codec::release_partitions_response(fbb, ""),
-                    _ => codec::claim_partitions_response(fbb, ""),
+                    Api::LeaveGroup => codec::leave_group_response(fbb, &named),
+                    Api::ReleasePartitions => codec::release_partitions_response(fbb, &named),
+                    _ => codec::claim_partitions_response(fbb, &named),
                 },
                 GroupAnswer::Committed(count) => codec::commit_offsets_response(fbb, count),
                 GroupAnswer::Described(description) => {

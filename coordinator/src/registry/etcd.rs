@@ -204,18 +204,8 @@ impl Etcd {
     }
 
     /// The lease this broker's registration is bound to right now.
-    pub fn lease(&self) -> i64 {
+    fn lease(&self) -> i64 {
         *self.lease.borrow()
-    }
-
-    /// The client, for the other registries of the cluster.
-    pub fn client(&self) -> Client {
-        self.client.clone()
-    }
-
-    /// The cluster's keys.
-    pub fn keys(&self) -> &Keys {
-        &self.keys
     }
 }
 

@@ -306,7 +306,7 @@ impl GroupConsumer {
             other => other?,
         };
         self.next_heartbeat = Instant::now() + self.heartbeat_period();
-        if view.generation != generation || self.owned.is_empty() && !view.members.is_empty() {
+        if view.generation != generation {
             self.rebalance(view)?;
         }
         Ok(())

@@ -371,20 +371,11 @@ fn r8_8_damage_in_a_closed_segment_never_deletes_the_segments_after_it() {
         "up to the last message"
     );
     // A consumer from the start meets the damage and can move past it.
-    let mut consumer = protocol::client::Consumer::new(&client, "damaged", 0, 0).unwrap();
-    consumer.set_max_wait_ms(0);
-    let mut seen = Vec::new();
-    let mut skipped = 0;
-    loop {
-        match consumer.poll_with(|m| seen.push(check_numbered_payload(m.value, 100))) {
-            Ok(0) if consumer.at_end() => break,
-            Ok(_) => {}
-            Err(protocol::client::ClientError::Corrupt { .. }) => {
-                skipped += consumer.skip_damaged().unwrap();
-            }
-            Err(other) => panic!("{other}"),
-        }
-    }
+    let (values, skipped) = read_past_damage(&client, "damaged");
+    let seen: Vec<u64> = values
+        .iter()
+        .map(|v| check_numbered_payload(v, 100))
+        .collect();
     assert!(skipped > 0);
     let lost = 400 - seen.len();
     assert!(
@@ -431,18 +422,25 @@ fn r8_8_damage_below_the_recovery_point_is_not_truncated() {
         "not truncated"
     );
     let client = broker.client();
-    let mut consumer = protocol::client::Consumer::new(&client, "flushed", 0, 0).unwrap();
+    let (values, _) = read_past_damage(&client, "flushed");
+    assert_eq!(values.len(), 99, "every message but the damaged one");
+}
+
+/// Reads partition 0 of `topic` from its start to its flushed end, moving
+/// past damaged messages; returns the payloads and the bytes skipped.
+fn read_past_damage(client: &protocol::client::Client, topic: &str) -> (Vec<Vec<u8>>, u64) {
+    let mut consumer = protocol::client::Consumer::new(client, topic, 0, 0).unwrap();
     consumer.set_max_wait_ms(0);
-    let mut seen = 0;
+    let mut values = Vec::new();
+    let mut skipped = 0;
     loop {
-        match consumer.poll_with(|_| seen += 1) {
-            Ok(0) if consumer.at_end() => break,
+        match consumer.poll_with(|m| values.push(m.value.to_vec())) {
+            Ok(0) if consumer.at_end() => return (values, skipped),
             Ok(_) => {}
             Err(protocol::client::ClientError::Corrupt { .. }) => {
-                consumer.skip_damaged().unwrap();
+                skipped += consumer.skip_damaged().unwrap();
             }
             Err(other) => panic!("{other}"),
         }
     }
-    assert_eq!(seen, 99, "every message but the damaged one");
 }

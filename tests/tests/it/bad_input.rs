@@ -294,3 +294,31 @@ fn a_silent_bootstrap_address_times_out_and_the_next_one_is_used() {
     client.metadata(&[]).unwrap();
     drop(silent);
 }
+
+/// Group requests are bounded: a member subscribing to more than 10,000
+/// topics, or a claim of more than 10,000 partitions, is refused before any
+/// of it reaches the control thread (here a standalone broker, which would
+/// otherwise answer CLUSTER_REQUIRED).
+#[test]
+fn group_requests_past_their_item_limits_are_refused() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    let names: Vec<String> = (0..10_001).map(|i| format!("t{i}")).collect();
+    let topics: Vec<&str> = names.iter().map(String::as_str).collect();
+    let error = client.join_group("g", "x", &topics, 5_000).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::InvalidRequest), "{error}");
+    assert!(error.to_string().contains("10001 topics"), "{error}");
+    let joined = protocol::client::Joined {
+        member_id: "x-1".into(),
+        session_id: 1,
+        session_timeout_ms: 5_000,
+    };
+    let partitions: Vec<u32> = (0..10_001).collect();
+    let error = client
+        .claim_partitions("g", &joined, 1, "t", &partitions)
+        .unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::InvalidRequest), "{error}");
+    // Within the limits, the request gets as far as the missing cluster.
+    let error = client.join_group("g", "x", &["t"], 5_000).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::ClusterRequired), "{error}");
+}

@@ -357,6 +357,14 @@ fn claims_commits_and_resets_are_fenced_and_every_error_is_named() {
     );
     assert!(after.partitions.iter().all(|p| p.owner.is_empty()));
 
+    // Session timeouts are clamped to the broker's limits (2 s ..= 300 s).
+    let short = client.join_group("g", "short", &["t"], 1).unwrap();
+    assert_eq!(short.session_timeout_ms, 2_000);
+    let long = client.join_group("g", "long", &["t"], u32::MAX).unwrap();
+    assert_eq!(long.session_timeout_ms, 300_000);
+    client.leave_group("g", &short).unwrap();
+    client.leave_group("g", &long).unwrap();
+
     // Bad input is refused with the right code, and harms nothing.
     assert_eq!(
         code(client.join_group("bad/name", "x", &["t"], 2_000)),

@@ -251,6 +251,7 @@ async fn shard_main(context: ShardContext) {
         accept_problems: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
         metadata_version: Cell::new(0),
         metadata_all: RefCell::new(None),
+        timer_work: RefCell::new(Vec::new()),
         fbb: RefCell::new(protocol::flatbuffers::FlatBufferBuilder::with_capacity(
             1024,
         )),

@@ -64,6 +64,14 @@ fn main() {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    let faults = broker::faults::Faults::init_from_env().map_err(anyhow::Error::msg)?;
+    if faults != broker::faults::Faults::default() {
+        tracing::warn!(
+            ?faults,
+            "test faults injected ({})",
+            broker::faults::FAULTS_ENV
+        );
+    }
     let mut config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)

@@ -80,6 +80,8 @@ pub struct BrokerOptions {
     pub broker_id: u32,
     /// `--listen` (default `127.0.0.1:0`: new ephemeral ports at every start).
     pub listen: Option<String>,
+    /// Faults to inject (`RINGLOG_TEST_FAULTS`, see `broker/src/faults.rs`).
+    pub faults: Option<String>,
 }
 
 impl Default for BrokerOptions {
@@ -92,6 +94,7 @@ impl Default for BrokerOptions {
             cluster: "ringlog".into(),
             broker_id: 0,
             listen: None,
+            faults: None,
         }
     }
 }
@@ -179,6 +182,9 @@ impl Broker {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr));
+        if let Some(faults) = &self.options.faults {
+            command.env("RINGLOG_TEST_FAULTS", faults);
+        }
         if self.options.metrics {
             command.arg("--metrics-listen").arg("127.0.0.1:0");
         }

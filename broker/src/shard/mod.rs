@@ -88,6 +88,10 @@ pub struct Shard {
     pub accept_problems: crate::log_limit::LogLimit,
     /// One log line per second for failed fire-and-forget produces.
     pub failed_silent_produces: crate::log_limit::LogLimit,
+    /// Logs with unwritten, unflushed or un-checkpointed bytes: the flush
+    /// timer visits only these, so its cost per tick follows the partitions
+    /// being written, not the partitions that exist (issue 9, item 2).
+    pub timer_work: RefCell<Vec<SharedLog>>,
     /// A reusable flatbuffers builder for response headers.
     pub fbb: RefCell<protocol::flatbuffers::FlatBufferBuilder<'static>>,
 }
@@ -205,7 +209,13 @@ impl Shard {
                     "recovered partition"
                 );
             }
-            logs.insert(partition, Rc::new(RefCell::new(log)));
+            let log = Rc::new(RefCell::new(log));
+            // A recovered tail above the recovery point gets its new
+            // recovery point from the timer.
+            if log.borrow().has_timer_work() {
+                self.needs_timer(&log);
+            }
+            logs.insert(partition, log);
         }
         let topic = Topic {
             name: stored.name.clone(),
@@ -238,6 +248,13 @@ impl Shard {
         crate::storage::sweep::delete_partition_dirs(&dirs)
     }
 
+    /// Puts a log that was just appended to on the flush timer's list.
+    pub fn needs_timer(&self, log: &SharedLog) {
+        if log.borrow_mut().list() {
+            self.timer_work.borrow_mut().push(log.clone());
+        }
+    }
+
     /// Every log this shard owns.
     pub fn all_logs(&self) -> Vec<SharedLog> {
         self.topics
@@ -261,7 +278,8 @@ pub enum LocateError {
 }
 
 /// The flush timer: writes pending bytes and flushes partitions whose policy
-/// is due, and records recovery points about once a second.
+/// is due, and records recovery points about once a second. It visits only
+/// the logs on the shard's work list ([`Shard::timer_work`]).
 pub async fn run_flusher(shard: Rc<Shard>) {
     let tick =
         Duration::from_millis((shard.config.topic_defaults.flush_interval_ms / 2).clamp(1, 100));
@@ -270,7 +288,9 @@ pub async fn run_flusher(shard: Rc<Shard>) {
         glommio::timer::sleep(tick).await;
         let now = Instant::now();
         let checkpoint = now.duration_since(last_checkpoint) >= Duration::from_secs(1);
-        for log in shard.all_logs() {
+        let logs = std::mem::take(&mut *shard.timer_work.borrow_mut());
+        let mut keep = Vec::with_capacity(logs.len());
+        for log in logs {
             let due = log.borrow().flush_due(now);
             if due {
                 request_sync(&log, true);
@@ -283,7 +303,14 @@ pub async fn run_flusher(shard: Rc<Shard>) {
                     tracing::warn!(%error, "writing recovery point");
                 }
             }
+            if log.borrow().has_timer_work() {
+                keep.push(log);
+            } else {
+                log.borrow_mut().unlist();
+            }
         }
+        // Appends during this tick listed new logs; keep them too.
+        shard.timer_work.borrow_mut().append(&mut keep);
         if checkpoint {
             last_checkpoint = now;
         }

@@ -101,6 +101,8 @@ pub struct PartitionLog {
     deleted: bool,
     poisoned: Option<String>,
     checkpointed_offset: u64,
+    /// On its shard's list of logs with work for the flush timer.
+    listed: bool,
     watermarks: Notify,
     /// Where flushes are counted and timed (the owning shard's metrics).
     flush_stats: Rc<FlushStats>,
@@ -181,6 +183,7 @@ impl PartitionLog {
             poisoned: None,
             deleted: false,
             checkpointed_offset: checkpoint,
+            listed: false,
             watermarks: Notify::new(),
             flush_stats: Rc::new(FlushStats::default()),
         };
@@ -310,6 +313,29 @@ impl PartitionLog {
         }
         debug_assert!(self.written_offset <= self.end_offset);
         Ok((base, self.end_offset))
+    }
+
+    /// Marks the log as on its shard's work list; true if it was not
+    /// already (so the caller adds it once).
+    pub fn list(&mut self) -> bool {
+        !std::mem::replace(&mut self.listed, true)
+    }
+
+    /// True while the flush timer has something to do for this log: bytes
+    /// to write or flush, a sync in flight, or a recovery point to record.
+    /// When false the log leaves the work list (and [`Self::list`] puts it
+    /// back on the next append).
+    pub fn has_timer_work(&self) -> bool {
+        !self.deleted
+            && (!self.pending.is_empty()
+                || self.sync_running
+                || self.appended_messages != self.flushed_messages
+                || self.checkpointed_offset != self.flushed_offset)
+    }
+
+    /// Takes the log off the work list.
+    pub fn unlist(&mut self) {
+        self.listed = false;
     }
 
     /// Bytes waiting in memory for the sync task to pick up.
@@ -606,6 +632,9 @@ async fn sync_once(
             )
         };
         let started = Instant::now();
+        if let Some(delay) = crate::faults::Faults::get().sync_delay {
+            glommio::timer::sleep(delay).await;
+        }
         for file in &files {
             let path = file.path().map(|p| p.to_path_buf()).unwrap_or_default();
             file.fdatasync()

@@ -131,15 +131,16 @@ fn r8_5_a_topic_deleted_during_a_crash_never_comes_back_and_its_data_is_moved_as
 /// answered STORAGE_FAILED (a failed disk) instead of UNKNOWN_TOPIC.
 #[test]
 fn r8_13_a_produce_waiting_on_a_deleted_topic_gets_unknown_topic() {
-    let broker = Broker::start(BrokerOptions::default());
+    // Every fdatasync waits 2 s first: the flushed produce below is still
+    // waiting for its acknowledgement when the delete arrives.
+    let broker = Broker::start(BrokerOptions {
+        faults: Some("sync_delay_ms=2000".into()),
+        ..BrokerOptions::default()
+    });
     let client = broker.client();
-    // Flushes only after an hour: a flushed produce waits.
-    let slow = TopicSettings {
-        flush_interval_ms: 3_600_000,
-        flush_messages: 1_000_000,
-        ..TopicSettings::default()
-    };
-    client.create_topic("doomed", 1, &slow).unwrap();
+    client
+        .create_topic("doomed", 1, &TopicSettings::default())
+        .unwrap();
     let metadata = client.metadata(&["doomed"]).unwrap();
     let mut conn =
         protocol::client::Connection::connect(&client.owner_address(&metadata, "doomed", 0))

@@ -64,11 +64,15 @@ pub enum ErrorCode {
     NotPartitionOwner = 23,
     /// Offsets of a group cannot be reset while it has live members.
     GroupNotEmpty = 24,
+    /// The partition refuses writes for a moment after a transient storage
+    /// failure (disk full, out of file descriptors or memory). Nothing of
+    /// this request was stored; retry after a back-off.
+    StorageUnavailable = 25,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 25] = [
+    pub const ALL: [ErrorCode; 26] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -94,6 +98,7 @@ impl ErrorCode {
         ErrorCode::ClaimConflict,
         ErrorCode::NotPartitionOwner,
         ErrorCode::GroupNotEmpty,
+        ErrorCode::StorageUnavailable,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -133,6 +138,7 @@ impl ErrorCode {
             ErrorCode::ClaimConflict => "CLAIM_CONFLICT",
             ErrorCode::NotPartitionOwner => "NOT_PARTITION_OWNER",
             ErrorCode::GroupNotEmpty => "GROUP_NOT_EMPTY",
+            ErrorCode::StorageUnavailable => "STORAGE_UNAVAILABLE",
         }
     }
 }

@@ -82,6 +82,9 @@ pub struct BrokerOptions {
     pub listen: Option<String>,
     /// Faults to inject (`RINGLOG_TEST_FAULTS`, see `broker/src/faults.rs`).
     pub faults: Option<String>,
+    /// Put the data directory on a tmpfs of this many bytes (a small disk
+    /// that fills up). Needs root, as CI runs; without it the test fails.
+    pub tmpfs_bytes: Option<u64>,
 }
 
 impl Default for BrokerOptions {
@@ -95,6 +98,7 @@ impl Default for BrokerOptions {
             broker_id: 0,
             listen: None,
             faults: None,
+            tmpfs_bytes: None,
         }
     }
 }
@@ -137,6 +141,9 @@ impl Broker {
             metrics: None,
             starts: 0,
         };
+        if let Some(bytes) = broker.options.tmpfs_bytes {
+            mount_tmpfs(&broker.data_dir(), bytes);
+        }
         broker.launch();
         broker
     }
@@ -295,7 +302,30 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.kill9();
+        if self.options.tmpfs_bytes.is_some() {
+            let _ = Command::new("umount")
+                .arg(self.data_dir())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
     }
+}
+
+/// Mounts a tmpfs of `bytes` at `dir` (created first).
+fn mount_tmpfs(dir: &Path, bytes: u64) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    let output = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("running mount: {e}"));
+    assert!(
+        output.status.success(),
+        "mounting a {bytes}-byte tmpfs at {} failed (this test makes a small disk and needs root, as CI runs it): {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
 }
 
 /// A port `p` such that `p` and the next `count - 1` ports were free a

@@ -264,6 +264,9 @@ impl From<StorageError> for Failure {
                 range: Some((start, end)),
                 owner_broker_id: None,
             },
+            StorageError::Unavailable { .. } => {
+                Failure::new(ErrorCode::StorageUnavailable, error.to_string())
+            }
             StorageError::Poisoned(_) | StorageError::Io { .. } => {
                 Failure::new(ErrorCode::StorageFailed, error.to_string())
             }

@@ -75,6 +75,7 @@ pub fn handle(
     };
     let started = Instant::now();
     let (base, end) = log.borrow_mut().append(payload, summary.count)?;
+    let epoch = log.borrow().epoch();
     shard.needs_timer(&log);
     let counters = &shard.metrics.counters;
     crate::metrics::bump(&counters.produce_messages_total, u64::from(summary.count));
@@ -113,24 +114,43 @@ pub fn handle(
     request_sync(&log, acks == AckMode::Flushed);
     let shard = shard.clone();
     Ok(Dispatched::Later(Box::pin(async move {
-        Some(await_ack(&shard, &log, acks, base, end, summary.count, started).await)
+        let appended = Appended {
+            base,
+            end,
+            epoch,
+            count: summary.count,
+        };
+        Some(await_ack(&shard, &log, acks, appended, started).await)
     })))
+}
+
+/// Where a produce's messages went, and the rollback epoch they went in.
+struct Appended {
+    base: u64,
+    end: u64,
+    epoch: u64,
+    count: u32,
 }
 
 async fn await_ack(
     shard: &Shard,
     log: &SharedLog,
     acks: AckMode,
-    base: u64,
-    end: u64,
-    count: u32,
+    appended: Appended,
     started: Instant,
 ) -> Response {
+    let Appended {
+        base,
+        end,
+        epoch,
+        count,
+    } = appended;
     let watermarks = log.borrow().watermarks();
     watermarks
         .wait_until(|| {
             let l = log.borrow();
             l.poisoned().is_some()
+                || l.dropped(epoch, end).is_some()
                 || if acks == AckMode::Flushed {
                     l.flushed_offset() >= end
                 } else {
@@ -140,11 +160,14 @@ async fn await_ack(
         .await;
     let reached = {
         let l = log.borrow();
-        if acks == AckMode::Flushed {
-            l.flushed_offset() >= end
-        } else {
-            l.written_offset() >= end
-        }
+        // Dropped first: after a rollback, later appends reuse the offsets
+        // and may already have been written past `end`.
+        l.dropped(epoch, end).is_none()
+            && if acks == AckMode::Flushed {
+                l.flushed_offset() >= end
+            } else {
+                l.written_offset() >= end
+            }
     };
     if !reached {
         crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
@@ -155,6 +178,16 @@ async fn await_ack(
                 ErrorCode::UnknownTopic,
                 format!(
                     "{}: the topic was deleted while this produce waited for its acknowledgement",
+                    l.label()
+                ),
+            )
+            .response(Api::Produce as u16);
+        }
+        if let Some(reason) = l.dropped(epoch, end) {
+            return Failure::new(
+                ErrorCode::StorageUnavailable,
+                format!(
+                    "{}: not stored: {reason}; retry after a back-off",
                     l.label()
                 ),
             )

@@ -15,13 +15,23 @@
 //! partition at a time writes pending chunks with io_uring (glommio
 //! `BufferedFile`, so tailing consumers are served from the page cache — see
 //! `docs/design/0001-buffered-appends.md`) and, when a flush is due, fdatasyncs
-//! the touched segments and advances `flushed_offset`. A failed write or fsync
-//! poisons the partition: it refuses writes until a restart recovers it.
+//! the touched segments and advances `flushed_offset`.
+//!
+//! Failures come in two kinds. A *transient* one while creating or writing a
+//! segment (disk full, out of descriptors or memory) damages nothing: the
+//! log drops its unwritten tail (`end_offset` goes back to `written_offset`,
+//! a file a short write extended is truncated back), tells every producer
+//! waiting on a dropped offset that it was not stored, and refuses appends
+//! for [`STORAGE_RETRY`]; then it tries again — a cured disk takes writes
+//! without a restart. Any other failed write, and every failed fdatasync
+//! (after which the page cache cannot be trusted to hold what the disk
+//! lacks), *poisons* the partition: it refuses writes until a restart
+//! recovers it from what is on disk.
 //!
 //! Not `Send`: owned by the shard that owns the partition, shared within it as
 //! `Rc<RefCell<_>>` and never borrowed across an `.await`.
 
-use super::error::StorageError;
+use super::error::{os_error, StorageError};
 use super::recovery::{self, Recovered};
 use super::segment::{Segment, DELETED_SUFFIX};
 use super::segments::Segments;
@@ -29,9 +39,10 @@ use crate::metrics::{self, FlushStats};
 use crate::notify::Notify;
 use glommio::io::{BufferedFile, OpenOptions};
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A partition log shared within its shard.
 pub type SharedLog = Rc<RefCell<PartitionLog>>;
@@ -40,6 +51,14 @@ pub type SharedLog = Rc<RefCell<PartitionLog>>;
 /// flush timer: big enough for few, large io_uring writes; small enough to
 /// keep memory per partition bounded.
 pub const WRITE_CHUNK_BYTES: usize = 1 << 20;
+
+/// How long a partition refuses appends after a transient failure before it
+/// tries the disk again.
+pub const STORAGE_RETRY: Duration = Duration::from_secs(1);
+
+/// Rollbacks remembered for producers still waiting; a waiter older than all
+/// of them is told its messages were dropped (it cannot tell otherwise).
+const ROLLBACKS_KEPT: usize = 64;
 
 /// Per-partition settings (the topic's, with broker defaults filled in).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +122,13 @@ pub struct PartitionLog {
     checkpointed_offset: u64,
     /// On its shard's list of logs with work for the flush timer.
     listed: bool,
+    /// Bumped by every rollback of the unwritten tail.
+    epoch: u64,
+    /// The last rollbacks: (epoch before it, `written_offset` it rolled back
+    /// to, why). Rollback offsets never decrease.
+    rollbacks: VecDeque<(u64, u64, String)>,
+    /// After a transient failure: appends are refused until then.
+    refusing: Option<(Instant, String)>,
     watermarks: Notify,
     /// Where flushes are counted and timed (the owning shard's metrics).
     flush_stats: Rc<FlushStats>,
@@ -151,7 +177,7 @@ impl PartitionLog {
             if let Some(file) = &segment.file {
                 file.fdatasync()
                     .await
-                    .map_err(|e| StorageError::io("fdatasync", &segment.path, e))?;
+                    .map_err(|e| StorageError::io("fdatasync", &segment.path, os_error(e)))?;
                 synced = true;
                 recovered.bytes_synced +=
                     segment.end_offset() - checkpoint.max(segment.base_offset);
@@ -184,6 +210,9 @@ impl PartitionLog {
             deleted: false,
             checkpointed_offset: checkpoint,
             listed: false,
+            epoch: 0,
+            rollbacks: VecDeque::new(),
+            refusing: None,
             watermarks: Notify::new(),
             flush_stats: Rc::new(FlushStats::default()),
         };
@@ -268,6 +297,16 @@ impl PartitionLog {
         if let Some(reason) = &self.poisoned {
             return Err(StorageError::Poisoned(reason.clone()));
         }
+        if let Some((until, reason)) = &self.refusing {
+            let now = Instant::now();
+            if now < *until {
+                return Err(StorageError::Unavailable {
+                    reason: reason.clone(),
+                    retry_in: *until - now,
+                });
+            }
+            self.refusing = None;
+        }
         let len = bytes.len() as u64;
         let needs_roll = self
             .segments
@@ -313,6 +352,39 @@ impl PartitionLog {
         }
         debug_assert!(self.written_offset <= self.end_offset);
         Ok((base, self.end_offset))
+    }
+
+    /// The rollback epoch: read it right after [`Self::append`] and pass it
+    /// to [`Self::dropped`] while waiting for the acknowledgement.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Why the bytes below `end` appended in `epoch` were dropped by a
+    /// rollback, if they were (they will never be written; their offsets
+    /// go to later appends).
+    pub fn dropped(&self, epoch: u64, end: u64) -> Option<&str> {
+        if epoch == self.epoch {
+            return None;
+        }
+        match self
+            .rollbacks
+            .iter()
+            .find(|(before, _, _)| *before == epoch)
+        {
+            // Written before the rollback: safe, whatever came later.
+            Some((_, to, _)) if end <= *to => None,
+            Some((_, _, reason)) => Some(reason),
+            None => Some("dropped by a storage failure long ago"),
+        }
+    }
+
+    /// Whether appends are refused for now after a transient failure.
+    pub fn refusing(&self) -> Option<&str> {
+        self.refusing
+            .as_ref()
+            .filter(|(until, _)| Instant::now() < *until)
+            .map(|(_, reason)| reason.as_str())
     }
 
     /// Marks the log as on its shard's work list; true if it was not
@@ -492,6 +564,66 @@ impl PartitionLog {
         self.deleted
     }
 
+    /// Undoes everything appended but not written, after a transient
+    /// failure while creating or writing a segment. Fails (and the caller
+    /// poisons) only if a file cannot be put back as it was.
+    fn roll_back_unwritten(&mut self, reason: String) -> Result<(), StorageError> {
+        let to = self.written_offset;
+        let dropped_bytes = self.end_offset - to;
+        let dropped_messages = self.appended_messages - self.written_messages;
+        // Segments rolled after the last written byte hold nothing: forget
+        // them, and remove a file that a failed write may have begun.
+        while self.segments.len() > 1 && self.segments.active().is_some_and(|s| s.base_offset >= to)
+        {
+            let Some(segment) = self.segments.pop_newest() else {
+                break;
+            };
+            match std::fs::remove_file(&segment.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StorageError::io("removing", &segment.path, e)),
+            }
+        }
+        if let Some(active) = self.segments.active_mut() {
+            let keep = to - active.base_offset;
+            active.size_bytes = keep;
+            // A short write may have left bytes past the last whole chunk.
+            match std::fs::metadata(&active.path) {
+                Ok(meta) if meta.len() > keep => std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&active.path)
+                    .and_then(|f| f.set_len(keep))
+                    .map_err(|e| StorageError::io("truncating", &active.path, e))?,
+                _ => {}
+            }
+        }
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.end_offset = to;
+        self.appended_messages = self.written_messages;
+        if self.appended_messages == self.flushed_messages {
+            self.oldest_unflushed_at = None;
+        }
+        self.rollbacks.push_back((self.epoch, to, reason.clone()));
+        if self.rollbacks.len() > ROLLBACKS_KEPT {
+            self.rollbacks.pop_front();
+        }
+        self.epoch += 1;
+        tracing::warn!(
+            partition = %self.label,
+            %reason,
+            dropped_bytes,
+            dropped_messages,
+            end_offset = to,
+            retry_ms = STORAGE_RETRY.as_millis() as u64,
+            "transient storage failure: dropped the unwritten tail; refusing writes, then retrying"
+        );
+        self.refusing = Some((Instant::now() + STORAGE_RETRY, reason));
+        self.check_offsets();
+        self.watermarks.notify_all();
+        Ok(())
+    }
+
     fn poison(&mut self, reason: String) {
         tracing::error!(partition = %self.label, %reason, "partition poisoned: refusing writes until restart");
         self.poisoned = Some(reason);
@@ -506,7 +638,7 @@ async fn open_segment_file(path: &Path) -> Result<BufferedFile, StorageError> {
         .create(true)
         .buffered_open(path)
         .await
-        .map_err(|e| StorageError::io("opening", path, e))
+        .map_err(|e| StorageError::io("opening", path, os_error(e)))
 }
 
 /// Makes sure the sync task runs: writes pending bytes, and also flushes when
@@ -531,13 +663,16 @@ pub fn request_sync(log: &SharedLog, flush: bool) {
 /// Writes and flushes everything appended so far and waits for it (graceful
 /// stop, tests).
 pub async fn sync_all(log: &SharedLog) -> Result<(), StorageError> {
-    let target = log.borrow().end_offset;
+    let (target, epoch) = {
+        let l = log.borrow();
+        (l.end_offset, l.epoch)
+    };
     request_sync(log, true);
     let watermarks = log.borrow().watermarks();
     watermarks
         .wait_until(|| {
             let l = log.borrow();
-            if l.poisoned.is_some() {
+            if l.poisoned.is_some() || l.dropped(epoch, target).is_some() {
                 return true;
             }
             if l.flushed_offset < target && !l.sync_running {
@@ -549,6 +684,12 @@ pub async fn sync_all(log: &SharedLog) -> Result<(), StorageError> {
         })
         .await;
     let l = log.borrow();
+    if let Some(reason) = l.dropped(epoch, target) {
+        return Err(StorageError::Unavailable {
+            reason: reason.to_string(),
+            retry_in: Duration::ZERO,
+        });
+    }
     match &l.poisoned {
         Some(reason) => Err(StorageError::Poisoned(reason.clone())),
         None => Ok(()),
@@ -568,27 +709,51 @@ async fn run_sync(log: SharedLog) {
             log.borrow_mut().sync_running = false;
             return;
         }
-        if let Err(error) = sync_once(&log, chunks, flush).await {
-            let mut l = log.borrow_mut();
-            if l.poisoned.is_none() {
-                l.poison(error.to_string());
+        let error = match sync_once(&log, chunks, flush).await {
+            Ok(()) => continue,
+            Err(SyncError::Write(error)) if error.is_transient() => error,
+            Err(SyncError::Write(error) | SyncError::Flush(error)) => {
+                let mut l = log.borrow_mut();
+                if l.poisoned.is_none() {
+                    l.poison(error.to_string());
+                }
+                l.sync_running = false;
+                return;
             }
+        };
+        let mut l = log.borrow_mut();
+        if l.poisoned.is_some() {
             l.sync_running = false;
             return;
         }
+        if let Err(undo) = l.roll_back_unwritten(error.to_string()) {
+            l.poison(format!("{error}, and undoing it failed: {undo}"));
+            l.sync_running = false;
+            return;
+        }
+        // What was written before the failure may still need its flush:
+        // the next round does it (the tail is gone, so no write retries).
     }
+}
+
+/// Where a sync round failed: writing (maybe transient) or flushing (never).
+enum SyncError {
+    Write(StorageError),
+    Flush(StorageError),
 }
 
 async fn sync_once(
     log: &SharedLog,
     chunks: Vec<PendingChunk>,
     flush: bool,
-) -> Result<(), StorageError> {
+) -> Result<(), SyncError> {
     for chunk in chunks {
         if let Some(reason) = &log.borrow().poisoned {
-            return Err(StorageError::Poisoned(reason.clone()));
+            return Err(SyncError::Write(StorageError::Poisoned(reason.clone())));
         }
-        let file = segment_file(log, chunk.segment_base).await?;
+        let file = segment_file(log, chunk.segment_base)
+            .await
+            .map_err(SyncError::Write)?;
         let path = log
             .borrow()
             .dir
@@ -600,13 +765,15 @@ async fn sync_once(
         let written = file
             .write_at(chunk.bytes, chunk.position)
             .await
-            .map_err(|e| StorageError::io("writing", &path, e))?;
+            .map_err(|e| SyncError::Write(StorageError::io("writing", &path, os_error(e))))?;
         if written != len {
-            return Err(StorageError::io(
+            // A short write on a regular file: the disk filled up mid-way
+            // (a failing disk answers EIO instead).
+            return Err(SyncError::Write(StorageError::io(
                 "writing",
                 &path,
-                std::io::Error::other(format!("short write: {written} of {len} bytes")),
-            ));
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            )));
         }
         let mut l = log.borrow_mut();
         assert_eq!(
@@ -639,7 +806,7 @@ async fn sync_once(
             let path = file.path().map(|p| p.to_path_buf()).unwrap_or_default();
             file.fdatasync()
                 .await
-                .map_err(|e| StorageError::io("fdatasync", path, e))?;
+                .map_err(|e| SyncError::Flush(StorageError::io("fdatasync", path, os_error(e))))?;
         }
         let mut l = log.borrow_mut();
         metrics::bump(&l.flush_stats.flushes, 1);
@@ -864,6 +1031,69 @@ mod tests {
             assert_eq!(recovered.bytes_cut, 15);
             assert_eq!(log.end_offset(), 290);
             assert_eq!(std::fs::metadata(&path).unwrap().len(), 290);
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
+    #[test]
+    fn a_transient_failure_drops_the_unwritten_tail_refuses_then_accepts_again() {
+        run(|| async {
+            let dir = temp_dir("rollback");
+            let log = open(&dir, 1024).await;
+            for _ in 0..5 {
+                log.borrow_mut().append(&message(&[1; 91]), 1).unwrap();
+            }
+            sync_all(&log).await.unwrap();
+            let epoch = log.borrow().epoch();
+            // Unwritten: 6 more messages, rolling into two more segments;
+            // a failed write had begun the second's file (and a short one
+            // extended the first).
+            let (_, end) = log.borrow_mut().append(&message(&[2; 891]), 1).unwrap();
+            for _ in 0..5 {
+                log.borrow_mut().append(&message(&[3; 91]), 1).unwrap();
+            }
+            assert_eq!(log.borrow().segment_count(), 3);
+            let first = dir.join("00000000000000000000.log");
+            let second = dir.join(super::super::segment::segment_file_name(500));
+            let f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&first)
+                .unwrap();
+            f.set_len(700).unwrap();
+            std::fs::write(&second, b"half a chunk").unwrap();
+            log.borrow_mut()
+                .roll_back_unwritten("disk full".into())
+                .unwrap();
+            {
+                let l = log.borrow();
+                assert_eq!((l.end_offset(), l.written_offset()), (500, 500));
+                assert_eq!(l.segment_count(), 1);
+                assert_eq!(std::fs::metadata(&first).unwrap().len(), 500);
+                assert!(!second.exists(), "the rolled segment's file is removed");
+                // Waiters learn which appends were dropped.
+                assert_eq!(l.dropped(epoch, end), Some("disk full"));
+                assert_eq!(l.dropped(epoch, 500), None, "written before the failure");
+                assert_eq!(l.dropped(l.epoch(), 10_000), None);
+            }
+            // Refused for a moment, with the reason; then accepted again at
+            // the offsets that were given back.
+            let refused = log.borrow_mut().append(&message(b"x"), 1).unwrap_err();
+            assert!(
+                matches!(refused, StorageError::Unavailable { ref reason, .. } if reason == "disk full"),
+                "{refused}"
+            );
+            log.borrow_mut().refusing = None;
+            let (base, _) = log.borrow_mut().append(&message(&[4; 91]), 1).unwrap();
+            assert_eq!(base, 500);
+            sync_all(&log).await.unwrap();
+            let values = read_values(&log, 0).await;
+            assert_eq!(values.len(), 6);
+            assert_eq!(values[5], vec![4; 91]);
+            assert_eq!(
+                log.borrow().dropped(epoch, end),
+                Some("disk full"),
+                "a dropped append stays dropped though its offsets were reused"
+            );
             std::fs::remove_dir_all(&dir).unwrap();
         });
     }

@@ -66,6 +66,12 @@ impl Segments {
         }
     }
 
+    /// Removes the newest segment (undoing a roll whose bytes were never
+    /// written).
+    pub fn pop_newest(&mut self) -> Option<Segment> {
+        self.list.pop()
+    }
+
     /// Number of segments.
     pub fn len(&self) -> usize {
         self.list.len()

@@ -87,3 +87,30 @@ pub fn raw(address: &str) -> TcpStream {
         .unwrap_or_else(|e| panic!("handshake: {e}"));
     stream
 }
+
+/// Sends one Produce of `set` on a raw, handshaken socket and reads its
+/// answer (an acknowledgement, or the broker's error).
+pub fn produce_raw(
+    stream: &mut TcpStream,
+    topic: &str,
+    partition: u32,
+    acks: AckMode,
+    set: &[u8],
+) -> Result<protocol::client::ResponseFrame, protocol::client::ClientError> {
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = protocol::codec::produce_request(&mut fbb, topic, partition, acks).to_vec();
+    let mut out = Vec::new();
+    protocol::frame::write_frame(
+        &mut out,
+        protocol::frame::Api::Produce as u16,
+        0,
+        7,
+        &header,
+        set,
+    );
+    stream
+        .write_all(&out)
+        .unwrap_or_else(|e| panic!("writing: {e}"));
+    let mut response = protocol::client::ResponseFrame::default();
+    protocol::client::read_response(stream, &mut response).map(|()| response)
+}

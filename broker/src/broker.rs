@@ -31,7 +31,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 /// Runs the broker until SIGTERM/SIGINT.
-pub fn run(config: Config) -> anyhow::Result<()> {
+pub fn run(mut config: Config) -> anyhow::Result<()> {
     config.validate()?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
@@ -111,7 +111,7 @@ pub fn run(config: Config) -> anyhow::Result<()> {
             "swept the data dir"
         );
     }
-    check_nofile(&config)?;
+    fit_connections_to_nofile(&mut config)?;
     let published: Published = Arc::new(Mutex::new(vec![Default::default(); config.shards]));
     let metrics_address = match config.metrics_listen {
         Some(addr) => {
@@ -267,6 +267,7 @@ async fn shard_main(context: ShardContext) {
     }
     let stop = Notify::new();
     glommio::spawn_local(shard::run_flusher(shard.clone())).detach();
+    glommio::spawn_local(shard::run_file_closer(shard.clone())).detach();
     glommio::spawn_local(shard::run_retention(shard.clone())).detach();
     glommio::spawn_local(publish_metrics(shard.clone(), context.published.clone())).detach();
     glommio::spawn_local(inbox_loop(shard.clone(), context.inbox, stop.clone())).detach();
@@ -439,29 +440,13 @@ fn check_io_uring() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every segment file holds a descriptor while its partition is open, and
-/// the broker needs more for connections, its listeners and the control
-/// plane. Check RLIMIT_NOFILE against what the data dir holds before
-/// opening anything, raise the soft limit toward the hard one when that is
-/// enough, and fail with the numbers when it is not (issue 8, item 4): a
-/// broker that runs out of descriptors mid-flight fails requests instead.
-fn check_nofile(config: &Config) -> anyhow::Result<()> {
-    let mut segments: u64 = 0;
-    for entry in std::fs::read_dir(&config.data_dir)?.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if crate::storage::sweep::parse_partition_dir(name).is_none() {
-            continue;
-        }
-        if let Ok(files) = std::fs::read_dir(entry.path()) {
-            segments += files
-                .flatten()
-                .filter(|f| f.file_name().to_string_lossy().ends_with(".log"))
-                .count() as u64;
-        }
-    }
-    let headroom = crate::limits::NOFILE_HEADROOM + 64 * config.shards as u64;
-    let needed = segments + headroom;
+/// Raises the open-files soft limit to the hard one, then lowers
+/// `max_connections` until connections cannot take the descriptors that
+/// segment files and the control plane need (`fd_reserve`): a flood of idle
+/// clients is refused politely instead of making segment opens fail (issue
+/// 8, item 3). Segment files are opened on demand and closed when idle, so
+/// the data dir's size does not enter into it.
+fn fit_connections_to_nofile(config: &mut Config) -> anyhow::Result<()> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -470,10 +455,7 @@ fn check_nofile(config: &Config) -> anyhow::Result<()> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return Ok(());
     }
-    if limit.rlim_cur == libc::RLIM_INFINITY || limit.rlim_cur >= needed {
-        return Ok(());
-    }
-    if limit.rlim_max == libc::RLIM_INFINITY || limit.rlim_max >= needed {
+    if limit.rlim_cur != libc::RLIM_INFINITY && limit.rlim_cur < limit.rlim_max {
         let raised = libc::rlimit {
             rlim_cur: limit.rlim_max,
             rlim_max: limit.rlim_max,
@@ -484,17 +466,38 @@ fn check_nofile(config: &Config) -> anyhow::Result<()> {
             tracing::info!(
                 from = limit.rlim_cur,
                 to = limit.rlim_max,
-                segments,
                 "raised the open-files limit to its hard limit"
             );
-            return Ok(());
+            limit.rlim_cur = limit.rlim_max;
         }
     }
-    bail!(
-        "RLIMIT_NOFILE is {} (hard {}), but the data dir holds {segments} segment files (one descriptor each while open) and the broker needs about {headroom} more for connections: raise it (ulimit -n, or LimitNOFILE= in systemd)",
-        limit.rlim_cur,
-        limit.rlim_max
-    );
+    if limit.rlim_cur == libc::RLIM_INFINITY {
+        return Ok(());
+    }
+    let in_use = std::fs::read_dir("/proc/self/fd").map_or(64, |d| d.count() as u64);
+    // Each shard's io_uring rings, eventfds, listener and timers.
+    let shards = 64 * config.shards as u64;
+    let spare = in_use + shards + config.fd_reserve;
+    let budget = limit.rlim_cur.saturating_sub(spare);
+    if budget < config.shards as u64 {
+        bail!(
+            "RLIMIT_NOFILE is {} (hard {}): after {in_use} descriptors in use, {shards} for the shards and fd_reserve {} for segment files and the control plane, none are left for connections; raise it (ulimit -n, or LimitNOFILE= in systemd) or lower fd_reserve",
+            limit.rlim_cur,
+            limit.rlim_max,
+            config.fd_reserve
+        );
+    }
+    if config.max_connections as u64 > budget {
+        tracing::warn!(
+            max_connections = config.max_connections,
+            lowered_to = budget,
+            rlimit_nofile = limit.rlim_cur,
+            fd_reserve = config.fd_reserve,
+            "max_connections lowered to fit the open-files limit"
+        );
+        config.max_connections = budget as usize;
+    }
+    Ok(())
 }
 
 /// glommio registers `io_memory` of locked memory per shard; fail early with

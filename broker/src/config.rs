@@ -64,6 +64,13 @@ pub struct Config {
     /// shards); past it a new connection gets an OVERLOADED error frame and
     /// is closed, so file descriptors stay for storage.
     pub max_connections: usize,
+    /// File descriptors kept free of connections for segment files, the
+    /// control plane and the shards' own needs: at start, `max_connections`
+    /// is lowered until it fits under RLIMIT_NOFILE with this to spare.
+    pub fd_reserve: u64,
+    /// The smallest `segment_bytes` a topic may ask for. Small segments mean
+    /// many files (and, read at once, many descriptors); 1 MiB by default.
+    pub segment_bytes_min: u64,
     /// A new connection must complete its Handshake within this, or it is
     /// closed.
     pub handshake_timeout_ms: u64,
@@ -100,6 +107,8 @@ impl Default for Config {
             io_memory_bytes: crate::limits::IO_MEMORY_BYTES_DEFAULT,
             retention_check_ms: 30_000,
             max_connections: 10_000,
+            fd_reserve: 1024,
+            segment_bytes_min: 1 << 20,
             handshake_timeout_ms: 10_000,
             idle_timeout_ms: 600_000,
             frame_timeout_ms: 30_000,
@@ -146,6 +155,19 @@ impl Config {
                 self.cluster
             )));
         }
+        use crate::limits::{SEGMENT_BYTES_FLOOR, SEGMENT_BYTES_MAX};
+        if !(SEGMENT_BYTES_FLOOR..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes_min) {
+            return Err(ConfigError(format!(
+                "segment_bytes_min must be {SEGMENT_BYTES_FLOOR}..={SEGMENT_BYTES_MAX}, got {}",
+                self.segment_bytes_min
+            )));
+        }
+        if !(64..=1 << 30).contains(&self.fd_reserve) {
+            return Err(ConfigError(format!(
+                "fd_reserve must be 64..=1073741824, got {}",
+                self.fd_reserve
+            )));
+        }
         if self.max_connections < self.shards {
             return Err(ConfigError(format!(
                 "max_connections must be at least one per shard ({}), got {}",
@@ -190,6 +212,21 @@ impl Config {
         !self.etcd.is_empty()
     }
 
+    /// The settings of a topic read from the registry: as
+    /// [`Self::topic_settings`], except that a segment size below today's
+    /// `segment_bytes_min` (a topic created under an older, lower limit) is
+    /// raised to it rather than keeping the topic from opening.
+    pub fn stored_topic_settings(
+        &self,
+        overrides: &protocol::codec::TopicSettings,
+    ) -> Result<LogSettings, String> {
+        let mut overrides = overrides.clone();
+        if overrides.segment_bytes != 0 && overrides.segment_bytes < self.segment_bytes_min {
+            overrides.segment_bytes = self.segment_bytes_min;
+        }
+        self.topic_settings(&overrides)
+    }
+
     /// A topic's effective settings: its overrides, else the broker defaults.
     pub fn topic_settings(
         &self,
@@ -217,10 +254,11 @@ impl Config {
             retention_ms: pick(overrides.retention_ms, d.retention_ms),
             retention_bytes: pick(overrides.retention_bytes, d.retention_bytes),
         };
-        use crate::limits::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
-        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&settings.segment_bytes) {
+        let min = self.segment_bytes_min;
+        let max = crate::limits::SEGMENT_BYTES_MAX;
+        if !(min..=max).contains(&settings.segment_bytes) {
             return Err(format!(
-                "segment_bytes must be {SEGMENT_BYTES_MIN}..={SEGMENT_BYTES_MAX}, got {}",
+                "segment_bytes must be {min}..={max} (the broker's segment_bytes_min), got {}",
                 settings.segment_bytes
             ));
         }
@@ -234,5 +272,35 @@ impl Config {
             return Err("flush_messages must be at least 1".into());
         }
         Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use protocol::codec::TopicSettings;
+
+    #[test]
+    fn segment_bytes_below_the_minimum_is_refused_on_the_wire_but_raised_from_the_registry() {
+        let config = Config::default();
+        let small = TopicSettings {
+            segment_bytes: 4096,
+            ..TopicSettings::default()
+        };
+        let refused = config.topic_settings(&small).unwrap_err();
+        assert!(refused.contains("segment_bytes must be 1048576.."), "{refused}");
+        // A topic created when the limit was lower still opens.
+        let stored = config.stored_topic_settings(&small).unwrap();
+        assert_eq!(stored.segment_bytes, 1 << 20);
+        // The broker's own minimum has a floor.
+        let too_low = Config {
+            segment_bytes_min: 512,
+            ..Config::default()
+        };
+        assert!(too_low
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("segment_bytes_min must be 1024.."));
     }
 }

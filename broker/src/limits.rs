@@ -19,10 +19,15 @@ pub const READ_BUFFER_BYTES: usize = 256 * 1024;
 pub const HANDSHAKE_FRAME_BYTES_MAX: usize = 64 * 1024;
 /// Forwarded requests queued for one shard before senders wait.
 pub const FORWARD_QUEUE_MAX: usize = 4096;
-/// Descriptors kept beside the segment files for connections, listeners,
-/// io_uring and the control plane (plus 64 per shard), when start-up checks
-/// RLIMIT_NOFILE.
-pub const NOFILE_HEADROOM: u64 = 1024;
+/// A segment file nobody wrote or read for this long is closed (reopened
+/// on demand): descriptors follow the segments in use, not the data dir.
+pub const SEGMENT_FILE_IDLE_MS: u64 = 10_000;
+/// How often each shard looks for idle segment files.
+pub const SEGMENT_FILE_CHECK_MS: u64 = 5_000;
+/// Segment files one partition keeps open at most (a consumer scanning
+/// old segments opens one after another; the least recently used unheld
+/// one is closed past this).
+pub const SEGMENT_FILES_PER_LOG_MAX: usize = 4;
 /// How long start-up retries a listening address that is in use (a broker
 /// killed a moment ago may hold it while its io_uring is torn down).
 pub const BIND_RETRY_MS: u64 = 10_000;
@@ -46,8 +51,8 @@ pub const GROUP_ITEMS_MAX: usize = 10_000;
 pub const PENDING_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// Most partitions one topic may have.
 pub const PARTITIONS_MAX: u32 = 10_000;
-/// Smallest segment size a topic may set (tests use small segments).
-pub const SEGMENT_BYTES_MIN: u64 = 1024;
+/// The least `segment_bytes_min` may be set to (tests use small segments).
+pub const SEGMENT_BYTES_FLOOR: u64 = 1024;
 /// Largest segment size.
 pub const SEGMENT_BYTES_MAX: u64 = 64 * 1024 * 1024 * 1024;
 /// Bytes copied through userspace when the socket is full (see net/sendfile.rs).
@@ -56,7 +61,7 @@ pub const SENDFILE_FALLBACK_BYTES: usize = 4096;
 /// machine's RLIMIT_MEMLOCK (8 MiB here) must cover every shard.
 pub const IO_MEMORY_BYTES_DEFAULT: usize = 1024 * 1024;
 
-const _: () = assert!(SEGMENT_BYTES_MIN <= SEGMENT_BYTES_MAX);
+const _: () = assert!(SEGMENT_BYTES_FLOOR <= SEGMENT_BYTES_MAX);
 const _: () = assert!(MESSAGE_BYTES_MAX_DEFAULT + 64 <= REQUEST_FRAME_BYTES_MAX);
 const _: () = assert!(REQUEST_FRAME_BYTES_MAX <= protocol::frame::FRAME_BYTES_MAX);
 const _: () = assert!(READ_BUFFER_BYTES <= REQUEST_FRAME_BYTES_MAX);

@@ -85,6 +85,8 @@ pub struct BrokerOptions {
     /// Put the data directory on a tmpfs of this many bytes (a small disk
     /// that fills up). Needs root, as CI runs; without it the test fails.
     pub tmpfs_bytes: Option<u64>,
+    /// Start the broker with this RLIMIT_NOFILE (soft and hard).
+    pub nofile: Option<u64>,
 }
 
 impl Default for BrokerOptions {
@@ -99,6 +101,7 @@ impl Default for BrokerOptions {
             listen: None,
             faults: None,
             tmpfs_bytes: None,
+            nofile: None,
         }
     }
 }
@@ -189,6 +192,9 @@ impl Broker {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(stderr));
+        if let Some(limit) = self.options.nofile {
+            set_nofile_in_child(&mut command, limit);
+        }
         if let Some(faults) = &self.options.faults {
             command.env("RINGLOG_TEST_FAULTS", faults);
         }
@@ -270,6 +276,16 @@ impl Broker {
         }
     }
 
+    /// Changes the options the next [`Broker::restart`] uses (the data
+    /// directory stays).
+    pub fn set_options(&mut self, options: BrokerOptions) {
+        assert_eq!(
+            options.tmpfs_bytes, self.options.tmpfs_bytes,
+            "the data directory's filesystem cannot change"
+        );
+        self.options = options;
+    }
+
     /// Starts the broker again on the same data directory (new ports).
     pub fn restart(&mut self) {
         assert!(
@@ -309,6 +325,23 @@ impl Drop for Broker {
                 .stderr(Stdio::null())
                 .status();
         }
+    }
+}
+
+/// Makes `command`'s child start with RLIMIT_NOFILE = `limit` (soft and hard).
+pub fn set_nofile_in_child(command: &mut Command, limit: u64) {
+    // SAFETY: setrlimit in the child between fork and exec, on a struct we own.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(command, move || {
+            let rlimit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 

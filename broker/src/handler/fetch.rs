@@ -5,6 +5,7 @@
 use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
 use crate::limits::{FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::shard::{Owner, Shard};
+use crate::storage::partition_log::{self, Read};
 use crate::storage::SharedLog;
 use protocol::codec::{verify, PartitionOffsets};
 use protocol::frame::Api;
@@ -39,13 +40,26 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
     let bytes_max = request.max_bytes().min(FETCH_BYTES_MAX);
     let wait_ms = request.max_wait_ms().min(FETCH_WAIT_MS_MAX);
     let started = Instant::now();
-    let slice = log.borrow().read(offset, bytes_max)?;
+    let found = log.borrow().try_read(offset, bytes_max)?;
+    let shard = shard.clone();
+    let slice = match found {
+        Read::Slice(slice) => Some(slice),
+        Read::NotYet => None,
+        // A segment nobody read for a while: open its file first.
+        Read::Closed { .. } => {
+            return Ok(Dispatched::Later(Box::pin(async move {
+                Some(match partition_log::read(&log, offset, bytes_max).await {
+                    Ok(slice) => respond(&shard, &log, offset, slice, started),
+                    Err(error) => Failure::from(error).response(Api::Fetch as u16),
+                })
+            })));
+        }
+    };
     if slice.is_some() || wait_ms == 0 {
         return Ok(Dispatched::Ready(respond(
-            shard, &log, offset, slice, started,
+            &shard, &log, offset, slice, started,
         )));
     }
-    let shard = shard.clone();
     Ok(Dispatched::Later(Box::pin(async move {
         let watermarks = log.borrow().watermarks();
         let caught_up = watermarks.wait_until(|| {
@@ -58,7 +72,7 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
         )
         .await;
         let started = Instant::now();
-        let read = log.borrow().read(offset, bytes_max);
+        let read = partition_log::read(&log, offset, bytes_max).await;
         Some(match read {
             Ok(slice) => respond(&shard, &log, offset, slice, started),
             Err(error) => Failure::from(error).response(Api::Fetch as u16),

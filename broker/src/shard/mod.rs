@@ -181,7 +181,7 @@ impl Shard {
     /// the topic. Used at start-up and when a topic is created.
     pub async fn open_topic(&self, stored: &TopicRecord) -> Result<(), String> {
         stored.check()?;
-        let settings = self.config.topic_settings(&stored.overrides())?;
+        let settings = self.config.stored_topic_settings(&stored.overrides())?;
         let mut logs = HashMap::new();
         for (partition, &broker) in (0..stored.partitions).zip(&stored.brokers) {
             if broker != self.config.broker_id || self.owner_of(&stored.name, partition) != self.id
@@ -313,6 +313,20 @@ pub async fn run_flusher(shard: Rc<Shard>) {
         shard.timer_work.borrow_mut().append(&mut keep);
         if checkpoint {
             last_checkpoint = now;
+        }
+    }
+}
+
+/// Closes segment files nobody used for [`crate::limits::SEGMENT_FILE_IDLE_MS`],
+/// so idle partitions and old segments hold no descriptor.
+pub async fn run_file_closer(shard: Rc<Shard>) {
+    let period = Duration::from_millis(crate::limits::SEGMENT_FILE_CHECK_MS);
+    let idle = Duration::from_millis(crate::limits::SEGMENT_FILE_IDLE_MS);
+    while !shard.stopping.get() {
+        glommio::timer::sleep(period).await;
+        let now = Instant::now();
+        for log in shard.all_logs() {
+            log.borrow_mut().close_idle_files(now, idle);
         }
     }
 }

@@ -84,6 +84,22 @@ struct PendingChunk {
     messages: u64,
 }
 
+/// What [`PartitionLog::try_read`] found at an offset.
+#[derive(Debug)]
+pub enum Read {
+    /// Flushed bytes, ready to send.
+    Slice(FetchSlice),
+    /// Nothing flushed at the offset yet.
+    NotYet,
+    /// The bytes are in a segment whose file is closed: open it, then ask again.
+    Closed {
+        /// The segment's base offset.
+        base_offset: u64,
+        /// Its file.
+        path: PathBuf,
+    },
+}
+
 /// What a fetch returns: a range of one segment file, described, not copied.
 #[derive(Debug, Clone)]
 pub struct FetchSlice {
@@ -129,6 +145,9 @@ pub struct PartitionLog {
     rollbacks: VecDeque<(u64, u64, String)>,
     /// After a transient failure: appends are refused until then.
     refusing: Option<(Instant, String)>,
+    /// Base offsets of the segments whose file is open (some may have been
+    /// closed or removed since; [`Self::close_idle_files`] prunes them).
+    files_open: Vec<u64>,
     watermarks: Notify,
     /// Where flushes are counted and timed (the owning shard's metrics).
     flush_stats: Rc<FlushStats>,
@@ -154,8 +173,6 @@ impl PartitionLog {
         for found in &recovered.segments {
             let mut segment = Segment::new(dir, found.base_offset, found.modified_ms);
             segment.size_bytes = found.size_bytes;
-            let file = open_segment_file(&segment.path).await?;
-            segment.file = Some(Rc::new(file));
             segments.push(segment);
         }
         if segments.is_empty() {
@@ -171,17 +188,18 @@ impl PartitionLog {
         // item 9).
         let mut synced = false;
         for segment in segments.as_slice() {
-            if segment.end_offset() <= checkpoint {
+            if segment.end_offset() <= checkpoint || segment.size_bytes == 0 {
                 continue;
             }
-            if let Some(file) = &segment.file {
-                file.fdatasync()
-                    .await
-                    .map_err(|e| StorageError::io("fdatasync", &segment.path, os_error(e)))?;
-                synced = true;
-                recovered.bytes_synced +=
-                    segment.end_offset() - checkpoint.max(segment.base_offset);
-            }
+            let file = open_segment_file(&segment.path).await?;
+            let synced_file = file
+                .fdatasync()
+                .await
+                .map_err(|e| StorageError::io("fdatasync", &segment.path, os_error(e)));
+            let _ = file.close().await;
+            synced_file?;
+            synced = true;
+            recovered.bytes_synced += segment.end_offset() - checkpoint.max(segment.base_offset);
         }
         if synced {
             std::fs::File::open(dir)
@@ -213,6 +231,7 @@ impl PartitionLog {
             epoch: 0,
             rollbacks: VecDeque::new(),
             refusing: None,
+            files_open: Vec::new(),
             watermarks: Notify::new(),
             flush_stats: Rc::new(FlushStats::default()),
         };
@@ -439,8 +458,10 @@ impl PartitionLog {
 
     /// Describes up to `bytes_max` flushed bytes at `offset`, within one
     /// segment. An offset at or past `flushed_offset` (but not past
-    /// `end_offset`) yields an empty slice: the data is not visible yet.
-    pub fn read(&self, offset: u64, bytes_max: u32) -> Result<Option<FetchSlice>, StorageError> {
+    /// `end_offset`) yields [`Read::NotYet`]: the data is not visible yet.
+    /// A segment whose file was closed for idleness yields [`Read::Closed`]:
+    /// [`read`] opens it and asks again.
+    pub fn try_read(&self, offset: u64, bytes_max: u32) -> Result<Read, StorageError> {
         if offset < self.start_offset || offset > self.end_offset {
             return Err(StorageError::OffsetOutOfRange {
                 requested: offset,
@@ -449,7 +470,7 @@ impl PartitionLog {
             });
         }
         if offset >= self.flushed_offset || bytes_max == 0 {
-            return Ok(None);
+            return Ok(Read::NotYet);
         }
         let index = self
             .segments
@@ -463,20 +484,112 @@ impl PartitionLog {
         let visible_end = segment.end_offset().min(self.flushed_offset);
         let len = (visible_end - offset).min(u64::from(bytes_max)) as u32;
         let Some(file) = segment.file.clone() else {
-            return Err(StorageError::Poisoned(format!(
-                "{}: flushed segment {} has no file",
-                self.label, segment.base_offset
-            )));
+            return Ok(Read::Closed {
+                base_offset: segment.base_offset,
+                path: segment.path.clone(),
+            });
         };
+        segment.last_used.set(Instant::now());
         let position = offset - segment.base_offset;
         // Pair assertion: the slice lies inside the segment and below the flush.
         assert!(position + u64::from(len) <= segment.size_bytes);
         assert!(offset + u64::from(len) <= self.flushed_offset);
-        Ok(Some(FetchSlice {
+        Ok(Read::Slice(FetchSlice {
             file,
             position,
             len,
         }))
+    }
+
+    /// Gives a segment the file a reader opened, unless another reader or
+    /// the writer got there first, or retention removed the segment.
+    fn install_file(&mut self, base_offset: u64, file: Rc<BufferedFile>) {
+        let Some(index) = self.segments.find(base_offset) else {
+            return;
+        };
+        let Some(segment) = self.segments.get_mut(index) else {
+            return;
+        };
+        if segment.base_offset == base_offset && segment.file.is_none() {
+            segment.file = Some(file);
+            segment.last_used.set(Instant::now());
+            self.files_open.push(base_offset);
+            self.trim_open_files(crate::limits::SEGMENT_FILES_PER_LOG_MAX);
+        }
+    }
+
+    /// Closes the least recently used files nobody holds until at most
+    /// `keep` are open (or none is left that may be closed).
+    fn trim_open_files(&mut self, keep: usize) {
+        if self.files_open.len() <= keep {
+            return;
+        }
+        let flushed = self.flushed_offset;
+        let mut closable: Vec<(Instant, u64)> = self
+            .files_open
+            .iter()
+            .filter_map(|&base| {
+                let segment = &self.segments.as_slice()[self.segments.find(base)?];
+                let file = segment.file.as_ref()?;
+                (segment.base_offset == base
+                    && Rc::strong_count(file) == 1
+                    && segment.end_offset() <= flushed)
+                    .then(|| (segment.last_used.get(), base))
+            })
+            .collect();
+        closable.sort_unstable();
+        let excess = self.files_open.len() - keep;
+        for &(_, base) in closable.iter().take(excess) {
+            if let Some(segment) = self
+                .segments
+                .find(base)
+                .and_then(|i| self.segments.get_mut(i))
+            {
+                segment.file = None;
+            }
+        }
+        let segments = &self.segments;
+        self.files_open.retain(|&base| {
+            segments
+                .find(base)
+                .map(|i| &segments.as_slice()[i])
+                .is_some_and(|s| s.base_offset == base && s.file.is_some())
+        });
+    }
+
+    /// Closes the files of segments nobody wrote or read for `idle`: fully
+    /// flushed, no write in flight, no fetch holding the file. Returns how
+    /// many it closed. Only segments with an open file are looked at.
+    pub fn close_idle_files(&mut self, now: Instant, idle: Duration) -> usize {
+        let flushed = self.flushed_offset;
+        let mut closed = 0;
+        let segments = &mut self.segments;
+        self.files_open.retain(|&base| {
+            let Some(segment) = segments.find(base).and_then(|i| segments.get_mut(i)) else {
+                return false;
+            };
+            if segment.base_offset != base {
+                return false;
+            }
+            let Some(file) = &segment.file else {
+                return false;
+            };
+            // Held elsewhere = a fetch sending from it or a flush to come.
+            let unused = Rc::strong_count(file) == 1
+                && now.duration_since(segment.last_used.get()) >= idle
+                && segment.end_offset() <= flushed;
+            if unused {
+                segment.file = None;
+                closed += 1;
+            }
+            !unused
+        });
+        closed
+    }
+
+    /// Segment files open now.
+    pub fn files_open(&self) -> usize {
+        self.files_open.len()
     }
 
     /// The first offset of the earliest segment appended to at or after
@@ -639,6 +752,33 @@ async fn open_segment_file(path: &Path) -> Result<BufferedFile, StorageError> {
         .buffered_open(path)
         .await
         .map_err(|e| StorageError::io("opening", path, os_error(e)))
+}
+
+/// Describes up to `bytes_max` flushed bytes at `offset`, opening the
+/// segment's file when it was closed for idleness.
+pub async fn read(
+    log: &SharedLog,
+    offset: u64,
+    bytes_max: u32,
+) -> Result<Option<FetchSlice>, StorageError> {
+    loop {
+        let found = log.borrow().try_read(offset, bytes_max)?;
+        match found {
+            Read::Slice(slice) => return Ok(Some(slice)),
+            Read::NotYet => return Ok(None),
+            Read::Closed { base_offset, path } => {
+                // Writable, as the writer may use it too (the active
+                // segment); never created: retention may have removed it.
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .buffered_open(&path)
+                    .await
+                    .map_err(|e| StorageError::io("opening", &path, os_error(e)))?;
+                log.borrow_mut().install_file(base_offset, Rc::new(file));
+            }
+        }
+    }
 }
 
 /// Makes sure the sync task runs: writes pending bytes, and also flushes when
@@ -823,6 +963,10 @@ async fn sync_once(
         } else {
             Some(Instant::now())
         };
+        // The segments this round rolled past are flushed now: close all
+        // but the last few (one round may cross many small segments).
+        drop(files);
+        l.trim_open_files(crate::limits::SEGMENT_FILES_PER_LOG_MAX);
         l.check_offsets();
         l.watermarks.notify_all();
     }
@@ -850,12 +994,20 @@ async fn segment_file(log: &SharedLog, base: u64) -> Result<Rc<BufferedFile>, St
     }
     let file = Rc::new(open_segment_file(&path).await?);
     let mut l = log.borrow_mut();
-    if let Some(index) = l.segments.find(base) {
-        if let Some(segment) = l.segments.get_mut(index) {
+    let Some(segment) = l.segments.find(base).and_then(|i| l.segments.get_mut(i)) else {
+        return Ok(file);
+    };
+    match &segment.file {
+        // A reader opened it meanwhile: use that one.
+        Some(theirs) => Ok(theirs.clone()),
+        None => {
             segment.file = Some(file.clone());
+            segment.last_used.set(Instant::now());
+            l.files_open.push(base);
+            l.trim_open_files(crate::limits::SEGMENT_FILES_PER_LOG_MAX);
+            Ok(file)
         }
     }
-    Ok(file)
 }
 
 #[cfg(test)]
@@ -912,7 +1064,7 @@ mod tests {
         let mut values = Vec::new();
         let mut at = offset;
         loop {
-            let slice = log.borrow().read(at, 1 << 20).unwrap();
+            let slice = read(log, at, 1 << 20).await.unwrap();
             let Some(slice) = slice else { return values };
             let bytes = slice
                 .file
@@ -937,14 +1089,14 @@ mod tests {
             let (base, end) = log.borrow_mut().append(&message(b"world!"), 1).unwrap();
             assert_eq!((base, end), (14, 29));
             // Appended, not flushed: a fetch sees nothing yet.
-            assert!(log.borrow().read(0, 100).unwrap().is_none());
+            assert!(read(&log, 0, 100).await.unwrap().is_none());
             request_sync(&log, false);
             let watermarks = log.borrow().watermarks();
             watermarks
                 .wait_until(|| log.borrow().written_offset() == 29)
                 .await;
             assert!(
-                log.borrow().read(0, 100).unwrap().is_none(),
+                read(&log, 0, 100).await.unwrap().is_none(),
                 "written is not flushed"
             );
             sync_all(&log).await.unwrap();
@@ -956,7 +1108,7 @@ mod tests {
             assert_eq!(read_values(&log, 14).await, vec![b"world!".to_vec()]);
             // Past the end is out of range, with the valid range.
             assert!(matches!(
-                log.borrow().read(30, 100),
+                log.borrow().try_read(30, 100),
                 Err(StorageError::OffsetOutOfRange {
                     requested: 30,
                     start: 0,
@@ -996,7 +1148,7 @@ mod tests {
                 ]
             );
             // One read never crosses a segment boundary.
-            let slice = log.borrow().read(900, 1 << 20).unwrap().unwrap();
+            let slice = read(&log, 900, 1 << 20).await.unwrap().unwrap();
             assert_eq!((slice.position, slice.len), (900, 100));
             assert_eq!(read_values(&log, 0).await.len(), 25);
             // Reopen: the same segments, offsets and data.
@@ -1099,6 +1251,48 @@ mod tests {
     }
 
     #[test]
+    fn idle_segment_files_are_closed_and_reopened_on_demand() {
+        run(|| async {
+            let dir = temp_dir("idle");
+            let log = open(&dir, 1024).await;
+            for _ in 0..35 {
+                log.borrow_mut().append(&message(&[1; 91]), 1).unwrap();
+            }
+            sync_all(&log).await.unwrap();
+            assert_eq!(log.borrow().segment_count(), 4);
+            assert_eq!(log.borrow().files_open(), 4, "written segments are open");
+            let now = Instant::now();
+            let idle = Duration::from_secs(10);
+            assert_eq!(
+                log.borrow_mut().close_idle_files(now, idle),
+                0,
+                "not idle yet"
+            );
+            // A fetch holding a file keeps it open.
+            let held = read(&log, 1000, 100).await.unwrap().unwrap();
+            let later = now + Duration::from_secs(60);
+            assert_eq!(log.borrow_mut().close_idle_files(later, idle), 3);
+            assert_eq!(log.borrow().files_open(), 1);
+            drop(held);
+            assert_eq!(log.borrow_mut().close_idle_files(later, idle), 1);
+            assert_eq!(log.borrow().files_open(), 0);
+            // Reads open what they need, a few at a time; appends reopen the
+            // active segment.
+            assert_eq!(read_values(&log, 0).await.len(), 35);
+            assert!(log.borrow().files_open() <= crate::limits::SEGMENT_FILES_PER_LOG_MAX);
+            log.borrow_mut().append(&message(&[2; 91]), 1).unwrap();
+            sync_all(&log).await.unwrap();
+            assert_eq!(read_values(&log, 3500).await, vec![vec![2; 91]]);
+            // A reopened log opens nothing until it is used.
+            drop(log);
+            let log = open(&dir, 1024).await;
+            assert_eq!(log.borrow().files_open(), 0);
+            assert_eq!(read_values(&log, 0).await.len(), 36);
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
+    #[test]
     fn retention_removes_old_closed_segments_but_never_the_active_one() {
         run(|| async {
             let dir = temp_dir("retention");
@@ -1122,7 +1316,7 @@ mod tests {
             assert_eq!(log.borrow().segment_count(), 1);
             assert_eq!(log.borrow().start_offset(), 3000);
             assert!(matches!(
-                log.borrow().read(0, 10),
+                log.borrow().try_read(0, 10),
                 Err(StorageError::OffsetOutOfRange { start: 3000, .. })
             ));
             assert_eq!(read_values(&log, 3000).await.len(), 5);

@@ -7,8 +7,10 @@
 //! Only the last (active) segment is appended to; the others are sealed.
 
 use glommio::io::BufferedFile;
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::time::Instant;
 
 /// File-name suffix of a live segment.
 pub const SEGMENT_SUFFIX: &str = ".log";
@@ -30,7 +32,9 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
 }
 
 /// One segment: where it starts, how many bytes it holds (written or still
-/// pending in memory), and its file once created. Not `Send`; owned by the
+/// pending in memory), and its file while open. Files are opened when first
+/// written or read and closed when idle, so a descriptor costs nothing for
+/// the segments nobody touches (issue 8, item 4). Not `Send`; owned by the
 /// shard that owns the partition.
 #[derive(Debug)]
 pub struct Segment {
@@ -38,8 +42,10 @@ pub struct Segment {
     pub base_offset: u64,
     /// Bytes assigned to this segment, including bytes not written yet.
     pub size_bytes: u64,
-    /// The open file; `None` until the writer creates it.
+    /// The open file; `None` until written or read, and again once idle.
     pub file: Option<Rc<BufferedFile>>,
+    /// When the file was last written or read.
+    pub last_used: Cell<Instant>,
     /// Milliseconds since the epoch of the last append (file mtime after a restart).
     pub last_append_ms: u64,
     /// The file's path.
@@ -53,6 +59,7 @@ impl Segment {
             base_offset,
             size_bytes: 0,
             file: None,
+            last_used: Cell::new(Instant::now()),
             last_append_ms: now_ms,
             path: dir.join(segment_file_name(base_offset)),
         }

@@ -234,26 +234,44 @@ fn r8_10_a_second_broker_on_the_same_data_dir_is_refused_whatever_files_are_dele
     assert!(stderr.contains("is in use by another broker"), "{stderr}");
 }
 
-/// Issue 8, item 4: every segment holds a descriptor; a data dir that needs
-/// more than RLIMIT_NOFILE allows is refused at start with the numbers,
-/// instead of failing requests later.
+/// Issue 8, item 4: every segment held a descriptor from start to exit, so
+/// a producer with 1 KiB segments took the broker to thousands of open
+/// files, and a data dir with more segments than RLIMIT_NOFILE could not
+/// start. Now files open on demand, a partition keeps a few, and idle ones
+/// close: the same data dir starts under a limit below its segment count
+/// and serves every message, and producing holds a handful of descriptors.
 #[test]
-fn r8_4_a_data_dir_that_needs_more_descriptors_than_allowed_is_refused_at_start() {
-    let mut broker = Broker::start(BrokerOptions::default());
+fn r8_4_segment_files_are_opened_on_demand_so_descriptors_do_not_follow_the_data_dir() {
+    let small_segments = "segment_bytes_min = 1024\n".to_string();
+    let mut broker = Broker::start(BrokerOptions {
+        config_toml: small_segments.clone(),
+        ..BrokerOptions::default()
+    });
     let client = broker.client();
     let small = protocol::client::TopicSettings {
         segment_bytes: 1024,
         ..Default::default()
     };
     client.create_topic("many", 1, &small).unwrap();
+    let fds = |broker: &Broker| {
+        let pid = broker.pid().unwrap();
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count()
+    };
+    let before = fds(&broker);
     let mut p = producer(&client, "many", AckMode::Flushed, 5);
+    let mut most = 0;
     for i in 0..1_500u64 {
         p.send_to(0, None, &numbered_payload(i, 200)).unwrap();
+        if i % 100 == 99 {
+            p.flush().unwrap();
+            most = most.max(fds(&broker));
+        }
     }
     p.flush().unwrap();
     drop(p);
     drop(client);
-    broker.stop();
     let segments = std::fs::read_dir(broker.data_dir().join("many-0"))
         .unwrap()
         .filter(|e| {
@@ -265,39 +283,30 @@ fn r8_4_a_data_dir_that_needs_more_descriptors_than_allowed_is_refused_at_start(
         })
         .count() as u64;
     assert!(segments > 200, "{segments} segments");
-    let limit = 1024 + 128 + segments / 2;
-    let mut command = std::process::Command::new(harness::binary("broker"));
-    command.arg("--data-dir").arg(broker.data_dir()).args([
-        "--listen",
-        "127.0.0.1:0",
-        "--shards",
-        "2",
-    ]);
-    // SAFETY: setrlimit in the child between fork and exec, on a struct we own.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
-            let rlimit = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let output = command.output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    eprintln!("{segments} segments, RLIMIT_NOFILE {limit}: {stderr}");
-    assert!(!output.status.success(), "it started: {stderr}");
-    assert!(
-        stderr.contains(&format!("RLIMIT_NOFILE is {limit}"))
-            && stderr.contains(&format!("holds {segments} segment files")),
-        "{stderr}"
+    eprintln!(
+        "{segments} segments written; descriptors {before} before, at most {most} while producing"
     );
-    // With room enough it starts and serves every message.
+    assert!(
+        // Two producer connections, five segment files, a recovery point
+        // being rewritten, and some slack; every segment open would be 300+.
+        most <= before + 12,
+        "{most} descriptors while producing into {segments} segments ({before} before)"
+    );
+    broker.stop();
+    // A limit below the segment count: it starts, and reads everything.
+    let limit = 250;
+    assert!(limit < segments, "{segments} segments");
+    broker.set_options(BrokerOptions {
+        config_toml: format!("{small_segments}fd_reserve = 64\n"),
+        nofile: Some(limit),
+        ..BrokerOptions::default()
+    });
     broker.restart();
-    assert_eq!(read_all(&broker.client(), "many", 0, 0).len(), 1_500);
+    let stored = read_all(&broker.client(), "many", 0, 0);
+    assert_eq!(stored.len(), 1_500);
+    for (i, m) in stored.iter().enumerate() {
+        assert_eq!(check_numbered_payload(&m.value, 200), i as u64);
+    }
 }
 
 /// Issue 8, item 8: a byte flipped in the middle of a closed segment, with
@@ -305,7 +314,10 @@ fn r8_4_a_data_dir_that_needs_more_descriptors_than_allowed_is_refused_at_start(
 /// later segment (acknowledged, fsynced messages), then reuse their offsets.
 #[test]
 fn r8_8_damage_in_a_closed_segment_never_deletes_the_segments_after_it() {
-    let mut broker = Broker::start(BrokerOptions::default());
+    let mut broker = Broker::start(BrokerOptions {
+        config_toml: "segment_bytes_min = 1024\n".into(),
+        ..BrokerOptions::default()
+    });
     let client = broker.client();
     let small = protocol::client::TopicSettings {
         segment_bytes: 4096,

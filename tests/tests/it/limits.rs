@@ -1,14 +1,15 @@
 //! Hostile connections cannot pin the broker's memory or hold connections
 //! forever (issue 8, items 1 and 2).
 
-use super::util::{create, raw, socket};
+use super::util::{create, metric, raw, read_all, scrape, socket};
 use harness::{Broker, BrokerOptions};
-use protocol::client::{read_response, ResponseFrame};
+use protocol::client::{read_response, AckMode, ResponseFrame};
 use protocol::codec::{self, FetchArgs};
 use protocol::frame::{self, Api, API_VERSION};
 use protocol::ErrorCode;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::time::Duration;
 
 /// A 16-byte request prefix that declares a frame of `frame_bytes`.
 fn prefix(frame_bytes: usize) -> Vec<u8> {
@@ -167,4 +168,94 @@ fn r8_3_connections_past_max_connections_are_refused_politely() {
             .map(|_| ())
             .map_err(|e| e.to_string())
     });
+}
+
+/// Issue 8, item 3: with the open-files limit at 1,024, 1,100 idle
+/// connections took every descriptor; segment opens failed with EMFILE and
+/// the partition refused writes until a restart. Now `max_connections` is
+/// lowered at start to leave `fd_reserve` descriptors for storage: the flood
+/// is refused politely and a producer rolling a new segment every request
+/// never notices.
+#[test]
+fn r8_3_an_idle_connection_flood_cannot_take_the_descriptors_storage_needs() {
+    let limit = 600;
+    let broker = Broker::start(BrokerOptions {
+        shards: 1,
+        metrics: true,
+        nofile: Some(limit),
+        config_toml: "segment_bytes_min = 1024\nfd_reserve = 256\n".into(),
+        ..BrokerOptions::default()
+    });
+    let client = broker.client();
+    let small = protocol::client::TopicSettings {
+        segment_bytes: 1024,
+        ..Default::default()
+    };
+    client.create_topic("busy", 1, &small).unwrap();
+    let mut p = super::util::producer(&client, "busy", AckMode::Flushed, 1);
+    p.send_to(0, None, &harness::numbered_payload(0, 900))
+        .unwrap();
+    p.flush().unwrap();
+    // More idle connections than the limit allows descriptors.
+    let flood: Vec<TcpStream> = (0..limit + 100)
+        .map(|_| TcpStream::connect(broker.address()).unwrap())
+        .collect();
+    let metrics_address = broker.metrics.clone().unwrap();
+    let (accepted, refused) = harness::eventually(
+        "the flood accepted or refused",
+        Duration::from_secs(30),
+        || {
+            let text = scrape(&metrics_address);
+            let accepted = metric(&text, "ringlog_connections_accepted_total");
+            let refused = metric(&text, "ringlog_connections_refused_total");
+            if accepted + refused >= flood.len() as u64 + 2 {
+                Ok((accepted, refused))
+            } else {
+                Err(format!("{accepted} accepted, {refused} refused"))
+            }
+        },
+    );
+    eprintln!("RLIMIT_NOFILE {limit}: {accepted} connections accepted, {refused} refused");
+    assert!(refused > 100, "{refused} refused");
+    // Each message rolls a segment (a new file) while the flood holds on.
+    for i in 1..300u64 {
+        p.send_to(0, None, &harness::numbered_payload(i, 900))
+            .unwrap_or_else(|e| panic!("produce {i} during the flood: {e}"));
+    }
+    p.flush().unwrap();
+    create(&client, "created-during-the-flood", 1);
+    // The flood leaves; new connections are served again, and every
+    // message is there.
+    drop(flood);
+    harness::eventually("a free slot", Duration::from_secs(30), || {
+        let mut stream = socket(&broker.address());
+        super::util::handshake(&mut stream, API_VERSION, 0)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    let stored = read_all(&client, "busy", 0, 0);
+    assert_eq!(stored.len(), 300);
+    for (i, m) in stored.iter().enumerate() {
+        assert_eq!(harness::check_numbered_payload(&m.value, 900), i as u64);
+    }
+}
+
+/// A limit that leaves nothing for connections after `fd_reserve` is
+/// refused at start with the numbers.
+#[test]
+fn r8_3_an_open_files_limit_below_the_reserve_is_refused_at_start() {
+    let data = harness::TempDir::new("nofile");
+    let mut command = std::process::Command::new(harness::binary("broker"));
+    command
+        .arg("--data-dir")
+        .arg(data.path())
+        .args(["--listen", "127.0.0.1:0", "--shards", "1"]);
+    harness::set_nofile_in_child(&mut command, 300);
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "it started: {stderr}");
+    assert!(
+        stderr.contains("RLIMIT_NOFILE is 300") && stderr.contains("fd_reserve 1024"),
+        "{stderr}"
+    );
 }

@@ -21,7 +21,7 @@ fn segment_count(broker: &Broker, dir: &str) -> usize {
 #[test]
 fn retention_deletes_old_segments_and_moves_the_start_offset() {
     let broker = Broker::start(BrokerOptions {
-        config_toml: "retention_check_ms = 50\n".into(),
+        config_toml: "retention_check_ms = 50\nsegment_bytes_min = 1024\n".into(),
         ..BrokerOptions::default()
     });
     let client = broker.client();

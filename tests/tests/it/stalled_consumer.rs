@@ -2,12 +2,11 @@
 //! same shard (the sendfile path never blocks the shard), and the zero-copy
 //! path shows in the metrics.
 
-use super::util::{create, producer, read_all};
+use super::util::{create, metric, producer, read_all, scrape};
 use harness::{numbered_payload, Broker, BrokerOptions};
 use protocol::client::{AckMode, Connection};
 use protocol::codec::{self, FetchArgs};
 use protocol::frame::Api;
-use std::io::Read;
 use std::time::Duration;
 
 #[test]
@@ -98,20 +97,4 @@ fn a_stalled_consumer_does_not_stall_another_on_the_same_shard() {
     let timed = metric(&metrics, "ringlog_flush_latency_seconds_count");
     assert_eq!(timed, flushes, "every flush is timed:\n{metrics}");
     drop(stalled);
-}
-
-fn scrape(address: &str) -> String {
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    std::io::Write::write_all(&mut stream, b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text
-}
-
-fn metric(text: &str, name: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
 }

@@ -114,3 +114,24 @@ pub fn produce_raw(
     let mut response = protocol::client::ResponseFrame::default();
     protocol::client::read_response(stream, &mut response).map(|()| response)
 }
+
+/// The broker's Prometheus text, from its metrics endpoint.
+pub fn scrape(address: &str) -> String {
+    let mut stream = TcpStream::connect(address).unwrap_or_else(|e| panic!("metrics: {e}"));
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .unwrap_or_else(|e| panic!("metrics: {e}"));
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut text)
+        .unwrap_or_else(|e| panic!("metrics: {e}"));
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text
+}
+
+/// The sum over shards of a metric in `text`.
+pub fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}

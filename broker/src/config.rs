@@ -220,7 +220,7 @@ impl Config {
         &self,
         overrides: &protocol::codec::TopicSettings,
     ) -> Result<LogSettings, String> {
-        let mut overrides = overrides.clone();
+        let mut overrides = *overrides;
         if overrides.segment_bytes != 0 && overrides.segment_bytes < self.segment_bytes_min {
             overrides.segment_bytes = self.segment_bytes_min;
         }

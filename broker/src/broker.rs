@@ -234,6 +234,7 @@ struct ShardContext {
 }
 
 async fn shard_main(context: ShardContext) {
+    let unwritten_share = context.config.unwritten_bytes_max / context.config.shards.max(1) as u64;
     let shard = Rc::new(Shard {
         id: context.id,
         config: Rc::new(context.config),
@@ -252,6 +253,9 @@ async fn shard_main(context: ShardContext) {
         metadata_version: Cell::new(0),
         metadata_all: RefCell::new(None),
         timer_work: RefCell::new(Vec::new()),
+        unwritten: Rc::new(crate::storage::budget::UnwrittenBudget::new(
+            unwritten_share,
+        )),
         fbb: RefCell::new(protocol::flatbuffers::FlatBufferBuilder::with_capacity(
             1024,
         )),
@@ -281,9 +285,12 @@ async fn shard_main(context: ShardContext) {
 async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: Notify) {
     while let Ok(msg) = inbox.recv_async().await {
         match msg {
-            ShardMsg::Request { .. } => {
-                // A partition whose disk is behind stops the inbox until it
-                // catches up: forwarded producers are pushed back too.
+            ShardMsg::Request { api, .. } => {
+                // A disk that is behind stops the inbox until it catches up:
+                // forwarded producers are pushed back too.
+                if api == protocol::frame::Api::Produce as u16 {
+                    shard.unwritten.wait_for_room().await;
+                }
                 if let Some(until) = handler::serve_forwarded(&shard, msg) {
                     until.await;
                 }

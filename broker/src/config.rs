@@ -68,6 +68,14 @@ pub struct Config {
     /// control plane and the shards' own needs: at start, `max_connections`
     /// is lowered until it fits under RLIMIT_NOFILE with this to spare.
     pub fd_reserve: u64,
+    /// Appended but not yet written bytes the broker holds in memory, over
+    /// all partitions (each shard gets an equal share); past it, produces of
+    /// every ack mode wait until the disk catches up.
+    pub unwritten_bytes_max: u64,
+    /// Request bytes one connection may have dispatched and not yet
+    /// answered (a forwarded produce holds its copy until the owning shard
+    /// takes it); past it the connection stops reading.
+    pub connection_inflight_bytes_max: u64,
     /// The smallest `segment_bytes` a topic may ask for. Small segments mean
     /// many files (and, read at once, many descriptors); 1 MiB by default.
     pub segment_bytes_min: u64,
@@ -108,6 +116,8 @@ impl Default for Config {
             retention_check_ms: 30_000,
             max_connections: 10_000,
             fd_reserve: 1024,
+            unwritten_bytes_max: 1 << 30,
+            connection_inflight_bytes_max: 64 << 20,
             segment_bytes_min: 1 << 20,
             handshake_timeout_ms: 10_000,
             idle_timeout_ms: 600_000,
@@ -160,6 +170,21 @@ impl Config {
             return Err(ConfigError(format!(
                 "segment_bytes_min must be {SEGMENT_BYTES_FLOOR}..={SEGMENT_BYTES_MAX}, got {}",
                 self.segment_bytes_min
+            )));
+        }
+        let frame = crate::limits::REQUEST_FRAME_BYTES_MAX as u64;
+        let shards = self.shards.max(1) as u64;
+        if !(frame * shards..=1 << 50).contains(&self.unwritten_bytes_max) {
+            return Err(ConfigError(format!(
+                "unwritten_bytes_max must be at least one largest request ({frame} bytes) per shard ({}) and at most 2^50, got {}",
+                frame * shards,
+                self.unwritten_bytes_max
+            )));
+        }
+        if !(frame..=1 << 40).contains(&self.connection_inflight_bytes_max) {
+            return Err(ConfigError(format!(
+                "connection_inflight_bytes_max must be {frame}..=2^40 (at least one largest request), got {}",
+                self.connection_inflight_bytes_max
             )));
         }
         if !(64..=1 << 30).contains(&self.fd_reserve) {
@@ -288,7 +313,10 @@ mod tests {
             ..TopicSettings::default()
         };
         let refused = config.topic_settings(&small).unwrap_err();
-        assert!(refused.contains("segment_bytes must be 1048576.."), "{refused}");
+        assert!(
+            refused.contains("segment_bytes must be 1048576.."),
+            "{refused}"
+        );
         // A topic created when the limit was lower still opens.
         let stored = config.stored_topic_settings(&small).unwrap();
         assert_eq!(stored.segment_bytes, 1 << 20);

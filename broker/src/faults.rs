@@ -12,6 +12,7 @@
 //! | fault           | effect                                                  |
 //! |-----------------|---------------------------------------------------------|
 //! | `sync_delay_ms` | every flush waits this long before its fdatasync        |
+//! | `write_delay_ms`| every chunk write waits this long before it starts     |
 //!
 //! Unset (always, in production) every fault is off and costs one load of a
 //! `OnceLock`. An unknown or malformed entry stops the broker at start: a
@@ -28,6 +29,9 @@ pub const FAULTS_ENV: &str = "RINGLOG_TEST_FAULTS";
 pub struct Faults {
     /// Delay before every flush's fdatasync.
     pub sync_delay: Option<Duration>,
+    /// Delay before every write of a pending chunk (a disk slower than the
+    /// producers).
+    pub write_delay: Option<Duration>,
 }
 
 static FAULTS: OnceLock<Faults> = OnceLock::new();
@@ -45,6 +49,7 @@ impl Faults {
                 .map_err(|_| format!("{FAULTS_ENV}: `{value}` is not a number in `{entry}`"))?;
             match name {
                 "sync_delay_ms" => faults.sync_delay = Some(Duration::from_millis(number)),
+                "write_delay_ms" => faults.write_delay = Some(Duration::from_millis(number)),
                 other => return Err(format!("{FAULTS_ENV}: unknown fault `{other}`")),
             }
         }

@@ -498,28 +498,6 @@ pub fn forward(
     })))
 }
 
-/// Forwards a fire-and-forget produce (`acks = none`): the connection only
-/// waits for room in the owner's inbox, not for an answer, so forwarded
-/// produces pipeline like local ones. The forwarding shard has already
-/// checked the topic, the partition and every CRC; what can still fail on the
-/// owner (storage) is logged and counted there, as `acks = none` promises
-/// no answer.
-pub fn forward_without_reply(
-    shard: &Shard,
-    owner: u16,
-    api: u16,
-    request_id: u32,
-    header: &[u8],
-    payload: &[u8],
-) -> Result<Dispatched, Failure> {
-    let (reply, response) = flume::bounded(1);
-    drop(response);
-    let (peer, msg) = forwarded_request(shard, owner, api, request_id, header, payload, reply)?;
-    Ok(Dispatched::Throttle(Box::pin(async move {
-        let _ = peer.send_async(msg).await;
-    })))
-}
-
 /// Runs a forwarded request on its owning shard and sends the response
 /// back. Returns the backpressure wait, if the request asked for one; the
 /// inbox loop awaits it before taking the next request.

@@ -2,9 +2,7 @@
 //! the partition's log, then acknowledge as the request asked: not at all
 //! (the paper's mode), once written to the page cache, or once flushed.
 
-use super::{
-    forward, forward_without_reply, invalid_header, Dispatched, Failure, Payload, Response,
-};
+use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
 use crate::limits::PENDING_BYTES_MAX;
 use crate::shard::{Owner, Shard};
 use crate::storage::partition_log::{request_sync, SharedLog, WRITE_CHUNK_BYTES};
@@ -56,13 +54,12 @@ pub fn handle(
     }
     let log = match owner {
         Owner::Here(log) => log,
+        // Forwarded with a reply channel in every ack mode: an `acks = none`
+        // produce that fails on the owner (storage refusing writes) is
+        // answered like a local one, in its place in the order; a success
+        // stays silent (issue 8, item 12).
         Owner::Shard(owner) => {
-            let send = if acks == AckMode::None {
-                forward_without_reply
-            } else {
-                forward
-            };
-            return send(
+            return forward(
                 shard,
                 owner,
                 Api::Produce as u16,

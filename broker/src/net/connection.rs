@@ -46,7 +46,9 @@ use std::time::{Duration, Instant};
 
 enum Queued {
     Ready(u32, Response),
-    Later(u32, u16, Later),
+    /// Request id, api, the response to come, and the request frame's size
+    /// (counted in `Conn::inflight_bytes` until it resolves).
+    Later(u32, u16, Later, u64),
     Close,
 }
 
@@ -57,6 +59,8 @@ struct Conn {
     queued: Notify,
     drained: Notify,
     closed: Cell<bool>,
+    /// Frame bytes of dispatched requests whose responses are still to come.
+    inflight_bytes: Cell<u64>,
 }
 
 /// Serves one connection until the peer closes it or it breaks.
@@ -74,6 +78,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         queued: Notify::new(),
         drained: Notify::new(),
         closed: Cell::new(false),
+        inflight_bytes: Cell::new(0),
     });
     let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone()));
     if let Err(error) = read_loop(&shard, &conn).await {
@@ -208,6 +213,12 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                     Err(response) => Dispatched::Ready(response),
                 }
             } else {
+                // Producers wait while the shard's unwritten bytes are over
+                // its share of unwritten_bytes_max (issue 8, item 14): this
+                // connection stops reading until the disk catches up.
+                if prefix.api == Api::Produce as u16 && shard.unwritten.over() {
+                    shard.unwritten.wait_for_room().await;
+                }
                 handler::dispatch(
                     shard,
                     prefix.api,
@@ -223,11 +234,15 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                 Dispatched::Ready(response) => {
                     push(shard, conn, Queued::Ready(prefix.request_id, response))
                 }
-                Dispatched::Later(later) => push(
-                    shard,
-                    conn,
-                    Queued::Later(prefix.request_id, prefix.api, later),
-                ),
+                Dispatched::Later(later) => {
+                    let bytes = prefix.frame_bytes as u64;
+                    conn.inflight_bytes.set(conn.inflight_bytes.get() + bytes);
+                    push(
+                        shard,
+                        conn,
+                        Queued::Later(prefix.request_id, prefix.api, later, bytes),
+                    )
+                }
                 Dispatched::Throttle(until) => until.await,
             }
             if conn.queue.borrow().len() >= INFLIGHT_REQUESTS_MAX {
@@ -235,6 +250,15 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                     .wait_until(|| {
                         conn.closed.get() || conn.queue.borrow().len() < INFLIGHT_REQUESTS_MAX / 2
                     })
+                    .await;
+            }
+            // Requests waiting for their answers hold memory (a forwarded
+            // produce its payload): bound the bytes, not only the count
+            // (issue 8, item 6).
+            let bytes_max = config.connection_inflight_bytes_max;
+            if conn.inflight_bytes.get() >= bytes_max {
+                conn.drained
+                    .wait_until(|| conn.closed.get() || conn.inflight_bytes.get() < bytes_max / 2)
                     .await;
             }
             if conn.closed.get() {
@@ -423,12 +447,16 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
                 return Ok(());
             }
             Queued::Ready(request_id, response) => (request_id, response),
-            Queued::Later(request_id, api, later) => {
+            Queued::Later(request_id, api, later, bytes) => {
                 if !out.is_empty() {
                     write_all(conn, &out).await?;
                     out.clear();
                 }
-                match later.await {
+                let response = later.await;
+                conn.inflight_bytes
+                    .set(conn.inflight_bytes.get().saturating_sub(bytes));
+                conn.drained.notify_all();
+                match response {
                     Some(response) => (request_id, response),
                     None if api == Api::Produce as u16 => continue,
                     None => (

@@ -88,6 +88,9 @@ pub struct Shard {
     pub accept_problems: crate::log_limit::LogLimit,
     /// One log line per second for failed fire-and-forget produces.
     pub failed_silent_produces: crate::log_limit::LogLimit,
+    /// Unwritten bytes of this shard's partitions, against its share of
+    /// `unwritten_bytes_max`.
+    pub unwritten: Rc<crate::storage::budget::UnwrittenBudget>,
     /// Logs with unwritten, unflushed or un-checkpointed bytes: the flush
     /// timer visits only these, so its cost per tick follows the partitions
     /// being written, not the partitions that exist (issue 9, item 2).
@@ -194,6 +197,7 @@ impl Shard {
                 .await
                 .map_err(|e| format!("opening partition {label}: {e}"))?;
             log.set_flush_stats(self.metrics.flush.clone());
+            log.set_budget(self.unwritten.clone());
             if recovered.bytes_cut > 0
                 || recovered.bytes_scanned > 0
                 || recovered.bytes_synced > 0

@@ -21,6 +21,7 @@
 //!   offset. Consumers only ever see bytes below the flushed offset.
 //! - **Retention** removes whole closed segments, never the active one.
 
+pub mod budget;
 pub mod error;
 pub mod partition_log;
 pub mod recovery;

@@ -31,6 +31,7 @@
 //! Not `Send`: owned by the shard that owns the partition, shared within it as
 //! `Rc<RefCell<_>>` and never borrowed across an `.await`.
 
+use super::budget::UnwrittenBudget;
 use super::error::{os_error, StorageError};
 use super::recovery::{self, Recovered};
 use super::segment::{Segment, DELETED_SUFFIX};
@@ -151,6 +152,9 @@ pub struct PartitionLog {
     watermarks: Notify,
     /// Where flushes are counted and timed (the owning shard's metrics).
     flush_stats: Rc<FlushStats>,
+    /// The shard's unwritten-bytes budget, and what this log counts in it.
+    budget: Rc<UnwrittenBudget>,
+    budget_counted: u64,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -234,6 +238,8 @@ impl PartitionLog {
             files_open: Vec::new(),
             watermarks: Notify::new(),
             flush_stats: Rc::new(FlushStats::default()),
+            budget: Rc::new(UnwrittenBudget::unlimited()),
+            budget_counted: 0,
         };
         log.check_offsets();
         Ok((log, recovered))
@@ -242,6 +248,28 @@ impl PartitionLog {
     /// Counts and times this log's flushes in `stats` (a shard's metrics).
     pub fn set_flush_stats(&mut self, stats: Rc<FlushStats>) {
         self.flush_stats = stats;
+    }
+
+    /// Counts this log's unwritten bytes in its shard's `budget`.
+    pub fn set_budget(&mut self, budget: Rc<UnwrittenBudget>) {
+        self.budget.adjust(self.budget_counted, 0);
+        self.budget_counted = 0;
+        self.budget = budget;
+        self.account();
+    }
+
+    /// Brings the budget up to date with this log's unwritten bytes. A
+    /// poisoned or deleted log will never write its tail: it counts 0.
+    fn account(&mut self) {
+        let now = if self.poisoned.is_some() {
+            0
+        } else {
+            self.end_offset - self.written_offset
+        };
+        if now != self.budget_counted {
+            self.budget.adjust(self.budget_counted, now);
+            self.budget_counted = now;
+        }
     }
 
     fn check_offsets(&self) {
@@ -370,6 +398,7 @@ impl PartitionLog {
             self.oldest_unflushed_at = Some(Instant::now());
         }
         debug_assert!(self.written_offset <= self.end_offset);
+        self.account();
         Ok((base, self.end_offset))
     }
 
@@ -669,6 +698,7 @@ impl PartitionLog {
         self.poisoned = Some("the topic was deleted".into());
         self.pending.clear();
         self.pending_bytes = 0;
+        self.account();
         self.watermarks.notify_all();
     }
 
@@ -732,6 +762,7 @@ impl PartitionLog {
             "transient storage failure: dropped the unwritten tail; refusing writes, then retrying"
         );
         self.refusing = Some((Instant::now() + STORAGE_RETRY, reason));
+        self.account();
         self.check_offsets();
         self.watermarks.notify_all();
         Ok(())
@@ -740,7 +771,17 @@ impl PartitionLog {
     fn poison(&mut self, reason: String) {
         tracing::error!(partition = %self.label, %reason, "partition poisoned: refusing writes until restart");
         self.poisoned = Some(reason);
+        // Its tail will never be written: give the memory and the budget back.
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.account();
         self.watermarks.notify_all();
+    }
+}
+
+impl Drop for PartitionLog {
+    fn drop(&mut self) {
+        self.budget.adjust(self.budget_counted, 0);
     }
 }
 
@@ -891,6 +932,9 @@ async fn sync_once(
         if let Some(reason) = &log.borrow().poisoned {
             return Err(SyncError::Write(StorageError::Poisoned(reason.clone())));
         }
+        if let Some(delay) = crate::faults::Faults::get().write_delay {
+            glommio::timer::sleep(delay).await;
+        }
         let file = segment_file(log, chunk.segment_base)
             .await
             .map_err(SyncError::Write)?;
@@ -923,6 +967,7 @@ async fn sync_once(
         );
         l.written_offset = end;
         l.written_messages += chunk.messages;
+        l.account();
         if !l.dirty_files.iter().any(|f| Rc::ptr_eq(f, &file)) {
             l.dirty_files.push(file);
         }

@@ -33,7 +33,6 @@ fn produce_until_refused(
 #[test]
 fn r8_17_a_full_disk_refuses_writes_keeps_data_readable_and_recovers_once_space_is_freed() {
     let mut broker = Broker::start(BrokerOptions {
-        shards: 1,
         tmpfs_bytes: Some(16 << 20),
         ..BrokerOptions::default()
     });
@@ -46,7 +45,10 @@ fn r8_17_a_full_disk_refuses_writes_keeps_data_readable_and_recovers_once_space_
         stat.saturating_sub(1 << 20)
     };
     std::fs::write(&filler, vec![0u8; free as usize]).unwrap();
-    let mut stream = raw(&broker.address());
+    let metadata = client.metadata(&["full"]).unwrap();
+    let owner = client.owner_address(&metadata, "full", 0);
+    let other = broker.shards.iter().find(|a| **a != owner).unwrap().clone();
+    let mut stream = raw(&owner);
     let (acked, error) = produce_until_refused(&mut stream, 0);
     assert!(acked > 10, "only {acked} messages fit in about 1 MiB");
     assert_eq!(error.code(), Some(ErrorCode::StorageUnavailable), "{error}");
@@ -82,6 +84,19 @@ fn r8_17_a_full_disk_refuses_writes_keeps_data_readable_and_recovers_once_space_
     )
     .unwrap_err();
     assert_eq!(again.code(), Some(ErrorCode::StorageUnavailable), "{again}");
+    // A fire-and-forget produce is told too, also through the shard that
+    // does not own the partition (before, only the broker's log heard of
+    // it: issue 8, item 12).
+    for address in [&owner, &other] {
+        let mut s = raw(address);
+        let silent =
+            produce_raw(&mut s, "full", 0, AckMode::None, &one_message(acked)).unwrap_err();
+        assert_eq!(
+            silent.code(),
+            Some(ErrorCode::StorageUnavailable),
+            "acks=none through {address}: {silent}"
+        );
+    }
     // Space freed: writes resume without a restart (after the partition's
     // retry back-off).
     std::fs::remove_file(&filler).unwrap();

@@ -259,3 +259,153 @@ fn r8_3_an_open_files_limit_below_the_reserve_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+/// Sends `frames` produces of 8 messages of 1,000,000 bytes each (acks =
+/// written) to `topic`-`partition` through `address`, from one thread per
+/// address, and samples the broker's RSS until every one is acknowledged.
+/// Returns the peak RSS in KiB.
+fn pump_and_watch_rss(
+    broker: &Broker,
+    addresses: &[String],
+    topic: &str,
+    partitions: &[u32],
+    frames: usize,
+) -> u64 {
+    let pid = broker.pid().unwrap();
+    let mut set = Vec::new();
+    for _ in 0..8 {
+        protocol::message::encode_message(&mut set, None, &vec![7u8; 1_000_000]);
+    }
+    let set = std::sync::Arc::new(set);
+    let workers: Vec<_> = addresses
+        .iter()
+        .zip(partitions)
+        .map(|(address, &partition)| {
+            let (address, topic, set) = (address.clone(), topic.to_string(), set.clone());
+            std::thread::spawn(move || {
+                let mut stream = raw(&address);
+                let mut writer = stream.try_clone().unwrap();
+                let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+                let header =
+                    codec::produce_request(&mut fbb, &topic, partition, AckMode::Written).to_vec();
+                // Write everything at once (pipelined), read the answers after.
+                let sender = std::thread::spawn(move || {
+                    for i in 0..frames {
+                        let mut out = Vec::new();
+                        frame::write_frame(
+                            &mut out,
+                            Api::Produce as u16,
+                            API_VERSION,
+                            i as u32,
+                            &header,
+                            &set,
+                        );
+                        writer.write_all(&out).unwrap();
+                    }
+                });
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(120)))
+                    .unwrap();
+                let mut response = ResponseFrame::default();
+                for i in 0..frames {
+                    read_response(&mut stream, &mut response)
+                        .unwrap_or_else(|e| panic!("produce {i} to {address}: {e}"));
+                }
+                sender.join().unwrap();
+            })
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    let mut peak = 0;
+    while workers.iter().any(|w| !w.is_finished()) {
+        assert!(std::time::Instant::now() < deadline, "the producers hang");
+        peak = peak.max(rss_kib(pid));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    peak
+}
+
+/// Settles start-up allocations, then the RSS in KiB.
+fn settled_rss(broker: &Broker) -> u64 {
+    for address in &broker.shards {
+        protocol::client::Client::connect(address)
+            .unwrap()
+            .metadata(&[])
+            .unwrap();
+    }
+    rss_kib(broker.pid().unwrap())
+}
+
+/// Item 6: forwarded produces held their copies until the connection got
+/// round to them — 60 × 8 MiB behind one long-poll held +490 MiB. Now a
+/// connection stops reading once `connection_inflight_bytes_max` of its
+/// requests await answers: 40 × 8 MiB forwarded to a shard whose disk is
+/// slow (each write waits 100 ms, and the owner's unwritten budget is
+/// small) stay within that bound.
+#[test]
+fn r8_6_forwarded_produces_are_bounded_in_bytes_per_connection() {
+    let broker = Broker::start(BrokerOptions {
+        faults: Some("write_delay_ms=100".into()),
+        config_toml: "connection_inflight_bytes_max = 33554432\nunwritten_bytes_max = 33554432\n"
+            .into(),
+        ..BrokerOptions::default()
+    });
+    let client = broker.client();
+    create(&client, "far", 2);
+    let metadata = client.metadata(&["far"]).unwrap();
+    // A partition owned by shard 1, produced to through shard 0.
+    let partition = (0..2)
+        .find(|&p| client.owner_address(&metadata, "far", p) == broker.shards[1])
+        .expect("a partition on shard 1");
+    let before = settled_rss(&broker);
+    let peak = pump_and_watch_rss(
+        &broker,
+        &[broker.shards[0].clone()],
+        "far",
+        &[partition],
+        40,
+    );
+    eprintln!("RSS {before} KiB before, peak {peak} KiB while 40 × 8 MiB were forwarded");
+    assert!(
+        peak < before + 200 * 1024,
+        "RSS grew from {before} to {peak} KiB"
+    );
+    let stored = read_all(&client, "far", partition, 0);
+    assert_eq!(stored.len(), 40 * 8);
+}
+
+/// Item 14: only acks=none was held back, and per partition. Now every
+/// produce waits while its shard's unwritten bytes exceed its share of
+/// `unwritten_bytes_max`: eight pipelining producers of 12 × 8 MiB each
+/// (acks = written) on one shard whose disk is slow stay near the budget,
+/// where before each connection could park 64 MiB.
+#[test]
+fn r8_14_unwritten_bytes_are_bounded_for_the_whole_shard_in_every_ack_mode() {
+    let broker = Broker::start(BrokerOptions {
+        shards: 1,
+        faults: Some("write_delay_ms=20".into()),
+        config_toml: "unwritten_bytes_max = 33554432\n".into(),
+        ..BrokerOptions::default()
+    });
+    let client = broker.client();
+    create(&client, "wide", 8);
+    let before = settled_rss(&broker);
+    let addresses = vec![broker.address(); 8];
+    let partitions: Vec<u32> = (0..8).collect();
+    let peak = pump_and_watch_rss(&broker, &addresses, "wide", &partitions, 12);
+    eprintln!("RSS {before} KiB before, peak {peak} KiB with 8 producers × 12 × 8 MiB");
+    assert!(
+        peak < before + 250 * 1024,
+        "RSS grew from {before} to {peak} KiB"
+    );
+    for p in 0..8 {
+        assert_eq!(
+            read_all(&client, "wide", p, 0).len(),
+            12 * 8,
+            "partition {p}"
+        );
+    }
+}

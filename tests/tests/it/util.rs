@@ -34,6 +34,8 @@ pub fn read_all(client: &Client, topic: &str, partition: u32, offset: u64) -> Ve
     let mut consumer =
         Consumer::new(client, topic, partition, offset).unwrap_or_else(|e| panic!("consumer: {e}"));
     consumer.set_max_wait_ms(0);
+    // Room for the largest message the broker accepts by default.
+    consumer.set_max_bytes(2 << 20);
     let mut out = Vec::new();
     loop {
         let batch = consumer

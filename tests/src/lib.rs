@@ -7,6 +7,7 @@
 //! (`target/<profile>/broker`), so run `cargo build --bins` before the
 //! tests; a missing binary fails loudly rather than skipping.
 
+pub mod crash;
 pub mod etcd;
 
 use std::io::{BufRead, BufReader, Read};
@@ -49,11 +50,16 @@ impl Drop for TempDir {
 /// Path of a workspace binary built next to the test executable.
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
-    // target/<profile>/deps/it-<hash> -> target/<profile>/<name>
-    let dir = exe
+    // target/<profile>/deps/it-<hash> -> target/<profile>/<name>; a binary
+    // of this crate (the crash harness) is in target/<profile>/ itself.
+    let parent = exe
         .parent()
-        .and_then(Path::parent)
-        .unwrap_or_else(|| panic!("unexpected test executable path {}", exe.display()));
+        .unwrap_or_else(|| panic!("unexpected executable path {}", exe.display()));
+    let dir = if parent.ends_with("deps") {
+        parent.parent().unwrap_or(parent)
+    } else {
+        parent
+    };
     let path = dir.join(name);
     assert!(
         path.exists(),

@@ -542,14 +542,33 @@ impl PartitionLog {
         if segment.base_offset == base_offset && segment.file.is_none() {
             segment.file = Some(file);
             segment.last_used.set(Instant::now());
-            self.files_open.push(base_offset);
-            self.trim_open_files(crate::limits::SEGMENT_FILES_PER_LOG_MAX);
+            self.note_open(base_offset);
         }
     }
 
+    /// Records that a segment's file was just opened (once, whatever stale
+    /// entries say) and closes the least recently used others past the cap.
+    fn note_open(&mut self, base_offset: u64) {
+        if !self.files_open.contains(&base_offset) {
+            self.files_open.push(base_offset);
+        }
+        self.trim_open_files(crate::limits::SEGMENT_FILES_PER_LOG_MAX, base_offset);
+    }
+
     /// Closes the least recently used files nobody holds until at most
-    /// `keep` are open (or none is left that may be closed).
-    fn trim_open_files(&mut self, keep: usize) {
+    /// `keep` are open (or none is left that may be closed); never the
+    /// segment at `protect` (a file just opened for a caller).
+    fn trim_open_files(&mut self, keep: usize, protect: u64) {
+        // Forget entries whose segment is gone or whose file is closed
+        // (retention, rollbacks): they must not count against the cap.
+        let segments = &self.segments;
+        let is_open = |base: u64| {
+            segments
+                .find(base)
+                .map(|i| &segments.as_slice()[i])
+                .is_some_and(|s| s.base_offset == base && s.file.is_some())
+        };
+        self.files_open.retain(|&base| is_open(base));
         if self.files_open.len() <= keep {
             return;
         }
@@ -557,18 +576,18 @@ impl PartitionLog {
         let mut closable: Vec<(Instant, u64)> = self
             .files_open
             .iter()
+            .filter(|&&base| base != protect)
             .filter_map(|&base| {
                 let segment = &self.segments.as_slice()[self.segments.find(base)?];
                 let file = segment.file.as_ref()?;
-                (segment.base_offset == base
-                    && Rc::strong_count(file) == 1
-                    && segment.end_offset() <= flushed)
+                (Rc::strong_count(file) == 1 && segment.end_offset() <= flushed)
                     .then(|| (segment.last_used.get(), base))
             })
             .collect();
         closable.sort_unstable();
         let excess = self.files_open.len() - keep;
-        for &(_, base) in closable.iter().take(excess) {
+        let closing: Vec<u64> = closable.iter().take(excess).map(|&(_, b)| b).collect();
+        for &base in &closing {
             if let Some(segment) = self
                 .segments
                 .find(base)
@@ -577,13 +596,7 @@ impl PartitionLog {
                 segment.file = None;
             }
         }
-        let segments = &self.segments;
-        self.files_open.retain(|&base| {
-            segments
-                .find(base)
-                .map(|i| &segments.as_slice()[i])
-                .is_some_and(|s| s.base_offset == base && s.file.is_some())
-        });
+        self.files_open.retain(|base| !closing.contains(base));
     }
 
     /// Closes the files of segments nobody wrote or read for `idle`: fully
@@ -802,11 +815,22 @@ pub async fn read(
     offset: u64,
     bytes_max: u32,
 ) -> Result<Option<FetchSlice>, StorageError> {
+    // The file this call opened, held until the read below has its own
+    // handle: a file nobody holds may be closed again at once by the
+    // per-partition cap, and the read would open it forever.
+    let mut opened: Option<Rc<BufferedFile>> = None;
     loop {
         let found = log.borrow().try_read(offset, bytes_max)?;
         match found {
             Read::Slice(slice) => return Ok(Some(slice)),
             Read::NotYet => return Ok(None),
+            Read::Closed { .. } if opened.is_some() => {
+                return Err(StorageError::io(
+                    "opening",
+                    log.borrow().dir(),
+                    std::io::Error::other("a segment file closed again while being read"),
+                ));
+            }
             Read::Closed { base_offset, path } => {
                 // Writable, as the writer may use it too (the active
                 // segment); never created: retention may have removed it.
@@ -816,7 +840,9 @@ pub async fn read(
                     .buffered_open(&path)
                     .await
                     .map_err(|e| StorageError::io("opening", &path, os_error(e)))?;
-                log.borrow_mut().install_file(base_offset, Rc::new(file));
+                let file = Rc::new(file);
+                log.borrow_mut().install_file(base_offset, file.clone());
+                opened = Some(file);
             }
         }
     }
@@ -1011,7 +1037,7 @@ async fn sync_once(
         // The segments this round rolled past are flushed now: close all
         // but the last few (one round may cross many small segments).
         drop(files);
-        l.trim_open_files(crate::limits::SEGMENT_FILES_PER_LOG_MAX);
+        l.trim_open_files(crate::limits::SEGMENT_FILES_PER_LOG_MAX, u64::MAX);
         l.check_offsets();
         l.watermarks.notify_all();
     }
@@ -1048,8 +1074,7 @@ async fn segment_file(log: &SharedLog, base: u64) -> Result<Rc<BufferedFile>, St
         None => {
             segment.file = Some(file.clone());
             segment.last_used.set(Instant::now());
-            l.files_open.push(base);
-            l.trim_open_files(crate::limits::SEGMENT_FILES_PER_LOG_MAX);
+            l.note_open(base);
             Ok(file)
         }
     }
@@ -1334,6 +1359,48 @@ mod tests {
             assert_eq!(log.borrow().files_open(), 0);
             assert_eq!(read_values(&log, 0).await.len(), 36);
             std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
+    #[test]
+    fn damage_across_a_roll_is_a_torn_tail_but_damage_before_intact_data_is_kept() {
+        run(|| async {
+            for zero_the_rest in [true, false] {
+                let dir = temp_dir("across-roll");
+                let log = open(&dir, 1024).await;
+                for _ in 0..25 {
+                    log.borrow_mut().append(&message(&[1; 91]), 1).unwrap();
+                }
+                sync_all(&log).await.unwrap();
+                drop(log);
+                // A stale recovery point, as a crash leaves it.
+                recovery::write_recovery_point(&dir, 500, true).unwrap();
+                let second = dir.join(super::super::segment::segment_file_name(1000));
+                let third = dir.join(super::super::segment::segment_file_name(2000));
+                let mut bytes = std::fs::read(&second).unwrap();
+                if zero_the_rest {
+                    // Power cut: the unsynced tail of a closed segment and the
+                    // whole next one are zeros.
+                    bytes[500..].fill(0);
+                    std::fs::write(&third, vec![0u8; 500]).unwrap();
+                } else {
+                    // One bad byte, then intact messages: not a tail.
+                    bytes[550] ^= 0x5a;
+                }
+                std::fs::write(&second, &bytes).unwrap();
+                let (log, recovered) = PartitionLog::open(&dir, "t-0", settings(1024))
+                    .await
+                    .unwrap();
+                if zero_the_rest {
+                    assert_eq!(log.end_offset(), 1500, "cut where the zeros begin");
+                    assert!(!third.exists(), "the zeroed segment after it is gone");
+                    assert_eq!(recovered.damaged_segments, 0);
+                } else {
+                    assert_eq!(log.end_offset(), 2500, "everything kept");
+                    assert_eq!(recovered.damaged_segments, 1);
+                }
+                std::fs::remove_dir_all(&dir).unwrap();
+            }
         });
     }
 

@@ -145,12 +145,19 @@ pub fn recover(dir: &Path, partition_label: &str) -> Result<Recovered, StorageEr
             .min(found[i].size_bytes);
         let (valid, scanned) = scan_segment(&path, found[i].base_offset, from)?;
         recovered.bytes_scanned += scanned;
-        if valid < found[i].size_bytes && i + 1 < found.len() {
-            // Damage in a closed segment is not a torn tail: the segments
-            // after it were written later and are intact. Keep everything
-            // (truncating here would delete them and hand their offsets out
-            // again, issue 8, item 8); consumers get a CRC error at the
-            // damaged message and can skip to the next segment.
+        if valid < found[i].size_bytes
+            && i + 1 < found.len()
+            && next_segment_starts_valid(dir, &found[i + 1])?
+        {
+            // Damage in a closed segment followed by intact data is not a
+            // torn tail: the segments after it were written later and may
+            // hold acknowledged messages. Keep everything (truncating here
+            // would delete them and hand their offsets out again, issue 8,
+            // item 8); consumers get a CRC error at the damaged message and
+            // can skip it. (A closed segment whose damage runs into a next
+            // segment that is empty or invalid from its first byte is the
+            // unflushed tail of a crash that spanned a roll: it is cut below,
+            // with everything after it — found by the crash harness.)
             let next = found[i + 1].base_offset;
             tracing::error!(
                 partition = partition_label,
@@ -187,6 +194,16 @@ pub fn recover(dir: &Path, partition_label: &str) -> Result<Recovered, StorageEr
     }
     recovered.segments = found;
     Ok(recovered)
+}
+
+/// True if the segment begins with at least one whole valid message.
+fn next_segment_starts_valid(dir: &Path, next: &FoundSegment) -> Result<bool, StorageError> {
+    if next.size_bytes == 0 {
+        return Ok(false);
+    }
+    let path = dir.join(super::segment::segment_file_name(next.base_offset));
+    let (valid, _) = scan_segment(&path, next.base_offset, 0)?;
+    Ok(valid > 0)
 }
 
 fn remove_from(

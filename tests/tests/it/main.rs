@@ -8,6 +8,7 @@
 mod admin;
 mod bad_input;
 mod cluster;
+mod crash;
 mod disk_full;
 mod durability;
 mod groups;

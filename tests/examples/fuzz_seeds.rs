@@ -1,0 +1,157 @@
+//! Writes the fuzz targets' seed corpus (valid inputs the fuzzer mutates):
+//! `cargo run -p ringlog-tests --example fuzz_seeds -- tests/fuzz/corpus`.
+//! The corpus is checked in; rerun this after a schema or format change.
+
+use protocol::codec::{self, groups, FetchArgs, OffsetSpec, TopicSettings};
+use protocol::flatbuffers::FlatBufferBuilder;
+use protocol::frame::{write_frame, Api, API_VERSION};
+use protocol::message::encode_message;
+use std::path::Path;
+
+fn main() {
+    let root = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "tests/fuzz/corpus".into());
+    let root = Path::new(&root);
+    let mut fbb = FlatBufferBuilder::new();
+    let mut set = Vec::new();
+    encode_message(&mut set, None, b"hello");
+    encode_message(&mut set, Some(b"user-1"), b"clicked");
+    let headers: Vec<(Api, Vec<u8>, Vec<u8>)> = vec![
+        (
+            Api::Handshake,
+            codec::handshake_request(&mut fbb, "seed").to_vec(),
+            vec![],
+        ),
+        (
+            Api::Metadata,
+            codec::metadata_request(&mut fbb, &["a", "b"]).to_vec(),
+            vec![],
+        ),
+        (
+            Api::CreateTopic,
+            codec::create_topic_request(&mut fbb, "a", 3, &TopicSettings::default()).to_vec(),
+            vec![],
+        ),
+        (
+            Api::DeleteTopic,
+            codec::delete_topic_request(&mut fbb, "a").to_vec(),
+            vec![],
+        ),
+        (
+            Api::Produce,
+            codec::produce_request(&mut fbb, "a", 1, codec::AckMode::Written).to_vec(),
+            set.clone(),
+        ),
+        (
+            Api::Fetch,
+            codec::fetch_request(
+                &mut fbb,
+                "a",
+                1,
+                FetchArgs {
+                    offset: 14,
+                    max_bytes: 1 << 20,
+                    max_wait_ms: 100,
+                },
+            )
+            .to_vec(),
+            vec![],
+        ),
+        (
+            Api::ListOffsets,
+            codec::list_offsets_request(&mut fbb, "a", 0, OffsetSpec::Latest, 0).to_vec(),
+            vec![],
+        ),
+        (
+            Api::JoinGroup,
+            groups::join_group_request(&mut fbb, "g", "m", &["a"], 10_000).to_vec(),
+            vec![],
+        ),
+        (
+            Api::Heartbeat,
+            groups::heartbeat_request(&mut fbb, "g", "m-1", 7, 3, 1_000).to_vec(),
+            vec![],
+        ),
+        (
+            Api::ClaimPartitions,
+            groups::claim_partitions_request(&mut fbb, "g", "m-1", 7, 42, "a", &[0, 2]).to_vec(),
+            vec![],
+        ),
+        (
+            Api::ReleasePartitions,
+            groups::release_partitions_request(&mut fbb, "g", "m-1", "a", &[1]).to_vec(),
+            vec![],
+        ),
+        (
+            Api::CommitOffsets,
+            groups::commit_offsets_request(
+                &mut fbb,
+                "g",
+                "m-1",
+                &[groups::OffsetCommit {
+                    topic: "a".into(),
+                    partition: 0,
+                    offset: 28,
+                }],
+            )
+            .to_vec(),
+            vec![],
+        ),
+        (
+            Api::LeaveGroup,
+            groups::leave_group_request(&mut fbb, "g", "m-1", 7).to_vec(),
+            vec![],
+        ),
+        (
+            Api::DescribeGroup,
+            groups::describe_group_request(&mut fbb, "g").to_vec(),
+            vec![],
+        ),
+        (
+            Api::ListGroups,
+            groups::list_groups_request(&mut fbb).to_vec(),
+            vec![],
+        ),
+    ];
+    let frames = root.join("frame");
+    std::fs::create_dir_all(&frames).unwrap_or_else(|e| panic!("{}: {e}", frames.display()));
+    let mut all = Vec::new();
+    for (api, header, payload) in &headers {
+        let mut frame = Vec::new();
+        write_frame(&mut frame, *api as u16, API_VERSION, 1, header, payload);
+        write(&frames.join(format!("{api:?}")), &frame);
+        all.extend_from_slice(&frame);
+    }
+    write(&frames.join("pipelined"), &all);
+
+    let sets = root.join("message_set");
+    std::fs::create_dir_all(&sets).unwrap_or_else(|e| panic!("{}: {e}", sets.display()));
+    write(&sets.join("two"), &set);
+    let mut many = Vec::new();
+    for i in 0..20u32 {
+        encode_message(
+            &mut many,
+            (i % 3 == 0).then_some(&b"k"[..]),
+            &i.to_le_bytes(),
+        );
+    }
+    write(&sets.join("twenty"), &many);
+    write(&sets.join("torn"), &many[..many.len() - 3]);
+
+    let recovery = root.join("recovery");
+    std::fs::create_dir_all(&recovery).unwrap_or_else(|e| panic!("{}: {e}", recovery.display()));
+    // Control byte (pieces, recovery point), then segment bytes.
+    for (name, control) in [("one", 0u8), ("three", 2), ("with-point", 4 | (2 << 3))] {
+        let mut input = vec![control];
+        input.extend_from_slice(&many);
+        write(&recovery.join(name), &input);
+    }
+    let mut torn = vec![1u8];
+    torn.extend_from_slice(&many[..many.len() - 5]);
+    write(&recovery.join("torn"), &torn);
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}

@@ -1,0 +1,198 @@
+//! Frames as the broker's reader and the client's reader see them: parse
+//! the prefix, split header and payload, verify and read every field of the
+//! api's request (broker side) and response (client side), and check a
+//! Produce payload like the handler does. Nothing may panic, and a header
+//! that verifies must be readable in full.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use protocol::codec::{self, verify};
+use protocol::frame::{FramePrefix, FRAME_PREFIX_BYTES};
+use protocol::wire;
+
+fuzz_target!(|data: &[u8]| {
+    let mut rest = data;
+    while rest.len() >= FRAME_PREFIX_BYTES {
+        let mut prefix = [0u8; FRAME_PREFIX_BYTES];
+        prefix.copy_from_slice(&rest[..FRAME_PREFIX_BYTES]);
+        let Ok(prefix) = FramePrefix::parse(&prefix, 16 << 20) else {
+            return;
+        };
+        if rest.len() < prefix.frame_bytes {
+            return;
+        }
+        let header_start = FRAME_PREFIX_BYTES;
+        let payload_start = header_start + prefix.header_len;
+        assert!(payload_start <= prefix.frame_bytes, "header past the frame");
+        let header = &rest[header_start..payload_start];
+        let payload = &rest[payload_start..prefix.frame_bytes];
+        request(prefix.api, header, payload);
+        response(prefix.api, header);
+        rest = &rest[prefix.frame_bytes..];
+    }
+});
+
+/// What the broker reads of each request.
+fn request(api: u16, header: &[u8], payload: &[u8]) {
+    match api {
+        0 => {
+            if let Ok(r) = verify::<wire::HandshakeRequest>(header) {
+                let _ = (r.protocol_version(), r.client_name());
+            }
+        }
+        1 => {
+            if let Ok(r) = verify::<wire::MetadataRequest>(header) {
+                let names: Vec<&str> = r.topics().map(|t| t.iter().collect()).unwrap_or_default();
+                let _ = names.len();
+            }
+        }
+        2 => {
+            if let Ok(r) = verify::<wire::CreateTopicRequest>(header) {
+                let _ = (
+                    r.name(),
+                    r.partitions(),
+                    codec::TopicSettings::decode(r.config()),
+                );
+            }
+        }
+        3 => {
+            if let Ok(r) = verify::<wire::DeleteTopicRequest>(header) {
+                let _ = r.name();
+            }
+        }
+        4 => {
+            if let Ok(r) = verify::<wire::ProduceRequest>(header) {
+                let _ = (r.topic(), r.partition(), r.acks());
+                if let Ok(summary) = protocol::message::validate_message_set(payload) {
+                    assert!(summary.count > 0 || payload.is_empty());
+                }
+            }
+        }
+        5 => {
+            if let Ok(r) = verify::<wire::FetchRequest>(header) {
+                let _ = (
+                    r.topic(),
+                    r.partition(),
+                    r.offset(),
+                    r.max_bytes(),
+                    r.max_wait_ms(),
+                );
+            }
+        }
+        6 => {
+            if let Ok(r) = verify::<wire::ListOffsetsRequest>(header) {
+                let _ = (r.topic(), r.partition(), r.spec(), r.timestamp_ms());
+            }
+        }
+        _ => group_request(api, header),
+    }
+}
+
+fn group_request(api: u16, header: &[u8]) {
+    match api {
+        7 => {
+            if let Ok(r) = verify::<wire::JoinGroupRequest>(header) {
+                let topics: Vec<&str> = r.topics().map(|t| t.iter().collect()).unwrap_or_default();
+                let _ = (r.group(), r.session_timeout_ms(), topics);
+            }
+        }
+        8 => {
+            if let Ok(r) = verify::<wire::HeartbeatRequest>(header) {
+                let _ = (
+                    r.group(),
+                    r.member_id(),
+                    r.session_id(),
+                    r.generation(),
+                    r.max_wait_ms(),
+                );
+            }
+        }
+        9 => {
+            if let Ok(r) = verify::<wire::ClaimPartitionsRequest>(header) {
+                let partitions: Vec<u32> = r
+                    .partitions()
+                    .map(|p| p.iter().collect())
+                    .unwrap_or_default();
+                let _ = (
+                    r.group(),
+                    r.member_id(),
+                    r.session_id(),
+                    r.revision(),
+                    r.topic(),
+                    partitions,
+                );
+            }
+        }
+        10 => {
+            if let Ok(r) = verify::<wire::ReleasePartitionsRequest>(header) {
+                let partitions: Vec<u32> = r
+                    .partitions()
+                    .map(|p| p.iter().collect())
+                    .unwrap_or_default();
+                let _ = (r.group(), r.member_id(), r.topic(), partitions);
+            }
+        }
+        11 => {
+            if let Ok(r) = verify::<wire::CommitOffsetsRequest>(header) {
+                let offsets: Vec<(Option<&str>, u32, u64)> = r
+                    .offsets()
+                    .map(|o| {
+                        o.iter()
+                            .map(|c| (c.topic(), c.partition(), c.offset()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let _ = (r.group(), r.member_id(), offsets);
+            }
+        }
+        12 => {
+            if let Ok(r) = verify::<wire::LeaveGroupRequest>(header) {
+                let _ = (r.group(), r.member_id());
+            }
+        }
+        13 => {
+            if let Ok(r) = verify::<wire::DescribeGroupRequest>(header) {
+                let _ = r.group();
+            }
+        }
+        _ => {
+            let _ = verify::<wire::ListGroupsRequest>(header);
+        }
+    }
+}
+
+/// What the Rust client reads of each response (and of an error frame).
+fn response(api: u16, header: &[u8]) {
+    if let Ok(e) = verify::<wire::ErrorResponse>(header) {
+        let _ = (
+            e.message(),
+            e.start_offset(),
+            e.end_offset(),
+            e.owner_broker_id(),
+        );
+    }
+    match api {
+        0 => {
+            if let Ok(r) = verify::<wire::HandshakeResponse>(header) {
+                let _ = (r.broker_id(), r.shard_count(), r.broker_version());
+            }
+        }
+        1 => {
+            if let Ok(r) = verify::<wire::MetadataResponse>(header) {
+                let metadata = codec::decode_metadata(r);
+                for topic in &metadata.topics {
+                    for p in 0..topic.partitions.len() as u32 {
+                        let _ = metadata.owner_address(&topic.name, p);
+                    }
+                }
+            }
+        }
+        8 => {
+            let _ = codec::groups::decode_heartbeat(header);
+        }
+        7 => {
+            let _ = codec::groups::decode_joined(header);
+        }
+        _ => {}
+    }
+}

@@ -68,6 +68,12 @@ pub struct Config {
     /// control plane and the shards' own needs: at start, `max_connections`
     /// is lowered until it fits under RLIMIT_NOFILE with this to spare.
     pub fd_reserve: u64,
+    /// The largest request frame a connection may send (a larger one is
+    /// answered FRAME_TOO_LARGE and the connection closed).
+    pub max_request_bytes: usize,
+    /// Requests one connection may have awaiting responses; past it the
+    /// connection stops reading.
+    pub max_inflight_requests: usize,
     /// Appended but not yet written bytes the broker holds in memory, over
     /// all partitions (each shard gets an equal share); past it, produces of
     /// every ack mode wait until the disk catches up.
@@ -116,6 +122,8 @@ impl Default for Config {
             retention_check_ms: 30_000,
             max_connections: 10_000,
             fd_reserve: 1024,
+            max_request_bytes: crate::limits::REQUEST_FRAME_BYTES_MAX,
+            max_inflight_requests: 4096,
             unwritten_bytes_max: 1 << 30,
             connection_inflight_bytes_max: 64 << 20,
             segment_bytes_min: 1 << 20,
@@ -145,13 +153,24 @@ impl Config {
                 self.shards
             )));
         }
-        if self.message_bytes_max < 16
-            || self.message_bytes_max > crate::limits::REQUEST_FRAME_BYTES_MAX - 1024
-        {
+        use crate::limits::{REQUEST_FRAME_BYTES_MAX, REQUEST_FRAME_BYTES_MIN};
+        if !(REQUEST_FRAME_BYTES_MIN..=REQUEST_FRAME_BYTES_MAX).contains(&self.max_request_bytes) {
             return Err(ConfigError(format!(
-                "message_bytes_max must be 16..={}, got {}",
-                crate::limits::REQUEST_FRAME_BYTES_MAX - 1024,
+                "max_request_bytes must be {REQUEST_FRAME_BYTES_MIN}..={REQUEST_FRAME_BYTES_MAX}, got {}",
+                self.max_request_bytes
+            )));
+        }
+        if self.message_bytes_max < 16 || self.message_bytes_max > self.max_request_bytes - 1024 {
+            return Err(ConfigError(format!(
+                "message_bytes_max must be 16..={} (max_request_bytes less 1 KiB for the headers), got {}",
+                self.max_request_bytes - 1024,
                 self.message_bytes_max
+            )));
+        }
+        if !(1..=65_536).contains(&self.max_inflight_requests) {
+            return Err(ConfigError(format!(
+                "max_inflight_requests must be 1..=65536, got {}",
+                self.max_inflight_requests
             )));
         }
         if self.cluster.is_empty()
@@ -172,7 +191,7 @@ impl Config {
                 self.segment_bytes_min
             )));
         }
-        let frame = crate::limits::REQUEST_FRAME_BYTES_MAX as u64;
+        let frame = self.max_request_bytes as u64;
         let shards = self.shards.max(1) as u64;
         if !(frame * shards..=1 << 50).contains(&self.unwritten_bytes_max) {
             return Err(ConfigError(format!(

@@ -1,16 +1,17 @@
 //! Every bound the broker enforces, in one place.
 
-/// Largest request frame the broker reads (a produce of many messages fits).
+/// Largest request frame the broker reads (a produce of many messages
+/// fits); the protocol's limit, and the most `max_request_bytes` may be.
 pub const REQUEST_FRAME_BYTES_MAX: usize = 16 * 1024 * 1024;
+/// The least `max_request_bytes` may be: every header fits, and a message
+/// of some size.
+pub const REQUEST_FRAME_BYTES_MIN: usize = 64 * 1024;
 /// Default largest stored message (length field + 4).
 pub const MESSAGE_BYTES_MAX_DEFAULT: usize = 1024 * 1024;
 /// Largest fetch chunk a client may ask for.
 pub const FETCH_BYTES_MAX: u32 = 16 * 1024 * 1024;
 /// Longest fetch long-poll.
 pub const FETCH_WAIT_MS_MAX: u32 = 60_000;
-/// Requests whose responses may be pending on one connection; past this the
-/// connection stops reading (TCP pushes back on the client).
-pub const INFLIGHT_REQUESTS_MAX: usize = 4096;
 /// Read buffer of a connection; frames larger than this grow it up to the frame limit.
 pub const READ_BUFFER_BYTES: usize = 256 * 1024;
 /// The largest frame a connection may declare before its Handshake (a

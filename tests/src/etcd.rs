@@ -50,17 +50,25 @@ fn free_port() -> u16 {
 }
 
 impl Etcd {
-    /// Starts etcd and waits until it serves.
+    /// Starts etcd and waits until it serves. A port that was free when
+    /// picked may be taken by the time etcd binds it (other tests bind
+    /// ephemeral ports all the time): then it tries again with new ones.
     pub fn start() -> Etcd {
-        let mut etcd = Etcd {
-            child: None,
-            dir: TempDir::new("etcd"),
-            client_port: free_port(),
-            peer_port: free_port(),
-            starts: 0,
-        };
-        etcd.launch();
-        etcd
+        for attempt in 1.. {
+            let mut etcd = Etcd {
+                child: None,
+                dir: TempDir::new("etcd"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                starts: 0,
+            };
+            match etcd.try_launch() {
+                Ok(()) => return etcd,
+                Err(log) if attempt < 5 && log.contains("address already in use") => continue,
+                Err(log) => panic!("etcd did not start; its log:\n{log}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
     }
 
     /// The client URL, as `broker --etcd` takes it.
@@ -79,6 +87,12 @@ impl Etcd {
     }
 
     fn launch(&mut self) {
+        if let Err(log) = self.try_launch() {
+            panic!("etcd did not start; its log:\n{log}");
+        }
+    }
+
+    fn try_launch(&mut self) -> Result<(), String> {
         let log_path = self.dir.path().join(format!("etcd-{}.log", self.starts));
         let log = std::fs::File::create(&log_path)
             .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
@@ -109,7 +123,8 @@ impl Etcd {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !self.healthy() {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                panic!("etcd exited with {status}; its log:\n{}", self.log());
+                self.child = None;
+                return Err(format!("(exited with {status})\n{}", self.log()));
             }
             assert!(
                 Instant::now() < deadline,
@@ -118,6 +133,7 @@ impl Etcd {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(())
     }
 
     /// True when etcd answers its health endpoint with `"health":"true"`.

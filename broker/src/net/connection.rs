@@ -6,8 +6,10 @@
 //! queues what the handler returned. The *writer* takes the queue in order,
 //! awaits responses that are not ready yet (acknowledgements, long-polls,
 //! forwarded requests), batches small responses into one write and sends
-//! fetch payloads with sendfile. At most `INFLIGHT_REQUESTS_MAX` responses
-//! wait in the queue; past that the reader stops reading and TCP pushes back.
+//! fetch payloads with sendfile. At most `max_inflight_requests` responses
+//! and `connection_inflight_bytes_max` bytes (request frames still awaiting
+//! answers, response headers not yet written) wait; past either the reader
+//! stops reading and TCP pushes back.
 //!
 //! Bad input: an oversized or malformed frame prefix is answered with an
 //! error and the connection is closed (the stream cannot be resynchronised);
@@ -25,9 +27,7 @@
 
 use super::sendfile::{self, Sent};
 use crate::handler::{self, Dispatched, Later, Payload, Response};
-use crate::limits::{
-    HANDSHAKE_FRAME_BYTES_MAX, INFLIGHT_REQUESTS_MAX, READ_BUFFER_BYTES, REQUEST_FRAME_BYTES_MAX,
-};
+use crate::limits::{HANDSHAKE_FRAME_BYTES_MAX, READ_BUFFER_BYTES};
 use crate::notify::Notify;
 use crate::shard::Shard;
 use futures_lite::{AsyncRead, AsyncWrite};
@@ -45,6 +45,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 enum Queued {
+    /// Request id and the response; its header bytes count in
+    /// `Conn::inflight_bytes` until the writer has taken them.
     Ready(u32, Response),
     /// Request id, api, the response to come, and the request frame's size
     /// (counted in `Conn::inflight_bytes` until it resolves).
@@ -59,7 +61,10 @@ struct Conn {
     queued: Notify,
     drained: Notify,
     closed: Cell<bool>,
-    /// Frame bytes of dispatched requests whose responses are still to come.
+    /// Bytes this connection holds for its client: request frames of
+    /// dispatched requests whose answers are still to come, and response
+    /// headers not yet written (a Metadata of thousands of partitions is
+    /// large, and cheap to ask for).
     inflight_bytes: Cell<u64>,
 }
 
@@ -161,7 +166,7 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
     let mut frame_started_at = connected_at;
     loop {
         let frame_max = if handshaken {
-            REQUEST_FRAME_BYTES_MAX
+            config.max_request_bytes
         } else {
             HANDSHAKE_FRAME_BYTES_MAX
         };
@@ -232,6 +237,8 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
             match dispatched {
                 Dispatched::Silent => {}
                 Dispatched::Ready(response) => {
+                    let bytes = response.header.len() as u64;
+                    conn.inflight_bytes.set(conn.inflight_bytes.get() + bytes);
                     push(shard, conn, Queued::Ready(prefix.request_id, response))
                 }
                 Dispatched::Later(later) => {
@@ -245,10 +252,11 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                 }
                 Dispatched::Throttle(until) => until.await,
             }
-            if conn.queue.borrow().len() >= INFLIGHT_REQUESTS_MAX {
+            let requests_max = config.max_inflight_requests;
+            if conn.queue.borrow().len() >= requests_max {
                 conn.drained
                     .wait_until(|| {
-                        conn.closed.get() || conn.queue.borrow().len() < INFLIGHT_REQUESTS_MAX / 2
+                        conn.closed.get() || conn.queue.borrow().len() < requests_max.div_ceil(2)
                     })
                     .await;
             }
@@ -446,7 +454,15 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
                 write_all(conn, &out).await?;
                 return Ok(());
             }
-            Queued::Ready(request_id, response) => (request_id, response),
+            Queued::Ready(request_id, response) => {
+                conn.inflight_bytes.set(
+                    conn.inflight_bytes
+                        .get()
+                        .saturating_sub(response.header.len() as u64),
+                );
+                conn.drained.notify_all();
+                (request_id, response)
+            }
             Queued::Later(request_id, api, later, bytes) => {
                 if !out.is_empty() {
                     write_all(conn, &out).await?;

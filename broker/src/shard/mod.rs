@@ -198,6 +198,9 @@ impl Shard {
                 .map_err(|e| format!("opening partition {label}: {e}"))?;
             log.set_flush_stats(self.metrics.flush.clone());
             log.set_budget(self.unwritten.clone());
+            let counters = &self.metrics.counters;
+            crate::metrics::bump(&counters.segments_damaged_total, recovered.damaged_segments);
+            crate::metrics::bump(&counters.recovery_bytes_cut_total, recovered.bytes_cut);
             if recovered.bytes_cut > 0
                 || recovered.bytes_scanned > 0
                 || recovered.bytes_synced > 0

@@ -409,3 +409,103 @@ fn r8_14_unwritten_bytes_are_bounded_for_the_whole_shard_in_every_ack_mode() {
         );
     }
 }
+
+/// Item 7: Metadata of thousands of partitions is cheap to ask for and
+/// large to answer; 4,000 pipelined requests from a client that never read
+/// held ~400 MB of responses. Response headers waiting to be written now
+/// count in `connection_inflight_bytes_max`, so the connection stops
+/// reading instead — and the shard keeps serving others meanwhile.
+#[test]
+fn r8_7_pipelined_metadata_is_bounded_by_the_connection_byte_limit() {
+    let broker = Broker::start(BrokerOptions {
+        shards: 1,
+        config_toml: "connection_inflight_bytes_max = 16777216\n".into(),
+        ..BrokerOptions::default()
+    });
+    let client = broker.client();
+    create(&client, "wide", 8_000);
+    let one = client.metadata(&[]).unwrap();
+    assert_eq!(one.topics[0].partitions.len(), 8_000);
+    let before = settled_rss(&broker);
+    // 4,000 Metadata(all) requests, pipelined, never read.
+    let mut greedy = raw(&broker.address());
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = codec::metadata_request(&mut fbb, &[]).to_vec();
+    let mut frames = Vec::new();
+    for i in 0..4_000u32 {
+        frame::write_frame(
+            &mut frames,
+            Api::Metadata as u16,
+            API_VERSION,
+            i,
+            &header,
+            &[],
+        );
+    }
+    // (160 KB: the socket buffers take it all, whether the broker reads
+    // or not.)
+    let writer = std::thread::spawn(move || {
+        let _ = greedy.write_all(&frames);
+        greedy
+    });
+    // Meanwhile the shard answers another client.
+    let mut p = super::util::producer(&client, "wide", AckMode::Flushed, 1);
+    for i in 0..20u64 {
+        p.send_to(7, None, &harness::numbered_payload(i, 100))
+            .unwrap();
+        p.flush().unwrap();
+    }
+    let mut peak = 0;
+    for _ in 0..50 {
+        peak = peak.max(rss_kib(broker.pid().unwrap()));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "RSS {before} KiB before, peak {peak} KiB with 4,000 Metadata of 8,000 partitions unread"
+    );
+    assert!(
+        peak < before + 120 * 1024,
+        "RSS grew from {before} to {peak} KiB"
+    );
+    drop(p);
+    drop(client);
+    drop(broker);
+    let _ = writer.join();
+}
+
+/// `max_request_bytes` and `max_inflight_requests` are configuration:
+/// a frame past the first is refused, and a tiny in-flight limit still
+/// answers every pipelined request, in order.
+#[test]
+fn r8_20_request_size_and_inflight_limits_are_configuration() {
+    let broker = Broker::start(BrokerOptions {
+        config_toml:
+            "max_request_bytes = 65536\nmax_inflight_requests = 2\nmessage_bytes_max = 32768\n"
+                .into(),
+        ..BrokerOptions::default()
+    });
+    create(&broker.client(), "small", 1);
+    let mut stream = raw(&broker.address());
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = codec::metadata_request(&mut fbb, &["small"]).to_vec();
+    let mut frames = Vec::new();
+    for i in 0..50u32 {
+        frame::write_frame(
+            &mut frames,
+            Api::Metadata as u16,
+            API_VERSION,
+            i,
+            &header,
+            &[],
+        );
+    }
+    stream.write_all(&frames).unwrap();
+    let mut response = ResponseFrame::default();
+    for i in 0..50u32 {
+        read_response(&mut stream, &mut response).unwrap();
+        assert_eq!(response.request_id, i);
+    }
+    stream.write_all(&prefix(100_000)).unwrap();
+    let error = read_response(&mut stream, &mut response).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::FrameTooLarge), "{error}");
+}

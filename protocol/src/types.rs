@@ -99,6 +99,8 @@ mod tests {
     fn fnv1a_matches_the_published_vectors() {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        // PROTOCOL.md's example of the key partitioner (Python checks it too).
+        assert_eq!(fnv1a(b"key-7"), 8_147_958_347_810_898_444);
         assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
     }
 

@@ -16,6 +16,7 @@ mod limits;
 mod loadgen;
 mod peers;
 mod produce_consume;
+mod python;
 mod retention;
 mod stalled_consumer;
 mod util;

@@ -1,0 +1,564 @@
+"""Connections, metadata, admin, the producer and the consumer."""
+
+from __future__ import annotations
+
+import random
+import socket
+import time
+from collections import deque
+from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import flatbuffers
+
+from . import codec
+from .codec import Api, Message
+from .errors import BrokerError, ConnectionFailed, ProtocolError, RinglogError
+from .wire import AckMode as _AckMode
+from .wire import CreateTopicRequest, DeleteTopicRequest, ErrorResponse, FetchRequest
+from .wire import FetchResponse, HandshakeRequest, HandshakeResponse, ListOffsetsRequest
+from .wire import ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetSpec
+from .wire import ProduceRequest, ProduceResponse, TopicConfig
+
+CLIENT_NAME = "ringlog-python/0.1.0"
+
+_ACKS = {"none": _AckMode.AckMode.None_, "written": _AckMode.AckMode.Written, "flushed": _AckMode.AckMode.Flushed}
+
+
+class Partition(NamedTuple):
+    """Where one partition lives."""
+
+    partition: int
+    broker_id: int
+    shard_id: int
+
+
+class TopicMetadata(NamedTuple):
+    """A topic: its partitions and effective settings."""
+
+    name: str
+    partitions: List[Partition]
+    settings: Dict[str, int]
+
+
+class Metadata(NamedTuple):
+    """Live brokers (their shard addresses) and topics."""
+
+    brokers: Dict[int, Dict[int, str]]
+    topics: Dict[str, TopicMetadata]
+
+    def owner_address(self, topic: str, partition: int) -> Optional[str]:
+        """The ``host:port`` of the shard that owns the partition."""
+        info = self.topics.get(topic)
+        if info is None or partition >= len(info.partitions):
+            return None
+        p = info.partitions[partition]
+        return self.brokers.get(p.broker_id, {}).get(p.shard_id)
+
+
+class Offsets(NamedTuple):
+    """ListOffsets' answer: the offset asked for and the partition's range."""
+
+    offset: int
+    start_offset: int
+    flushed_offset: int
+    end_offset: int
+
+
+def _finish(builder: flatbuffers.Builder, root: int) -> bytes:
+    builder.Finish(root)
+    return bytes(builder.Output())
+
+
+class Connection:
+    """One TCP connection to one broker shard, after the Handshake.
+
+    Requests may be pipelined with :meth:`send`; responses arrive in request
+    order and are read with :meth:`recv`. Every read and write has the
+    connection's ``timeout`` (seconds).
+    """
+
+    def __init__(self, address: str, timeout: float = 10.0) -> None:
+        host, _, port = address.rpartition(":")
+        try:
+            self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        except (OSError, ValueError) as e:
+            raise ConnectionFailed(f"connecting to {address}: {e}") from e
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.settimeout(timeout)
+        self.address = address
+        self.next_id = 1
+        b = flatbuffers.Builder(64)
+        name = b.CreateString(CLIENT_NAME)
+        HandshakeRequest.Start(b)
+        HandshakeRequest.AddProtocolVersion(b, codec.PROTOCOL_VERSION)
+        HandshakeRequest.AddClientName(b, name)
+        header, _ = self.call(Api.HANDSHAKE, _finish(b, HandshakeRequest.End(b)))
+        hello = HandshakeResponse.HandshakeResponse.GetRootAs(header, 0)
+        self.broker_id = hello.BrokerId()
+        self.shard_id = hello.ShardId()
+        self.broker_version = (hello.BrokerVersion() or b"").decode()
+
+    def send(self, api: int, header: bytes, payload: bytes = b"") -> int:
+        """Sends one request; returns its request id."""
+        request_id = self.next_id
+        self.next_id = (self.next_id + 1) & 0xFFFFFFFF
+        try:
+            self.sock.sendall(codec.frame(api, request_id, header, payload))
+        except OSError as e:
+            raise ConnectionFailed(f"sending to {self.address}: {e}") from e
+        return request_id
+
+    def _read_exact(self, n: int) -> bytes:
+        chunks = []
+        while n > 0:
+            try:
+                chunk = self.sock.recv(min(n, 1 << 20))
+            except socket.timeout as e:
+                raise ConnectionFailed(f"{self.address} did not answer in time") from e
+            except OSError as e:
+                raise ConnectionFailed(f"reading from {self.address}: {e}") from e
+            if not chunk:
+                raise ConnectionFailed(f"{self.address} closed the connection")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def recv(self) -> Tuple[int, int, bytes, bytes]:
+        """Reads one response: (request id, error code, header, payload)."""
+        try:
+            rest, _api, error, request_id, header_len = codec.parse_prefix(
+                self._read_exact(codec.PREFIX_BYTES)
+            )
+        except ValueError as e:
+            raise ProtocolError(f"from {self.address}: {e}") from e
+        body = self._read_exact(rest)
+        return request_id, error, body[:header_len], body[header_len:]
+
+    def call(self, api: int, header: bytes, payload: bytes = b"") -> Tuple[bytes, bytes]:
+        """Sends one request and reads its response; raises BrokerError."""
+        request_id = self.send(api, header, payload)
+        got, error, header, payload = self.recv()
+        if got != request_id:
+            raise ProtocolError(f"{self.address} answered request {got}, expected {request_id}")
+        if error:
+            raise broker_error(error, header)
+        return header, payload
+
+    def close(self) -> None:
+        """Closes the socket."""
+        self.sock.close()
+
+
+def broker_error(code: int, header: bytes) -> BrokerError:
+    """The exception for an error frame's code and ErrorResponse header."""
+    try:
+        e = ErrorResponse.ErrorResponse.GetRootAs(header, 0)
+        message = (e.Message() or b"").decode(errors="replace")
+        start, end = e.StartOffset(), e.EndOffset()
+        owner = e.OwnerBrokerId()
+    except Exception:  # a header that is not an ErrorResponse
+        return BrokerError(code, "(no readable message)")
+    valid = (start, end) if code == 11 else None
+    return BrokerError(code, message, valid, owner if code == 18 else None)
+
+
+class Client:
+    """Bootstrap connection, metadata and admin requests.
+
+    ``brokers`` is one ``host:port`` or several (a list, or comma-separated);
+    the first that answers is used. Not thread-safe: give each thread its own.
+
+    >>> client = Client("127.0.0.1:9092")            # doctest: +SKIP
+    >>> client.create_topic("clicks", partitions=4)  # doctest: +SKIP
+    """
+
+    def __init__(self, brokers: Union[str, Sequence[str]], timeout: float = 10.0) -> None:
+        addresses = brokers.split(",") if isinstance(brokers, str) else list(brokers)
+        self.timeout = timeout
+        failures = []
+        for address in (a.strip() for a in addresses if a.strip()):
+            try:
+                self.conn = Connection(address, timeout)
+                break
+            except RinglogError as e:
+                failures.append(str(e))
+        else:
+            raise ConnectionFailed("no broker answered: " + "; ".join(failures or ["no address given"]))
+        self._shards: Dict[str, Connection] = {}
+
+    def connection(self, address: str) -> Connection:
+        """A connection to a shard, opened once and reused."""
+        if address == self.conn.address:
+            return self.conn
+        conn = self._shards.get(address)
+        if conn is None:
+            conn = Connection(address, self.timeout)
+            self._shards[address] = conn
+        return conn
+
+    def metadata(self, topics: Sequence[str] = ()) -> Metadata:
+        """Brokers and the named topics (every topic when none is named)."""
+        b = flatbuffers.Builder(256)
+        names = [b.CreateString(t) for t in topics]
+        MetadataRequest.StartTopicsVector(b, len(names))
+        for n in reversed(names):
+            b.PrependUOffsetTRelative(n)
+        vector = b.EndVector()
+        MetadataRequest.Start(b)
+        MetadataRequest.AddTopics(b, vector)
+        header, _ = self.conn.call(Api.METADATA, _finish(b, MetadataRequest.End(b)))
+        return _decode_metadata(header)
+
+    def describe_topic(self, name: str) -> TopicMetadata:
+        """One topic's partitions and settings (UNKNOWN_TOPIC if none)."""
+        return self.metadata([name]).topics[name]
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        retention_ms: int = 0,
+        retention_bytes: int = 0,
+        segment_bytes: int = 0,
+        flush_messages: int = 0,
+        flush_interval_ms: int = 0,
+    ) -> TopicMetadata:
+        """Creates a topic; 0 for a setting means the broker's default."""
+        b = flatbuffers.Builder(128)
+        n = b.CreateString(name)
+        TopicConfig.Start(b)
+        TopicConfig.AddRetentionMs(b, retention_ms)
+        TopicConfig.AddRetentionBytes(b, retention_bytes)
+        TopicConfig.AddSegmentBytes(b, segment_bytes)
+        TopicConfig.AddFlushMessages(b, flush_messages)
+        TopicConfig.AddFlushIntervalMs(b, flush_interval_ms)
+        config = TopicConfig.End(b)
+        CreateTopicRequest.Start(b)
+        CreateTopicRequest.AddName(b, n)
+        CreateTopicRequest.AddPartitions(b, partitions)
+        CreateTopicRequest.AddConfig(b, config)
+        self.conn.call(Api.CREATE_TOPIC, _finish(b, CreateTopicRequest.End(b)))
+        return self.describe_topic(name)
+
+    def delete_topic(self, name: str) -> None:
+        """Deletes a topic and its data."""
+        b = flatbuffers.Builder(64)
+        n = b.CreateString(name)
+        DeleteTopicRequest.Start(b)
+        DeleteTopicRequest.AddName(b, n)
+        self.conn.call(Api.DELETE_TOPIC, _finish(b, DeleteTopicRequest.End(b)))
+
+    def list_offsets(self, topic: str, partition: int, spec: Union[str, int] = "latest") -> Offsets:
+        """``"earliest"``, ``"latest"`` (the flushed end), or a Unix time in
+        milliseconds (the first offset of the earliest segment appended to
+        since then: segment granularity)."""
+        address = self.metadata([topic]).owner_address(topic, partition) or self.conn.address
+        b = flatbuffers.Builder(64)
+        t = b.CreateString(topic)
+        ListOffsetsRequest.Start(b)
+        ListOffsetsRequest.AddTopic(b, t)
+        ListOffsetsRequest.AddPartition(b, partition)
+        if spec == "earliest":
+            ListOffsetsRequest.AddSpec(b, OffsetSpec.OffsetSpec.Earliest)
+        elif spec == "latest":
+            ListOffsetsRequest.AddSpec(b, OffsetSpec.OffsetSpec.Latest)
+        elif isinstance(spec, int):
+            ListOffsetsRequest.AddSpec(b, OffsetSpec.OffsetSpec.BeforeTime)
+            ListOffsetsRequest.AddTimestampMs(b, spec)
+        else:
+            raise ValueError(f"spec must be 'earliest', 'latest' or a time in ms, got {spec!r}")
+        header, _ = self.connection(address).call(Api.LIST_OFFSETS, _finish(b, ListOffsetsRequest.End(b)))
+        r = ListOffsetsResponse.ListOffsetsResponse.GetRootAs(header, 0)
+        return Offsets(r.Offset(), r.StartOffset(), r.FlushedOffset(), r.EndOffset())
+
+    def close(self) -> None:
+        """Closes every connection."""
+        for conn in self._shards.values():
+            conn.close()
+        self._shards.clear()
+        self.conn.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _decode_metadata(header: bytes) -> Metadata:
+    try:
+        r = MetadataResponse.MetadataResponse.GetRootAs(header, 0)
+        brokers: Dict[int, Dict[int, str]] = {}
+        for i in range(r.BrokersLength()):
+            broker = r.Brokers(i)
+            shards = {}
+            for j in range(broker.ShardsLength()):
+                s = broker.Shards(j)
+                shards[s.ShardId()] = f"{(s.Host() or b'').decode()}:{s.Port()}"
+            brokers[broker.BrokerId()] = shards
+        topics: Dict[str, TopicMetadata] = {}
+        for i in range(r.TopicsLength()):
+            t = r.Topics(i)
+            parts = [
+                Partition(p.Partition(), p.BrokerId(), p.ShardId())
+                for p in (t.Partitions(j) for j in range(t.PartitionsLength()))
+            ]
+            c = t.Config()
+            settings = {}
+            if c is not None:
+                settings = {
+                    "retention_ms": c.RetentionMs(),
+                    "retention_bytes": c.RetentionBytes(),
+                    "segment_bytes": c.SegmentBytes(),
+                    "flush_messages": c.FlushMessages(),
+                    "flush_interval_ms": c.FlushIntervalMs(),
+                }
+            name = (t.Name() or b"").decode()
+            topics[name] = TopicMetadata(name, parts, settings)
+        return Metadata(brokers, topics)
+    except Exception as e:  # the Python runtime has no verifier
+        raise ProtocolError(f"unreadable Metadata response: {e}") from e
+
+
+class Producer:
+    """Sends messages to one topic, batched per partition and pipelined.
+
+    - ``acks``: ``"none"`` (no answer on success, the paper's mode),
+      ``"written"`` (default: in the broker's page cache) or ``"flushed"``
+      (fsynced and visible to consumers).
+    - A batch is sent when it holds ``batch_messages`` messages or
+      ``batch_bytes`` bytes, or when ``linger`` seconds passed since its
+      first message (checked on each :meth:`send`), and always by
+      :meth:`flush`.
+    - Partition: the one given; else ``fnv1a(key) % partitions`` for a keyed
+      message; else one chosen at random per batch.
+    - Requests go straight to the shard that owns the partition (from
+      Metadata), up to ``max_in_flight`` unanswered per connection.
+
+    :meth:`flush` sends what is buffered, waits for every answer and raises
+    the first failure as :class:`BrokerError` (``failed`` counts them all);
+    for ``acks="none"`` it ends with a Metadata round trip per connection,
+    since a failed fire-and-forget produce is answered with an error in its
+    place. Delivery is at most once here: nothing is retried.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        *,
+        acks: str = "written",
+        batch_messages: int = 500,
+        batch_bytes: int = 1 << 20,
+        linger: float = 0.005,
+        max_in_flight: int = 64,
+    ) -> None:
+        if acks not in _ACKS:
+            raise ValueError(f"acks must be one of {sorted(_ACKS)}, got {acks!r}")
+        self.client = client
+        self.topic = topic
+        self.acks = acks
+        self.batch_messages = batch_messages
+        self.batch_bytes = batch_bytes
+        self.linger = linger
+        self.max_in_flight = max_in_flight
+        metadata = client.metadata([topic])
+        if topic not in metadata.topics:
+            raise BrokerError(7, f"no topic {topic!r}")
+        self.partitions = len(metadata.topics[topic].partitions)
+        self._owner = [metadata.owner_address(topic, p) or client.conn.address for p in range(self.partitions)]
+        self._headers = []
+        for p in range(self.partitions):
+            b = flatbuffers.Builder(64)
+            t = b.CreateString(topic)
+            ProduceRequest.Start(b)
+            ProduceRequest.AddTopic(b, t)
+            ProduceRequest.AddPartition(b, p)
+            ProduceRequest.AddAcks(b, _ACKS[acks])
+            self._headers.append(_finish(b, ProduceRequest.End(b)))
+        self._batches: Dict[int, List[bytes]] = {}
+        self._batch_bytes: Dict[int, int] = {}
+        self._batch_started: Dict[int, float] = {}
+        self._sticky: Optional[int] = None
+        self._in_flight: Dict[str, Deque[Tuple[int, int]]] = {}
+        self.acked = 0
+        self.failed = 0
+        self._first_error: Optional[BrokerError] = None
+
+    def partition_for(self, key: Optional[bytes]) -> int:
+        """The partition a message without an explicit one goes to."""
+        if key is not None:
+            return codec.partition_for_key(key, self.partitions)
+        if self._sticky is None:
+            self._sticky = random.randrange(self.partitions)
+        return self._sticky
+
+    def send(self, value: bytes, key: Optional[bytes] = None, partition: Optional[int] = None) -> None:
+        """Buffers one message (sending batches that are due)."""
+        p = self.partition_for(key) if partition is None else partition
+        if not 0 <= p < self.partitions:
+            raise ValueError(f"partition {p} of a topic with {self.partitions}")
+        message = codec.encode_message(value, key)
+        batch = self._batches.setdefault(p, [])
+        if not batch:
+            self._batch_started[p] = time.monotonic()
+            self._batch_bytes[p] = 0
+        batch.append(message)
+        self._batch_bytes[p] += len(message)
+        if len(batch) >= self.batch_messages or self._batch_bytes[p] >= self.batch_bytes:
+            self._send_batch(p)
+        elif self.linger >= 0:
+            now = time.monotonic()
+            for q in [q for q, t in self._batch_started.items() if self._batches.get(q) and now - t >= self.linger]:
+                self._send_batch(q)
+
+    def _send_batch(self, p: int) -> None:
+        batch = self._batches.pop(p, [])
+        self._batch_started.pop(p, None)
+        if not batch:
+            return
+        if p == self._sticky:
+            self._sticky = None
+        address = self._owner[p]
+        conn = self.client.connection(address)
+        queue = self._in_flight.setdefault(address, deque())
+        while self.acks != "none" and len(queue) >= self.max_in_flight:
+            self._read_one(conn, queue)
+        request_id = conn.send(Api.PRODUCE, self._headers[p], b"".join(batch))
+        queue.append((request_id, len(batch)))
+
+    def _read_one(self, conn: Connection, queue: Deque[Tuple[int, int]]) -> None:
+        request_id, error, header, _ = conn.recv()
+        while queue and queue[0][0] != request_id:
+            # An earlier acks=none request's error, or one answered already.
+            queue.popleft()
+        count = queue.popleft()[1] if queue else 0
+        if error:
+            self.failed += max(count, 1)
+            if self._first_error is None:
+                self._first_error = broker_error(error, header)
+        else:
+            ProduceResponse.ProduceResponse.GetRootAs(header, 0)
+            self.acked += count
+
+    def _settle_fire_and_forget(self, conn: Connection, queue: Deque[Tuple[int, int]]) -> None:
+        # Successes are silent; a failure is answered in its place, so every
+        # error frame arrives before this Metadata request's answer.
+        b = flatbuffers.Builder(64)
+        MetadataRequest.Start(b)
+        marker = conn.send(Api.METADATA, _finish(b, MetadataRequest.End(b)))
+        sent = dict(queue)
+        queue.clear()
+        failed = 0
+        while True:
+            request_id, error, header, _ = conn.recv()
+            if request_id == marker:
+                break
+            if error:
+                count = sent.pop(request_id, 1)
+                failed += count
+                if self._first_error is None:
+                    self._first_error = broker_error(error, header)
+        self.failed += failed
+        self.acked += sum(sent.values())
+
+    def flush(self) -> int:
+        """Sends every batch and waits for their answers; returns how many
+        messages were acknowledged in all. Raises the first failure."""
+        for p in list(self._batches):
+            self._send_batch(p)
+        for address, queue in self._in_flight.items():
+            conn = self.client.connection(address)
+            if self.acks == "none":
+                self._settle_fire_and_forget(conn, queue)
+            while queue:
+                self._read_one(conn, queue)
+        error, self._first_error = self._first_error, None
+        if error is not None:
+            raise error
+        return self.acked
+
+    def close(self) -> None:
+        """Flushes."""
+        self.flush()
+
+
+class Consumer:
+    """Reads one partition from an offset: the paper's stateless consumer.
+
+    ``offset`` is a byte offset, ``"earliest"`` or ``"latest"``. Each
+    :meth:`poll` fetches up to ``max_bytes`` (waiting up to ``max_wait_ms``
+    when caught up) and returns the whole messages in it, every CRC checked;
+    :attr:`position` is the offset to resume from (keep it to checkpoint).
+    A chunk may end mid-message or at a segment boundary: the next poll
+    continues from the last whole message. Iterating a consumer polls
+    forever.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        topic: str,
+        partition: int,
+        offset: Union[int, str] = "earliest",
+        *,
+        max_bytes: int = 1 << 20,
+        max_wait_ms: int = 500,
+    ) -> None:
+        self.client = client
+        self.topic = topic
+        self.partition = partition
+        self.max_bytes = max_bytes
+        self.max_wait_ms = max_wait_ms
+        address = client.metadata([topic]).owner_address(topic, partition)
+        if address is None:
+            raise BrokerError(8, f"no partition {partition} of topic {topic!r}")
+        self.conn = client.connection(address)
+        if isinstance(offset, str):
+            offset = client.list_offsets(topic, partition, offset).offset
+        self.position = offset
+        self.flushed_offset = 0
+        self._topic = topic
+
+    def seek(self, offset: int) -> None:
+        """Continues from ``offset`` (a message boundary)."""
+        self.position = offset
+
+    @property
+    def at_end(self) -> bool:
+        """True when the last fetch reached the flushed end."""
+        return self.position >= self.flushed_offset
+
+    def poll(self, max_wait_ms: Optional[int] = None) -> List[Message]:
+        """One fetch at :attr:`position`; the whole messages it returned."""
+        b = flatbuffers.Builder(64)
+        t = b.CreateString(self._topic)
+        FetchRequest.Start(b)
+        FetchRequest.AddTopic(b, t)
+        FetchRequest.AddPartition(b, self.partition)
+        FetchRequest.AddOffset(b, self.position)
+        FetchRequest.AddMaxBytes(b, self.max_bytes)
+        FetchRequest.AddMaxWaitMs(b, self.max_wait_ms if max_wait_ms is None else max_wait_ms)
+        header, chunk = self.conn.call(Api.FETCH, _finish(b, FetchRequest.End(b)))
+        r = FetchResponse.FetchResponse.GetRootAs(header, 0)
+        self.flushed_offset = r.FlushedOffset()
+        messages, next_offset = codec.decode_messages(chunk, self.position)
+        if not messages and chunk and len(chunk) >= self.max_bytes:
+            raise RinglogError(
+                f"the message at offset {self.position} is larger than max_bytes "
+                f"({self.max_bytes}); raise the consumer's max_bytes"
+            )
+        if not messages and chunk:
+            # Segment ends and the flushed end never cut a message, and
+            # max_bytes did not either: the offset is inside a message.
+            raise codec.CorruptMessage(
+                self.position,
+                "no whole message starts here: damaged data, or not a message boundary",
+            )
+        self.position = next_offset
+        return messages
+
+    def __iter__(self) -> Iterator[Message]:
+        while True:
+            yield from self.poll()

@@ -1,0 +1,102 @@
+"""Errors: the broker's error codes (PROTOCOL.md section 5) and exceptions."""
+
+from __future__ import annotations
+
+import enum
+from typing import Optional, Tuple
+
+
+class ErrorCode(enum.IntEnum):
+    """The wire error codes, numbered as in PROTOCOL.md; never renumbered."""
+
+    NONE = 0
+    UNKNOWN_API = 1
+    UNSUPPORTED_VERSION = 2
+    INVALID_REQUEST = 3
+    FRAME_TOO_LARGE = 4
+    HANDSHAKE_REQUIRED = 5
+    INVALID_TOPIC_NAME = 6
+    UNKNOWN_TOPIC = 7
+    UNKNOWN_PARTITION = 8
+    TOPIC_ALREADY_EXISTS = 9
+    INVALID_CONFIG = 10
+    OFFSET_OUT_OF_RANGE = 11
+    CORRUPT_MESSAGE = 12
+    MESSAGE_TOO_LARGE = 13
+    STORAGE_FAILED = 14
+    SHUTTING_DOWN = 15
+    OVERLOADED = 16
+    INTERNAL = 17
+    NOT_OWNER = 18
+    COORDINATOR_UNAVAILABLE = 19
+    CLUSTER_REQUIRED = 20
+    UNKNOWN_MEMBER = 21
+    CLAIM_CONFLICT = 22
+    NOT_PARTITION_OWNER = 23
+    GROUP_NOT_EMPTY = 24
+    STORAGE_UNAVAILABLE = 25
+
+
+#: Codes after which the same request may succeed later.
+RETRIABLE = frozenset(
+    {
+        ErrorCode.SHUTTING_DOWN,
+        ErrorCode.OVERLOADED,
+        ErrorCode.NOT_OWNER,
+        ErrorCode.COORDINATOR_UNAVAILABLE,
+        ErrorCode.STORAGE_UNAVAILABLE,
+    }
+)
+
+
+class RinglogError(Exception):
+    """Base class of every error this package raises."""
+
+
+class BrokerError(RinglogError):
+    """The broker answered a request with an error code.
+
+    ``code`` is an :class:`ErrorCode` (or the raw number, for a code newer
+    than this client); ``message`` is the broker's sentence. For
+    OFFSET_OUT_OF_RANGE, ``valid_range`` is ``(start_offset, end_offset)``;
+    for NOT_OWNER, ``owner_broker_id`` names the broker to ask.
+    """
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        valid_range: Optional[Tuple[int, int]] = None,
+        owner_broker_id: Optional[int] = None,
+    ) -> None:
+        try:
+            self.code: int = ErrorCode(code)
+            name = self.code.name
+        except ValueError:
+            self.code = code
+            name = f"error {code}"
+        self.message = message
+        self.valid_range = valid_range
+        self.owner_broker_id = owner_broker_id
+        super().__init__(f"{name}: {message}")
+
+    @property
+    def retriable(self) -> bool:
+        """True if retrying the same request later may succeed."""
+        return self.code in RETRIABLE
+
+
+class ConnectionFailed(RinglogError):
+    """A broker address could not be reached, or the connection broke."""
+
+
+class ProtocolError(RinglogError):
+    """The bytes from the broker break the protocol (a bug, or not a broker)."""
+
+
+class CorruptMessage(RinglogError):
+    """A fetched message failed its length, magic or CRC check."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        self.offset = offset
+        super().__init__(f"the message at offset {offset} is not valid: {reason}")

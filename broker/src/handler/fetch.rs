@@ -72,6 +72,18 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
         )
         .await;
         let started = Instant::now();
+        if log.borrow().deleted() {
+            return Some(
+                Failure::new(
+                    protocol::ErrorCode::UnknownTopic,
+                    format!(
+                        "{}: the topic was deleted while this fetch waited",
+                        log.borrow().label()
+                    ),
+                )
+                .response(Api::Fetch as u16),
+            );
+        }
         let read = partition_log::read(&log, offset, bytes_max).await;
         Some(match read {
             Ok(slice) => respond(&shard, &log, offset, slice, started),

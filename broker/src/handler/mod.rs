@@ -371,6 +371,21 @@ fn dispatch_once(
             Failure::new(ErrorCode::ShuttingDown, "the broker is stopping"),
         );
     }
+    // Only a Produce carries a payload (PROTOCOL.md §1): bytes anywhere
+    // else are a client bug, said at once rather than ignored.
+    if known != Api::Produce && !payload.is_empty() {
+        return fail(
+            shard,
+            api,
+            Failure::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "a {known:?} request carries no payload, got {} bytes after its header",
+                    payload.len()
+                ),
+            ),
+        );
+    }
     let result = match known {
         Api::Produce => produce::handle(shard, request_id, header, payload),
         Api::Fetch => fetch::handle(shard, request_id, header),

@@ -156,3 +156,34 @@ fn r8_13_a_produce_waiting_on_a_deleted_topic_gets_unknown_topic() {
     let error = conn.recv().unwrap_err();
     assert_eq!(error.code(), Some(ErrorCode::UnknownTopic), "{error}");
 }
+
+/// Issue 10, item 3: a long-poll Fetch waiting on a topic that is deleted
+/// meanwhile is answered UNKNOWN_TOPIC (it used to get an empty chunk).
+#[test]
+fn a_fetch_waiting_on_a_deleted_topic_gets_unknown_topic() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "vanishing", 1);
+    let metadata = client.metadata(&["vanishing"]).unwrap();
+    let mut conn =
+        protocol::client::Connection::connect(&client.owner_address(&metadata, "vanishing", 0))
+            .unwrap();
+    let header = protocol::codec::fetch_request(
+        &mut conn.fbb,
+        "vanishing",
+        0,
+        protocol::codec::FetchArgs {
+            offset: 0,
+            max_bytes: 1024,
+            max_wait_ms: 30_000,
+        },
+    )
+    .to_vec();
+    conn.send(protocol::frame::Api::Fetch, &header, &[])
+        .unwrap();
+    conn.flush().unwrap();
+    // The fetch is parked (nothing to read) when the delete arrives.
+    client.delete_topic("vanishing").unwrap();
+    let error = conn.recv().unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::UnknownTopic), "{error}");
+}

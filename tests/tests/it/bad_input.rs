@@ -322,3 +322,30 @@ fn group_requests_past_their_item_limits_are_refused() {
     let error = client.join_group("g", "x", &["t"], 5_000).unwrap_err();
     assert_eq!(error.code(), Some(ErrorCode::ClusterRequired), "{error}");
 }
+
+/// Issue 10, item 3: payload bytes after a non-Produce header were ignored;
+/// now they are refused with INVALID_REQUEST, and the connection goes on.
+#[test]
+fn a_payload_on_a_request_that_takes_none_is_refused() {
+    let broker = Broker::start(BrokerOptions::default());
+    let mut stream = raw(&broker.address());
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = codec::metadata_request(&mut fbb, &[]).to_vec();
+    let mut out = Vec::new();
+    frame::write_frame(
+        &mut out,
+        Api::Metadata as u16,
+        API_VERSION,
+        5,
+        &header,
+        b"stray",
+    );
+    frame::write_frame(&mut out, Api::Metadata as u16, API_VERSION, 6, &header, &[]);
+    stream.write_all(&out).unwrap();
+    let mut response = ResponseFrame::default();
+    let error = read_response(&mut stream, &mut response).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::InvalidRequest), "{error}");
+    assert!(error.to_string().contains("carries no payload"), "{error}");
+    read_response(&mut stream, &mut response).unwrap();
+    assert_eq!(response.request_id, 6, "the connection goes on");
+}

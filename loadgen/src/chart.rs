@@ -219,6 +219,11 @@ fn window_means(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
 /// how many samples each point averages.
 pub fn lines(title: &str, x_label: &str, y_label: &str, series: &[Series], log_y: bool) -> String {
     let longest = series.iter().map(|s| s.points.len()).max().unwrap_or(0);
+    if longest < 3 {
+        // One or two dots are not a line: say so rather than draw them.
+        let title = format!("{title} — run too short to chart ({longest} samples)");
+        return lines_with_ticks(&title, x_label, y_label, series, log_y, &[]);
+    }
     let window = longest.div_ceil(MAX_POINTS).max(1);
     if window == 1 {
         return lines_with_ticks(title, x_label, y_label, series, log_y, &[]);

@@ -251,6 +251,10 @@ pub struct Reporter {
     thread: Option<JoinHandle<()>>,
 }
 
+/// How long into a run the throughput series is sampled every 100 ms
+/// (afterwards once a second).
+const SAMPLE_FAST_FOR: Duration = Duration::from_secs(3);
+
 impl Reporter {
     /// Starts reporting on `stats`. `verb` is "sent" or "received";
     /// `expected` (if known) drives the progress bar.
@@ -269,9 +273,14 @@ impl Reporter {
                 let mut last_second = 0u64;
                 let mut last_window = (Instant::now(), 0u64, 0u64);
                 while !thread_stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(200));
+                    std::thread::sleep(Duration::from_millis(100));
                     let elapsed = stats.elapsed();
                     let second = elapsed.as_secs();
+                    // A run of a second or two still gets a chart: sample
+                    // every tick at first, then once a second.
+                    if elapsed < SAMPLE_FAST_FOR {
+                        stats.sample();
+                    }
                     if second < last_second {
                         // The stats were reset (end of warm-up): start over.
                         last_second = second;

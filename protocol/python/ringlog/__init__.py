@@ -29,6 +29,7 @@ from .client import (
     TopicMetadata,
 )
 from .codec import Message, encode_message, fnv1a, partition_for_key
+from .group import GroupConsumer, GroupMessage
 from .errors import (
     BrokerError,
     ConnectionFailed,
@@ -48,6 +49,8 @@ __all__ = [
     "Consumer",
     "CorruptMessage",
     "ErrorCode",
+    "GroupConsumer",
+    "GroupMessage",
     "Message",
     "Metadata",
     "Offsets",

@@ -1,8 +1,9 @@
 //! Issue 10, items 1–2: the Python client's tests (`protocol/python/tests`)
 //! against the real broker binary. This test builds a virtualenv under
 //! `target/tools/python-venv`, installs the package from `protocol/python`
-//! and pytest into it (from PyPI), starts a broker with two shards and runs
-//! pytest. A machine without `python3 -m venv` fails here, loudly.
+//! and pytest into it (from PyPI), starts a standalone broker with two
+//! shards and a cluster member (on a real etcd, for the group consumer) and
+//! runs pytest. A machine without `python3 -m venv` fails here, loudly.
 
 use harness::{binary, Broker, BrokerOptions};
 use std::path::{Path, PathBuf};
@@ -69,12 +70,16 @@ fn the_python_client_passes_its_tests_against_the_broker() {
         "installing the ringlog package",
     );
     let broker = Broker::start(BrokerOptions::default());
+    // The group consumer's tests need a cluster: a real etcd and a member.
+    let etcd = harness::etcd::Etcd::start();
+    let member = Broker::start(BrokerOptions::clustered(&etcd, "python", 1));
     let output = run(
         Command::new(&python)
             .args(["-m", "pytest", "-q", "-s", "-p", "no:cacheprovider"])
             .arg(root.join("protocol/python/tests"))
             .current_dir(std::env::temp_dir())
             .env("RINGLOG_BROKERS", broker.address())
+            .env("RINGLOG_CLUSTER_BROKERS", member.address())
             .env("RINGLOG_CLI", binary("ringlog")),
         "the Python client's tests",
     );

@@ -54,16 +54,31 @@ use std::cell::RefCell;
 #[non_exhaustive]
 pub enum ClientError {
     /// Could not reach a broker.
-    #[error("cannot connect to {address}")]
+    #[error("cannot connect to {address}: {source}")]
     Connect {
         /// The address tried.
         address: String,
         /// Why.
         source: std::io::Error,
     },
-    /// The connection broke.
-    #[error("connection error")]
+    /// A read or write on a connection failed.
+    #[error("connection error: {0}")]
     Io(#[from] std::io::Error),
+    /// No bootstrap address answered; each one's failure, in order.
+    #[error("no broker answered: {}", .tried.iter().map(|(a, e)| format!("{a}: {e}")).collect::<Vec<_>>().join("; "))]
+    NoBroker {
+        /// (address, why) for every address tried.
+        tried: Vec<(String, String)>,
+    },
+    /// A broker connection broke while requests were unanswered: their
+    /// outcome is unknown (the broker may or may not have stored them).
+    #[error("the connection to {address} broke with {unanswered} request(s) unanswered; whether they were stored is unknown")]
+    Disconnected {
+        /// The broker's address.
+        address: String,
+        /// Requests sent and not answered.
+        unanswered: u64,
+    },
     /// The broker answered with an error code.
     #[error("{code}: {message}")]
     Broker {
@@ -80,7 +95,7 @@ pub enum ClientError {
     #[error("protocol error: {0}")]
     Protocol(String),
     /// A fetched message failed its checks.
-    #[error("corrupt message in {partition}")]
+    #[error("corrupt message in {partition}: {source}")]
     Corrupt {
         /// `topic-partition`.
         partition: String,
@@ -135,6 +150,31 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// True when the same request may succeed if sent again later: a
+    /// broken or refused connection, a timeout, or a broker error that says
+    /// "not now" (OVERLOADED, SHUTTING_DOWN, NOT_OWNER after a metadata
+    /// refresh, COORDINATOR_UNAVAILABLE, STORAGE_UNAVAILABLE). A retry of a
+    /// produce whose outcome was unknown may store it twice (at least once).
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClientError::Connect { .. }
+            | ClientError::Io(_)
+            | ClientError::NoBroker { .. }
+            | ClientError::Disconnected { .. }
+            | ClientError::Timeout { .. }
+            | ClientError::PartitionUnavailable { .. } => true,
+            ClientError::Broker { code, .. } => matches!(
+                code,
+                ErrorCode::Overloaded
+                    | ErrorCode::ShuttingDown
+                    | ErrorCode::NotOwner
+                    | ErrorCode::CoordinatorUnavailable
+                    | ErrorCode::StorageUnavailable
+            ),
+            _ => false,
+        }
+    }
 }
 
 /// A connection for metadata and admin requests, opened to the first
@@ -155,7 +195,10 @@ impl Client {
             .filter(|s| !s.is_empty())
             .map(String::from)
             .collect();
-        let mut last = None;
+        if bootstrap.is_empty() {
+            return Err(ClientError::Usage("no broker address given".into()));
+        }
+        let mut tried = Vec::new();
         for address in &bootstrap {
             match Connection::connect(address) {
                 Ok(conn) => {
@@ -165,10 +208,18 @@ impl Client {
                         owners: RefCell::new(std::collections::HashMap::new()),
                     })
                 }
-                Err(e) => last = Some(e),
+                Err(e) => tried.push((address.clone(), e)),
             }
         }
-        Err(last.unwrap_or_else(|| ClientError::Usage("no broker address given".into())))
+        // One address: its own error, as precise as it was.
+        if tried.len() == 1 {
+            if let Some((_, error)) = tried.pop() {
+                return Err(error);
+            }
+        }
+        Err(ClientError::NoBroker {
+            tried: tried.into_iter().map(|(a, e)| (a, e.to_string())).collect(),
+        })
     }
 
     /// The bootstrap addresses.

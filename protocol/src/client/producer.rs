@@ -22,6 +22,7 @@ use crate::frame::{self, Api, API_VERSION};
 use crate::message::{encode_message, encoded_len, MESSAGE_BYTES_MAX};
 use crate::types::fnv1a;
 use crate::wire;
+use crate::ErrorCode;
 use std::io::{BufWriter, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Condvar, Mutex};
@@ -81,7 +82,7 @@ struct LaneCounts {
     sent_requests: u64,
     answered_requests: u64,
     acked_messages: u64,
-    first_error: Option<String>,
+    first_error: Option<(ErrorCode, String)>,
     closed: bool,
     /// With latency tracking: (intended send time, messages) per request in flight.
     in_flight: std::collections::VecDeque<(Instant, u32)>,
@@ -101,6 +102,8 @@ impl LaneCounts {
 struct LaneState {
     counts: Mutex<LaneCounts>,
     changed: Condvar,
+    /// The shard this lane sends to (for errors).
+    address: String,
 }
 
 impl LaneState {
@@ -421,13 +424,14 @@ impl Producer {
                         .unwrap_or_else(|p| p.into_inner());
                 }
                 if counts.answered_requests < counts.sent_requests && counts.first_error.is_none() {
-                    return Err(ClientError::Protocol(
-                        "the broker closed the connection before acknowledging".into(),
-                    ));
+                    return Err(ClientError::Disconnected {
+                        address: state.address.clone(),
+                        unanswered: counts.sent_requests - counts.answered_requests,
+                    });
                 }
             }
-            if let Some(error) = &counts.first_error {
-                return Err(ClientError::Protocol(error.clone()));
+            if let Some((code, message)) = &counts.first_error {
+                return Err(broker(*code, message));
             }
         }
         Ok(())
@@ -446,6 +450,16 @@ impl Producer {
             .iter()
             .map(|l| l.state.lock().acked_messages)
             .sum()
+    }
+}
+
+/// A broker's error answer as the caller sees it.
+fn broker(code: ErrorCode, message: &str) -> ClientError {
+    ClientError::Broker {
+        code,
+        message: message.to_string(),
+        range: None,
+        owner_broker_id: None,
     }
 }
 
@@ -479,8 +493,8 @@ fn send_batch(
                 .unwrap_or_else(|p| p.into_inner());
         }
     }
-    if let Some(error) = lane.state.lock().first_error.clone() {
-        return Err(ClientError::Protocol(error));
+    if let Some((code, message)) = lane.state.lock().first_error.clone() {
+        return Err(broker(code, &message));
     }
     let header = codec::produce_request(&mut lane.fbb, topic, index as u32, config.acks);
     let batch = &mut inner.batches[index];
@@ -594,6 +608,7 @@ fn open_lane(address: &str) -> Result<Lane, ClientError> {
     let state = Arc::new(LaneState {
         counts: Mutex::new(LaneCounts::default()),
         changed: Condvar::new(),
+        address: address.to_string(),
     });
     let thread_state = state.clone();
     let handle = std::thread::Builder::new()
@@ -612,9 +627,7 @@ fn open_lane(address: &str) -> Result<Lane, ClientError> {
                     }
                     Err(ClientError::Broker { code, message, .. }) => {
                         counts.answered();
-                        counts
-                            .first_error
-                            .get_or_insert(format!("{code}: {message}"));
+                        counts.first_error.get_or_insert((code, message));
                     }
                     Err(_) => {
                         counts.closed = true;

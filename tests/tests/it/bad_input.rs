@@ -349,3 +349,28 @@ fn a_payload_on_a_request_that_takes_none_is_refused() {
     read_response(&mut stream, &mut response).unwrap();
     assert_eq!(response.request_id, 6, "the connection goes on");
 }
+
+/// Issue 10, item 0: every failed bootstrap address is named, and a
+/// refused connection is retriable.
+#[test]
+fn every_failed_bootstrap_address_is_named() {
+    let closed: Vec<String> = (0..2)
+        .map(|_| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().to_string()
+        })
+        .collect();
+    let error = match protocol::client::Client::connect(&closed.join(",")) {
+        Err(error) => error,
+        Ok(_) => panic!("connected to a closed port"),
+    };
+    let text = error.to_string();
+    assert!(text.starts_with("no broker answered: "), "{text}");
+    for address in &closed {
+        assert!(
+            text.contains(&format!("cannot connect to {address}: ")),
+            "{text}"
+        );
+    }
+    assert!(error.is_retriable());
+}

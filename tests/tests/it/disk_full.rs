@@ -84,6 +84,18 @@ fn r8_17_a_full_disk_refuses_writes_keeps_data_readable_and_recovers_once_space_
     )
     .unwrap_err();
     assert_eq!(again.code(), Some(ErrorCode::StorageUnavailable), "{again}");
+    // The Rust client's producer reports the broker's code, retriable.
+    {
+        let mut p = super::util::producer(&client, "full", AckMode::Written, 1);
+        p.send_to(0, None, &numbered_payload(acked, SIZE)).unwrap();
+        let error = p.flush().unwrap_err();
+        assert_eq!(error.code(), Some(ErrorCode::StorageUnavailable), "{error}");
+        assert!(error.is_retriable(), "{error}");
+        assert!(
+            error.to_string().contains("No space left on device"),
+            "{error}"
+        );
+    }
     // A fire-and-forget produce is told too, also through the shard that
     // does not own the partition (before, only the broker's log heard of
     // it: issue 8, item 12).

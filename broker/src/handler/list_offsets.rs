@@ -31,14 +31,14 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
         Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
     let offsets = offsets_of(&log);
-    let offset = match request.spec() {
-        OffsetSpec::Earliest => offsets.start_offset,
-        OffsetSpec::Latest => offsets.flushed_offset,
-        OffsetSpec::BeforeTime => log.borrow().offset_before_time(request.timestamp_ms()),
-        other => {
+    let offset = match OffsetSpec::from_wire(request.spec()) {
+        Some(OffsetSpec::Earliest) => offsets.start_offset,
+        Some(OffsetSpec::Latest) => offsets.flushed_offset,
+        Some(OffsetSpec::BeforeTime) => log.borrow().offset_before_time(request.timestamp_ms()),
+        None => {
             return Err(Failure::new(
                 ErrorCode::InvalidRequest,
-                format!("unknown offset spec {}", other.0),
+                format!("unknown offset spec {}", request.spec().0),
             ));
         }
     };

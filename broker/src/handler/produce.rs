@@ -24,13 +24,12 @@ pub fn handle(
         verify::<wire::ProduceRequest>(header).map_err(|e| invalid_header(Api::Produce, e))?;
     let topic_name = request.topic().unwrap_or_default();
     let partition = request.partition();
-    let acks = request.acks();
-    if acks != AckMode::None && acks != AckMode::Written && acks != AckMode::Flushed {
+    let Some(acks) = AckMode::from_wire(request.acks()) else {
         return Err(Failure::new(
             ErrorCode::InvalidRequest,
-            format!("unknown ack mode {}", acks.0),
+            format!("unknown ack mode {}", request.acks().0),
         ));
-    }
+    };
     let owner = super::locate(shard, topic_name, partition)?;
     if let Owner::Broker(broker) = owner {
         return Err(Failure::not_owner(topic_name, partition, broker));

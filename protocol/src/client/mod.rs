@@ -42,7 +42,7 @@ pub use crate::codec::{
 pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OwnedMessage};
 pub use group::{GroupConfig, GroupConsumer, GroupMessage, StartFrom};
-pub use producer::{Partitioner, Producer, ProducerConfig};
+pub use producer::{partition_for_key, Partitioner, Producer, ProducerConfig};
 
 use crate::codec::{self, verify};
 use crate::frame::Api;
@@ -180,6 +180,11 @@ impl ClientError {
 /// A connection for metadata and admin requests, opened to the first
 /// reachable bootstrap address, and connections to the shards that own
 /// partitions, opened on demand for partition requests (ListOffsets).
+///
+/// `Send` but not `Sync`: it keeps its connections in `RefCell`s and uses
+/// them one request at a time. Give each thread its own `Client` (one TCP
+/// connection each); producers and consumers built from it open their own
+/// connections and may move to other threads.
 pub struct Client {
     conn: RefCell<Connection>,
     bootstrap: Vec<String>,
@@ -324,3 +329,11 @@ impl Client {
         }
     }
 }
+
+// What the docs above promise: a Client moves between threads.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Client>();
+    send::<Producer>();
+    send::<Consumer>();
+};

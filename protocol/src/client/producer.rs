@@ -32,33 +32,50 @@ use std::time::{Duration, Instant};
 /// How messages are spread over partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Partitioner {
-    /// Keyed messages by key hash; unkeyed ones at random (the paper).
+    /// Keyed messages by key hash ([`partition_for_key`]); unkeyed ones at
+    /// random (the paper). The default.
     KeyHashOrRandom,
     /// Every message to the next partition in turn.
     RoundRobin,
 }
 
-/// Producer settings.
+/// The partition a keyed message goes to in a topic of `partitions`:
+/// `fnv1a64(key) % partitions`, as PROTOCOL.md specifies, so every client
+/// (Rust, Python, the CLI) keeps one key's messages in one partition.
+///
+/// ```
+/// assert_eq!(protocol::client::partition_for_key(b"key-7", 5), 4);
+/// ```
+pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
+    (fnv1a(key) % u64::from(partitions.max(1))) as u32
+}
+
+/// Producer settings. `ProducerConfig::default()` gives the values below.
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
-    /// What acknowledgement `flush` waits for.
+    /// What each produce request waits for, and so what `flush` waits for.
+    /// Default [`AckMode::Written`] (in the broker's page cache).
     pub acks: AckMode,
-    /// Send a batch at this many messages.
+    /// Send a partition's batch once it holds this many messages. Default 1000.
     pub batch_messages: usize,
-    /// ...or at this many bytes.
+    /// ...or this many bytes. Default 256 KiB.
     pub batch_bytes: usize,
-    /// ...or this long after its first message.
+    /// ...or this long after its first message (checked by a background
+    /// thread, so a lone message still goes out). Default 5 ms.
     pub linger: Duration,
-    /// Partition choice.
+    /// Partition choice for `send`. Default [`Partitioner::KeyHashOrRandom`].
     pub partitioner: Partitioner,
-    /// Unacknowledged requests allowed per connection (acks other than None).
+    /// Unacknowledged requests allowed per connection (acks other than
+    /// None); past it `send` waits. Default 1024.
     pub inflight_max: u64,
     /// Connect to each partition's owning shard (true) or send everything
     /// through the bootstrap address and let the broker forward (false).
+    /// Default true.
     pub shard_aware: bool,
     /// Record each acknowledged request's latency, measured from the
     /// intended send time of its first message (see [`Producer::send_to_at`]);
-    /// read them with [`Producer::take_latencies`]. Ignored with `AckMode::None`.
+    /// read them with [`Producer::take_latencies`]. Ignored with
+    /// `AckMode::None`. Default false.
     pub track_latency: bool,
 }
 
@@ -281,7 +298,7 @@ impl Producer {
     pub fn partition_for(&mut self, key: Option<&[u8]>) -> u32 {
         let n = self.partitions;
         let first = match (key, self.config.partitioner) {
-            (Some(key), Partitioner::KeyHashOrRandom) => return (fnv1a(key) % u64::from(n)) as u32,
+            (Some(key), Partitioner::KeyHashOrRandom) => return partition_for_key(key, n),
             (None, Partitioner::KeyHashOrRandom) => {
                 self.rng ^= self.rng << 13;
                 self.rng ^= self.rng >> 7;

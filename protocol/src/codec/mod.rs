@@ -10,7 +10,75 @@ use flatbuffers::{
     FlatBufferBuilder, Follow, InvalidFlatbuffer, Verifiable, VerifierOptions, WIPOffset,
 };
 
-pub use wire::{AckMode, OffsetSpec};
+/// When the broker answers a Produce (PROTOCOL.md, Produce).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AckMode {
+    /// No answer on success, the paper's fire-and-forget; a failure is
+    /// answered with an error in the request's place.
+    None,
+    /// Once the set is written to the segment file (the page cache). The
+    /// client's default: a crash of the broker machine may lose it.
+    #[default]
+    Written,
+    /// Once the set is fsynced: it survives a crash and consumers see it.
+    /// The produce starts the flush (group commit), so it waits about one
+    /// fdatasync.
+    Flushed,
+}
+
+impl AckMode {
+    /// The wire value.
+    pub fn to_wire(self) -> wire::AckMode {
+        match self {
+            AckMode::None => wire::AckMode::None,
+            AckMode::Written => wire::AckMode::Written,
+            AckMode::Flushed => wire::AckMode::Flushed,
+        }
+    }
+
+    /// From the wire value; `None` for a value this version does not know.
+    pub fn from_wire(value: wire::AckMode) -> Option<AckMode> {
+        match value {
+            wire::AckMode::None => Some(AckMode::None),
+            wire::AckMode::Written => Some(AckMode::Written),
+            wire::AckMode::Flushed => Some(AckMode::Flushed),
+            _ => None,
+        }
+    }
+}
+
+/// Which offset ListOffsets returns (PROTOCOL.md, ListOffsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OffsetSpec {
+    /// The first retained offset.
+    Earliest,
+    /// The flushed end: where a consumer of only new messages starts.
+    Latest,
+    /// The first offset of the earliest segment appended to at or after the
+    /// request's `timestamp_ms` (segment granularity, as in the paper).
+    BeforeTime,
+}
+
+impl OffsetSpec {
+    /// The wire value.
+    pub fn to_wire(self) -> wire::OffsetSpec {
+        match self {
+            OffsetSpec::Earliest => wire::OffsetSpec::Earliest,
+            OffsetSpec::Latest => wire::OffsetSpec::Latest,
+            OffsetSpec::BeforeTime => wire::OffsetSpec::BeforeTime,
+        }
+    }
+
+    /// From the wire value; `None` for a value this version does not know.
+    pub fn from_wire(value: wire::OffsetSpec) -> Option<OffsetSpec> {
+        match value {
+            wire::OffsetSpec::Earliest => Some(OffsetSpec::Earliest),
+            wire::OffsetSpec::Latest => Some(OffsetSpec::Latest),
+            wire::OffsetSpec::BeforeTime => Some(OffsetSpec::BeforeTime),
+            _ => None,
+        }
+    }
+}
 
 pub mod groups;
 
@@ -302,7 +370,7 @@ pub fn produce_request<'b>(
         &wire::ProduceRequestArgs {
             topic: Some(topic),
             partition,
-            acks,
+            acks: acks.to_wire(),
         },
     );
     finish(fbb, root)
@@ -356,7 +424,7 @@ pub fn list_offsets_request<'b>(
         &wire::ListOffsetsRequestArgs {
             topic: Some(topic),
             partition,
-            spec,
+            spec: spec.to_wire(),
             timestamp_ms,
         },
     );

@@ -31,6 +31,20 @@ pub struct OwnedMessage {
     pub value: Vec<u8>,
 }
 
+/// What a consumer does when its position is outside the partition's
+/// retained range (retention removed it, or the log was cut shorter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutOfRange {
+    /// Return the `OFFSET_OUT_OF_RANGE` error (with the valid range). The
+    /// default: skipping data should be a decision.
+    #[default]
+    Fail,
+    /// Continue from the first retained offset.
+    Earliest,
+    /// Continue from the end of the log.
+    Latest,
+}
+
 /// Reads one partition. Not thread-safe.
 pub struct Consumer {
     conn: Connection,
@@ -41,6 +55,7 @@ pub struct Consumer {
     max_wait_ms: u32,
     frame: ResponseFrame,
     offsets: PartitionOffsets,
+    out_of_range: OutOfRange,
 }
 
 impl Consumer {
@@ -60,6 +75,26 @@ impl Consumer {
             partition,
             offset,
         ))
+    }
+
+    /// A consumer starting at the earliest or latest offset, or at the first
+    /// segment appended to since `timestamp_ms` (with `OffsetSpec::BeforeTime`;
+    /// ignored otherwise), as ListOffsets answers.
+    pub fn new_at(
+        client: &Client,
+        topic: &str,
+        partition: u32,
+        spec: crate::codec::OffsetSpec,
+        timestamp_ms: u64,
+    ) -> Result<Consumer, ClientError> {
+        let (offset, _) = client.list_offsets(topic, partition, spec, timestamp_ms)?;
+        Consumer::new(client, topic, partition, offset)
+    }
+
+    /// What to do when the position falls outside the retained log
+    /// (default [`OutOfRange::Fail`]).
+    pub fn set_out_of_range(&mut self, policy: OutOfRange) {
+        self.out_of_range = policy;
     }
 
     /// Connects to the owner of the partition, as the broker this consumer
@@ -101,6 +136,7 @@ impl Consumer {
             max_wait_ms: 500,
             frame: ResponseFrame::default(),
             offsets: PartitionOffsets::default(),
+            out_of_range: OutOfRange::Fail,
         }
     }
 
@@ -142,6 +178,18 @@ impl Consumer {
         match self.fetch_once() {
             Err(error) if error.code() == Some(ErrorCode::NotOwner) => {
                 self.reroute()?;
+                self.fetch_once()?;
+            }
+            Err(ClientError::Broker {
+                code: ErrorCode::OffsetOutOfRange,
+                range: Some((start, end)),
+                ..
+            }) if self.out_of_range != OutOfRange::Fail => {
+                self.offset = if self.out_of_range == OutOfRange::Earliest {
+                    start
+                } else {
+                    end
+                };
                 self.fetch_once()?;
             }
             other => other?,

@@ -40,7 +40,7 @@ pub use crate::codec::{
     AckMode, Metadata, OffsetSpec, PartitionOffsets, TopicMetadata, TopicSettings,
 };
 pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
-pub use consumer::{Consumer, OwnedMessage};
+pub use consumer::{Consumer, OutOfRange, OwnedMessage};
 pub use group::{GroupConfig, GroupConsumer, GroupMessage, StartFrom};
 pub use producer::{partition_for_key, Partitioner, Producer, ProducerConfig};
 

@@ -87,4 +87,23 @@ fn retention_deletes_old_segments_and_moves_the_start_offset() {
         }
         other => panic!("expected OFFSET_OUT_OF_RANGE, got {other:?}"),
     }
+    // Or, by the consumer's policy, continue from the earliest retained
+    // offset (issue 10, item 0).
+    consumer.seek(0);
+    consumer.set_out_of_range(protocol::client::OutOfRange::Earliest);
+    consumer.set_max_wait_ms(0);
+    let batch = consumer.poll().unwrap();
+    assert_eq!(batch.first().map(|m| m.offset), Some(start));
+    // A consumer can also start where ListOffsets says.
+    let mut latest = protocol::client::Consumer::new_at(
+        &client,
+        "short",
+        0,
+        protocol::client::OffsetSpec::Latest,
+        0,
+    )
+    .unwrap();
+    assert_eq!(latest.position(), offsets.flushed_offset);
+    latest.set_max_wait_ms(0);
+    assert!(latest.poll().unwrap().is_empty());
 }

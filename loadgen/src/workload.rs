@@ -11,7 +11,8 @@
 use crate::stats::Stats;
 use anyhow::{bail, Context};
 use protocol::client::{
-    AckMode, Client, Consumer, OffsetSpec, Partitioner, Producer, ProducerConfig, TopicSettings,
+    AckMode, Client, Connection, Consumer, OffsetSpec, OutOfRange, Partitioner, Producer,
+    ProducerConfig, TopicSettings,
 };
 use protocol::message::MESSAGE_HEADER_BYTES;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -288,24 +289,46 @@ pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
     let partitions = topic.partitions.len() as u32;
     let consumers = spec.consumers.clamp(1, partitions as usize);
     let received = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    stats.reset();
+    // Every consumer connects to its partitions' shards first; the clock
+    // starts when all are ready (setup is not consumption).
+    let ready = Arc::new(std::sync::Barrier::new(consumers + 1));
+    let go = Arc::new(std::sync::Barrier::new(consumers + 1));
+    let started = Arc::new(std::sync::Mutex::new(Instant::now()));
     let mut threads = Vec::new();
     for index in 0..consumers {
         let spec = spec.clone();
         let stats = stats.clone();
         let received = received.clone();
+        let (ready, go) = (ready.clone(), go.clone());
+        let started = started.clone();
+        let metadata = metadata.clone();
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
-            let client = Client::connect(&spec.brokers)?;
-            let mut mine = Vec::new();
-            for p in (0..partitions).filter(|p| *p as usize % consumers == index) {
-                let (start, _) = client.list_offsets(&spec.topic, p, OffsetSpec::Earliest, 0)?;
-                let mut consumer = Consumer::new(&client, &spec.topic, p, start)?;
-                consumer.set_max_bytes(spec.fetch_bytes);
-                consumer.set_max_wait_ms(100);
-                mine.push(consumer);
-            }
+            let setup = (|| -> anyhow::Result<Vec<Consumer>> {
+                let client = Client::connect(&spec.brokers)?;
+                let mut mine = Vec::new();
+                for p in (0..partitions).filter(|p| *p as usize % consumers == index) {
+                    // From offset 0, moved to the first retained offset if
+                    // retention removed it: no ListOffsets round trip each.
+                    let address = client.owner_address(&metadata, &spec.topic, p);
+                    let mut consumer = Consumer::with_connection(
+                        Connection::connect(&address)?,
+                        &spec.topic,
+                        p,
+                        0,
+                    );
+                    consumer.set_out_of_range(OutOfRange::Earliest);
+                    consumer.set_max_bytes(spec.fetch_bytes);
+                    consumer.set_max_wait_ms(0);
+                    mine.push(consumer);
+                }
+                Ok(mine)
+            })();
+            ready.wait();
+            go.wait();
+            let mut mine = setup?;
+            let started = *started.lock().unwrap_or_else(|p| p.into_inner());
             let mut last_progress = Instant::now();
+            let mut round = 0usize;
             loop {
                 let done = match spec.length {
                     Length::Messages(n) => received.load(Ordering::Relaxed) >= n,
@@ -331,10 +354,27 @@ pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
                         "read {} messages in all; nothing new for 10 s",
                         received.load(Ordering::Relaxed)
                     );
+                } else if let Some(consumer) = {
+                    let next = round % mine.len().max(1);
+                    mine.get_mut(next)
+                } {
+                    // Caught up everywhere: wait on one partition (a
+                    // long-poll) instead of spinning over all of them.
+                    consumer.set_max_wait_ms(100);
+                    let mut bytes = 0u64;
+                    let n = consumer.poll_with(|m| bytes += m.value.len() as u64)? as u64;
+                    consumer.set_max_wait_ms(0);
+                    stats.add(n, bytes);
+                    received.fetch_add(n, Ordering::Relaxed);
                 }
+                round += 1;
             }
         }));
     }
+    ready.wait();
+    *started.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    stats.reset();
+    go.wait();
     for thread in threads {
         thread
             .join()

@@ -335,6 +335,16 @@ pub async fn run_file_closer(shard: Rc<Shard>) {
         for log in shard.all_logs() {
             log.borrow_mut().close_idle_files(now, idle);
         }
+        if shard.id == 0 {
+            // glibc keeps what threads freed in their arenas: after a burst
+            // (thousands of partitions' pending buffers) RSS stayed at
+            // 370 MB with nothing pending. Give it back to the OS; one call
+            // covers every arena, so shard 0 does it for the process.
+            // SAFETY: malloc_trim only releases free heap memory.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
     }
 }
 

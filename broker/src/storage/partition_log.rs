@@ -433,14 +433,6 @@ impl PartitionLog {
         }
     }
 
-    /// Whether appends are refused for now after a transient failure.
-    pub fn refusing(&self) -> Option<&str> {
-        self.refusing
-            .as_ref()
-            .filter(|(until, _)| Instant::now() < *until)
-            .map(|(_, reason)| reason.as_str())
-    }
-
     /// Marks the log as on its shard's work list; true if it was not
     /// already (so the caller adds it once).
     pub fn list(&mut self) -> bool {

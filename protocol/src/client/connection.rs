@@ -40,6 +40,11 @@ pub struct BrokerHello {
 /// How long a new connection waits for the broker's Handshake answer.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a request waits for its response, beyond any wait the request
+/// itself asks for (a fetch's or heartbeat's long-poll), unless changed
+/// with [`Connection::set_request_timeout`].
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A connection to one broker shard. Not thread-safe; one owner at a time.
 ///
 /// Requests are written to a buffer; [`Connection::flush`] sends them.
@@ -52,6 +57,9 @@ pub struct Connection {
     pub fbb: FlatBufferBuilder<'static>,
     hello: BrokerHello,
     address: String,
+    request_timeout: Duration,
+    /// The read timeout in force (request_timeout plus a long-poll's wait).
+    waiting: Duration,
 }
 
 impl Connection {
@@ -93,6 +101,8 @@ impl Connection {
             fbb: FlatBufferBuilder::with_capacity(1024),
             hello: BrokerHello::default(),
             address: address.to_string(),
+            request_timeout: REQUEST_TIMEOUT,
+            waiting: HANDSHAKE_TIMEOUT,
         };
         let name = format!("ringlog-rust/{}", env!("CARGO_PKG_VERSION"));
         let header = codec::handshake_request(&mut conn.fbb, &name).to_vec();
@@ -112,7 +122,7 @@ impl Connection {
             }
             Err(other) => return Err(other),
         };
-        conn.writer.get_ref().set_read_timeout(None)?;
+        conn.expect_wait(Duration::ZERO)?;
         let hello = verify::<wire::HandshakeResponse>(&response.header)
             .map_err(|e| ClientError::protocol(format!("handshake response: {e}")))?;
         conn.hello = BrokerHello {
@@ -160,10 +170,45 @@ impl Connection {
         Ok(())
     }
 
+    /// How long a response may take beyond the wait a request asks for
+    /// (default [`REQUEST_TIMEOUT`]). A broker that accepts but never
+    /// answers (stopped, overloaded) then fails the read with
+    /// [`ClientError::Timeout`]; the connection must be dropped after it.
+    pub fn set_request_timeout(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        self.request_timeout = timeout.max(Duration::from_millis(1));
+        self.expect_wait(Duration::ZERO)
+    }
+
+    /// Allows the next responses `wait` more than the request timeout (a
+    /// long-poll asks the broker to hold its answer that long).
+    pub fn expect_wait(&mut self, wait: Duration) -> Result<(), ClientError> {
+        let waiting = self.request_timeout + wait;
+        if waiting != self.waiting {
+            self.writer.get_ref().set_read_timeout(Some(waiting))?;
+            self.waiting = waiting;
+        }
+        Ok(())
+    }
+
     /// Reads the next response into `into` (reusing its buffers). A response
-    /// with a non-zero error code becomes `ClientError::Broker`.
+    /// with a non-zero error code becomes `ClientError::Broker`; no response
+    /// within the timeout, `ClientError::Timeout`.
     pub fn recv_into(&mut self, into: &mut ResponseFrame) -> Result<(), ClientError> {
-        read_response(&mut self.reader, into)
+        match read_response(&mut self.reader, into) {
+            Err(ClientError::Io(e))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                Err(ClientError::Timeout {
+                    address: self.address.clone(),
+                    during: "a response",
+                    waited: self.waiting,
+                })
+            }
+            other => other,
+        }
     }
 
     /// Reads the next response.
@@ -193,7 +238,11 @@ impl Connection {
     }
 
     /// A second handle on the socket for a reader thread, plus the writer.
+    /// The read timeout is lifted: a reader thread waits as long as its
+    /// owner has requests outstanding, and decides itself how long is too
+    /// long.
     pub fn split(self) -> (BufReader<TcpStream>, BufWriter<TcpStream>) {
+        let _ = self.writer.get_ref().set_read_timeout(None);
         (self.reader, self.writer)
     }
 }

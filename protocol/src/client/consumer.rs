@@ -19,6 +19,7 @@ use crate::frame::Api;
 use crate::message::{Message, MessageSetIter};
 use crate::wire;
 use crate::ErrorCode;
+use std::time::Duration;
 
 /// A message copied out of a fetch chunk.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +92,13 @@ impl Consumer {
         Consumer::new(client, topic, partition, offset)
     }
 
+    /// How long a fetch may take beyond its `max_wait_ms` before it fails
+    /// with [`ClientError::Timeout`] (default 30 s); after a timeout, make a
+    /// new consumer at [`Consumer::position`].
+    pub fn set_request_timeout(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        self.conn.set_request_timeout(timeout)
+    }
+
     /// What to do when the position falls outside the retained log
     /// (default [`OutOfRange::Fail`]).
     pub fn set_out_of_range(&mut self, policy: OutOfRange) {
@@ -120,6 +128,8 @@ impl Consumer {
             },
         )
         .to_vec();
+        self.conn
+            .expect_wait(Duration::from_millis(u64::from(self.max_wait_ms)))?;
         self.conn.send(Api::Fetch, &header, &[])?;
         self.conn.flush()?;
         self.conn.recv_into(&mut self.frame)

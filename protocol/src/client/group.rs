@@ -74,7 +74,14 @@ impl Client {
             )
             .to_vec()
         });
-        let response = self.group_call(Api::Heartbeat, &header)?;
+        self.conn
+            .borrow_mut()
+            .expect_wait(std::time::Duration::from_millis(u64::from(max_wait_ms)))?;
+        let response = self.group_call(Api::Heartbeat, &header);
+        self.conn
+            .borrow_mut()
+            .expect_wait(std::time::Duration::ZERO)?;
+        let response = response?;
         codec::decode_heartbeat(&response)
             .map_err(|e| ClientError::protocol(format!("heartbeat: {e}")))
     }

@@ -39,7 +39,7 @@ pub use crate::codec::groups::{
 pub use crate::codec::{
     AckMode, Metadata, OffsetSpec, PartitionOffsets, TopicMetadata, TopicSettings,
 };
-pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
+pub use connection::{read_response, BrokerHello, Connection, ResponseFrame, REQUEST_TIMEOUT};
 pub use consumer::{Consumer, OutOfRange, OwnedMessage};
 pub use group::{GroupConfig, GroupConsumer, GroupMessage, StartFrom};
 pub use producer::{partition_for_key, Partitioner, Producer, ProducerConfig};
@@ -225,6 +225,17 @@ impl Client {
         Err(ClientError::NoBroker {
             tried: tried.into_iter().map(|(a, e)| (a, e.to_string())).collect(),
         })
+    }
+
+    /// How long a request may wait for its response (default 30 s, beyond
+    /// a heartbeat's long-poll); past it the request fails with
+    /// [`ClientError::Timeout`].
+    pub fn set_request_timeout(&self, timeout: std::time::Duration) -> Result<(), ClientError> {
+        self.conn.borrow_mut().set_request_timeout(timeout)?;
+        for conn in self.owners.borrow_mut().values_mut() {
+            conn.set_request_timeout(timeout)?;
+        }
+        Ok(())
     }
 
     /// The bootstrap addresses.

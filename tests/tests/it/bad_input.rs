@@ -374,3 +374,34 @@ fn every_failed_bootstrap_address_is_named() {
     }
     assert!(error.is_retriable());
 }
+
+/// Issue 10, item 0: a broker that stops answering (here SIGSTOPped) made
+/// metadata and poll wait forever. Each now fails with a typed timeout
+/// after the request timeout (plus the poll's own wait).
+#[test]
+fn a_stopped_broker_times_out_requests_instead_of_hanging() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    create(&client, "frozen", 1);
+    let mut consumer = protocol::client::Consumer::new(&client, "frozen", 0, 0).unwrap();
+    consumer.set_max_wait_ms(100);
+    consumer
+        .set_request_timeout(Duration::from_millis(500))
+        .unwrap();
+    client
+        .set_request_timeout(Duration::from_millis(500))
+        .unwrap();
+    let pid = broker.pid().unwrap() as i32;
+    // SAFETY: signalling the broker process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let metadata = client.metadata(&[]);
+    let poll = consumer.poll();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    for result in [metadata.map(|_| ()), poll.map(|_| ())] {
+        let error = result.unwrap_err();
+        assert!(matches!(error, ClientError::Timeout { .. }), "{error:?}");
+        assert!(error.is_retriable());
+        assert!(error.to_string().contains("did not answer"), "{error}");
+    }
+}

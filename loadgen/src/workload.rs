@@ -222,6 +222,8 @@ fn produce_thread(
             partitioner: Partitioner::RoundRobin,
             inflight_max: 4096,
             shard_aware: spec.shard_aware,
+            // A benchmark's final flush may wait on a long backlog.
+            flush_timeout: Duration::from_secs(600),
             track_latency: spec.acks != AckMode::None,
         },
     )?;

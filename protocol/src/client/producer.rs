@@ -72,6 +72,10 @@ pub struct ProducerConfig {
     /// through the bootstrap address and let the broker forward (false).
     /// Default true.
     pub shard_aware: bool,
+    /// How long [`Producer::flush`] waits for acknowledgements before it
+    /// fails with [`ClientError::Timeout`] (the messages' fate is then
+    /// unknown). Default 30 s.
+    pub flush_timeout: Duration,
     /// Record each acknowledged request's latency, measured from the
     /// intended send time of its first message (see [`Producer::send_to_at`]);
     /// read them with [`Producer::take_latencies`]. Ignored with
@@ -89,6 +93,7 @@ impl Default for ProducerConfig {
             partitioner: Partitioner::KeyHashOrRandom,
             inflight_max: 1024,
             shard_aware: true,
+            flush_timeout: Duration::from_secs(30),
             track_latency: false,
         }
     }
@@ -434,11 +439,21 @@ impl Producer {
         for state in states {
             let mut counts = state.lock();
             if self.config.acks != AckMode::None {
+                let deadline = Instant::now() + self.config.flush_timeout;
                 while counts.answered_requests < counts.sent_requests && !counts.closed {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(ClientError::Timeout {
+                            address: state.address.clone(),
+                            during: "the acknowledgements of a flush",
+                            waited: self.config.flush_timeout,
+                        });
+                    }
                     counts = state
                         .changed
-                        .wait(counts)
-                        .unwrap_or_else(|p| p.into_inner());
+                        .wait_timeout(counts, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
                 }
                 if counts.answered_requests < counts.sent_requests && counts.first_error.is_none() {
                     return Err(ClientError::Disconnected {

@@ -376,8 +376,9 @@ fn every_failed_bootstrap_address_is_named() {
 }
 
 /// Issue 10, item 0: a broker that stops answering (here SIGSTOPped) made
-/// metadata and poll wait forever. Each now fails with a typed timeout
-/// after the request timeout (plus the poll's own wait).
+/// metadata, poll and flush wait forever. Each now fails with a typed
+/// timeout after the request timeout (plus the poll's own wait) or the
+/// producer's flush timeout.
 #[test]
 fn a_stopped_broker_times_out_requests_instead_of_hanging() {
     let broker = Broker::start(BrokerOptions::default());
@@ -391,14 +392,47 @@ fn a_stopped_broker_times_out_requests_instead_of_hanging() {
     client
         .set_request_timeout(Duration::from_millis(500))
         .unwrap();
+    let mut producer = protocol::client::Producer::new(
+        &client,
+        "frozen",
+        protocol::client::ProducerConfig {
+            flush_timeout: Duration::from_millis(500),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let pid = broker.pid().unwrap() as i32;
     // SAFETY: signalling the broker process this test started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // The stop is asynchronous: wait until every thread of it has stopped.
+    harness::eventually("the broker stopped", Duration::from_secs(30), || {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
+        let running = tasks
+            .flatten()
+            .filter(|t| {
+                std::fs::read_to_string(t.path().join("stat"))
+                    .map(|stat| {
+                        !stat
+                            .rsplit(')')
+                            .next()
+                            .unwrap_or("")
+                            .trim_start()
+                            .starts_with('T')
+                    })
+                    .unwrap_or(false)
+            })
+            .count();
+        (running == 0)
+            .then_some(())
+            .ok_or(format!("{running} threads still running"))
+    });
     let metadata = client.metadata(&[]);
     let poll = consumer.poll();
+    producer.send_to(0, None, b"into the void").unwrap();
+    let flush = producer.flush();
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    for result in [metadata.map(|_| ()), poll.map(|_| ())] {
+    for result in [metadata.map(|_| ()), poll.map(|_| ()), flush] {
         let error = result.unwrap_err();
         assert!(matches!(error, ClientError::Timeout { .. }), "{error:?}");
         assert!(error.is_retriable());

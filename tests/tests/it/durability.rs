@@ -286,16 +286,7 @@ fn r8_4_segment_files_are_opened_on_demand_so_descriptors_do_not_follow_the_data
     p.flush().unwrap();
     drop(p);
     drop(client);
-    let segments = std::fs::read_dir(broker.data_dir().join("many-0"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".log")
-        })
-        .count() as u64;
+    let segments = super::util::segment_count(&broker, "many-0") as u64;
     assert!(segments > 200, "{segments} segments");
     eprintln!(
         "{segments} segments written; descriptors {before} before, at most {most} after each flush"

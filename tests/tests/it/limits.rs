@@ -22,6 +22,24 @@ fn prefix(frame_bytes: usize) -> Vec<u8> {
     out
 }
 
+/// `count` pipelined Metadata requests for `topics`, request ids 0, 1, ….
+fn metadata_frames(topics: &[&str], count: u32) -> Vec<u8> {
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = codec::metadata_request(&mut fbb, topics).to_vec();
+    let mut frames = Vec::new();
+    for i in 0..count {
+        frame::write_frame(
+            &mut frames,
+            Api::Metadata as u16,
+            API_VERSION,
+            i,
+            &header,
+            &[],
+        );
+    }
+    frames
+}
+
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
@@ -429,19 +447,7 @@ fn r8_7_pipelined_metadata_is_bounded_by_the_connection_byte_limit() {
     let before = settled_rss(&broker);
     // 4,000 Metadata(all) requests, pipelined, never read.
     let mut greedy = raw(&broker.address());
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
-    let header = codec::metadata_request(&mut fbb, &[]).to_vec();
-    let mut frames = Vec::new();
-    for i in 0..4_000u32 {
-        frame::write_frame(
-            &mut frames,
-            Api::Metadata as u16,
-            API_VERSION,
-            i,
-            &header,
-            &[],
-        );
-    }
+    let frames = metadata_frames(&[], 4_000);
     // (160 KB: the socket buffers take it all, whether the broker reads
     // or not.)
     let writer = std::thread::spawn(move || {
@@ -486,19 +492,7 @@ fn r8_20_request_size_and_inflight_limits_are_configuration() {
     });
     create(&broker.client(), "small", 1);
     let mut stream = raw(&broker.address());
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
-    let header = codec::metadata_request(&mut fbb, &["small"]).to_vec();
-    let mut frames = Vec::new();
-    for i in 0..50u32 {
-        frame::write_frame(
-            &mut frames,
-            Api::Metadata as u16,
-            API_VERSION,
-            i,
-            &header,
-            &[],
-        );
-    }
+    let frames = metadata_frames(&["small"], 50);
     stream.write_all(&frames).unwrap();
     let mut response = ResponseFrame::default();
     for i in 0..50u32 {

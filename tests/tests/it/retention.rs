@@ -1,22 +1,9 @@
 //! Retention removes whole closed segments, never the active one.
 
-use super::util::{producer, read_all};
+use super::util::{producer, read_all, segment_count};
 use harness::{numbered_payload, Broker, BrokerOptions};
 use protocol::client::{AckMode, OffsetSpec, TopicSettings};
 use std::time::{Duration, Instant};
-
-fn segment_count(broker: &Broker, dir: &str) -> usize {
-    std::fs::read_dir(broker.data_dir().join(dir))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .ends_with(".log")
-        })
-        .count()
-}
 
 #[test]
 fn retention_deletes_old_segments_and_moves_the_start_offset() {

@@ -66,14 +66,33 @@ pub fn handshake(
 ) -> Result<protocol::client::ResponseFrame, protocol::client::ClientError> {
     let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
     let header = protocol::codec::handshake_request(&mut fbb, "raw").to_vec();
-    let mut out = Vec::new();
-    protocol::frame::write_frame(
-        &mut out,
-        protocol::frame::Api::Handshake as u16,
+    call_raw(
+        stream,
+        protocol::frame::Api::Handshake,
         api_version,
         request_id,
         &header,
         &[],
+    )
+}
+
+/// Writes one request frame on a raw socket and reads the next response.
+pub fn call_raw(
+    stream: &mut TcpStream,
+    api: protocol::frame::Api,
+    api_version: u16,
+    request_id: u32,
+    header: &[u8],
+    payload: &[u8],
+) -> Result<protocol::client::ResponseFrame, protocol::client::ClientError> {
+    let mut out = Vec::new();
+    protocol::frame::write_frame(
+        &mut out,
+        api as u16,
+        api_version,
+        request_id,
+        header,
+        payload,
     );
     stream
         .write_all(&out)
@@ -101,20 +120,14 @@ pub fn produce_raw(
 ) -> Result<protocol::client::ResponseFrame, protocol::client::ClientError> {
     let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
     let header = protocol::codec::produce_request(&mut fbb, topic, partition, acks).to_vec();
-    let mut out = Vec::new();
-    protocol::frame::write_frame(
-        &mut out,
-        protocol::frame::Api::Produce as u16,
-        0,
+    call_raw(
+        stream,
+        protocol::frame::Api::Produce,
+        protocol::frame::API_VERSION,
         7,
         &header,
         set,
-    );
-    stream
-        .write_all(&out)
-        .unwrap_or_else(|e| panic!("writing: {e}"));
-    let mut response = protocol::client::ResponseFrame::default();
-    protocol::client::read_response(stream, &mut response).map(|()| response)
+    )
 }
 
 /// The broker's Prometheus text, from its metrics endpoint.
@@ -136,4 +149,15 @@ pub fn metric(text: &str, name: &str) -> u64 {
         .filter(|l| l.starts_with(name) && !l.starts_with('#'))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
+}
+
+/// Segment files (`*.log`) in a partition directory of the broker's data dir.
+pub fn segment_count(broker: &harness::Broker, dir: &str) -> usize {
+    std::fs::read_dir(broker.data_dir().join(dir))
+        .unwrap_or_else(|e| panic!("listing {dir}: {e}"))
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        })
+        .count()
 }

@@ -11,8 +11,8 @@
 use crate::stats::Stats;
 use anyhow::{bail, Context};
 use protocol::client::{
-    AckMode, Client, Connection, Consumer, OffsetSpec, OutOfRange, Partitioner, Producer,
-    ProducerConfig, TopicSettings,
+    AckMode, Client, ClientConfig, Connection, Consumer, OffsetSpec, OutOfRange, Partitioner,
+    Producer, ProducerConfig, TopicSettings,
 };
 use protocol::message::MESSAGE_HEADER_BYTES;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -204,7 +204,14 @@ fn produce_thread(
 ) -> anyhow::Result<()> {
     let my_messages = spec.length.share(index, spec.producers);
     let rate = spec.rate.map(|r| r / spec.producers.max(1) as f64);
-    let client = Client::connect(&spec.brokers)?;
+    // A benchmark's final flush may wait on a long backlog.
+    let client = Client::with_config(
+        &spec.brokers,
+        ClientConfig {
+            flush_timeout: Duration::from_secs(600),
+            ..ClientConfig::default()
+        },
+    )?;
     let mut producer = Producer::new(
         &client,
         &spec.topic,
@@ -221,9 +228,10 @@ fn produce_thread(
             },
             partitioner: Partitioner::RoundRobin,
             inflight_max: 4096,
+            // Room for 4,096 requests of large batches in flight.
+            buffer_bytes_max: 512 * 1024 * 1024,
             shard_aware: spec.shard_aware,
-            // A benchmark's final flush may wait on a long backlog.
-            flush_timeout: Duration::from_secs(600),
+            delivery_reports: false,
             track_latency: spec.acks != AckMode::None,
         },
     )?;
@@ -242,7 +250,9 @@ fn produce_thread(
                 pace(intended);
                 producer.send_to_at(partition, None, &payload, intended)?;
             }
-            None => producer.send_to(partition, None, &payload)?,
+            None => {
+                producer.send_to(partition, None, &payload)?;
+            }
         }
         i += 1;
         if i.is_multiple_of(batch) || rate.is_some() {

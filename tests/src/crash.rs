@@ -24,7 +24,9 @@
 //! long session; the integration test runs 20 rounds.
 
 use crate::{check_numbered_payload, numbered_payload, Broker, BrokerOptions};
-use protocol::client::{AckMode, Client, ClientError, Consumer, Producer, ProducerConfig};
+use protocol::client::{
+    AckMode, Client, ClientConfig, ClientError, Consumer, Producer, ProducerConfig,
+};
 use protocol::codec::TopicSettings;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -221,7 +223,13 @@ fn write_until_killed(
 }
 
 fn write(address: &str, partition: u32, first: u64, acked: &AtomicU64) {
-    let Ok(client) = Client::connect(address) else {
+    // No retries: the writer stops at the kill, and what it counts as
+    // acknowledged is exactly what a flush confirmed.
+    let no_retries = ClientConfig {
+        retries: 0,
+        ..ClientConfig::default()
+    };
+    let Ok(client) = Client::with_config(address, no_retries) else {
         return;
     };
     let config = ProducerConfig {

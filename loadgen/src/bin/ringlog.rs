@@ -340,10 +340,8 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
         let (key, value) = split_key(&line, args.key_separator);
         match args.partition {
             Some(p) => producer.send_to(p, key, value)?,
-            None => {
-                producer.send(key, value)?;
-            }
-        }
+            None => producer.send(key, value)?,
+        };
         count += 1;
     }
     producer.flush()?;
@@ -437,10 +435,20 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
             });
             match polled {
                 Ok(_) => {}
-                Err(protocol::client::ClientError::Corrupt { partition, source }) => {
+                Err(protocol::client::ClientError::InvalidOffset {
+                    partition, offset, ..
+                }) if !args.skip_damaged => {
+                    bail!("{partition}: --from {offset} is not the start of a message: offsets are byte positions; take one from `ringlog offsets` or `ringlog consume --print-offsets`");
+                }
+                Err(
+                    protocol::client::ClientError::Corrupt { partition, source }
+                    | protocol::client::ClientError::InvalidOffset {
+                        partition, source, ..
+                    },
+                ) => {
                     let at = consumer.position();
                     if !args.skip_damaged {
-                        bail!("{partition}: the bytes at offset {at} are not a valid message ({source}): damaged data, or --from is not a message boundary (see `ringlog consume --print-offsets`); --skip-damaged moves past it");
+                        bail!("{partition}: the bytes at offset {at} are not a valid message ({source}): the data is damaged; --skip-damaged moves past it");
                     }
                     let skipped = consumer.skip_damaged()?;
                     eprintln!(

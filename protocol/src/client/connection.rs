@@ -1,7 +1,7 @@
 //! One TCP connection to a broker shard: handshake, framed requests,
 //! pipelining (send many, then receive in order), typed errors.
 
-use super::ClientError;
+use super::{ClientConfig, ClientError};
 use crate::codec::{self, verify};
 use crate::frame::{self, Api, FramePrefix, API_VERSION, FRAME_BYTES_MAX, FRAME_PREFIX_BYTES};
 use crate::{wire, ErrorCode};
@@ -37,14 +37,6 @@ pub struct BrokerHello {
     pub broker_version: String,
 }
 
-/// How long a new connection waits for the broker's Handshake answer.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a request waits for its response, beyond any wait the request
-/// itself asks for (a fetch's or heartbeat's long-poll), unless changed
-/// with [`Connection::set_request_timeout`].
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// A connection to one broker shard. Not thread-safe; one owner at a time.
 ///
 /// Requests are written to a buffer; [`Connection::flush`] sends them.
@@ -63,8 +55,16 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects and performs the version handshake.
+    /// Connects and performs the version handshake, with the default
+    /// [`ClientConfig`] timeouts.
     pub fn connect(address: &str) -> Result<Connection, ClientError> {
+        Connection::connect_with(address, &ClientConfig::default())
+    }
+
+    /// Connects within `config.connect_timeout` (TCP connect, then the
+    /// handshake's answer) and sets `config.request_timeout` for requests.
+    pub fn connect_with(address: &str, config: &ClientConfig) -> Result<Connection, ClientError> {
+        let handshake_timeout = config.connect_timeout.max(Duration::from_millis(1));
         let addrs: Vec<_> = address
             .to_socket_addrs()
             .map_err(|e| ClientError::Connect {
@@ -75,7 +75,7 @@ impl Connection {
         let mut last_error = None;
         let mut stream = None;
         for addr in addrs {
-            match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+            match TcpStream::connect_timeout(&addr, handshake_timeout) {
                 Ok(s) => {
                     stream = Some(s);
                     break;
@@ -91,7 +91,7 @@ impl Connection {
         // A broker that accepts but never answers (stopped, overloaded, not
         // a ringlog broker) must not hold the caller forever: the handshake
         // has a deadline, and a bootstrap list moves on to the next address.
-        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+        stream.set_read_timeout(Some(handshake_timeout))?;
         let reader = BufReader::with_capacity(256 * 1024, stream.try_clone()?);
         let writer = BufWriter::with_capacity(256 * 1024, stream);
         let mut conn = Connection {
@@ -101,8 +101,8 @@ impl Connection {
             fbb: FlatBufferBuilder::with_capacity(1024),
             hello: BrokerHello::default(),
             address: address.to_string(),
-            request_timeout: REQUEST_TIMEOUT,
-            waiting: HANDSHAKE_TIMEOUT,
+            request_timeout: config.request_timeout.max(Duration::from_millis(1)),
+            waiting: handshake_timeout,
         };
         let name = format!("ringlog-rust/{}", env!("CARGO_PKG_VERSION"));
         let header = codec::handshake_request(&mut conn.fbb, &name).to_vec();
@@ -117,7 +117,7 @@ impl Connection {
                 return Err(ClientError::Timeout {
                     address: address.to_string(),
                     during: "the handshake",
-                    waited: HANDSHAKE_TIMEOUT,
+                    waited: handshake_timeout,
                 });
             }
             Err(other) => return Err(other),
@@ -132,6 +132,12 @@ impl Connection {
             broker_version: hello.broker_version().unwrap_or_default().to_string(),
         };
         Ok(conn)
+    }
+
+    /// Another handle on the socket, to shut it down from another thread
+    /// (which makes a blocked read on this connection return).
+    pub fn socket(&self) -> Result<TcpStream, ClientError> {
+        Ok(self.writer.get_ref().try_clone()?)
     }
 
     /// The address this connection was opened to.
@@ -171,7 +177,7 @@ impl Connection {
     }
 
     /// How long a response may take beyond the wait a request asks for
-    /// (default [`REQUEST_TIMEOUT`]). A broker that accepts but never
+    /// (default [`ClientConfig::request_timeout`]). A broker that accepts but never
     /// answers (stopped, overloaded) then fails the read with
     /// [`ClientError::Timeout`]; the connection must be dropped after it.
     pub fn set_request_timeout(&mut self, timeout: Duration) -> Result<(), ClientError> {

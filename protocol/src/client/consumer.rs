@@ -10,8 +10,12 @@
 //!
 //! In a cluster the consumer talks to the shard that owns its partition, on
 //! the broker that stores it. If a broker answers NOT_OWNER (the consumer
-//! was pointed at the wrong broker), the consumer asks that broker for
-//! metadata, connects to the owner and fetches again, once per poll.
+//! was pointed at the wrong broker), the consumer asks for metadata,
+//! connects to the owner and fetches again. A broken or timed-out
+//! connection is replaced the same way, up to the client's
+//! [`ClientConfig::retries`](super::ClientConfig::retries) times with
+//! backoff, so a broker restart is a pause, not an error: a fetch reads
+//! and changes nothing, so sending it again is always safe.
 
 use super::{Client, ClientError, Connection, ResponseFrame};
 use crate::codec::{self, verify, FetchArgs, PartitionOffsets};
@@ -46,9 +50,12 @@ pub enum OutOfRange {
     Latest,
 }
 
-/// Reads one partition. Not thread-safe.
+/// Reads one partition. Not thread-safe; may move between threads.
 pub struct Consumer {
     conn: Connection,
+    /// For metadata and timeouts when reconnecting; a consumer made over a
+    /// bare connection asks the broker it was connected to.
+    client: Option<Client>,
     topic: String,
     partition: u32,
     offset: u64,
@@ -56,6 +63,9 @@ pub struct Consumer {
     max_wait_ms: u32,
     frame: ResponseFrame,
     offsets: PartitionOffsets,
+    /// The position was reached by reading whole valid messages (or given
+    /// by the broker): a bad message here is damage, not a wrong offset.
+    verified: bool,
     out_of_range: OutOfRange,
 }
 
@@ -70,12 +80,10 @@ impl Consumer {
     ) -> Result<Consumer, ClientError> {
         let metadata = client.metadata(&[topic])?;
         let address = client.owner_address(&metadata, topic, partition);
-        Ok(Consumer::with_connection(
-            Connection::connect(&address)?,
-            topic,
-            partition,
-            offset,
-        ))
+        let mut consumer =
+            Consumer::with_connection(client.open(&address)?, topic, partition, offset);
+        consumer.client = Some(client.clone());
+        Ok(consumer)
     }
 
     /// A consumer starting at the earliest or latest offset, or at the first
@@ -89,14 +97,9 @@ impl Consumer {
         timestamp_ms: u64,
     ) -> Result<Consumer, ClientError> {
         let (offset, _) = client.list_offsets(topic, partition, spec, timestamp_ms)?;
-        Consumer::new(client, topic, partition, offset)
-    }
-
-    /// How long a fetch may take beyond its `max_wait_ms` before it fails
-    /// with [`ClientError::Timeout`] (default 30 s); after a timeout, make a
-    /// new consumer at [`Consumer::position`].
-    pub fn set_request_timeout(&mut self, timeout: Duration) -> Result<(), ClientError> {
-        self.conn.set_request_timeout(timeout)
+        let mut consumer = Consumer::new(client, topic, partition, offset)?;
+        consumer.verified = true;
+        Ok(consumer)
     }
 
     /// What to do when the position falls outside the retained log
@@ -105,14 +108,57 @@ impl Consumer {
         self.out_of_range = policy;
     }
 
-    /// Connects to the owner of the partition, as the broker this consumer
-    /// is connected to sees it.
+    /// Connects to the owner of the partition, as the client's brokers (or
+    /// the broker this consumer is connected to) see it.
     fn reroute(&mut self) -> Result<(), ClientError> {
-        let client = Client::connect(self.conn.address())?;
+        let client = match &self.client {
+            Some(client) => client.clone(),
+            None => Client::connect(self.conn.address())?,
+        };
         let metadata = client.metadata(&[&self.topic])?;
         let address = client.owner_address(&metadata, &self.topic, self.partition);
-        self.conn = Connection::connect(&address)?;
+        self.conn = client.open(&address)?;
         Ok(())
+    }
+
+    /// Fetches, rerouting after NOT_OWNER and reconnecting after a broken
+    /// or timed-out connection, with the client's retries and backoff.
+    fn fetch_retrying(&mut self) -> Result<(), ClientError> {
+        let config = self.client.as_ref().map(|c| c.config().clone());
+        let retries = config.as_ref().map_or(1, |c| c.retries);
+        let mut attempt = 0;
+        loop {
+            let error = match self.fetch_once() {
+                Ok(()) => return Ok(()),
+                Err(error) => error,
+            };
+            let not_owner = error.code() == Some(ErrorCode::NotOwner);
+            let passes = not_owner
+                || error.is_connection_error()
+                || (error.is_retriable() && error.code().is_some());
+            if !passes || attempt >= retries {
+                return Err(error);
+            }
+            // NOT_OWNER is news to act on at once; anything else waits.
+            if !not_owner || attempt > 0 {
+                if let Some(config) = &config {
+                    std::thread::sleep(config.backoff(attempt));
+                }
+            }
+            attempt += 1;
+            if not_owner || error.is_connection_error() {
+                // A failed reconnect is one more attempt, not the end.
+                while let Err(reconnect) = self.reroute() {
+                    if attempt >= retries || !reconnect.is_retriable() {
+                        return Err(reconnect);
+                    }
+                    if let Some(config) = &config {
+                        std::thread::sleep(config.backoff(attempt));
+                    }
+                    attempt += 1;
+                }
+            }
+        }
     }
 
     /// Sends one fetch and receives its response into `self.frame`.
@@ -139,6 +185,7 @@ impl Consumer {
     pub fn with_connection(conn: Connection, topic: &str, partition: u32, offset: u64) -> Consumer {
         Consumer {
             conn,
+            client: None,
             topic: topic.to_string(),
             partition,
             offset,
@@ -146,6 +193,7 @@ impl Consumer {
             max_wait_ms: 500,
             frame: ResponseFrame::default(),
             offsets: PartitionOffsets::default(),
+            verified: offset == 0,
             out_of_range: OutOfRange::Fail,
         }
     }
@@ -166,9 +214,11 @@ impl Consumer {
     }
 
     /// Moves to another offset (rewind or skip). It must be a message
-    /// boundary: the start, a value from `position`, or a listed offset.
+    /// boundary: the start, a value from `position`, or a listed offset;
+    /// if it is not, the next poll fails with [`ClientError::InvalidOffset`].
     pub fn seek(&mut self, offset: u64) {
         self.offset = offset;
+        self.verified = offset == 0;
     }
 
     /// The partition's offsets as of the last fetch.
@@ -185,11 +235,7 @@ impl Consumer {
     /// how many messages were delivered (0 when nothing new arrived within
     /// the wait).
     pub fn poll_with(&mut self, mut f: impl FnMut(Message<'_>)) -> Result<usize, ClientError> {
-        match self.fetch_once() {
-            Err(error) if error.code() == Some(ErrorCode::NotOwner) => {
-                self.reroute()?;
-                self.fetch_once()?;
-            }
+        match self.fetch_retrying() {
             Err(ClientError::Broker {
                 code: ErrorCode::OffsetOutOfRange,
                 range: Some((start, end)),
@@ -200,72 +246,36 @@ impl Consumer {
                 } else {
                     end
                 };
-                self.fetch_once()?;
+                self.verified = true;
+                self.fetch_retrying()?;
             }
             other => other?,
         }
-        let response = verify::<wire::FetchResponse>(&self.frame.header)
-            .map_err(|e| ClientError::Protocol(format!("fetch response: {e}")))?;
-        if response.offset() != self.offset
-            || response.length() as usize != self.frame.payload.len()
-        {
-            return Err(ClientError::Protocol(format!(
-                "fetch response for offset {} with {} bytes does not match the request for offset {} ({} bytes received)",
-                response.offset(),
-                response.length(),
-                self.offset,
-                self.frame.payload.len()
-            )));
-        }
+        let (start_offset, flushed_offset) = check_fetch_response(&self.frame, self.offset)?;
         self.offsets = PartitionOffsets {
-            start_offset: response.start_offset(),
-            flushed_offset: response.flushed_offset(),
-            end_offset: response.flushed_offset(),
+            start_offset,
+            flushed_offset,
+            end_offset: flushed_offset,
         };
-        let mut iter = MessageSetIter::new(&self.frame.payload, self.offset);
-        let mut delivered = 0;
-        for message in iter.by_ref() {
-            match message {
-                Ok(message) => {
-                    f(message);
-                    delivered += 1;
-                }
-                Err(source) => {
-                    self.offset = iter.next_offset();
-                    return Err(ClientError::Corrupt {
-                        partition: format!("{}-{}", self.topic, self.partition),
-                        source,
-                    });
-                }
+        let place = ChunkPlace {
+            topic: &self.topic,
+            partition: self.partition,
+            offset: self.offset,
+            verified: self.verified,
+            flushed_offset,
+            max_bytes: self.max_bytes,
+        };
+        match walk_chunk(&place, &self.frame.payload, &mut f) {
+            Ok(walked) => {
+                self.verified |= walked.delivered > 0;
+                self.offset = walked.next_offset;
+                Ok(walked.delivered)
+            }
+            Err((error, at)) => {
+                self.offset = at;
+                Err(error)
             }
         }
-        if delivered == 0 && !self.frame.payload.is_empty() {
-            if let Some((size, present)) = iter.incomplete() {
-                // Flushed data always ends at a message boundary: a message
-                // still incomplete at the flushed end never completes, so
-                // this offset is not a message boundary (or the data is
-                // damaged). Say so instead of waiting forever.
-                let chunk_end = self.offset + self.frame.payload.len() as u64;
-                if chunk_end >= self.offsets.flushed_offset {
-                    return Err(ClientError::Corrupt {
-                        partition: format!("{}-{}", self.topic, self.partition),
-                        source: crate::message::MessageError::Incomplete {
-                            position: iter.position(),
-                            missing: size.saturating_sub(present).max(1),
-                        },
-                    });
-                }
-                if size > self.max_bytes as usize {
-                    return Err(ClientError::MessageTooLarge {
-                        offset: self.offset,
-                        size,
-                        max_bytes: self.max_bytes,
-                    });
-                }
-            }
-        }
-        self.offset = iter.next_offset();
-        Ok(delivered)
     }
 
     /// Moves past a damaged message at the current position (a poll that
@@ -333,6 +343,7 @@ impl Consumer {
         match found {
             Ok(resume) => {
                 self.offset = resume;
+                self.verified = true;
                 Ok(resume - from)
             }
             Err(error) => {
@@ -354,4 +365,109 @@ impl Consumer {
         })?;
         Ok(out)
     }
+}
+
+/// Checks a fetch response against the request (offset `offset`) and
+/// returns the partition's (start, flushed) offsets.
+pub(super) fn check_fetch_response(
+    frame: &ResponseFrame,
+    offset: u64,
+) -> Result<(u64, u64), ClientError> {
+    let response = verify::<wire::FetchResponse>(&frame.header)
+        .map_err(|e| ClientError::Protocol(format!("fetch response: {e}")))?;
+    if response.offset() != offset || response.length() as usize != frame.payload.len() {
+        return Err(ClientError::Protocol(format!(
+            "fetch response for offset {} with {} bytes does not match the request for offset {offset} ({} bytes received)",
+            response.offset(),
+            response.length(),
+            frame.payload.len()
+        )));
+    }
+    Ok((response.start_offset(), response.flushed_offset()))
+}
+
+/// Where a fetched chunk came from.
+pub(super) struct ChunkPlace<'a> {
+    pub topic: &'a str,
+    pub partition: u32,
+    /// The offset the chunk starts at.
+    pub offset: u64,
+    /// `offset` is known to be a message boundary.
+    pub verified: bool,
+    pub flushed_offset: u64,
+    pub max_bytes: u32,
+}
+
+/// What a walk over a chunk found.
+pub(super) struct Walked {
+    pub delivered: usize,
+    /// Where the next fetch starts: after the last whole message.
+    pub next_offset: u64,
+}
+
+/// Calls `f` for each whole message of a fetched chunk, in order. A bad
+/// message fails the walk with the offset it is at: as
+/// [`ClientError::InvalidOffset`] when it is the first and the position
+/// was not known to be a boundary, else as [`ClientError::Corrupt`].
+pub(super) fn walk_chunk(
+    place: &ChunkPlace<'_>,
+    chunk: &[u8],
+    f: &mut impl FnMut(Message<'_>),
+) -> Result<Walked, (ClientError, u64)> {
+    let name = || format!("{}-{}", place.topic, place.partition);
+    let bad = |source: crate::message::MessageError, delivered: usize| {
+        if delivered == 0 && !place.verified {
+            ClientError::InvalidOffset {
+                partition: name(),
+                offset: place.offset,
+                source,
+            }
+        } else {
+            ClientError::Corrupt {
+                partition: name(),
+                source,
+            }
+        }
+    };
+    let mut iter = MessageSetIter::new(chunk, place.offset);
+    let mut delivered = 0;
+    for message in iter.by_ref() {
+        match message {
+            Ok(message) => {
+                f(message);
+                delivered += 1;
+            }
+            Err(source) => return Err((bad(source, delivered), iter.next_offset())),
+        }
+    }
+    if delivered == 0 && !chunk.is_empty() {
+        if let Some((size, present)) = iter.incomplete() {
+            // Flushed data always ends at a message boundary: a message
+            // still incomplete at the flushed end never completes, so this
+            // offset is not a message boundary (or the data is damaged).
+            // Say so instead of waiting forever.
+            let chunk_end = place.offset + chunk.len() as u64;
+            if chunk_end >= place.flushed_offset {
+                let source = crate::message::MessageError::Incomplete {
+                    position: iter.position(),
+                    missing: size.saturating_sub(present).max(1),
+                };
+                return Err((bad(source, 0), place.offset));
+            }
+            if size > place.max_bytes as usize {
+                return Err((
+                    ClientError::MessageTooLarge {
+                        offset: place.offset,
+                        size,
+                        max_bytes: place.max_bytes,
+                    },
+                    place.offset,
+                ));
+            }
+        }
+    }
+    Ok(Walked {
+        delivered,
+        next_offset: iter.next_offset(),
+    })
 }

@@ -25,16 +25,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 impl Client {
-    fn group_call(&self, api: Api, header: &[u8]) -> Result<Vec<u8>, ClientError> {
-        let mut conn = self.conn.borrow_mut();
-        Ok(conn.call(api, header, &[])?.header)
-    }
-
-    fn encode(
+    /// A group request on the bootstrap connection; `repeatable` ones are
+    /// sent again once if the connection broke under them.
+    fn group_call(
         &self,
-        build: impl FnOnce(&mut flatbuffers::FlatBufferBuilder<'static>) -> Vec<u8>,
-    ) -> Vec<u8> {
-        build(&mut self.conn.borrow_mut().fbb)
+        api: Api,
+        build: impl Fn(&mut flatbuffers::FlatBufferBuilder<'static>) -> Vec<u8>,
+        repeatable: bool,
+    ) -> Result<Vec<u8>, ClientError> {
+        Ok(self.request(api, build, Duration::ZERO, repeatable)?.header)
     }
 
     /// Joins `group` as a member consuming `topics`.
@@ -45,10 +44,14 @@ impl Client {
         topics: &[&str],
         session_timeout_ms: u32,
     ) -> Result<Joined, ClientError> {
-        let header = self.encode(|fbb| {
-            codec::join_group_request(fbb, group, member_name, topics, session_timeout_ms).to_vec()
-        });
-        let response = self.group_call(Api::JoinGroup, &header)?;
+        let response = self.group_call(
+            Api::JoinGroup,
+            |fbb| {
+                codec::join_group_request(fbb, group, member_name, topics, session_timeout_ms)
+                    .to_vec()
+            },
+            false,
+        )?;
         codec::decode_joined(&response)
             .map_err(|e| ClientError::protocol(format!("join group: {e}")))
     }
@@ -63,25 +66,24 @@ impl Client {
         generation: u64,
         max_wait_ms: u32,
     ) -> Result<GroupView, ClientError> {
-        let header = self.encode(|fbb| {
-            codec::heartbeat_request(
-                fbb,
-                group,
-                &joined.member_id,
-                joined.session_id,
-                generation,
-                max_wait_ms,
-            )
-            .to_vec()
-        });
-        self.conn
-            .borrow_mut()
-            .expect_wait(std::time::Duration::from_millis(u64::from(max_wait_ms)))?;
-        let response = self.group_call(Api::Heartbeat, &header);
-        self.conn
-            .borrow_mut()
-            .expect_wait(std::time::Duration::ZERO)?;
-        let response = response?;
+        let response = self
+            .request(
+                Api::Heartbeat,
+                |fbb| {
+                    codec::heartbeat_request(
+                        fbb,
+                        group,
+                        &joined.member_id,
+                        joined.session_id,
+                        generation,
+                        max_wait_ms,
+                    )
+                    .to_vec()
+                },
+                Duration::from_millis(u64::from(max_wait_ms)),
+                true,
+            )?
+            .header;
         codec::decode_heartbeat(&response)
             .map_err(|e| ClientError::protocol(format!("heartbeat: {e}")))
     }
@@ -96,19 +98,23 @@ impl Client {
         topic: &str,
         partitions: &[u32],
     ) -> Result<(), ClientError> {
-        let header = self.encode(|fbb| {
-            codec::claim_partitions_request(
-                fbb,
-                group,
-                &joined.member_id,
-                joined.session_id,
-                revision,
-                topic,
-                partitions,
-            )
-            .to_vec()
-        });
-        self.group_call(Api::ClaimPartitions, &header).map(|_| ())
+        self.group_call(
+            Api::ClaimPartitions,
+            |fbb| {
+                codec::claim_partitions_request(
+                    fbb,
+                    group,
+                    &joined.member_id,
+                    joined.session_id,
+                    revision,
+                    topic,
+                    partitions,
+                )
+                .to_vec()
+            },
+            false,
+        )
+        .map(|_| ())
     }
 
     /// Releases partitions the member owns.
@@ -119,10 +125,14 @@ impl Client {
         topic: &str,
         partitions: &[u32],
     ) -> Result<(), ClientError> {
-        let header = self.encode(|fbb| {
-            codec::release_partitions_request(fbb, group, member_id, topic, partitions).to_vec()
-        });
-        self.group_call(Api::ReleasePartitions, &header).map(|_| ())
+        self.group_call(
+            Api::ReleasePartitions,
+            |fbb| {
+                codec::release_partitions_request(fbb, group, member_id, topic, partitions).to_vec()
+            },
+            false,
+        )
+        .map(|_| ())
     }
 
     /// Commits offsets of partitions the member owns (all or none).
@@ -132,9 +142,11 @@ impl Client {
         member_id: &str,
         offsets: &[OffsetCommit],
     ) -> Result<u32, ClientError> {
-        let header = self
-            .encode(|fbb| codec::commit_offsets_request(fbb, group, member_id, offsets).to_vec());
-        let response = self.group_call(Api::CommitOffsets, &header)?;
+        let response = self.group_call(
+            Api::CommitOffsets,
+            |fbb| codec::commit_offsets_request(fbb, group, member_id, offsets).to_vec(),
+            true,
+        )?;
         crate::codec::verify::<crate::wire::CommitOffsetsResponse>(&response)
             .map(|r| r.committed())
             .map_err(|e| ClientError::protocol(format!("commit offsets: {e}")))
@@ -148,24 +160,35 @@ impl Client {
 
     /// Ends the member's session: its partitions are free at once.
     pub fn leave_group(&self, group: &str, joined: &Joined) -> Result<(), ClientError> {
-        let header = self.encode(|fbb| {
-            codec::leave_group_request(fbb, group, &joined.member_id, joined.session_id).to_vec()
-        });
-        self.group_call(Api::LeaveGroup, &header).map(|_| ())
+        self.group_call(
+            Api::LeaveGroup,
+            |fbb| {
+                codec::leave_group_request(fbb, group, &joined.member_id, joined.session_id)
+                    .to_vec()
+            },
+            false,
+        )
+        .map(|_| ())
     }
 
     /// The group's members, partition owners and committed offsets.
     pub fn describe_group(&self, group: &str) -> Result<GroupDescription, ClientError> {
-        let header = self.encode(|fbb| codec::describe_group_request(fbb, group).to_vec());
-        let response = self.group_call(Api::DescribeGroup, &header)?;
+        let response = self.group_call(
+            Api::DescribeGroup,
+            |fbb| codec::describe_group_request(fbb, group).to_vec(),
+            true,
+        )?;
         codec::decode_description(&response)
             .map_err(|e| ClientError::protocol(format!("describe group: {e}")))
     }
 
     /// Every group with a member or a committed offset.
     pub fn list_groups(&self) -> Result<Vec<String>, ClientError> {
-        let header = self.encode(|fbb| codec::list_groups_request(fbb).to_vec());
-        let response = self.group_call(Api::ListGroups, &header)?;
+        let response = self.group_call(
+            Api::ListGroups,
+            |fbb| codec::list_groups_request(fbb).to_vec(),
+            true,
+        )?;
         codec::decode_groups(&response)
             .map_err(|e| ClientError::protocol(format!("list groups: {e}")))
     }

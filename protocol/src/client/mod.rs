@@ -5,6 +5,9 @@
 //!   partitioning, pipelined requests, ack modes.
 //! - [`Consumer`]: one partition from an offset; verifies CRCs, resumes after
 //!   chunks that end mid-message, seeks and rewinds.
+//! - [`TopicConsumer`]: every partition of a topic, one connection per
+//!   shard with pipelined fetches, positions for checkpointing
+//!   ([`OffsetStore`] keeps them in a file), a [`Waker`] for other threads.
 //! - [`GroupConsumer`]: a member of a consumer group (cluster only): the
 //!   paper's rebalance, offset commits, at-least-once delivery.
 //!
@@ -27,10 +30,13 @@
 //! # Ok(()) }
 //! ```
 
+mod config;
 mod connection;
 mod consumer;
 mod group;
+mod offset_store;
 mod producer;
+mod topic_consumer;
 
 pub use crate::codec::groups::{
     GroupDescription, GroupMemberInfo, GroupPartitionInfo, GroupTopicInfo, GroupView, Joined,
@@ -39,15 +45,20 @@ pub use crate::codec::groups::{
 pub use crate::codec::{
     AckMode, Metadata, OffsetSpec, PartitionOffsets, TopicMetadata, TopicSettings,
 };
-pub use connection::{read_response, BrokerHello, Connection, ResponseFrame, REQUEST_TIMEOUT};
+pub use config::ClientConfig;
+pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OutOfRange, OwnedMessage};
 pub use group::{GroupConfig, GroupConsumer, GroupMessage, StartFrom};
-pub use producer::{partition_for_key, Partitioner, Producer, ProducerConfig};
+pub use offset_store::OffsetStore;
+pub use producer::{
+    partition_for_key, Delivery, Partitioner, Producer, ProducerConfig, Receipt, Stored,
+};
+pub use topic_consumer::{Start, TopicConsumer, TopicConsumerConfig, TopicMessage, Waker};
 
 use crate::codec::{self, verify};
 use crate::frame::Api;
 use crate::{wire, ErrorCode};
-use std::cell::RefCell;
+use std::sync::Mutex;
 
 /// Anything the client can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +113,19 @@ pub enum ClientError {
         /// What was wrong.
         source: crate::message::MessageError,
     },
+    /// A consumer's position is not the start of a message: the offset
+    /// given to it (or to `seek`) points inside one. Offsets are byte
+    /// positions; valid ones come from ListOffsets, a delivered message's
+    /// offset, or the consumer's `position`.
+    #[error("offset {offset} of {partition} is not the start of a message ({source}); use an offset from ListOffsets (`ringlog offsets`), a delivered message or a consumer's position")]
+    InvalidOffset {
+        /// `topic-partition`.
+        partition: String,
+        /// The offset.
+        offset: u64,
+        /// What the bytes there failed.
+        source: crate::message::MessageError,
+    },
     /// One message is larger than the consumer's fetch size.
     #[error("the message at offset {offset} is {size} bytes, larger than the fetch size of {max_bytes} bytes; raise the consumer's max_bytes")]
     MessageTooLarge {
@@ -125,6 +149,18 @@ pub enum ClientError {
         /// How long.
         waited: std::time::Duration,
     },
+    /// Messages a producer gave up on: each was refused with an error that
+    /// does not pass, or its retries ran out (per-batch detail in the
+    /// producer's delivery reports). The producer stays usable.
+    #[error("{messages} message(s) in {batches} batch(es) were not delivered; the first failure: {first}")]
+    Undelivered {
+        /// Messages not delivered.
+        messages: u64,
+        /// Produce requests (batches) they were in.
+        batches: u64,
+        /// The first batch's failure.
+        first: Box<ClientError>,
+    },
     /// The partition's broker is not live; without replication (as in the
     /// paper) the partition is unavailable until that broker is back.
     #[error("{topic}-{partition} is stored by broker {broker_id}, which is down: the partition is unavailable until that broker is back (there is no replication yet)")]
@@ -138,17 +174,122 @@ pub enum ClientError {
     },
 }
 
+/// A copy of an error, for reporting one failure in several places (a
+/// batch's delivery report and the producer's flush). An `io::Error` is
+/// copied as its kind and message.
+impl Clone for ClientError {
+    fn clone(&self) -> Self {
+        let io = |e: &std::io::Error| std::io::Error::new(e.kind(), e.to_string());
+        match self {
+            ClientError::Connect { address, source } => ClientError::Connect {
+                address: address.clone(),
+                source: io(source),
+            },
+            ClientError::Io(e) => ClientError::Io(io(e)),
+            ClientError::NoBroker { tried } => ClientError::NoBroker {
+                tried: tried.clone(),
+            },
+            ClientError::Disconnected {
+                address,
+                unanswered,
+            } => ClientError::Disconnected {
+                address: address.clone(),
+                unanswered: *unanswered,
+            },
+            ClientError::Broker {
+                code,
+                message,
+                range,
+                owner_broker_id,
+            } => ClientError::Broker {
+                code: *code,
+                message: message.clone(),
+                range: *range,
+                owner_broker_id: *owner_broker_id,
+            },
+            ClientError::Protocol(m) => ClientError::Protocol(m.clone()),
+            ClientError::Corrupt { partition, source } => ClientError::Corrupt {
+                partition: partition.clone(),
+                source: source.clone(),
+            },
+            ClientError::InvalidOffset {
+                partition,
+                offset,
+                source,
+            } => ClientError::InvalidOffset {
+                partition: partition.clone(),
+                offset: *offset,
+                source: source.clone(),
+            },
+            ClientError::MessageTooLarge {
+                offset,
+                size,
+                max_bytes,
+            } => ClientError::MessageTooLarge {
+                offset: *offset,
+                size: *size,
+                max_bytes: *max_bytes,
+            },
+            ClientError::Usage(m) => ClientError::Usage(m.clone()),
+            ClientError::Timeout {
+                address,
+                during,
+                waited,
+            } => ClientError::Timeout {
+                address: address.clone(),
+                during,
+                waited: *waited,
+            },
+            ClientError::Undelivered {
+                messages,
+                batches,
+                first,
+            } => ClientError::Undelivered {
+                messages: *messages,
+                batches: *batches,
+                first: first.clone(),
+            },
+            ClientError::PartitionUnavailable {
+                topic,
+                partition,
+                broker_id,
+            } => ClientError::PartitionUnavailable {
+                topic: topic.clone(),
+                partition: *partition,
+                broker_id: *broker_id,
+            },
+        }
+    }
+}
+
 impl ClientError {
     fn protocol(message: impl Into<String>) -> Self {
         ClientError::Protocol(message.into())
     }
 
-    /// The broker's error code, when this is a broker error.
+    /// The broker's error code, when this is a broker error (or messages
+    /// were undelivered because of one).
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ClientError::Broker { code, .. } => Some(*code),
+            ClientError::Undelivered { first, .. } => first.code(),
             _ => None,
         }
+    }
+
+    /// True when the connection the error happened on is no longer
+    /// usable (broken, timed out, out of step), as opposed to an answer
+    /// from the broker on a healthy connection.
+    pub fn is_connection_error(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Connect { .. }
+                | ClientError::Io(_)
+                | ClientError::NoBroker { .. }
+                | ClientError::Disconnected { .. }
+                | ClientError::Timeout { .. }
+                | ClientError::Protocol(_)
+        )
     }
 
     /// True when the same request may succeed if sent again later: a
@@ -164,6 +305,7 @@ impl ClientError {
             | ClientError::Disconnected { .. }
             | ClientError::Timeout { .. }
             | ClientError::PartitionUnavailable { .. } => true,
+            ClientError::Undelivered { first, .. } => first.is_retriable(),
             ClientError::Broker { code, .. } => matches!(
                 code,
                 ErrorCode::Overloaded
@@ -177,23 +319,49 @@ impl ClientError {
     }
 }
 
-/// A connection for metadata and admin requests, opened to the first
-/// reachable bootstrap address, and connections to the shards that own
-/// partitions, opened on demand for partition requests (ListOffsets).
+/// A handle on the cluster for metadata, admin and group requests, and the
+/// [`ClientConfig`] its producers and consumers share.
 ///
-/// `Send` but not `Sync`: it keeps its connections in `RefCell`s and uses
-/// them one request at a time. Give each thread its own `Client` (one TCP
-/// connection each); producers and consumers built from it open their own
-/// connections and may move to other threads.
+/// `Clone`, `Send` and `Sync`: clones share one bootstrap connection (used
+/// one request at a time, behind a mutex) and the connections to partition
+/// owners that ListOffsets needs. Producers and consumers made from it open
+/// their own connections, keep a clone to refresh metadata when they
+/// reconnect, and may move to other threads.
+///
+/// When the bootstrap connection breaks or a request on it times out, the
+/// next request reconnects, trying the bootstrap addresses in order;
+/// requests that are safe to repeat (metadata, list offsets, describe,
+/// heartbeat, commit) are sent once more on the new connection.
+#[derive(Clone)]
 pub struct Client {
-    conn: RefCell<Connection>,
+    shared: std::sync::Arc<ClientShared>,
+}
+
+struct ClientShared {
+    config: ClientConfig,
     bootstrap: Vec<String>,
-    owners: RefCell<std::collections::HashMap<String, Connection>>,
+    conn: Mutex<Option<Connection>>,
+    hello: Mutex<BrokerHello>,
+    owners: Mutex<std::collections::HashMap<String, Connection>>,
+}
+
+/// Locks a mutex, also after a panic elsewhere (the data stays usable:
+/// every critical section leaves it consistent).
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Client {
-    /// Connects to the first reachable address of a comma-separated list.
+    /// Connects to the first reachable address of a comma-separated list,
+    /// with the default [`ClientConfig`].
     pub fn connect(brokers: &str) -> Result<Client, ClientError> {
+        Client::with_config(brokers, ClientConfig::default())
+    }
+
+    /// Connects to the first address of a comma-separated list that
+    /// answers within `config.connect_timeout`; the error names every
+    /// address tried and why each failed.
+    pub fn with_config(brokers: &str, config: ClientConfig) -> Result<Client, ClientError> {
         let bootstrap: Vec<String> = brokers
             .split(',')
             .map(str::trim)
@@ -203,57 +371,96 @@ impl Client {
         if bootstrap.is_empty() {
             return Err(ClientError::Usage("no broker address given".into()));
         }
-        let mut tried = Vec::new();
-        for address in &bootstrap {
-            match Connection::connect(address) {
-                Ok(conn) => {
-                    return Ok(Client {
-                        conn: RefCell::new(conn),
-                        bootstrap,
-                        owners: RefCell::new(std::collections::HashMap::new()),
-                    })
-                }
-                Err(e) => tried.push((address.clone(), e)),
-            }
-        }
-        // One address: its own error, as precise as it was.
-        if tried.len() == 1 {
-            if let Some((_, error)) = tried.pop() {
-                return Err(error);
-            }
-        }
-        Err(ClientError::NoBroker {
-            tried: tried.into_iter().map(|(a, e)| (a, e.to_string())).collect(),
+        let conn = connect_any(&bootstrap, &config)?;
+        Ok(Client {
+            shared: std::sync::Arc::new(ClientShared {
+                hello: Mutex::new(conn.hello().clone()),
+                conn: Mutex::new(Some(conn)),
+                config,
+                bootstrap,
+                owners: Mutex::new(std::collections::HashMap::new()),
+            }),
         })
     }
 
-    /// How long a request may wait for its response (default 30 s, beyond
-    /// a heartbeat's long-poll); past it the request fails with
-    /// [`ClientError::Timeout`].
-    pub fn set_request_timeout(&self, timeout: std::time::Duration) -> Result<(), ClientError> {
-        self.conn.borrow_mut().set_request_timeout(timeout)?;
-        for conn in self.owners.borrow_mut().values_mut() {
-            conn.set_request_timeout(timeout)?;
-        }
-        Ok(())
+    /// The timeouts and retries in force.
+    pub fn config(&self) -> &ClientConfig {
+        &self.shared.config
     }
 
     /// The bootstrap addresses.
     pub fn bootstrap(&self) -> &[String] {
-        &self.bootstrap
+        &self.shared.bootstrap
     }
 
     /// What the bootstrap broker said in the handshake (its id, shards and
-    /// build).
+    /// build), as of the last (re)connect.
     pub fn hello(&self) -> BrokerHello {
-        self.conn.borrow().hello().clone()
+        lock(&self.shared.hello).clone()
+    }
+
+    /// Opens a connection to `address` with this client's timeouts.
+    pub fn open(&self, address: &str) -> Result<Connection, ClientError> {
+        Connection::connect_with(address, &self.shared.config)
+    }
+
+    /// Sends one request on the bootstrap connection and returns the
+    /// response. A broken connection is replaced on the next request; with
+    /// `repeatable`, a request that failed because the connection broke or
+    /// timed out is sent once more on a new one.
+    pub(crate) fn request(
+        &self,
+        api: Api,
+        build: impl Fn(&mut flatbuffers::FlatBufferBuilder<'static>) -> Vec<u8>,
+        wait: std::time::Duration,
+        repeatable: bool,
+    ) -> Result<ResponseFrame, ClientError> {
+        let mut slot = lock(&self.shared.conn);
+        let mut first_error = None;
+        for _ in 0..2 {
+            if slot.is_none() {
+                let conn = match connect_any(&self.shared.bootstrap, &self.shared.config) {
+                    Ok(conn) => conn,
+                    // The request's own failure is the news; say why the
+                    // reconnect failed too.
+                    Err(error) => return Err(first_error.unwrap_or(error)),
+                };
+                *lock(&self.shared.hello) = conn.hello().clone();
+                *slot = Some(conn);
+            }
+            let Some(conn) = slot.as_mut() else {
+                continue;
+            };
+            let header = build(&mut conn.fbb);
+            let result = conn
+                .expect_wait(wait)
+                .and_then(|()| conn.call(api, &header, &[]));
+            let result = result.and_then(|frame| {
+                conn.expect_wait(std::time::Duration::ZERO)?;
+                Ok(frame)
+            });
+            match result {
+                Err(error) if error.is_connection_error() => {
+                    *slot = None;
+                    if !repeatable || first_error.is_some() {
+                        return Err(error);
+                    }
+                    first_error = Some(error);
+                }
+                other => return other,
+            }
+        }
+        Err(first_error.unwrap_or_else(|| ClientError::protocol("no connection")))
     }
 
     /// Every topic (empty `topics`) or the named ones.
     pub fn metadata(&self, topics: &[&str]) -> Result<Metadata, ClientError> {
-        let mut conn = self.conn.borrow_mut();
-        let header = codec::metadata_request(&mut conn.fbb, topics).to_vec();
-        let response = conn.call(Api::Metadata, &header, &[])?;
+        let response = self.request(
+            Api::Metadata,
+            |fbb| codec::metadata_request(fbb, topics).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
         let decoded = verify::<wire::MetadataResponse>(&response.header)
             .map_err(|e| ClientError::protocol(format!("metadata: {e}")))?;
         Ok(codec::decode_metadata(decoded))
@@ -266,10 +473,12 @@ impl Client {
         partitions: u32,
         settings: &TopicSettings,
     ) -> Result<TopicMetadata, ClientError> {
-        let mut conn = self.conn.borrow_mut();
-        let header =
-            codec::create_topic_request(&mut conn.fbb, name, partitions, settings).to_vec();
-        let response = conn.call(Api::CreateTopic, &header, &[])?;
+        let response = self.request(
+            Api::CreateTopic,
+            |fbb| codec::create_topic_request(fbb, name, partitions, settings).to_vec(),
+            std::time::Duration::ZERO,
+            false,
+        )?;
         let decoded = verify::<wire::CreateTopicResponse>(&response.header)
             .map_err(|e| ClientError::protocol(format!("create topic: {e}")))?;
         let topic = decoded
@@ -280,9 +489,12 @@ impl Client {
 
     /// Deletes a topic and its data.
     pub fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
-        let mut conn = self.conn.borrow_mut();
-        let header = codec::delete_topic_request(&mut conn.fbb, name).to_vec();
-        conn.call(Api::DeleteTopic, &header, &[])?;
+        self.request(
+            Api::DeleteTopic,
+            |fbb| codec::delete_topic_request(fbb, name).to_vec(),
+            std::time::Duration::ZERO,
+            false,
+        )?;
         Ok(())
     }
 
@@ -298,9 +510,9 @@ impl Client {
     ) -> Result<(u64, PartitionOffsets), ClientError> {
         let metadata = self.metadata(&[topic])?;
         let address = self.owner_address(&metadata, topic, partition);
-        let mut owners = self.owners.borrow_mut();
+        let mut owners = lock(&self.shared.owners);
         if !owners.contains_key(&address) {
-            let conn = Connection::connect(&address)?;
+            let conn = self.open(&address)?;
             owners.insert(address.clone(), conn);
         }
         let Some(conn) = owners.get_mut(&address) else {
@@ -313,7 +525,7 @@ impl Client {
             Ok(response) => response,
             Err(error) => {
                 // A broken connection is not kept for the next call.
-                if !matches!(error, ClientError::Broker { .. }) {
+                if error.is_connection_error() {
                     owners.remove(&address);
                 }
                 return Err(error);
@@ -332,19 +544,42 @@ impl Client {
     }
 
     /// The address of the shard that owns a partition (shard-aware routing);
-    /// falls back to the bootstrap address when metadata does not say.
+    /// falls back to the first bootstrap address when metadata does not say.
     pub fn owner_address(&self, metadata: &Metadata, topic: &str, partition: u32) -> String {
         match metadata.owner_address(topic, partition) {
             Some(shard) => format!("{}:{}", shard.host, shard.port),
-            None => self.conn.borrow().address().to_string(),
+            None => self.shared.bootstrap[0].clone(),
         }
     }
+}
+
+/// A connection to the first of `bootstrap` that answers.
+fn connect_any(bootstrap: &[String], config: &ClientConfig) -> Result<Connection, ClientError> {
+    let mut tried = Vec::new();
+    for address in bootstrap {
+        match Connection::connect_with(address, config) {
+            Ok(conn) => return Ok(conn),
+            Err(e) => tried.push((address.clone(), e)),
+        }
+    }
+    // One address: its own error, as precise as it was.
+    if tried.len() == 1 {
+        if let Some((_, error)) = tried.pop() {
+            return Err(error);
+        }
+    }
+    Err(ClientError::NoBroker {
+        tried: tried.into_iter().map(|(a, e)| (a, e.to_string())).collect(),
+    })
 }
 
 // What the docs above promise: a Client moves between threads.
 const _: fn() = || {
     fn send<T: Send>() {}
-    send::<Client>();
+    fn shared<T: Send + Sync + Clone>() {}
+    shared::<Client>();
     send::<Producer>();
     send::<Consumer>();
+    send::<TopicConsumer>();
+    shared::<Waker>();
 };

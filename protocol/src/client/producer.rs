@@ -1,28 +1,49 @@
-//! The producer: batches messages per partition and pipelines produce
-//! requests to the shard that owns each partition.
+//! The producer: batches messages per partition, pipelines produce requests
+//! to the shard that owns each partition, reports each batch's outcome, and
+//! resends what a broken connection or a passing refusal left unconfirmed.
 //!
 //! A batch is sent when it reaches `batch_messages` or `batch_bytes`, when
 //! `linger` has passed since its first message (a background thread checks
 //! every half linger, so a lone message still leaves on time), or on
 //! [`Producer::flush`]. Requests are pipelined: the producer never waits
 //! for a response before sending the next request, up to `inflight_max`
-//! unacknowledged requests per connection. A reader thread per connection
-//! counts acknowledgements and keeps the first error. With `AckMode::None`
-//! (the paper's mode) the broker only answers failures.
+//! unacknowledged requests per connection and `buffer_bytes_max` bytes
+//! kept for resending. A reader thread per connection matches each
+//! response to its batch (responses come in request order).
+//!
+//! **Delivery.** With acks `Written` or `Flushed` every batch ends in one
+//! [`Delivery`]: stored (with its offsets), or failed (with the error).
+//! A batch whose connection broke, or that was refused with a code that
+//! passes (NOT_OWNER, OVERLOADED, SHUTTING_DOWN, STORAGE_UNAVAILABLE), is
+//! sent again after reconnecting with fresh metadata, up to
+//! [`ClientConfig::retries`](super::ClientConfig::retries) times with
+//! backoff. Delivery is **at least once**: a batch whose connection broke
+//! after the broker stored it, but before the answer arrived, is stored
+//! twice. A partition's batches are resent in their original order, and
+//! new batches for it wait behind them, so the first copy of every message
+//! keeps the order of `send` — unless a later batch was stored while an
+//! earlier one was refused with OVERLOADED or STORAGE_UNAVAILABLE and
+//! resent after it. With `AckMode::None` (the paper's
+//! mode) the broker only answers failures and nothing is resent.
+//!
+//! **After an error** the producer stays usable: a failure affects only
+//! its batch, is reported in that batch's delivery report and by the next
+//! [`Producer::flush`] (as [`ClientError::Undelivered`]), and later
+//! messages are sent as usual.
 //!
 //! In a cluster, a partition whose broker is down (not in Metadata's broker
-//! list when the producer was made) is unavailable, as in the paper, which
-//! has no replication: the random and round-robin partitioners skip it, and
-//! a message for it (by key or by number) fails at once with
-//! [`ClientError::PartitionUnavailable`].
+//! list) is unavailable, as in the paper, which has no replication: the
+//! random and round-robin partitioners skip it, and a message for it (by
+//! key or by number) fails at once with [`ClientError::PartitionUnavailable`].
 
-use super::{Client, ClientError, Connection, ResponseFrame};
-use crate::codec::{self, verify, AckMode};
+use super::{lock, Client, ClientError, ResponseFrame};
+use crate::codec::{self, verify, AckMode, Metadata};
 use crate::frame::{self, Api, API_VERSION};
 use crate::message::{encode_message, encoded_len, MESSAGE_BYTES_MAX};
 use crate::types::fnv1a;
 use crate::wire;
 use crate::ErrorCode;
+use std::collections::VecDeque;
 use std::io::{BufWriter, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, Condvar, Mutex};
@@ -50,7 +71,9 @@ pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
     (fnv1a(key) % u64::from(partitions.max(1))) as u32
 }
 
-/// Producer settings. `ProducerConfig::default()` gives the values below.
+/// Producer settings. `ProducerConfig::default()` gives the values below;
+/// timeouts and retries come from the client's
+/// [`ClientConfig`](super::ClientConfig).
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
     /// What each produce request waits for, and so what `flush` waits for.
@@ -68,14 +91,18 @@ pub struct ProducerConfig {
     /// Unacknowledged requests allowed per connection (acks other than
     /// None); past it `send` waits. Default 1024.
     pub inflight_max: u64,
+    /// Bytes of sent but unacknowledged batches kept for resending, plus
+    /// batches waiting to be resent (acks other than None); past it `send`
+    /// waits (at most the client's `flush_timeout`). Default 32 MiB.
+    pub buffer_bytes_max: usize,
     /// Connect to each partition's owning shard (true) or send everything
     /// through the bootstrap address and let the broker forward (false).
     /// Default true.
     pub shard_aware: bool,
-    /// How long [`Producer::flush`] waits for acknowledgements before it
-    /// fails with [`ClientError::Timeout`] (the messages' fate is then
-    /// unknown). Default 30 s.
-    pub flush_timeout: Duration,
+    /// Keep a [`Delivery`] for every batch, stored or failed, to be taken
+    /// with [`Producer::take_deliveries`]. Failures are reported by `flush`
+    /// either way. Default false.
+    pub delivery_reports: bool,
     /// Record each acknowledged request's latency, measured from the
     /// intended send time of its first message (see [`Producer::send_to_at`]);
     /// read them with [`Producer::take_latencies`]. Ignored with
@@ -92,50 +119,148 @@ impl Default for ProducerConfig {
             linger: Duration::from_millis(5),
             partitioner: Partitioner::KeyHashOrRandom,
             inflight_max: 1024,
+            buffer_bytes_max: 32 * 1024 * 1024,
             shard_aware: true,
-            flush_timeout: Duration::from_secs(30),
+            delivery_reports: false,
             track_latency: false,
         }
     }
 }
 
-#[derive(Default)]
-struct LaneCounts {
-    sent_requests: u64,
-    answered_requests: u64,
-    acked_messages: u64,
-    first_error: Option<(ErrorCode, String)>,
-    closed: bool,
-    /// With latency tracking: (intended send time, messages) per request in flight.
-    in_flight: std::collections::VecDeque<(Instant, u32)>,
-    /// With latency tracking: (latency, messages) per answered request.
-    latencies: Vec<(Duration, u32)>,
+/// Which message a `send` queued: the `sequence`-th message (from 0) sent
+/// to `partition` by this producer. A [`Delivery`] names the same numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Receipt {
+    /// The partition it went to.
+    pub partition: u32,
+    /// Its number among the messages this producer sent to that partition.
+    pub sequence: u64,
 }
 
-impl LaneCounts {
-    fn answered(&mut self) {
-        self.answered_requests += 1;
-        if let Some((intended, count)) = self.in_flight.pop_front() {
-            self.latencies.push((intended.elapsed(), count));
+/// Where a batch was stored: its messages occupy `base_offset..end_offset`
+/// of the partition (byte offsets, as the log is addressed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// The offset of the batch's first message.
+    pub base_offset: u64,
+    /// The offset after its last message.
+    pub end_offset: u64,
+}
+
+/// The outcome of one batch: messages `first_sequence ..
+/// first_sequence + messages` of `partition` (see [`Receipt`]).
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The partition.
+    pub partition: u32,
+    /// The [`Receipt::sequence`] of the batch's first message.
+    pub first_sequence: u64,
+    /// Messages in the batch.
+    pub messages: u32,
+    /// Times the batch was sent (more than 1 after retries; a batch sent
+    /// more than once may be stored more than once).
+    pub attempts: u32,
+    /// Stored, or why not.
+    pub result: Result<Stored, ClientError>,
+}
+
+impl Delivery {
+    /// True when `receipt`'s message was in this batch.
+    pub fn covers(&self, receipt: &Receipt) -> bool {
+        receipt.partition == self.partition
+            && (self.first_sequence..self.first_sequence + u64::from(self.messages))
+                .contains(&receipt.sequence)
+    }
+}
+
+/// A batch sent (or to be sent again) and not yet answered.
+struct Pending {
+    partition: u32,
+    first_sequence: u64,
+    count: u32,
+    /// Shared with the write in progress, so the reader may answer it
+    /// before the writer has let go.
+    bytes: Arc<Vec<u8>>,
+    /// Times written to a connection.
+    sends: u32,
+    /// Intended send time of the first message (latency tracking).
+    intended: Option<Instant>,
+    request_id: u32,
+    /// When it was last written.
+    sent_at: Instant,
+}
+
+enum Answer {
+    Stored(Stored),
+    Refused(ErrorCode, String),
+}
+
+/// Bumped by every reader on every response: what a waiting `send` or
+/// `flush` waits for.
+#[derive(Default)]
+struct Events {
+    generation: Mutex<u64>,
+    changed: Condvar,
+    /// Threads in `wait`: a bump without waiters skips the wake-up
+    /// syscall (one per response otherwise).
+    waiters: std::sync::atomic::AtomicUsize,
+}
+
+impl Events {
+    fn generation(&self) -> u64 {
+        *lock(&self.generation)
+    }
+
+    fn bump(&self) {
+        *lock(&self.generation) += 1;
+        // A waiter registers under the lock before it checks the
+        // generation, so a bump after that check sees it here.
+        if self.waiters.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            self.changed.notify_all();
         }
     }
+
+    /// Waits until a response arrived after `seen`, or `timeout`.
+    fn wait(&self, seen: u64, timeout: Duration) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let guard = lock(&self.generation);
+        self.waiters.fetch_add(1, SeqCst);
+        let _ = self
+            .changed
+            .wait_timeout_while(guard, timeout, |g| *g == seen);
+        self.waiters.fetch_sub(1, SeqCst);
+    }
+}
+
+#[derive(Default)]
+struct LaneCounts {
+    /// Sent batches awaiting their answer, in request order (acks other
+    /// than None).
+    in_flight: VecDeque<Pending>,
+    in_flight_bytes: usize,
+    /// Answered batches the producer has not looked at yet: every failure,
+    /// and successes when delivery reports are on.
+    answers: Vec<(Pending, Answer)>,
+    /// Failures answered for acks None (no batch is kept to name).
+    refusals: Vec<(ErrorCode, String)>,
+    /// Produce requests written (for the disconnect report with acks None).
+    written: u64,
+    closed: bool,
+    acked_messages: u64,
+    /// With latency tracking: (latency, messages) per answered request.
+    latencies: Vec<(Duration, u32)>,
+    /// Batch buffers handed back by the reader for reuse.
+    spare: Vec<Vec<u8>>,
 }
 
 struct LaneState {
     counts: Mutex<LaneCounts>,
-    changed: Condvar,
-    /// The shard this lane sends to (for errors).
-    address: String,
-}
-
-impl LaneState {
-    fn lock(&self) -> std::sync::MutexGuard<'_, LaneCounts> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
-    }
+    events: Arc<Events>,
 }
 
 /// One connection to one shard.
 struct Lane {
+    address: String,
     writer: BufWriter<TcpStream>,
     socket: TcpStream,
     fbb: flatbuffers::FlatBufferBuilder<'static>,
@@ -143,47 +268,96 @@ struct Lane {
     reader: Option<JoinHandle<()>>,
     next_request_id: u32,
     unflushed: bool,
+    /// A write failed: nothing more goes out on it.
+    broken: bool,
+    /// It was closed because a request waited past the request timeout.
+    timed_out: bool,
+}
+
+impl Lane {
+    fn dead(&self) -> bool {
+        self.broken || lock(&self.state.counts).closed
+    }
+
+    /// Closes the socket and waits for the reader to stop.
+    fn shut(&mut self) {
+        let _ = self.socket.shutdown(Shutdown::Both);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
 }
 
 struct Batch {
     bytes: Vec<u8>,
     count: u32,
+    first_sequence: u64,
     started: Option<Instant>,
     /// Intended send time of the first message (latency tracking).
     intended: Option<Instant>,
+}
+
+/// What a producer was made with; shared with the linger thread.
+struct Setup {
+    topic: String,
+    config: ProducerConfig,
+    client: Client,
+}
+
+/// Messages given up on since the last flush.
+struct Failures {
+    messages: u64,
+    batches: u64,
+    first: ClientError,
 }
 
 struct Inner {
     lanes: Vec<Lane>,
     /// The lane of each partition; `None` when its broker is down.
     lane_of_partition: Vec<Option<usize>>,
+    /// For each partition, the broker that stores it if that broker is down.
+    down: Vec<Option<u32>>,
     batches: Vec<Batch>,
+    next_sequence: Vec<u64>,
+    /// Batches waiting to be sent again (or behind one that is), in
+    /// (partition, sequence) order.
+    retry: Vec<Pending>,
+    retry_bytes: usize,
+    retry_at: Instant,
+    reconnect: bool,
+    reconnect_failures: u32,
     sent_messages: u64,
-    linger_error: Option<ClientError>,
+    deliveries: Vec<Delivery>,
+    failures: Option<Failures>,
+    spare: Vec<Vec<u8>>,
+    closed: bool,
 }
 
+const SPARE_BUFFERS: usize = 16;
+
 struct Shared {
+    setup: Setup,
     inner: Mutex<Inner>,
+    events: Arc<Events>,
     stop: Mutex<bool>,
     stopped: Condvar,
 }
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner)
     }
 }
 
 /// Sends messages to one topic. Use it from one thread at a time (a
-/// background thread only sends batches whose linger expired).
+/// background thread only sends batches whose linger expired and retries).
+///
+/// Dropping a producer sends what is queued without waiting for answers;
+/// [`Producer::close`] waits for them (with a deadline) and reports.
 pub struct Producer {
-    topic: String,
-    config: ProducerConfig,
     shared: Arc<Shared>,
     linger_thread: Option<JoinHandle<()>>,
     partitions: u32,
-    /// For each partition, the broker that stores it if that broker is down.
-    down: Vec<Option<u32>>,
     next_partition: u32,
     rng: u64,
 }
@@ -196,99 +370,70 @@ impl Producer {
         config: ProducerConfig,
     ) -> Result<Producer, ClientError> {
         let metadata = client.metadata(&[topic])?;
-        let topic_meta = metadata
-            .topics
-            .iter()
-            .find(|t| t.name == topic)
-            .ok_or_else(|| ClientError::Usage(format!("unknown topic {topic:?}")))?;
-        let partitions = topic_meta.partitions.len() as u32;
-        let mut addresses: Vec<String> = Vec::new();
-        let mut lane_of_partition = Vec::new();
-        let mut down = Vec::new();
-        let clustered = metadata.brokers.len() > 1
-            || topic_meta
-                .partitions
-                .iter()
-                .any(|p| !metadata.brokers.iter().any(|b| b.broker_id == p.broker_id));
-        for placement in &topic_meta.partitions {
-            let p = placement.partition;
-            let address = if !clustered {
-                // One broker: any of its shards forwards to the owner.
-                Some(if config.shard_aware {
-                    client.owner_address(&metadata, topic, p)
-                } else {
-                    client.bootstrap().first().cloned().unwrap_or_default()
+        let setup = Setup {
+            topic: topic.to_string(),
+            config,
+            client: client.clone(),
+        };
+        let routes = routes(&setup, &metadata)?;
+        let partitions = routes.len() as u32;
+        let events = Arc::new(Events::default());
+        let mut inner = Inner {
+            lanes: Vec::new(),
+            lane_of_partition: vec![None; partitions as usize],
+            down: vec![None; partitions as usize],
+            batches: (0..partitions)
+                .map(|_| Batch {
+                    bytes: Vec::new(),
+                    count: 0,
+                    first_sequence: 0,
+                    started: None,
+                    intended: None,
                 })
-            } else {
-                let broker = metadata
-                    .brokers
-                    .iter()
-                    .find(|b| b.broker_id == placement.broker_id);
-                let shard = if config.shard_aware {
-                    metadata.owner_address(topic, p)
-                } else {
-                    broker.and_then(|b| b.shards.first())
-                };
-                shard.map(|s| format!("{}:{}", s.host, s.port))
-            };
-            let Some(address) = address else {
-                lane_of_partition.push(None);
-                down.push(Some(placement.broker_id));
-                continue;
-            };
-            let index = match addresses.iter().position(|a| *a == address) {
-                Some(i) => i,
-                None => {
-                    addresses.push(address);
-                    addresses.len() - 1
-                }
-            };
-            lane_of_partition.push(Some(index));
-            down.push(None);
-        }
-        let lanes = addresses
-            .iter()
-            .map(|a| open_lane(a))
-            .collect::<Result<Vec<_>, _>>()?;
+                .collect(),
+            next_sequence: vec![0; partitions as usize],
+            retry: Vec::new(),
+            retry_bytes: 0,
+            retry_at: Instant::now(),
+            reconnect: false,
+            reconnect_failures: 0,
+            sent_messages: 0,
+            deliveries: Vec::new(),
+            failures: None,
+            spare: Vec::new(),
+            closed: false,
+        };
+        inner.apply_routes(&setup, &events, routes)?;
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
             | 1;
         let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner {
-                lanes,
-                lane_of_partition,
-                batches: (0..partitions)
-                    .map(|_| Batch {
-                        bytes: Vec::new(),
-                        count: 0,
-                        started: None,
-                        intended: None,
-                    })
-                    .collect(),
-                sent_messages: 0,
-                linger_error: None,
-            }),
+            setup,
+            inner: Mutex::new(inner),
+            events,
             stop: Mutex::new(false),
             stopped: Condvar::new(),
         });
-        let linger_thread = spawn_linger(shared.clone(), topic.to_string(), config.clone())?;
+        let linger_thread = spawn_linger(shared.clone())?;
         Ok(Producer {
-            topic: topic.to_string(),
-            config,
             shared,
             linger_thread: Some(linger_thread),
             partitions,
-            down,
             next_partition: 0,
             rng: seed,
         })
     }
 
-    /// The partitions whose broker was down when the producer was made.
+    fn config(&self) -> &ProducerConfig {
+        &self.shared.setup.config
+    }
+
+    /// The partitions whose broker was down at the last metadata refresh.
     pub fn unavailable_partitions(&self) -> Vec<u32> {
+        let inner = self.shared.lock();
         (0..self.partitions)
-            .filter(|&p| self.down[p as usize].is_some())
+            .filter(|&p| inner.down[p as usize].is_some())
             .collect()
     }
 
@@ -302,7 +447,7 @@ impl Producer {
     /// with a key, whether its broker is up or not).
     pub fn partition_for(&mut self, key: Option<&[u8]>) -> u32 {
         let n = self.partitions;
-        let first = match (key, self.config.partitioner) {
+        let first = match (key, self.config().partitioner) {
             (Some(key), Partitioner::KeyHashOrRandom) => return partition_for_key(key, n),
             (None, Partitioner::KeyHashOrRandom) => {
                 self.rng ^= self.rng << 13;
@@ -318,27 +463,29 @@ impl Producer {
         };
         // The first live partition from the choice on; the choice itself if
         // none is live (sending to it then names the broker that is down).
+        let inner = self.shared.lock();
         (0..n)
             .map(|i| (first + i) % n)
-            .find(|&p| self.down[p as usize].is_none())
+            .find(|&p| inner.down[p as usize].is_none())
             .unwrap_or(first)
     }
 
     /// Queues one message for the partitioner's choice of partition.
-    pub fn send(&mut self, key: Option<&[u8]>, value: &[u8]) -> Result<u32, ClientError> {
+    pub fn send(&mut self, key: Option<&[u8]>, value: &[u8]) -> Result<Receipt, ClientError> {
         let partition = self.partition_for(key);
-        self.send_to(partition, key, value)?;
-        Ok(partition)
+        self.send_to(partition, key, value)
     }
 
-    /// Queues one message for a given partition.
+    /// Queues one message for a given partition. Waits (at most the
+    /// client's `flush_timeout`) while the producer's buffer is full; an
+    /// error means the message was not queued.
     pub fn send_to(
         &mut self,
         partition: u32,
         key: Option<&[u8]>,
         value: &[u8],
-    ) -> Result<(), ClientError> {
-        let intended = if self.config.track_latency {
+    ) -> Result<Receipt, ClientError> {
+        let intended = if self.config().track_latency {
             Some(Instant::now())
         } else {
             None
@@ -356,7 +503,7 @@ impl Producer {
         key: Option<&[u8]>,
         value: &[u8],
         intended: Instant,
-    ) -> Result<(), ClientError> {
+    ) -> Result<Receipt, ClientError> {
         self.send_to_inner(partition, key, value, Some(intended))
     }
 
@@ -366,9 +513,17 @@ impl Producer {
         let inner = self.shared.lock();
         let mut out = Vec::new();
         for lane in &inner.lanes {
-            out.append(&mut lane.state.lock().latencies);
+            out.append(&mut lock(&lane.state.counts).latencies);
         }
         out
+    }
+
+    /// The delivery reports of the batches answered since the last call,
+    /// stored or failed (only failures unless `delivery_reports` is on).
+    pub fn take_deliveries(&self) -> Vec<Delivery> {
+        let mut inner = self.shared.lock();
+        inner.collect(&self.shared.setup);
+        std::mem::take(&mut inner.deliveries)
     }
 
     fn send_to_inner(
@@ -377,203 +532,745 @@ impl Producer {
         key: Option<&[u8]>,
         value: &[u8],
         intended: Option<Instant>,
-    ) -> Result<(), ClientError> {
+    ) -> Result<Receipt, ClientError> {
         let index = partition as usize;
+        let setup = &self.shared.setup;
         if partition >= self.partitions {
             return Err(ClientError::Usage(format!(
                 "topic {:?} has partitions 0..{}, not {partition}",
-                self.topic, self.partitions
+                setup.topic, self.partitions
             )));
         }
-        if let Some(broker_id) = self.down[index] {
+        let size = encoded_len(key, value);
+        if key.is_some_and(|k| k.len() > crate::message::KEY_BYTES_MAX) || size > MESSAGE_BYTES_MAX
+        {
+            return Err(ClientError::Usage(format!(
+                "message of {size} bytes is too large"
+            )));
+        }
+        let config = &setup.config;
+        let mut inner = self.shared.lock();
+        if inner.closed {
+            return Err(ClientError::Usage("the producer is closed".into()));
+        }
+        if let Some(broker_id) = inner.down[index] {
             return Err(ClientError::PartitionUnavailable {
-                topic: self.topic.clone(),
+                topic: setup.topic.clone(),
                 partition,
                 broker_id,
             });
         }
-        if key.is_some_and(|k| k.len() > crate::message::KEY_BYTES_MAX)
-            || encoded_len(key, value) > MESSAGE_BYTES_MAX
-        {
-            return Err(ClientError::Usage(format!(
-                "message of {} bytes is too large",
-                encoded_len(key, value)
-            )));
+        let batch = &inner.batches[index];
+        let fills = batch.count as usize + 1 >= config.batch_messages
+            || batch.bytes.len() + size >= config.batch_bytes;
+        if fills {
+            // Room first, so an error leaves the message unqueued.
+            let deadline = Instant::now() + setup.client.config().flush_timeout;
+            loop {
+                let seen = self.shared.events.generation();
+                if inner.has_room(setup, index) {
+                    break;
+                }
+                // Answers and retries are the linger thread's work; look
+                // at them here only when there is no room.
+                inner.service(setup, &self.shared.events);
+                if inner.has_room(setup, index) {
+                    break;
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(ClientError::Timeout {
+                        address: inner.address_of(index),
+                        during: "room in the producer's buffer (acknowledgements)",
+                        waited: setup.client.config().flush_timeout,
+                    });
+                }
+                let wake = inner.next_wake(left);
+                drop(inner);
+                self.shared.events.wait(seen, wake);
+                inner = self.shared.lock();
+            }
         }
-        let mut inner = self.shared.lock();
-        if let Some(error) = inner.linger_error.take() {
-            return Err(error);
-        }
+        let sequence = inner.next_sequence[index];
+        inner.next_sequence[index] += 1;
         let batch = &mut inner.batches[index];
         if batch.started.is_none() {
             batch.started = Some(Instant::now());
             batch.intended = intended;
+            batch.first_sequence = sequence;
         }
         encode_message(&mut batch.bytes, key, value);
         batch.count += 1;
-        if batch.count as usize >= self.config.batch_messages
-            || batch.bytes.len() >= self.config.batch_bytes
+        if batch.count as usize >= config.batch_messages || batch.bytes.len() >= config.batch_bytes
         {
-            send_batch(&mut inner, &self.topic, &self.config, index)?;
+            inner.send_batch(setup, index);
         }
-        Ok(())
+        Ok(Receipt {
+            partition,
+            sequence,
+        })
     }
 
     /// Sends every partial batch and, unless acks are `None`, waits until
-    /// every message sent so far is acknowledged. Returns the first error
-    /// any request got.
+    /// every message sent so far is stored or finally failed (retries
+    /// included), at most the client's `flush_timeout`. Fails with
+    /// [`ClientError::Undelivered`] if any message since the previous flush
+    /// was given up on (each batch's outcome is in its delivery report), or
+    /// with [`ClientError::Timeout`] if time ran out (the messages stay
+    /// queued and the producer keeps trying).
     pub fn flush(&mut self) -> Result<(), ClientError> {
-        let states: Vec<Arc<LaneState>> = {
-            let mut inner = self.shared.lock();
-            if let Some(error) = inner.linger_error.take() {
-                return Err(error);
-            }
-            for index in 0..inner.batches.len() {
-                send_batch(&mut inner, &self.topic, &self.config, index)?;
-            }
-            for lane in &mut inner.lanes {
-                lane.writer.flush()?;
-            }
-            inner.lanes.iter().map(|l| l.state.clone()).collect()
-        };
-        for state in states {
-            let mut counts = state.lock();
-            if self.config.acks != AckMode::None {
-                let deadline = Instant::now() + self.config.flush_timeout;
-                while counts.answered_requests < counts.sent_requests && !counts.closed {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Err(ClientError::Timeout {
-                            address: state.address.clone(),
-                            during: "the acknowledgements of a flush",
-                            waited: self.config.flush_timeout,
-                        });
-                    }
-                    counts = state
-                        .changed
-                        .wait_timeout(counts, left)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
-                if counts.answered_requests < counts.sent_requests && counts.first_error.is_none() {
-                    return Err(ClientError::Disconnected {
-                        address: state.address.clone(),
-                        unanswered: counts.sent_requests - counts.answered_requests,
-                    });
-                }
-            }
-            if let Some((code, message)) = &counts.first_error {
-                return Err(broker(*code, message));
-            }
-        }
-        Ok(())
+        let timeout = self.shared.setup.client.config().flush_timeout;
+        self.flush_within(timeout)
     }
 
-    /// Messages handed to the network so far.
+    fn flush_within(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        let setup = &self.shared.setup;
+        let deadline = Instant::now() + timeout;
+        let mut inner = self.shared.lock();
+        loop {
+            let seen = self.shared.events.generation();
+            for index in 0..inner.batches.len() {
+                if inner.batches[index].count > 0 && inner.has_room(setup, index) {
+                    inner.send_batch(setup, index);
+                }
+            }
+            inner.flush_writers();
+            inner.service(setup, &self.shared.events);
+            if inner.idle(setup) {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(ClientError::Timeout {
+                    address: inner.busy_address(),
+                    during: "the acknowledgements of a flush",
+                    waited: timeout,
+                });
+            }
+            let wake = inner.next_wake(left);
+            drop(inner);
+            self.shared.events.wait(seen, wake);
+            inner = self.shared.lock();
+        }
+        match inner.failures.take() {
+            None => Ok(()),
+            Some(failures) => Err(ClientError::Undelivered {
+                messages: failures.messages,
+                batches: failures.batches,
+                first: Box::new(failures.first),
+            }),
+        }
+    }
+
+    /// Flushes within `timeout`, then closes the connections. Returns what
+    /// the flush returned; delivery reports stay available through
+    /// [`Producer::take_deliveries`]. Later sends fail.
+    pub fn close(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        let result = self.flush_within(timeout);
+        self.shut_down();
+        result
+    }
+
+    fn shut_down(&mut self) {
+        *lock(&self.shared.stop) = true;
+        self.shared.stopped.notify_all();
+        if let Some(thread) = self.linger_thread.take() {
+            let _ = thread.join();
+        }
+        let setup = &self.shared.setup;
+        let mut inner = self.shared.lock();
+        if inner.closed {
+            return;
+        }
+        inner.closed = true;
+        // Best effort: queued batches still go out, unanswered.
+        for index in 0..inner.batches.len() {
+            inner.send_batch(setup, index);
+        }
+        inner.flush_writers();
+        for lane in &mut inner.lanes {
+            lane.shut();
+        }
+        inner.collect(setup);
+        // What is still waiting to be resent will not be: say so in its
+        // delivery report.
+        for pending in std::mem::take(&mut inner.retry) {
+            let error = ClientError::Usage("the producer was closed before delivering it".into());
+            inner.fail(pending, error);
+        }
+        inner.retry_bytes = 0;
+    }
+
+    /// Messages handed to the network so far (each batch counted once,
+    /// however often it was resent).
     pub fn sent_messages(&self) -> u64 {
         self.shared.lock().sent_messages
     }
 
-    /// Messages the broker acknowledged so far (0 with `AckMode::None`).
+    /// Messages the broker acknowledged so far (0 with `AckMode::None`;
+    /// a resent batch counts each time it is acknowledged).
     pub fn acked_messages(&self) -> u64 {
         self.shared
             .lock()
             .lanes
             .iter()
-            .map(|l| l.state.lock().acked_messages)
+            .map(|l| lock(&l.state.counts).acked_messages)
             .sum()
     }
 }
 
-/// A broker's error answer as the caller sees it.
-fn broker(code: ErrorCode, message: &str) -> ClientError {
-    ClientError::Broker {
-        code,
-        message: message.to_string(),
-        range: None,
-        owner_broker_id: None,
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.shut_down();
     }
 }
 
-/// Writes one partition's batch as a produce request (waiting while the
-/// lane has `inflight_max` unacknowledged requests).
-fn send_batch(
-    inner: &mut Inner,
-    topic: &str,
-    config: &ProducerConfig,
-    index: usize,
-) -> Result<(), ClientError> {
-    let count = inner.batches[index].count;
-    if count == 0 {
-        return Ok(());
+/// Where each partition's requests go: `Ok(address)`, or `Err(broker)` when
+/// the broker that stores it is down.
+fn routes(setup: &Setup, metadata: &Metadata) -> Result<Vec<Result<String, u32>>, ClientError> {
+    let topic = &setup.topic;
+    let topic_meta = metadata
+        .topics
+        .iter()
+        .find(|t| t.name == *topic)
+        .ok_or_else(|| ClientError::Usage(format!("unknown topic {topic:?}")))?;
+    let clustered = metadata.brokers.len() > 1
+        || topic_meta
+            .partitions
+            .iter()
+            .any(|p| !metadata.brokers.iter().any(|b| b.broker_id == p.broker_id));
+    let shard_aware = setup.config.shard_aware;
+    Ok(topic_meta
+        .partitions
+        .iter()
+        .map(|placement| {
+            let p = placement.partition;
+            if !clustered {
+                // One broker: any of its shards forwards to the owner.
+                return Ok(if shard_aware {
+                    setup.client.owner_address(metadata, topic, p)
+                } else {
+                    setup.client.bootstrap()[0].clone()
+                });
+            }
+            let broker = metadata
+                .brokers
+                .iter()
+                .find(|b| b.broker_id == placement.broker_id);
+            let shard = if shard_aware {
+                metadata.owner_address(topic, p)
+            } else {
+                broker.and_then(|b| b.shards.first())
+            };
+            shard
+                .map(|s| format!("{}:{}", s.host, s.port))
+                .ok_or(placement.broker_id)
+        })
+        .collect())
+}
+
+impl Inner {
+    /// Points every partition at its lane, reusing live lanes to the same
+    /// address and opening the others; lanes no longer needed are closed
+    /// and their unanswered batches queued to be resent. Changes nothing
+    /// if a connection cannot be opened.
+    fn apply_routes(
+        &mut self,
+        setup: &Setup,
+        events: &Arc<Events>,
+        routes: Vec<Result<String, u32>>,
+    ) -> Result<(), ClientError> {
+        let mut addresses: Vec<String> = Vec::new();
+        for address in routes.iter().flatten() {
+            if !addresses.contains(address) {
+                addresses.push(address.clone());
+            }
+        }
+        let mut old: Vec<Option<Lane>> = std::mem::take(&mut self.lanes)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut lanes = Vec::with_capacity(addresses.len());
+        for address in &addresses {
+            let reuse = old.iter().position(|l| {
+                l.as_ref()
+                    .is_some_and(|l| l.address == *address && !l.dead())
+            });
+            let lane = match reuse.and_then(|i| old[i].take()) {
+                Some(lane) => lane,
+                None => match open_lane(setup, events, address) {
+                    Ok(lane) => lane,
+                    Err(error) => {
+                        // Undo: the old lanes stay as they were.
+                        for lane in lanes {
+                            put_back(&mut old, lane);
+                        }
+                        self.lanes = old.into_iter().flatten().collect();
+                        return Err(error);
+                    }
+                },
+            };
+            lanes.push(lane);
+        }
+        for mut lane in old.into_iter().flatten() {
+            // Its reader has stopped: answers are harvested, and what was
+            // unanswered is queued to be resent.
+            lane.shut();
+            lane.broken = true;
+            self.harvest(setup, &lane);
+        }
+        self.lanes = lanes;
+        for (partition, route) in routes.into_iter().enumerate() {
+            if partition >= self.lane_of_partition.len() {
+                break;
+            }
+            match route {
+                Ok(address) => {
+                    self.lane_of_partition[partition] =
+                        addresses.iter().position(|a| *a == address);
+                    self.down[partition] = None;
+                }
+                Err(broker_id) => {
+                    self.lane_of_partition[partition] = None;
+                    self.down[partition] = Some(broker_id);
+                }
+            }
+        }
+        Ok(())
     }
-    let Some(lane_index) = inner.lane_of_partition[index] else {
-        return Err(ClientError::Usage(format!(
-            "{topic}-{index} has no connection: its broker is down"
-        )));
-    };
-    let lane = &mut inner.lanes[lane_index];
-    if config.acks != AckMode::None {
-        let mut counts = lane.state.lock();
-        while counts.sent_requests - counts.answered_requests >= config.inflight_max
-            && !counts.closed
-        {
-            counts = lane
-                .state
-                .changed
-                .wait(counts)
-                .unwrap_or_else(|p| p.into_inner());
+
+    /// True when a batch for `index` may be sent now.
+    fn has_room(&self, setup: &Setup, index: usize) -> bool {
+        if setup.config.acks == AckMode::None {
+            return true;
+        }
+        let Some(lane) = self.lane_of_partition[index].map(|l| &self.lanes[l]) else {
+            // Down or being reconnected: the batch waits in the retry queue.
+            return self.retry_bytes < setup.config.buffer_bytes_max;
+        };
+        if lock(&lane.state.counts).in_flight.len() as u64 >= setup.config.inflight_max {
+            return false;
+        }
+        let held: usize = self
+            .lanes
+            .iter()
+            .map(|l| lock(&l.state.counts).in_flight_bytes)
+            .sum();
+        self.retry_bytes + held < setup.config.buffer_bytes_max
+    }
+
+    /// Turns one partition's batch into a request.
+    fn send_batch(&mut self, setup: &Setup, index: usize) {
+        let batch = &mut self.batches[index];
+        if batch.count == 0 {
+            return;
+        }
+        let size = batch.bytes.len();
+        let pending = Pending {
+            partition: index as u32,
+            first_sequence: batch.first_sequence,
+            count: batch.count,
+            bytes: Arc::new(std::mem::take(&mut batch.bytes)),
+            sends: 0,
+            intended: batch.intended.take(),
+            request_id: 0,
+            sent_at: Instant::now(),
+        };
+        batch.count = 0;
+        batch.started = None;
+        self.sent_messages += u64::from(pending.count);
+        let behind_retry = self.retry.iter().any(|p| p.partition == pending.partition);
+        let recycled = if behind_retry || self.reconnect && self.lane_dead(index) {
+            // Keep the partition's order: behind the batches being resent.
+            self.retry_bytes += pending.bytes.len();
+            self.retry.push(pending);
+            None
+        } else {
+            self.write(setup, pending)
+        };
+        // The next batch fills a buffer an answered one left behind, so a
+        // steady producer does not allocate.
+        self.batches[index].bytes = recycled
+            .or_else(|| self.spare.pop())
+            .unwrap_or_else(|| Vec::with_capacity(size));
+    }
+
+    fn keep_spare(&mut self, mut buffer: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFFERS {
+            buffer.clear();
+            self.spare.push(buffer);
         }
     }
-    if let Some((code, message)) = lane.state.lock().first_error.clone() {
-        return Err(broker(code, &message));
+
+    fn lane_dead(&self, index: usize) -> bool {
+        self.lane_of_partition[index].is_none_or(|l| self.lanes[l].dead())
     }
-    let header = codec::produce_request(&mut lane.fbb, topic, index as u32, config.acks);
-    let batch = &mut inner.batches[index];
-    let mut prefix = Vec::with_capacity(frame::FRAME_PREFIX_BYTES);
-    frame::write_prefix(
-        &mut prefix,
-        Api::Produce as u16,
-        API_VERSION,
-        lane.next_request_id,
-        header.len(),
-        batch.bytes.len(),
-    );
-    lane.next_request_id = lane.next_request_id.wrapping_add(1);
-    {
-        let mut counts = lane.state.lock();
-        counts.sent_requests += 1;
-        if config.track_latency && config.acks != AckMode::None {
-            counts
+
+    /// Writes a batch to its partition's connection (or queues it to be
+    /// resent when that connection is gone); returns a spare buffer from
+    /// the connection's answered batches, if there is one.
+    fn write(&mut self, setup: &Setup, mut pending: Pending) -> Option<Vec<u8>> {
+        let index = pending.partition as usize;
+        let Some(lane_index) = self.lane_of_partition[index] else {
+            match self.down[index] {
+                Some(broker_id) => {
+                    let error = ClientError::PartitionUnavailable {
+                        topic: setup.topic.clone(),
+                        partition: pending.partition,
+                        broker_id,
+                    };
+                    self.fail(pending, error);
+                }
+                None => self.requeue(setup, pending, || {
+                    ClientError::Usage("no route to the partition".into())
+                }),
+            }
+            return None;
+        };
+        let lane = &mut self.lanes[lane_index];
+        if lane.dead() {
+            self.reconnect = true;
+            self.retry_bytes += pending.bytes.len();
+            self.retry.push(pending);
+            self.retry.sort_by_key(|p| (p.partition, p.first_sequence));
+            return None;
+        }
+        let acks = setup.config.acks;
+        let header = codec::produce_request(&mut lane.fbb, &setup.topic, pending.partition, acks);
+        let mut prefix = Vec::with_capacity(frame::FRAME_PREFIX_BYTES);
+        frame::write_prefix(
+            &mut prefix,
+            Api::Produce as u16,
+            API_VERSION,
+            lane.next_request_id,
+            header.len(),
+            pending.bytes.len(),
+        );
+        pending.request_id = lane.next_request_id;
+        pending.sends += 1;
+        pending.sent_at = Instant::now();
+        lane.next_request_id = lane.next_request_id.wrapping_add(1);
+        let bytes = pending.bytes.clone();
+        let spare = {
+            let mut counts = lock(&lane.state.counts);
+            counts.written += 1;
+            if acks == AckMode::None {
+                // Nothing will answer it: only the write below holds it.
+                drop(pending);
+            } else {
+                counts.in_flight_bytes += pending.bytes.len();
+                counts.in_flight.push_back(pending);
+            }
+            counts.spare.pop()
+        };
+        let written = lane
+            .writer
+            .write_all(&prefix)
+            .and_then(|()| lane.writer.write_all(header))
+            .and_then(|()| lane.writer.write_all(&bytes));
+        lane.unflushed = true;
+        if written.is_err() {
+            // The reader sees the same broken socket; what was in flight is
+            // collected and resent after a reconnect.
+            lane.broken = true;
+            self.reconnect = true;
+        }
+        // With acks None nothing is answered: the written buffer itself is
+        // free again once the write let go of it.
+        let mut recycled = spare.or_else(|| Arc::try_unwrap(bytes).ok());
+        if let Some(buffer) = recycled.as_mut() {
+            buffer.clear();
+        }
+        recycled
+    }
+
+    /// Pushes buffered requests out.
+    fn flush_writers(&mut self) {
+        for lane in &mut self.lanes {
+            if std::mem::take(&mut lane.unflushed) && lane.writer.flush().is_err() {
+                lane.broken = true;
+                self.reconnect = true;
+            }
+        }
+    }
+
+    /// A batch given up on.
+    fn fail(&mut self, pending: Pending, error: ClientError) {
+        let failures = self.failures.get_or_insert_with(|| Failures {
+            messages: 0,
+            batches: 0,
+            first: error.clone(),
+        });
+        failures.messages += u64::from(pending.count);
+        failures.batches += 1;
+        self.deliveries.push(Delivery {
+            partition: pending.partition,
+            first_sequence: pending.first_sequence,
+            messages: pending.count,
+            attempts: pending.sends,
+            result: Err(error),
+        });
+    }
+
+    /// A batch to send again, if it has retries left; else failed with
+    /// `why` (its connection broke or timed out under it: in doubt).
+    fn requeue(&mut self, setup: &Setup, pending: Pending, why: impl FnOnce() -> ClientError) {
+        let config = setup.client.config();
+        if pending.sends > config.retries {
+            self.fail(pending, why());
+            return;
+        }
+        let wait = config.backoff(pending.sends.saturating_sub(1));
+        self.retry_at = self.retry_at.max(Instant::now() + wait);
+        self.retry_bytes += pending.bytes.len();
+        self.retry.push(pending);
+        self.retry.sort_by_key(|p| (p.partition, p.first_sequence));
+    }
+
+    /// Takes a lane's answers and buffers, and turns them into deliveries,
+    /// retries and failures.
+    fn harvest(&mut self, setup: &Setup, lane: &Lane) {
+        let (answers, refusals, spare, closed, orphans, written) = {
+            let mut counts = lock(&lane.state.counts);
+            let closed = counts.closed || lane.broken;
+            let (orphans, written) = if closed {
+                counts.in_flight_bytes = 0;
+                let written = std::mem::take(&mut counts.written);
+                (counts.in_flight.drain(..).collect(), written)
+            } else {
+                (Vec::new(), 0)
+            };
+            (
+                std::mem::take(&mut counts.answers),
+                std::mem::take(&mut counts.refusals),
+                std::mem::take(&mut counts.spare),
+                closed,
+                orphans,
+                written,
+            )
+        };
+        for buffer in spare {
+            self.keep_spare(buffer);
+        }
+        for (mut pending, answer) in answers {
+            match answer {
+                Answer::Stored(stored) => self.deliveries.push(Delivery {
+                    partition: pending.partition,
+                    first_sequence: pending.first_sequence,
+                    messages: pending.count,
+                    attempts: pending.sends,
+                    result: Ok(stored),
+                }),
+                Answer::Refused(code, message) => {
+                    let error = ClientError::Broker {
+                        code,
+                        message,
+                        range: None,
+                        owner_broker_id: None,
+                    };
+                    if error.is_retriable() && pending.sends <= setup.client.config().retries {
+                        if code == ErrorCode::NotOwner {
+                            self.reconnect = true;
+                        }
+                        let why = || error.clone();
+                        self.requeue(setup, pending, why);
+                    } else {
+                        pending.bytes = Arc::new(Vec::new());
+                        self.fail(pending, error);
+                    }
+                }
+            }
+        }
+        for (code, message) in refusals {
+            // Acks None: the batch is not kept, so it cannot be named.
+            let error = ClientError::Broker {
+                code,
+                message,
+                range: None,
+                owner_broker_id: None,
+            };
+            let failures = self.failures.get_or_insert(Failures {
+                messages: 0,
+                batches: 0,
+                first: error,
+            });
+            failures.batches += 1;
+        }
+        if closed {
+            self.reconnect = true;
+            let unanswered = orphans.len() as u64;
+            if setup.config.acks == AckMode::None {
+                // Nothing is kept with acks None: what was written on the
+                // connection has an unknown fate.
+                if written > 0 {
+                    self.failures.get_or_insert_with(|| Failures {
+                        messages: 0,
+                        batches: written,
+                        first: ClientError::Disconnected {
+                            address: lane.address.clone(),
+                            unanswered: written,
+                        },
+                    });
+                }
+            }
+            let why = || {
+                if lane.timed_out {
+                    ClientError::Timeout {
+                        address: lane.address.clone(),
+                        during: "a produce acknowledgement",
+                        waited: setup.client.config().request_timeout,
+                    }
+                } else {
+                    ClientError::Disconnected {
+                        address: lane.address.clone(),
+                        unanswered,
+                    }
+                }
+            };
+            for pending in orphans {
+                self.requeue(setup, pending, why);
+            }
+        }
+    }
+
+    /// Harvests every lane. A connection whose oldest request has waited
+    /// longer than the request timeout (a stopped or stuck broker) is
+    /// closed, and its unanswered batches are resent after a reconnect.
+    fn collect(&mut self, setup: &Setup) {
+        let timeout = setup.client.config().request_timeout;
+        for lane in &mut self.lanes {
+            let stuck = lock(&lane.state.counts)
                 .in_flight
-                .push_back((batch.intended.unwrap_or_else(Instant::now), count));
+                .front()
+                .is_some_and(|p| p.sent_at.elapsed() > timeout);
+            if stuck && !lane.broken {
+                lane.broken = true;
+                lane.timed_out = true;
+                let _ = lane.socket.shutdown(Shutdown::Both);
+            }
+        }
+        let lanes = std::mem::take(&mut self.lanes);
+        for lane in &lanes {
+            self.harvest(setup, lane);
+        }
+        self.lanes = lanes;
+    }
+
+    /// Harvests answers, reconnects when a connection is gone, and resends
+    /// what waits to be resent once its backoff has passed.
+    fn service(&mut self, setup: &Setup, events: &Arc<Events>) {
+        self.collect(setup);
+        if !self.reconnect && self.retry.is_empty() {
+            return;
+        }
+        if Instant::now() < self.retry_at {
+            return;
+        }
+        if self.reconnect {
+            let refreshed = setup
+                .client
+                .metadata(&[&setup.topic])
+                .and_then(|metadata| routes(setup, &metadata))
+                .and_then(|routes| self.apply_routes(setup, events, routes));
+            match refreshed {
+                Ok(()) => {
+                    self.reconnect = false;
+                    self.reconnect_failures = 0;
+                }
+                Err(error) => {
+                    self.reconnect_failures += 1;
+                    let config = setup.client.config();
+                    self.retry_at = Instant::now() + config.backoff(self.reconnect_failures - 1);
+                    // Each failed reconnect counts as an attempt of every
+                    // waiting batch; an error that will not pass (the topic
+                    // is gone) ends them all now.
+                    let waiting = std::mem::take(&mut self.retry);
+                    self.retry_bytes = 0;
+                    for mut pending in waiting {
+                        pending.sends += 1;
+                        if !error.is_retriable() || pending.sends > config.retries {
+                            self.fail(pending, error.clone());
+                        } else {
+                            self.retry_bytes += pending.bytes.len();
+                            self.retry.push(pending);
+                        }
+                    }
+                    return;
+                }
+            }
+        }
+        let waiting = std::mem::take(&mut self.retry);
+        self.retry_bytes = 0;
+        for pending in waiting {
+            if let Some(buffer) = self.write(setup, pending) {
+                self.keep_spare(buffer);
+            }
+        }
+        self.flush_writers();
+    }
+
+    /// True when nothing is queued, waiting or unanswered.
+    fn idle(&self, setup: &Setup) -> bool {
+        self.batches.iter().all(|b| b.count == 0)
+            && self.retry.is_empty()
+            && (setup.config.acks == AckMode::None
+                || self.lanes.iter().all(|l| {
+                    let counts = lock(&l.state.counts);
+                    counts.in_flight.is_empty() && counts.answers.is_empty()
+                }))
+    }
+
+    /// How long to wait for a response before looking again: at most
+    /// `left`, and no later than the next retry.
+    fn next_wake(&self, left: Duration) -> Duration {
+        let mut wake = left.min(Duration::from_millis(50));
+        if !self.retry.is_empty() || self.reconnect {
+            wake = wake.min(self.retry_at.saturating_duration_since(Instant::now()));
+        }
+        wake.max(Duration::from_millis(1))
+    }
+
+    fn address_of(&self, index: usize) -> String {
+        self.lane_of_partition[index]
+            .map(|l| self.lanes[l].address.clone())
+            .unwrap_or_default()
+    }
+
+    /// A connection with unanswered requests (for a timeout's message).
+    fn busy_address(&self) -> String {
+        self.lanes
+            .iter()
+            .find(|l| !lock(&l.state.counts).in_flight.is_empty())
+            .or(self.lanes.first())
+            .map(|l| l.address.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// Returns a lane taken for reuse to the old list (when a reconnect is
+/// undone).
+fn put_back(old: &mut [Option<Lane>], lane: Lane) {
+    match old.iter().position(Option::is_none) {
+        Some(i) => old[i] = Some(lane),
+        // A lane opened by the undone attempt: close it.
+        None => {
+            let mut lane = lane;
+            lane.shut();
         }
     }
-    lane.writer.write_all(&prefix)?;
-    lane.writer.write_all(header)?;
-    lane.writer.write_all(&batch.bytes)?;
-    lane.unflushed = true;
-    batch.bytes.clear();
-    batch.count = 0;
-    batch.started = None;
-    batch.intended = None;
-    inner.sent_messages += u64::from(count);
-    Ok(())
 }
 
 /// The linger thread: every half linger (1 ms to 100 ms), sends batches
-/// whose first message waited `linger`, and pushes buffered requests out.
-fn spawn_linger(
-    shared: Arc<Shared>,
-    topic: String,
-    config: ProducerConfig,
-) -> Result<JoinHandle<()>, ClientError> {
-    let tick = (config.linger / 2).clamp(Duration::from_millis(1), Duration::from_millis(100));
+/// whose first message waited `linger`, pushes buffered requests out, and
+/// retries what waits to be resent.
+fn spawn_linger(shared: Arc<Shared>) -> Result<JoinHandle<()>, ClientError> {
+    let linger = shared.setup.config.linger;
+    let tick = (linger / 2).clamp(Duration::from_millis(1), Duration::from_millis(100));
     let handle = std::thread::Builder::new()
         .name("ringlog-producer-linger".into())
         .spawn(move || loop {
             {
-                let stop = shared.stop.lock().unwrap_or_else(|p| p.into_inner());
+                let stop = lock(&shared.stop);
                 let (stop, _) = shared
                     .stopped
                     .wait_timeout(stop, tick)
@@ -582,95 +1279,102 @@ fn spawn_linger(
                     return;
                 }
             }
+            let setup = &shared.setup;
             let mut inner = shared.lock();
-            let expired: Vec<usize> = inner
-                .batches
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| b.started.is_some_and(|t| t.elapsed() >= config.linger))
-                .map(|(i, _)| i)
-                .collect();
-            for index in expired {
-                if let Err(error) = send_batch(&mut inner, &topic, &config, index) {
-                    inner.linger_error.get_or_insert(error);
+            for index in 0..inner.batches.len() {
+                let expired = inner.batches[index]
+                    .started
+                    .is_some_and(|t| t.elapsed() >= linger);
+                if expired && inner.has_room(setup, index) {
+                    inner.send_batch(setup, index);
                 }
             }
-            let mut flush_error = None;
-            for lane in &mut inner.lanes {
-                if std::mem::take(&mut lane.unflushed) {
-                    if let Err(error) = lane.writer.flush() {
-                        flush_error = Some(error);
-                    }
-                }
-            }
-            if let Some(error) = flush_error {
-                inner.linger_error.get_or_insert(ClientError::Io(error));
-            }
+            inner.flush_writers();
+            inner.service(setup, &shared.events);
         })?;
     Ok(handle)
 }
 
-impl Drop for Producer {
-    fn drop(&mut self) {
-        *self.shared.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        self.shared.stopped.notify_all();
-        if let Some(thread) = self.linger_thread.take() {
-            let _ = thread.join();
-        }
-        // Best effort, like a close: queued batches still go out (without
-        // waiting for acknowledgements; call `flush` for that).
-        let mut inner = self.shared.lock();
-        for index in 0..inner.batches.len() {
-            let _ = send_batch(&mut inner, &self.topic, &self.config, index);
-        }
-        for lane in &mut inner.lanes {
-            let _ = lane.writer.flush();
-            let _ = lane.socket.shutdown(Shutdown::Both);
-            if let Some(reader) = lane.reader.take() {
-                let _ = reader.join();
-            }
-        }
-    }
-}
-
-fn open_lane(address: &str) -> Result<Lane, ClientError> {
-    let conn = Connection::connect(address)?;
+fn open_lane(setup: &Setup, events: &Arc<Events>, address: &str) -> Result<Lane, ClientError> {
+    let conn = setup.client.open(address)?;
     let (mut reader, writer) = conn.split();
     let socket = writer.get_ref().try_clone()?;
     let state = Arc::new(LaneState {
         counts: Mutex::new(LaneCounts::default()),
-        changed: Condvar::new(),
-        address: address.to_string(),
+        events: events.clone(),
     });
     let thread_state = state.clone();
+    let reports = setup.config.delivery_reports;
     let handle = std::thread::Builder::new()
         .name("ringlog-producer-acks".into())
         .spawn(move || {
             let mut frame = ResponseFrame::default();
             loop {
                 let result = super::read_response(&mut reader, &mut frame);
-                let mut counts = thread_state.lock();
-                match result {
-                    Ok(()) => {
-                        counts.answered();
-                        if let Ok(ack) = verify::<wire::ProduceResponse>(&frame.header) {
+                let mut counts = lock(&thread_state.counts);
+                let answer = match result {
+                    Ok(()) => match verify::<wire::ProduceResponse>(&frame.header) {
+                        Ok(ack) => {
                             counts.acked_messages += u64::from(ack.message_count());
+                            Answer::Stored(Stored {
+                                base_offset: ack.base_offset(),
+                                end_offset: ack.end_offset(),
+                            })
                         }
-                    }
+                        Err(_) => {
+                            counts.closed = true;
+                            break;
+                        }
+                    },
                     Err(ClientError::Broker { code, message, .. }) => {
-                        counts.answered();
-                        counts.first_error.get_or_insert((code, message));
+                        Answer::Refused(code, message)
                     }
                     Err(_) => {
                         counts.closed = true;
-                        thread_state.changed.notify_all();
-                        return;
+                        break;
+                    }
+                };
+                match counts.in_flight.pop_front() {
+                    Some(mut pending) if pending.request_id == frame.request_id => {
+                        counts.in_flight_bytes -= pending.bytes.len();
+                        if let Some(intended) = pending.intended {
+                            counts.latencies.push((intended.elapsed(), pending.count));
+                        }
+                        let keep = matches!(answer, Answer::Refused(..));
+                        if !keep {
+                            // Stored: the bytes are not needed again.
+                            let bytes = std::mem::take(&mut pending.bytes);
+                            if let Ok(mut buffer) = Arc::try_unwrap(bytes) {
+                                if counts.spare.len() < SPARE_BUFFERS {
+                                    buffer.clear();
+                                    counts.spare.push(buffer);
+                                }
+                            }
+                        }
+                        if keep || reports {
+                            counts.answers.push((pending, answer));
+                        }
+                    }
+                    Some(pending) => {
+                        // Out of step with the broker: stop trusting this
+                        // connection; everything unanswered is resent.
+                        counts.in_flight.push_front(pending);
+                        counts.closed = true;
+                        break;
+                    }
+                    None => {
+                        if let Answer::Refused(code, message) = answer {
+                            counts.refusals.push((code, message));
+                        }
                     }
                 }
-                thread_state.changed.notify_all();
+                drop(counts);
+                thread_state.events.bump();
             }
+            thread_state.events.bump();
         })?;
     Ok(Lane {
+        address: address.to_string(),
         writer,
         socket,
         fbb: flatbuffers::FlatBufferBuilder::with_capacity(256),
@@ -678,5 +1382,7 @@ fn open_lane(address: &str) -> Result<Lane, ClientError> {
         reader: Some(handle),
         next_request_id: 1,
         unflushed: false,
+        broken: false,
+        timed_out: false,
     })
 }

@@ -382,25 +382,23 @@ fn every_failed_bootstrap_address_is_named() {
 #[test]
 fn a_stopped_broker_times_out_requests_instead_of_hanging() {
     let broker = Broker::start(BrokerOptions::default());
-    let client = broker.client();
-    create(&client, "frozen", 1);
-    let mut consumer = protocol::client::Consumer::new(&client, "frozen", 0, 0).unwrap();
-    consumer.set_max_wait_ms(100);
-    consumer
-        .set_request_timeout(Duration::from_millis(500))
-        .unwrap();
-    client
-        .set_request_timeout(Duration::from_millis(500))
-        .unwrap();
-    let mut producer = protocol::client::Producer::new(
-        &client,
-        "frozen",
-        protocol::client::ProducerConfig {
-            flush_timeout: Duration::from_millis(500),
+    // One config for every timeout; no retries, so each failure shows.
+    let client = protocol::client::Client::with_config(
+        &broker.address(),
+        protocol::client::ClientConfig {
+            connect_timeout: Duration::from_millis(500),
+            request_timeout: Duration::from_millis(500),
+            flush_timeout: Duration::from_millis(300),
+            retries: 0,
             ..Default::default()
         },
     )
     .unwrap();
+    create(&client, "frozen", 1);
+    let mut consumer = protocol::client::Consumer::new(&client, "frozen", 0, 0).unwrap();
+    consumer.set_max_wait_ms(100);
+    let mut producer =
+        protocol::client::Producer::new(&client, "frozen", Default::default()).unwrap();
     let pid = broker.pid().unwrap() as i32;
     // SAFETY: signalling the broker process this test started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };

@@ -187,8 +187,8 @@ fn a_broker_killed_and_restarted_registers_again_and_serves_its_data() {
     let mut during = producer(&client, "kept", AckMode::Flushed, 10);
     assert_eq!(during.unavailable_partitions(), vec![on_2]);
     for i in 0..60u64 {
-        let partition = during.send(None, &numbered_payload(1_000 + i, 32)).unwrap();
-        assert_ne!(partition, on_2);
+        let receipt = during.send(None, &numbered_payload(1_000 + i, 32)).unwrap();
+        assert_ne!(receipt.partition, on_2);
     }
     during.flush().unwrap();
     assert_eq!(during.acked_messages(), 60);

@@ -7,6 +7,7 @@
 
 mod admin;
 mod bad_input;
+mod client;
 mod cluster;
 mod crash;
 mod disk_full;

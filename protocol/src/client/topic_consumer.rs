@@ -1,0 +1,563 @@
+//! The consumer of a whole topic: every partition, one connection and one
+//! fetcher thread per shard, the fetches of that shard's partitions
+//! pipelined on it.
+//!
+//! Each fetcher keeps one fetch in flight per partition and sends a
+//! partition's next fetch as soon as the previous answer is parsed, before
+//! handing its messages over, so the broker reads the next chunk while the
+//! application works on this one. Chunks wait in a bounded queue
+//! (`buffered_chunks`): a slow application slows the fetchers down instead
+//! of filling memory. Long-polls: while any partition of a shard has data
+//! to read, that shard's fetches do not wait; once all are caught up they
+//! wait up to `max_wait` for new messages. Responses come in request
+//! order, so on a shard whose partitions are all idle a new message may
+//! wait for another partition's long-poll to end: up to `max_wait`
+//! (default 100 ms) of extra latency for tailing consumers.
+//!
+//! Broken or timed-out connections are replaced (with fresh metadata) up
+//! to the client's retries; an error that does not pass stops that shard's
+//! fetcher and is returned by the next [`TopicConsumer::poll`], after the
+//! messages received before it.
+
+use super::consumer::{check_fetch_response, walk_chunk, ChunkPlace};
+use super::{lock, Client, ClientError, Connection, OutOfRange, ResponseFrame};
+use crate::codec::{self, FetchArgs, OffsetSpec};
+use crate::frame::Api;
+use crate::ErrorCode;
+use std::collections::{BTreeMap, VecDeque};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A message of a topic, tagged with its partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMessage {
+    /// The partition it was read from.
+    pub partition: u32,
+    /// Its offset in that partition.
+    pub offset: u64,
+    /// Its key, if keyed.
+    pub key: Option<Vec<u8>>,
+    /// Its payload.
+    pub value: Vec<u8>,
+}
+
+/// Where each partition starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// The first retained message of every partition.
+    Earliest,
+    /// The flushed end of every partition: only messages produced from now.
+    Latest,
+    /// Given offsets (saved [`TopicConsumer::positions`], for example);
+    /// partitions missing from the map start at the earliest offset.
+    At(BTreeMap<u32, u64>),
+}
+
+/// How a [`TopicConsumer`] fetches. `TopicConsumerConfig::default()` gives
+/// the values below.
+#[derive(Debug, Clone)]
+pub struct TopicConsumerConfig {
+    /// Bytes asked for per fetch. Default 256 KiB.
+    pub max_bytes: u32,
+    /// How long a shard's fetches wait when all its partitions are caught
+    /// up. Default 100 ms.
+    pub max_wait: Duration,
+    /// What a partition whose position left the retained log does.
+    /// Default [`OutOfRange::Fail`].
+    pub out_of_range: OutOfRange,
+    /// Fetched chunks waiting for the application, over all shards (each
+    /// at most `max_bytes`). Default 8.
+    pub buffered_chunks: usize,
+}
+
+impl Default for TopicConsumerConfig {
+    fn default() -> Self {
+        TopicConsumerConfig {
+            max_bytes: 256 * 1024,
+            max_wait: Duration::from_millis(100),
+            out_of_range: OutOfRange::Fail,
+            buffered_chunks: 8,
+        }
+    }
+}
+
+enum Event {
+    /// Messages of one partition, and where it continues.
+    Chunk {
+        partition: u32,
+        messages: Vec<TopicMessage>,
+        next_offset: u64,
+    },
+    /// A fetcher stopped.
+    Failed(ClientError),
+    Wake,
+}
+
+/// What the consumer and its wakers share with the fetchers.
+struct Control {
+    stop: AtomicBool,
+    /// Each fetcher's current socket, to unblock it on close.
+    sockets: Mutex<Vec<Option<TcpStream>>>,
+}
+
+impl Control {
+    fn close(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for socket in lock(&self.sockets).iter().flatten() {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps `wait`, returning early (false) if the consumer closes.
+    fn pause(&self, wait: Duration) -> bool {
+        let until = Instant::now() + wait;
+        while !self.stopped() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
+        false
+    }
+}
+
+/// Wakes or closes a [`TopicConsumer`] from another thread.
+#[derive(Clone)]
+pub struct Waker {
+    sender: SyncSender<Event>,
+    control: Arc<Control>,
+}
+
+impl Waker {
+    /// Makes a `poll` that is waiting (or the next one) return at once,
+    /// possibly with no messages.
+    pub fn wake(&self) {
+        let _ = self.sender.try_send(Event::Wake);
+    }
+
+    /// Stops the fetchers and wakes the consumer; its polls then return
+    /// what was already fetched, then nothing.
+    pub fn close(&self) {
+        self.control.close();
+        self.wake();
+    }
+}
+
+/// Reads every partition of a topic. See the module documentation.
+///
+/// ```no_run
+/// use protocol::client::{Client, Start, TopicConsumer, TopicConsumerConfig};
+/// use std::time::Duration;
+/// # fn main() -> Result<(), protocol::client::ClientError> {
+/// let client = Client::connect("127.0.0.1:9092")?;
+/// let mut consumer = TopicConsumer::new(&client, "clicks", Start::Earliest, TopicConsumerConfig::default())?;
+/// let waker = consumer.waker(); // waker.close() from another thread ends the loop
+/// while !consumer.is_closed() {
+///     for m in consumer.poll(Duration::from_secs(1))? {
+///         println!("{}@{} {:?}", m.partition, m.offset, m.value);
+///     }
+///     let _checkpoint = consumer.positions(); // save it to resume later
+/// }
+/// # Ok(()) }
+/// ```
+pub struct TopicConsumer {
+    events: Receiver<Event>,
+    sender: SyncSender<Event>,
+    control: Arc<Control>,
+    fetchers: Vec<JoinHandle<()>>,
+    positions: BTreeMap<u32, u64>,
+    /// An error that arrived after messages; returned by the next poll.
+    held_error: Option<ClientError>,
+}
+
+impl TopicConsumer {
+    /// Starts fetching every partition of `topic` from `start`.
+    pub fn new(
+        client: &Client,
+        topic: &str,
+        start: Start,
+        config: TopicConsumerConfig,
+    ) -> Result<TopicConsumer, ClientError> {
+        let metadata = client.metadata(&[topic])?;
+        let topic_meta = metadata
+            .topics
+            .iter()
+            .find(|t| t.name == topic)
+            .ok_or_else(|| ClientError::Usage(format!("unknown topic {topic:?}")))?;
+        let mut by_address: BTreeMap<String, Vec<Cursor>> = BTreeMap::new();
+        let mut positions = BTreeMap::new();
+        for placement in &topic_meta.partitions {
+            let partition = placement.partition;
+            let Some(shard) = metadata.owner_address(topic, partition) else {
+                return Err(ClientError::PartitionUnavailable {
+                    topic: topic.to_string(),
+                    partition,
+                    broker_id: placement.broker_id,
+                });
+            };
+            let (offset, verified) = match &start {
+                Start::Earliest => (earliest(client, topic, partition)?, true),
+                Start::Latest => {
+                    let (offset, _) =
+                        client.list_offsets(topic, partition, OffsetSpec::Latest, 0)?;
+                    (offset, true)
+                }
+                Start::At(offsets) => match offsets.get(&partition) {
+                    Some(&offset) => (offset, offset == 0),
+                    None => (earliest(client, topic, partition)?, true),
+                },
+            };
+            positions.insert(partition, offset);
+            by_address
+                .entry(format!("{}:{}", shard.host, shard.port))
+                .or_default()
+                .push(Cursor {
+                    partition,
+                    offset,
+                    verified,
+                    caught_up: false,
+                    in_flight: false,
+                });
+        }
+        let (sender, events) = std::sync::mpsc::sync_channel(config.buffered_chunks.max(1));
+        let control = Arc::new(Control {
+            stop: AtomicBool::new(false),
+            sockets: Mutex::new((0..by_address.len()).map(|_| None).collect()),
+        });
+        let mut consumer = TopicConsumer {
+            events,
+            sender: sender.clone(),
+            control: control.clone(),
+            fetchers: Vec::new(),
+            positions,
+            held_error: None,
+        };
+        for (slot, (address, cursors)) in by_address.into_iter().enumerate() {
+            let fetcher = Fetcher {
+                client: client.clone(),
+                topic: topic.to_string(),
+                address,
+                cursors,
+                config: config.clone(),
+                sender: sender.clone(),
+                control: control.clone(),
+                slot,
+            };
+            let handle = std::thread::Builder::new()
+                .name("ringlog-topic-fetcher".into())
+                .spawn(move || fetcher.run())?;
+            consumer.fetchers.push(handle);
+        }
+        Ok(consumer)
+    }
+
+    /// A handle to wake or close this consumer from another thread.
+    pub fn waker(&self) -> Waker {
+        Waker {
+            sender: self.sender.clone(),
+            control: self.control.clone(),
+        }
+    }
+
+    /// Waits up to `timeout` for messages and returns those fetched so far
+    /// (of one or more partitions, each partition's in offset order).
+    /// Empty after the timeout, after [`Waker::wake`], and once closed.
+    pub fn poll(&mut self, timeout: Duration) -> Result<Vec<TopicMessage>, ClientError> {
+        if let Some(error) = self.held_error.take() {
+            return Err(error);
+        }
+        let mut out = Vec::new();
+        // Closed: hand out what was fetched, without waiting for more.
+        let timeout = if self.control.stopped() {
+            Duration::ZERO
+        } else {
+            timeout
+        };
+        let first = match self.events.recv_timeout(timeout) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return Ok(out),
+        };
+        let mut next = Some(first);
+        // Everything already fetched, up to a bound so one poll stays short.
+        while let Some(event) = next.take() {
+            match event {
+                Event::Chunk {
+                    partition,
+                    mut messages,
+                    next_offset,
+                } => {
+                    self.positions.insert(partition, next_offset);
+                    out.append(&mut messages);
+                }
+                Event::Failed(error) => {
+                    if out.is_empty() {
+                        return Err(error);
+                    }
+                    self.held_error = Some(error);
+                    break;
+                }
+                Event::Wake => break,
+            }
+            if out.len() >= 100_000 {
+                break;
+            }
+            next = self.events.try_recv().ok();
+        }
+        Ok(out)
+    }
+
+    /// The offset of the next message of each partition, after everything
+    /// `poll` returned: save it to resume with [`Start::At`].
+    pub fn positions(&self) -> BTreeMap<u32, u64> {
+        self.positions.clone()
+    }
+
+    /// True once [`Waker::close`] or [`TopicConsumer::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.control.stopped()
+    }
+
+    /// Stops the fetchers and waits for them; messages not yet returned by
+    /// `poll` are dropped (their partitions' positions do not include them).
+    pub fn close(&mut self) {
+        self.control.close();
+        // Fetchers blocked on a full queue move on once it drains.
+        while let Some(handle) = self.fetchers.pop() {
+            while !handle.is_finished() {
+                while self.events.try_recv().is_ok() {}
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for TopicConsumer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn earliest(client: &Client, topic: &str, partition: u32) -> Result<u64, ClientError> {
+    Ok(client
+        .list_offsets(topic, partition, OffsetSpec::Earliest, 0)?
+        .0)
+}
+
+struct Cursor {
+    partition: u32,
+    offset: u64,
+    /// `offset` is known to be a message boundary.
+    verified: bool,
+    caught_up: bool,
+    in_flight: bool,
+}
+
+/// One shard's partitions over one connection.
+struct Fetcher {
+    client: Client,
+    topic: String,
+    address: String,
+    cursors: Vec<Cursor>,
+    config: TopicConsumerConfig,
+    sender: SyncSender<Event>,
+    control: Arc<Control>,
+    slot: usize,
+}
+
+/// Why a fetch round ended.
+enum Broke {
+    /// The connection is gone (or out of date): reconnect and go on.
+    Connection(ClientError),
+    /// Stop this fetcher.
+    Stop,
+}
+
+impl Fetcher {
+    fn run(mut self) {
+        let retries = self.client.config().retries;
+        let mut attempt = 0;
+        while !self.control.stopped() {
+            let error = match self.connect() {
+                Ok(mut conn) => match self.fetch_loop(&mut conn, &mut attempt) {
+                    Broke::Stop => return,
+                    Broke::Connection(error) => error,
+                },
+                Err(error) => error,
+            };
+            if attempt >= retries || !error.is_retriable() {
+                let _ = self.sender.send(Event::Failed(error));
+                return;
+            }
+            if !self.control.pause(self.client.config().backoff(attempt)) {
+                return;
+            }
+            attempt += 1;
+        }
+    }
+
+    /// A connection to the shard that owns this fetcher's partitions now.
+    fn connect(&mut self) -> Result<Connection, ClientError> {
+        if let Ok(metadata) = self.client.metadata(&[&self.topic]) {
+            if let Some(shard) = metadata.owner_address(&self.topic, self.cursors[0].partition) {
+                self.address = format!("{}:{}", shard.host, shard.port);
+            }
+        }
+        let conn = self.client.open(&self.address)?;
+        lock(&self.control.sockets)[self.slot] = Some(conn.socket()?);
+        Ok(conn)
+    }
+
+    /// Sends a fetch for every partition without one in flight.
+    fn send_fetches(
+        &mut self,
+        conn: &mut Connection,
+        order: &mut VecDeque<usize>,
+    ) -> Result<(), ClientError> {
+        let all_caught_up = self.cursors.iter().all(|c| c.caught_up);
+        let wait_ms = if all_caught_up {
+            self.config.max_wait.as_millis().min(u128::from(u32::MAX)) as u32
+        } else {
+            0
+        };
+        for (i, cursor) in self.cursors.iter_mut().enumerate() {
+            if cursor.in_flight {
+                continue;
+            }
+            let header = codec::fetch_request(
+                &mut conn.fbb,
+                &self.topic,
+                cursor.partition,
+                FetchArgs {
+                    offset: cursor.offset,
+                    max_bytes: self.config.max_bytes,
+                    max_wait_ms: wait_ms,
+                },
+            )
+            .to_vec();
+            conn.send(Api::Fetch, &header, &[])?;
+            cursor.in_flight = true;
+            order.push_back(i);
+        }
+        conn.flush()
+    }
+
+    fn fetch_loop(&mut self, conn: &mut Connection, attempt: &mut u32) -> Broke {
+        for cursor in &mut self.cursors {
+            cursor.in_flight = false;
+        }
+        let mut order = VecDeque::new();
+        let mut frame = ResponseFrame::default();
+        if let Err(error) = conn.expect_wait(self.config.max_wait) {
+            return Broke::Connection(error);
+        }
+        loop {
+            if self.control.stopped() {
+                return Broke::Stop;
+            }
+            if let Err(error) = self.send_fetches(conn, &mut order) {
+                return Broke::Connection(error);
+            }
+            let received = conn.recv_into(&mut frame);
+            let Some(index) = order.pop_front() else {
+                return Broke::Connection(ClientError::Protocol("a response to no fetch".into()));
+            };
+            self.cursors[index].in_flight = false;
+            let policy = self.config.out_of_range;
+            match received {
+                Ok(()) => {}
+                Err(ClientError::Broker {
+                    code: ErrorCode::OffsetOutOfRange,
+                    range: Some((start, end)),
+                    ..
+                }) if policy != OutOfRange::Fail => {
+                    let cursor = &mut self.cursors[index];
+                    cursor.offset = if policy == OutOfRange::Earliest {
+                        start
+                    } else {
+                        end
+                    };
+                    cursor.verified = true;
+                    let event = Event::Chunk {
+                        partition: cursor.partition,
+                        messages: Vec::new(),
+                        next_offset: cursor.offset,
+                    };
+                    if self.sender.send(event).is_err() {
+                        return Broke::Stop;
+                    }
+                    continue;
+                }
+                Err(error) if error.is_connection_error() => {
+                    return Broke::Connection(error);
+                }
+                Err(error) if error.code() == Some(ErrorCode::NotOwner) => {
+                    return Broke::Connection(error);
+                }
+                Err(error) => {
+                    let _ = self.sender.send(Event::Failed(error));
+                    return Broke::Stop;
+                }
+            }
+            *attempt = 0;
+            let event = match self.parse(index, &frame) {
+                Ok(event) => event,
+                Err(error) => {
+                    let _ = self.sender.send(Event::Failed(error));
+                    return Broke::Stop;
+                }
+            };
+            // The partition's next fetch goes out before the hand-over.
+            if let Err(error) = self.send_fetches(conn, &mut order) {
+                return Broke::Connection(error);
+            }
+            if let Some(event) = event {
+                if self.sender.send(event).is_err() {
+                    return Broke::Stop;
+                }
+            }
+        }
+    }
+
+    /// The messages of one fetch response, and the cursor moved past them.
+    fn parse(&mut self, index: usize, frame: &ResponseFrame) -> Result<Option<Event>, ClientError> {
+        let cursor = &mut self.cursors[index];
+        let (_, flushed_offset) = check_fetch_response(frame, cursor.offset)?;
+        let place = ChunkPlace {
+            topic: &self.topic,
+            partition: cursor.partition,
+            offset: cursor.offset,
+            verified: cursor.verified,
+            flushed_offset,
+            max_bytes: self.config.max_bytes,
+        };
+        let partition = cursor.partition;
+        let mut messages = Vec::new();
+        let walked = walk_chunk(&place, &frame.payload, &mut |m| {
+            messages.push(TopicMessage {
+                partition,
+                offset: m.offset,
+                key: m.key.map(<[u8]>::to_vec),
+                value: m.value.to_vec(),
+            })
+        })
+        .map_err(|(error, _)| error)?;
+        cursor.verified |= walked.delivered > 0;
+        cursor.offset = walked.next_offset;
+        cursor.caught_up = cursor.offset >= flushed_offset;
+        Ok((!messages.is_empty()).then_some(Event::Chunk {
+            partition,
+            messages,
+            next_offset: walked.next_offset,
+        }))
+    }
+}

@@ -157,8 +157,9 @@ pub struct Delivery {
     pub first_sequence: u64,
     /// Messages in the batch.
     pub messages: u32,
-    /// Times the batch was sent (more than 1 after retries; a batch sent
-    /// more than once may be stored more than once).
+    /// Attempts to deliver the batch: each send, and each failed
+    /// reconnect while it waited to be resent. More than 1 means it was
+    /// retried; a batch sent more than once may be stored more than once.
     pub attempts: u32,
     /// Stored, or why not.
     pub result: Result<Stored, ClientError>,
@@ -786,31 +787,37 @@ impl Inner {
                 addresses.push(address.clone());
             }
         }
+        // Decide and open first: if an open fails, nothing has changed. A
+        // reused lane that dies meanwhile is replaced by the next reconnect.
+        let mut plan: Vec<Result<usize, Lane>> = Vec::with_capacity(addresses.len());
+        for address in &addresses {
+            let live = self
+                .lanes
+                .iter()
+                .position(|l| l.address == *address && !l.dead());
+            match live {
+                Some(i) => plan.push(Ok(i)),
+                None => match open_lane(setup, events, address) {
+                    Ok(lane) => plan.push(Err(lane)),
+                    Err(error) => {
+                        for mut lane in plan.into_iter().filter_map(Result::err) {
+                            lane.shut();
+                        }
+                        return Err(error);
+                    }
+                },
+            }
+        }
         let mut old: Vec<Option<Lane>> = std::mem::take(&mut self.lanes)
             .into_iter()
             .map(Some)
             .collect();
         let mut lanes = Vec::with_capacity(addresses.len());
-        for address in &addresses {
-            let reuse = old.iter().position(|l| {
-                l.as_ref()
-                    .is_some_and(|l| l.address == *address && !l.dead())
-            });
-            let lane = match reuse.and_then(|i| old[i].take()) {
-                Some(lane) => lane,
-                None => match open_lane(setup, events, address) {
-                    Ok(lane) => lane,
-                    Err(error) => {
-                        // Undo: the old lanes stay as they were.
-                        for lane in lanes {
-                            put_back(&mut old, lane);
-                        }
-                        self.lanes = old.into_iter().flatten().collect();
-                        return Err(error);
-                    }
-                },
-            };
-            lanes.push(lane);
+        for step in plan {
+            match step {
+                Ok(i) => lanes.extend(old[i].take()),
+                Err(lane) => lanes.push(lane),
+            }
         }
         for mut lane in old.into_iter().flatten() {
             // Its reader has stopped: answers are harvested, and what was
@@ -1244,19 +1251,6 @@ impl Inner {
             .or(self.lanes.first())
             .map(|l| l.address.clone())
             .unwrap_or_default()
-    }
-}
-
-/// Returns a lane taken for reuse to the old list (when a reconnect is
-/// undone).
-fn put_back(old: &mut [Option<Lane>], lane: Lane) {
-    match old.iter().position(Option::is_none) {
-        Some(i) => old[i] = Some(lane),
-        // A lane opened by the undone attempt: close it.
-        None => {
-            let mut lane = lane;
-            lane.shut();
-        }
     }
 }
 

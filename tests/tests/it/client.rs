@@ -3,14 +3,14 @@
 //! store, and the three example programs run as a user would.
 
 use super::util::{create, metric, scrape};
+use harness::{
+    binary, check_numbered_payload, free_ports, numbered_payload, Broker, BrokerOptions, TempDir,
+};
 use protocol::client::{
     AckMode, Client, ClientConfig, ClientError, Consumer, Delivery, OffsetStore, Producer,
     ProducerConfig, Receipt, Start, TopicConsumer, TopicConsumerConfig, TopicMessage,
 };
 use protocol::ErrorCode;
-use harness::{
-    binary, check_numbered_payload, free_ports, numbered_payload, Broker, BrokerOptions, TempDir,
-};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;

@@ -196,6 +196,11 @@ struct OffsetsArgs {
 }
 
 fn main() {
+    // `ringlog topic list | head -1`: a closed pipe ends the program
+    // quietly, as it does `cat`, instead of a panic with a backtrace.
+    // SAFETY: restoring the default disposition of a signal at start, before
+    // any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     if let Err(error) = run(cli) {
         eprintln!("ringlog: error: {error:#}");

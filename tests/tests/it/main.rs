@@ -7,6 +7,7 @@
 
 mod admin;
 mod bad_input;
+mod cli;
 mod client;
 mod cluster;
 mod crash;

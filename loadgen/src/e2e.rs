@@ -54,6 +54,19 @@ pub struct E2eSpec {
     pub inject_duplicate: Option<u64>,
     /// How long consumers wait for missing messages after the producers end.
     pub grace: Duration,
+    /// Publish latencies (send to acknowledgement) in the first `warmup`
+    /// of the run are not counted.
+    pub warmup: Duration,
+}
+
+/// What an e2e run found besides the consumers' latencies.
+#[derive(Debug, Clone)]
+pub struct E2eOutcome {
+    /// Per partition: sent, received, lost, duplicated, out of order.
+    pub checks: Vec<PartitionCheck>,
+    /// Publish latency: from each message's intended send time to its
+    /// acknowledgement (acks written or flushed; `None` with acks none).
+    pub publish: Option<crate::stats::LatencySummary>,
 }
 
 /// One partition's delivery check.
@@ -119,8 +132,9 @@ struct Shared {
     stop: AtomicBool,
 }
 
-/// Runs one e2e test; latencies go to `stats`, delivery checks are returned.
-pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<Vec<PartitionCheck>> {
+/// Runs one e2e test; end-to-end latencies go to `stats`; delivery checks
+/// and publish latencies are returned.
+pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<E2eOutcome> {
     let client = Client::connect(&spec.brokers)
         .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
     // Checked before creating anything: a refused run leaves no topic behind.
@@ -162,12 +176,18 @@ pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<Vec<PartitionCh
 
     let started = Instant::now();
     let wall_start = now_ns();
+    let publish = Stats::new();
     let producer_threads: Vec<_> = (0..producers)
         .map(|index| {
             let spec = spec.clone();
             let shared = shared.clone();
+            let publish = publish.clone();
             std::thread::spawn(move || {
-                produce(&spec, index, partitions, started, wall_start, &shared)
+                let clock = Clock {
+                    started,
+                    wall_start,
+                };
+                produce(&spec, index, partitions, clock, &shared, &publish)
             })
         })
         .collect();
@@ -206,7 +226,7 @@ pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<Vec<PartitionCh
     produce_result?;
     consume_result?;
     let trackers = shared.trackers.lock().unwrap_or_else(|p| p.into_inner());
-    Ok(trackers
+    let checks = trackers
         .iter()
         .enumerate()
         .map(|(p, t)| PartitionCheck {
@@ -217,7 +237,18 @@ pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<Vec<PartitionCh
             duplicated: t.duplicated,
             out_of_order: t.out_of_order,
         })
-        .collect())
+        .collect();
+    Ok(E2eOutcome {
+        checks,
+        publish: publish.summary().latency,
+    })
+}
+
+/// When the run started, on both clocks.
+#[derive(Clone, Copy)]
+struct Clock {
+    started: Instant,
+    wall_start: u64,
 }
 
 /// One producer: the partitions `p` with `p % producers == index`, in turn,
@@ -227,10 +258,14 @@ fn produce(
     spec: &E2eSpec,
     index: usize,
     partitions: u32,
-    started: Instant,
-    wall_start: u64,
+    clock: Clock,
     shared: &Shared,
+    publish: &Stats,
 ) -> anyhow::Result<Vec<(u32, u64)>> {
+    let Clock {
+        started,
+        wall_start,
+    } = clock;
     let producers = spec.producers.max(1);
     let mine: Vec<u32> = (0..partitions)
         .filter(|p| *p as usize % producers == index)
@@ -246,9 +281,18 @@ fn produce(
             batch_messages: spec.batch.max(1),
             linger: Duration::from_millis(2),
             partitioner: Partitioner::RoundRobin,
+            track_latency: spec.acks != AckMode::None,
             ..ProducerConfig::default()
         },
     )?;
+    let record = |producer: &Producer| {
+        let counted = started.elapsed() >= spec.warmup;
+        for (latency, count) in producer.take_latencies() {
+            if counted {
+                publish.record_latency(latency, u64::from(count));
+            }
+        }
+    };
     let mut sequences = vec![0u64; mine.len()];
     let mut payload = vec![b'x'; spec.size.max(STAMP_BYTES)];
     let mut i = 0u64;
@@ -270,12 +314,16 @@ fn produce(
         if partition == 0 && spec.inject_loss == Some(seq) {
             continue;
         }
-        producer.send_to(partition, None, &payload)?;
+        producer.send_to_at(partition, None, &payload, intended)?;
         if partition == 0 && spec.inject_duplicate == Some(seq) {
-            producer.send_to(partition, None, &payload)?;
+            producer.send_to_at(partition, None, &payload, intended)?;
+        }
+        if i.is_multiple_of(1024) {
+            record(&producer);
         }
     }
     producer.flush()?;
+    record(&producer);
     Ok(mine.into_iter().zip(sequences).collect())
 }
 

@@ -19,4 +19,5 @@ pub mod paper;
 pub mod peers;
 pub mod report;
 pub mod stats;
+pub mod sweep;
 pub mod workload;

@@ -11,6 +11,7 @@ use loadgen::paper::{self, PaperSpec, System};
 use loadgen::peers::{activemq, rabbitmq};
 use loadgen::report::{write_json, Environment};
 use loadgen::stats::{measure, Summary};
+use loadgen::sweep::{self, SweepSpec};
 use loadgen::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use protocol::client::AckMode;
 use protocol::client::StartFrom;
@@ -63,6 +64,10 @@ enum Command {
     Consume(ConsumeArgs),
     /// Producers and consumers at once: latency, loss, duplicates, order.
     E2e(E2eArgs),
+    /// Latency under load: the maximum end-to-end rate, then fixed-rate e2e
+    /// runs at fractions of it; publish and e2e latency percentiles against
+    /// throughput, per ack mode (the OpenMessaging Benchmark's view).
+    Sweep(SweepArgs),
     /// A consumer group's takeover time after a member's SIGKILL and after
     /// a clean leave (cluster only; runs `ringlog consume --group` members).
     Failover(FailoverArgs),
@@ -251,6 +256,61 @@ struct E2eArgs {
     /// Fault injection for testing the checker: send this sequence number of partition 0 twice.
     #[arg(long, hide = true)]
     inject_duplicate: Option<u64>,
+}
+
+#[derive(Args, Debug, Serialize)]
+struct SweepArgs {
+    /// Topic prefix (each ack mode gets its own topic, created if missing).
+    #[arg(long, default_value = "sweep")]
+    topic: String,
+    /// Rates: percentages of the measured maximum, or messages/s.
+    #[arg(long, value_delimiter = ',', default_value = "10%,50%,90%")]
+    rates: Vec<String>,
+    /// Ack modes to sweep.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "written,flushed"
+    )]
+    acks: Vec<Acks>,
+    /// Seconds per run (warm-up included).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds at the start of each run that are not counted.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Partitions of the topics.
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
+    /// Payload bytes (at least 20).
+    #[arg(long, default_value_t = 200)]
+    size: usize,
+    /// Messages per produce request.
+    #[arg(long, default_value_t = 10)]
+    batch: usize,
+    /// Producer threads (at most the partitions).
+    #[arg(long, default_value_t = 1)]
+    producers: usize,
+    /// Consumer threads.
+    #[arg(long, default_value_t = 1)]
+    consumers: usize,
+    /// Write every figure and the environment as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write the latency-against-throughput chart (SVG) here.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+}
+
+/// The JSON of a sweep.
+#[derive(Serialize)]
+struct SweepReport<'a> {
+    workload: &'a str,
+    brokers: &'a str,
+    config: &'a SweepArgs,
+    result: &'a sweep::SweepResult,
+    environment: Environment,
 }
 
 /// The JSON of a custom workload.
@@ -503,6 +563,51 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             plot(&args.common.plot, "consume", &summary)?;
         }
+        Command::Sweep(args) => {
+            anyhow::ensure!(
+                args.warmup < args.duration,
+                "--warmup {} leaves nothing of a {} s run to measure",
+                args.warmup,
+                args.duration
+            );
+            let spec = SweepSpec {
+                brokers: brokers.clone(),
+                topic: args.topic.clone(),
+                partitions: args.partitions,
+                size: args.size,
+                batch: args.batch,
+                producers: args.producers,
+                consumers: args.consumers,
+                acks: args.acks.iter().map(|a| a.mode()).collect(),
+                rates: args
+                    .rates
+                    .iter()
+                    .map(|r| sweep::Rate::parse(r))
+                    .collect::<anyhow::Result<_>>()?,
+                duration: Duration::from_secs_f64(args.duration),
+                warmup: Duration::from_secs_f64(args.warmup),
+            };
+            let result = sweep::run(&spec)?;
+            print!("{}", sweep::table(&result));
+            if let Some(path) = &args.json {
+                write_json(
+                    path,
+                    &SweepReport {
+                        workload: "sweep",
+                        brokers: &brokers,
+                        config: &args,
+                        result: &result,
+                        environment: Environment::detect(),
+                    },
+                )?;
+            }
+            if let Some(dir) = &args.plot {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
+                std::fs::write(dir.join("sweep.svg"), sweep::chart(&result))?;
+                eprintln!("chart written to {}", dir.join("sweep.svg").display());
+            }
+        }
         Command::E2e(args) => {
             let spec = E2eSpec {
                 brokers: brokers.clone(),
@@ -518,8 +623,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 inject_loss: args.inject_loss,
                 inject_duplicate: args.inject_duplicate,
                 grace: Duration::from_secs_f64(args.grace),
+                warmup: Duration::from_secs_f64(args.common.warmup),
             };
-            let (checks, summary) = measure(
+            let (outcome, summary) = measure(
                 "e2e",
                 "received",
                 args.common.messages,
@@ -527,6 +633,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 |stats| e2e::run(&spec, stats),
             )?;
             println!("{}", summary.line("received"));
+            if let Some(publish) = &outcome.publish {
+                println!(
+                    "publish latency (send to acknowledgement): {:.2} ms 50th, {:.2} ms 99th, {:.2} ms 99.9th, {:.2} ms max",
+                    publish.p50_ms, publish.p99_ms, publish.p999_ms, publish.max_ms
+                );
+            }
+            let checks = outcome.checks;
             let total = |f: fn(&e2e::PartitionCheck) -> u64| checks.iter().map(f).sum::<u64>();
             let extra = E2eExtra {
                 sent: total(|c| c.sent),

@@ -350,3 +350,62 @@ fn a_group_of_loadgen_consumers_reads_every_message_once_and_failover_is_measure
     assert!(left < 4.0, "{stdout}");
     eprintln!("{stdout}");
 }
+
+/// Issue 9, item 4: `loadgen sweep` measures the maximum, then runs at
+/// fractions of it and at given rates, and reports publish and end-to-end
+/// percentiles per rate and ack mode, with no message lost.
+#[test]
+fn a_sweep_reports_latency_percentiles_per_rate_and_ack_mode() {
+    let broker = Broker::start(BrokerOptions::default());
+    let dir = TempDir::new("sweep");
+    let report_json = dir.path().join("sweep.json");
+    let (stdout, _) = loadgen(&[
+        "--brokers",
+        &broker.address(),
+        "sweep",
+        "--rates",
+        "50%,2000",
+        "--acks",
+        "written,flushed",
+        "--duration",
+        "1.5",
+        "--warmup",
+        "0.5",
+        "--json",
+        report_json.to_str().unwrap(),
+        "--plot",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(
+        stdout.contains("maximum end-to-end rate, acks written"),
+        "{stdout}"
+    );
+    let report = json(&report_json);
+    let points = report["result"]["points"].as_array().unwrap();
+    assert_eq!(points.len(), 4, "two rates × two ack modes: {report:#}");
+    let maximum = report["result"]["maximum"].as_array().unwrap();
+    assert_eq!(maximum.len(), 2);
+    for point in points {
+        for field in [
+            "publish.p50_ms",
+            "publish.p99_ms",
+            "publish.p999_ms",
+            "e2e.p99_ms",
+            "e2e.max_ms",
+        ] {
+            has(point, field);
+        }
+        assert_eq!(point["lost"], 0, "{point:#}");
+        assert!(point["achieved_msgs_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(points[1]["rate"], "2000");
+    assert_eq!(points[1]["target_msgs_per_sec"], 2000.0);
+    let half = points[0]["target_msgs_per_sec"].as_f64().unwrap();
+    let max = maximum[0][1].as_f64().unwrap();
+    assert!((half - max / 2.0).abs() < 1.0, "{half} is half of {max}");
+    let svg = std::fs::read_to_string(dir.path().join("sweep.svg")).unwrap();
+    assert!(
+        svg.contains("written publish p99"),
+        "the chart has its series"
+    );
+}

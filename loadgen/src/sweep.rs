@@ -1,0 +1,275 @@
+//! Latency under load, as the OpenMessaging Benchmark presents it: for each
+//! ack mode, the maximum end-to-end rate is measured first, then fixed-rate
+//! e2e runs at given fractions of it (or at given rates) report publish and
+//! end-to-end latency percentiles against the throughput achieved.
+//!
+//! Every run is an [`e2e`](crate::e2e) run (its loss / duplicate / order
+//! checks included); latency is measured from each message's intended send
+//! time, so a stall counts against every message it delayed.
+
+use crate::chart::{self, Series};
+use crate::e2e::{self, E2eSpec};
+use crate::stats::{measure, LatencySummary};
+use crate::workload::Length;
+use protocol::client::AckMode;
+use serde::Serialize;
+use std::time::Duration;
+
+/// A rate of a sweep: a fraction of the measured maximum, or messages/s.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum Rate {
+    /// This share of the maximum (0.5 = 50%).
+    Fraction(f64),
+    /// This many messages per second.
+    Absolute(f64),
+}
+
+impl Rate {
+    /// `50%` or `20000`.
+    pub fn parse(text: &str) -> anyhow::Result<Rate> {
+        let text = text.trim();
+        let rate = match text.strip_suffix('%') {
+            Some(percent) => Rate::Fraction(percent.trim().parse::<f64>()? / 100.0),
+            None => Rate::Absolute(text.parse::<f64>()?),
+        };
+        match rate {
+            Rate::Fraction(f) if f > 0.0 && f <= 1.0 => Ok(rate),
+            Rate::Absolute(r) if r > 0.0 => Ok(rate),
+            _ => anyhow::bail!("rate {text:?}: a percentage in (0%, 100%] or messages/s above 0"),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Rate::Fraction(f) => format!("{:.0}%", f * 100.0),
+            Rate::Absolute(r) => format!("{r:.0}"),
+        }
+    }
+}
+
+/// A sweep's settings.
+#[derive(Debug, Clone)]
+pub struct SweepSpec {
+    /// Broker addresses.
+    pub brokers: String,
+    /// Topic prefix; each ack mode gets `<topic>-<mode>`.
+    pub topic: String,
+    /// Partitions of the topics.
+    pub partitions: u32,
+    /// Payload bytes.
+    pub size: usize,
+    /// Messages per produce request.
+    pub batch: usize,
+    /// Producer threads.
+    pub producers: usize,
+    /// Consumer threads.
+    pub consumers: usize,
+    /// Ack modes swept, in order.
+    pub acks: Vec<AckMode>,
+    /// Rates, in order.
+    pub rates: Vec<Rate>,
+    /// Length of each run, warm-up included.
+    pub duration: Duration,
+    /// Start of each run not counted.
+    pub warmup: Duration,
+}
+
+/// One fixed-rate run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepPoint {
+    /// "written" or "flushed" (or "none").
+    pub acks: String,
+    /// The rate asked for, as given ("50%" or a number).
+    pub rate: String,
+    /// Messages/s asked for.
+    pub target_msgs_per_sec: f64,
+    /// Messages/s received end to end.
+    pub achieved_msgs_per_sec: f64,
+    /// Send (intended time) to acknowledgement.
+    pub publish: Option<LatencySummary>,
+    /// Send (intended time) to a consumer's receipt.
+    pub e2e: Option<LatencySummary>,
+    /// Messages never received, received twice, out of order.
+    pub lost: u64,
+    /// Extra copies received.
+    pub duplicated: u64,
+    /// Received after a later one of the same partition.
+    pub out_of_order: u64,
+}
+
+/// A sweep's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepResult {
+    /// (acks, maximum end-to-end messages/s) measured before each mode's rates.
+    pub maximum: Vec<(String, f64)>,
+    /// Every fixed-rate run.
+    pub points: Vec<SweepPoint>,
+}
+
+fn acks_name(acks: AckMode) -> String {
+    format!("{acks:?}").to_lowercase()
+}
+
+/// Runs the sweep, printing a line per run.
+pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
+    let mut result = SweepResult {
+        maximum: Vec::new(),
+        points: Vec::new(),
+    };
+    for &acks in &spec.acks {
+        let name = acks_name(acks);
+        let e2e = |rate: Option<f64>| -> anyhow::Result<(e2e::E2eOutcome, crate::stats::Summary)> {
+            let run = E2eSpec {
+                brokers: spec.brokers.clone(),
+                topic: format!("{}-{name}", spec.topic),
+                partitions: spec.partitions,
+                length: Length::Duration(spec.duration),
+                size: spec.size,
+                batch: spec.batch,
+                acks,
+                rate,
+                producers: spec.producers,
+                consumers: spec.consumers,
+                inject_loss: None,
+                inject_duplicate: None,
+                grace: Duration::from_secs(5),
+                warmup: spec.warmup,
+            };
+            measure(
+                "sweep",
+                "received",
+                None,
+                spec.warmup.as_secs_f64(),
+                |stats| e2e::run(&run, stats),
+            )
+        };
+        let needs_maximum = spec.rates.iter().any(|r| matches!(r, Rate::Fraction(_)));
+        let maximum = if needs_maximum {
+            let (_, summary) = e2e(None)?;
+            eprintln!(
+                "sweep: acks {name}: maximum {} msg/s end to end",
+                chart::format_number(summary.msgs_per_sec)
+            );
+            result.maximum.push((name.clone(), summary.msgs_per_sec));
+            summary.msgs_per_sec
+        } else {
+            0.0
+        };
+        for rate in &spec.rates {
+            let target = match rate {
+                Rate::Fraction(f) => maximum * f,
+                Rate::Absolute(r) => *r,
+            };
+            let (outcome, summary) = e2e(Some(target.max(1.0)))?;
+            let total = |f: fn(&e2e::PartitionCheck) -> u64| outcome.checks.iter().map(f).sum();
+            let point = SweepPoint {
+                acks: name.clone(),
+                rate: rate.label(),
+                target_msgs_per_sec: target,
+                achieved_msgs_per_sec: summary.msgs_per_sec,
+                publish: outcome.publish,
+                e2e: summary.latency,
+                lost: total(|c| c.lost),
+                duplicated: total(|c| c.duplicated),
+                out_of_order: total(|c| c.out_of_order),
+            };
+            eprintln!("sweep: {}", row(&point));
+            result.points.push(point);
+        }
+    }
+    Ok(result)
+}
+
+fn percentiles(latency: &Option<LatencySummary>) -> String {
+    match latency {
+        Some(l) => format!(
+            "{:>7.3} {:>7.3} {:>7.3} {:>7.3}",
+            l.p50_ms, l.p99_ms, l.p999_ms, l.max_ms
+        ),
+        None => format!("{:>31}", "-"),
+    }
+}
+
+fn row(point: &SweepPoint) -> String {
+    format!(
+        "{:<8} {:>6} {:>11} {:>11}  {}  {}  {}/{}/{}",
+        point.acks,
+        point.rate,
+        chart::format_number(point.target_msgs_per_sec),
+        chart::format_number(point.achieved_msgs_per_sec),
+        percentiles(&point.publish),
+        percentiles(&point.e2e),
+        point.lost,
+        point.duplicated,
+        point.out_of_order
+    )
+}
+
+/// The result as a table: one row per run, latencies in milliseconds.
+pub fn table(result: &SweepResult) -> String {
+    let mut out = String::new();
+    for (acks, max) in &result.maximum {
+        out.push_str(&format!(
+            "maximum end-to-end rate, acks {acks}: {} msg/s\n",
+            chart::format_number(*max)
+        ));
+    }
+    out.push_str(&format!(
+        "{:<8} {:>6} {:>11} {:>11}  {:^31}  {:^31}  {}\n",
+        "acks",
+        "rate",
+        "target/s",
+        "achieved/s",
+        "publish p50 p99 p99.9 max (ms)",
+        "e2e p50 p99 p99.9 max (ms)",
+        "lost/dup/ooo"
+    ));
+    for point in &result.points {
+        out.push_str(&row(point));
+        out.push('\n');
+    }
+    out
+}
+
+/// Latency against throughput: p50 and p99 of publish and end-to-end
+/// latency per ack mode (log scale).
+pub fn chart(result: &SweepResult) -> String {
+    let mut series = Vec::new();
+    let mut modes: Vec<&str> = result.points.iter().map(|p| p.acks.as_str()).collect();
+    modes.dedup();
+    for mode in modes {
+        let points: Vec<&SweepPoint> = result.points.iter().filter(|p| p.acks == mode).collect();
+        let line = |name: &str, pick: &dyn Fn(&SweepPoint) -> Option<f64>| Series {
+            name: format!("{mode} {name}"),
+            points: points
+                .iter()
+                .filter_map(|p| Some((p.achieved_msgs_per_sec, pick(p)?)))
+                .collect(),
+        };
+        series.push(line("publish p99", &|p| Some(p.publish.as_ref()?.p99_ms)));
+        series.push(line("e2e p99", &|p| Some(p.e2e.as_ref()?.p99_ms)));
+        series.push(line("e2e p50", &|p| Some(p.e2e.as_ref()?.p50_ms)));
+    }
+    series.retain(|s| !s.points.is_empty());
+    chart::lines(
+        "latency against throughput (fixed-rate e2e runs)",
+        "messages per second (achieved)",
+        "latency, ms",
+        &series,
+        true,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_as_percentages_or_numbers_and_bad_ones_are_refused() {
+        assert_eq!(Rate::parse("50%").unwrap(), Rate::Fraction(0.5));
+        assert_eq!(Rate::parse(" 20000 ").unwrap(), Rate::Absolute(20000.0));
+        for bad in ["0%", "150%", "-3", "fast", ""] {
+            assert!(Rate::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

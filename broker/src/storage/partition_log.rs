@@ -133,7 +133,10 @@ pub struct PartitionLog {
     flushed_messages: u64,
     oldest_unflushed_at: Option<Instant>,
     dirty_files: Vec<Rc<BufferedFile>>,
+    /// The writer task (pending chunks to the files) is running.
     sync_running: bool,
+    /// An fdatasync round is in flight (its own task, beside the writer).
+    flush_running: bool,
     flush_requested: bool,
     /// Set when its topic was deleted (it also counts as poisoned, so
     /// nothing more is written; waiting requests learn UNKNOWN_TOPIC).
@@ -230,6 +233,7 @@ impl PartitionLog {
             oldest_unflushed_at: None,
             dirty_files: Vec::new(),
             sync_running: false,
+            flush_running: false,
             flush_requested: false,
             poisoned: None,
             deleted: false,
@@ -447,6 +451,7 @@ impl PartitionLog {
         !self.deleted
             && (!self.pending.is_empty()
                 || self.sync_running
+                || self.flush_running
                 || self.appended_messages != self.flushed_messages
                 || self.checkpointed_offset != self.flushed_offset)
     }
@@ -846,23 +851,54 @@ pub async fn read(
     }
 }
 
-/// Makes sure the sync task runs: writes pending bytes, and also flushes when
-/// `flush` is set (or an earlier request asked for it).
+/// Makes sure pending bytes are being written, and, when `flush` is set (or
+/// an earlier request asked for it), that a flush follows.
+///
+/// Writing and flushing are two tasks: the writer writes pending chunks as
+/// they come, and a flush round (one at a time) fdatasyncs what was written
+/// when it began. Writes never wait behind an fdatasync, so `acks = written`
+/// costs a write, not a flush; requests for a flush that arrive during one
+/// are covered together by the next round (group commit).
 pub fn request_sync(log: &SharedLog, flush: bool) {
     let mut l = log.borrow_mut();
     if flush {
         l.flush_requested = true;
     }
-    if l.sync_running || l.poisoned.is_some() {
+    if l.poisoned.is_some() {
         return;
     }
-    if l.pending.is_empty() && !(l.flush_requested && l.written_offset > l.flushed_offset) {
+    if !l.sync_running && !l.pending.is_empty() {
+        l.sync_running = true;
+        drop(l);
+        glommio::spawn_local(run_sync(log.clone())).detach();
+        return;
+    }
+    if !l.sync_running {
+        drop(l);
+        start_flush(log);
+    }
+}
+
+/// Starts a flush round if one was asked for, none is in flight and the
+/// writer has nothing queued ahead of it (it starts one when done).
+fn start_flush(log: &SharedLog) {
+    let mut l = log.borrow_mut();
+    if !l.flush_requested || l.flush_running || l.poisoned.is_some() {
+        return;
+    }
+    if l.written_offset <= l.flushed_offset && l.dirty_files.is_empty() {
         l.flush_requested = false;
         return;
     }
-    l.sync_running = true;
+    l.flush_requested = false;
+    l.flush_running = true;
+    let round = FlushRound {
+        files: std::mem::take(&mut l.dirty_files),
+        target: l.written_offset,
+        messages: l.written_messages,
+    };
     drop(l);
-    glommio::spawn_local(run_sync(log.clone())).detach();
+    glommio::spawn_local(run_flush(log.clone(), round)).detach();
 }
 
 /// Writes and flushes everything appended so far and waits for it (graceful
@@ -880,7 +916,7 @@ pub async fn sync_all(log: &SharedLog) -> Result<(), StorageError> {
             if l.poisoned.is_some() || l.dropped(epoch, target).is_some() {
                 return true;
             }
-            if l.flushed_offset < target && !l.sync_running {
+            if l.flushed_offset < target && !l.sync_running && !l.flush_running {
                 drop(l);
                 request_sync(log, true);
                 return false;
@@ -903,21 +939,26 @@ pub async fn sync_all(log: &SharedLog) -> Result<(), StorageError> {
 
 async fn run_sync(log: SharedLog) {
     loop {
-        let (chunks, flush) = {
+        let chunks = {
             let mut l = log.borrow_mut();
-            let chunks = std::mem::take(&mut l.pending);
             l.pending_bytes = 0;
-            let flush = std::mem::take(&mut l.flush_requested);
-            (chunks, flush)
+            std::mem::take(&mut l.pending)
         };
-        if chunks.is_empty() && !flush {
+        if chunks.is_empty() {
             log.borrow_mut().sync_running = false;
+            // Everything is written: a requested flush can cover it all.
+            start_flush(&log);
             return;
         }
-        let error = match sync_once(&log, chunks, flush).await {
-            Ok(()) => continue,
-            Err(SyncError::Write(error)) if error.is_transient() => error,
-            Err(SyncError::Write(error) | SyncError::Flush(error)) => {
+        let error = match write_chunks(&log, chunks).await {
+            Ok(()) => {
+                // A flush asked for while these were written starts now,
+                // beside the next writes.
+                start_flush(&log);
+                continue;
+            }
+            Err(error) if error.is_transient() => error,
+            Err(error) => {
                 let mut l = log.borrow_mut();
                 if l.poisoned.is_none() {
                     l.poison(error.to_string());
@@ -941,27 +982,24 @@ async fn run_sync(log: SharedLog) {
     }
 }
 
-/// Where a sync round failed: writing (maybe transient) or flushing (never).
-enum SyncError {
-    Write(StorageError),
-    Flush(StorageError),
+/// What one flush round covers: the files written since the last round,
+/// up to `target`.
+struct FlushRound {
+    files: Vec<Rc<BufferedFile>>,
+    target: u64,
+    messages: u64,
 }
 
-async fn sync_once(
-    log: &SharedLog,
-    chunks: Vec<PendingChunk>,
-    flush: bool,
-) -> Result<(), SyncError> {
+/// Writes pending chunks in order, advancing `written_offset` after each.
+async fn write_chunks(log: &SharedLog, chunks: Vec<PendingChunk>) -> Result<(), StorageError> {
     for chunk in chunks {
         if let Some(reason) = &log.borrow().poisoned {
-            return Err(SyncError::Write(StorageError::Poisoned(reason.clone())));
+            return Err(StorageError::Poisoned(reason.clone()));
         }
         if let Some(delay) = crate::faults::Faults::get().write_delay {
             glommio::timer::sleep(delay).await;
         }
-        let file = segment_file(log, chunk.segment_base)
-            .await
-            .map_err(SyncError::Write)?;
+        let file = segment_file(log, chunk.segment_base).await?;
         let path = log
             .borrow()
             .dir
@@ -973,15 +1011,15 @@ async fn sync_once(
         let written = file
             .write_at(chunk.bytes, chunk.position)
             .await
-            .map_err(|e| SyncError::Write(StorageError::io("writing", &path, os_error(e))))?;
+            .map_err(|e| StorageError::io("writing", &path, os_error(e)))?;
         if written != len {
             // A short write on a regular file: the disk filled up mid-way
             // (a failing disk answers EIO instead).
-            return Err(SyncError::Write(StorageError::io(
+            return Err(StorageError::io(
                 "writing",
                 &path,
                 std::io::Error::from_raw_os_error(libc::ENOSPC),
-            )));
+            ));
         }
         let mut l = log.borrow_mut();
         assert_eq!(
@@ -998,26 +1036,40 @@ async fn sync_once(
         l.check_offsets();
         l.watermarks.notify_all();
     }
-    if flush {
-        let (files, target, messages) = {
-            let mut l = log.borrow_mut();
-            (
-                std::mem::take(&mut l.dirty_files),
-                l.written_offset,
-                l.written_messages,
-            )
-        };
-        let started = Instant::now();
-        if let Some(delay) = crate::faults::Faults::get().sync_delay {
-            glommio::timer::sleep(delay).await;
-        }
-        for file in &files {
+    Ok(())
+}
+
+/// One flush round: fdatasync of the round's files, then `flushed_offset`
+/// moves to its target. A failure poisons the partition (the kernel may
+/// have dropped the dirty pages: what was written is no longer known to be
+/// on disk). Starts the next round if more flushes were asked for.
+async fn run_flush(log: SharedLog, round: FlushRound) {
+    let FlushRound {
+        files,
+        target,
+        messages,
+    } = round;
+    let started = Instant::now();
+    if let Some(delay) = crate::faults::Faults::get().sync_delay {
+        glommio::timer::sleep(delay).await;
+    }
+    let mut failure = None;
+    for file in &files {
+        if let Err(e) = file.fdatasync().await {
             let path = file.path().map(|p| p.to_path_buf()).unwrap_or_default();
-            file.fdatasync()
-                .await
-                .map_err(|e| SyncError::Flush(StorageError::io("fdatasync", path, os_error(e))))?;
+            failure = Some(StorageError::io("fdatasync", path, os_error(e)));
+            break;
         }
+    }
+    {
         let mut l = log.borrow_mut();
+        l.flush_running = false;
+        if let Some(error) = failure {
+            if l.poisoned.is_none() {
+                l.poison(error.to_string());
+            }
+            return;
+        }
         metrics::bump(&l.flush_stats.flushes, 1);
         metrics::record_us(
             &l.flush_stats.latency_us,
@@ -1026,7 +1078,7 @@ async fn sync_once(
         if target > l.flushed_offset {
             l.flushed_offset = target;
         }
-        l.flushed_messages = messages;
+        l.flushed_messages = l.flushed_messages.max(messages);
         l.oldest_unflushed_at = if l.flushed_messages == l.appended_messages {
             None
         } else {
@@ -1039,7 +1091,7 @@ async fn sync_once(
         l.check_offsets();
         l.watermarks.notify_all();
     }
-    Ok(())
+    start_flush(&log);
 }
 
 /// The file of the segment starting at `base`, created on first use.

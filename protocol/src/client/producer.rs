@@ -269,6 +269,8 @@ struct Lane {
     reader: Option<JoinHandle<()>>,
     next_request_id: u32,
     unflushed: bool,
+    /// When buffered requests were last pushed to the socket.
+    last_flush: Instant,
     /// A write failed: nothing more goes out on it.
     broken: bool,
     /// It was closed because a request waited past the request timeout.
@@ -335,6 +337,11 @@ struct Inner {
 }
 
 const SPARE_BUFFERS: usize = 16;
+
+/// The longest a written request waits in the connection's buffer for
+/// company before it is pushed to the socket (the linger thread pushes
+/// whatever is left at its next tick).
+const FLUSH_DELAY_MAX: Duration = Duration::from_micros(100);
 
 struct Shared {
     setup: Setup,
@@ -958,7 +965,7 @@ impl Inner {
         pending.sent_at = Instant::now();
         lane.next_request_id = lane.next_request_id.wrapping_add(1);
         let bytes = pending.bytes.clone();
-        let spare = {
+        let (spare, idle) = {
             let mut counts = lock(&lane.state.counts);
             counts.written += 1;
             if acks == AckMode::None {
@@ -968,7 +975,7 @@ impl Inner {
                 counts.in_flight_bytes += pending.bytes.len();
                 counts.in_flight.push_back(pending);
             }
-            counts.spare.pop()
+            (counts.spare.pop(), counts.in_flight.len() <= 1)
         };
         let written = lane
             .writer
@@ -976,6 +983,19 @@ impl Inner {
             .and_then(|()| lane.writer.write_all(header))
             .and_then(|()| lane.writer.write_all(&bytes));
         lane.unflushed = true;
+        // Requests wait in the buffer to share a write with the next ones,
+        // but not when the connection is idle (nothing to share with) and
+        // never more than FLUSH_DELAY_MAX: latency stays low at any rate,
+        // and a busy connection still writes many requests per syscall.
+        let due = (idle && acks != AckMode::None) || lane.last_flush.elapsed() >= FLUSH_DELAY_MAX;
+        let written = written.and_then(|()| {
+            if due {
+                lane.unflushed = false;
+                lane.last_flush = Instant::now();
+                lane.writer.flush()?;
+            }
+            Ok(())
+        });
         if written.is_err() {
             // The reader sees the same broken socket; what was in flight is
             // collected and resent after a reconnect.
@@ -994,7 +1014,11 @@ impl Inner {
     /// Pushes buffered requests out.
     fn flush_writers(&mut self) {
         for lane in &mut self.lanes {
-            if std::mem::take(&mut lane.unflushed) && lane.writer.flush().is_err() {
+            if !std::mem::take(&mut lane.unflushed) {
+                continue;
+            }
+            lane.last_flush = Instant::now();
+            if lane.writer.flush().is_err() {
                 lane.broken = true;
                 self.reconnect = true;
             }
@@ -1376,6 +1400,7 @@ fn open_lane(setup: &Setup, events: &Arc<Events>, address: &str) -> Result<Lane,
         reader: Some(handle),
         next_request_id: 1,
         unflushed: false,
+        last_flush: Instant::now(),
         broken: false,
         timed_out: false,
     })

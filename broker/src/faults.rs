@@ -13,6 +13,7 @@
 //! |-----------------|---------------------------------------------------------|
 //! | `sync_delay_ms` | every flush waits this long before its fdatasync        |
 //! | `write_delay_ms`| every chunk write waits this long before it starts     |
+//! | `cold_read_delay_ms` | every read of uncached fetch bytes takes this much longer (a slow disk) |
 //!
 //! Unset (always, in production) every fault is off and costs one load of a
 //! `OnceLock`. An unknown or malformed entry stops the broker at start: a
@@ -32,6 +33,9 @@ pub struct Faults {
     /// Delay before every write of a pending chunk (a disk slower than the
     /// producers).
     pub write_delay: Option<Duration>,
+    /// Delay added to every read of fetch bytes that are not in the page
+    /// cache (a slow disk; the shard must stay responsive meanwhile).
+    pub cold_read_delay: Option<Duration>,
 }
 
 static FAULTS: OnceLock<Faults> = OnceLock::new();
@@ -50,6 +54,9 @@ impl Faults {
             match name {
                 "sync_delay_ms" => faults.sync_delay = Some(Duration::from_millis(number)),
                 "write_delay_ms" => faults.write_delay = Some(Duration::from_millis(number)),
+                "cold_read_delay_ms" => {
+                    faults.cold_read_delay = Some(Duration::from_millis(number))
+                }
                 other => return Err(format!("{FAULTS_ENV}: unknown fault `{other}`")),
             }
         }

@@ -25,6 +25,7 @@
 //! within `frame_timeout_ms`, and a connection with nothing to read and no
 //! response pending is closed after `idle_timeout_ms`.
 
+use super::cold;
 use super::sendfile::{self, Sent};
 use crate::handler::{self, Dispatched, Later, Payload, Response};
 use crate::limits::{HANDSHAKE_FRAME_BYTES_MAX, READ_BUFFER_BYTES};
@@ -523,8 +524,10 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
     }
 }
 
-/// Sends `len` bytes of `file` from `position` (see `sendfile.rs`). Bytes
-/// are counted as they go, so a stalled transfer shows in the metrics.
+/// Sends `len` bytes of `file` from `position`: pieces in the page cache
+/// with sendfile (see `sendfile.rs`), pieces that are not read off the
+/// shard's thread (see `cold.rs`). Bytes are counted as they go, so a
+/// stalled transfer shows in the metrics.
 async fn send_range(
     shard: &Shard,
     conn: &Conn,
@@ -539,7 +542,23 @@ async fn send_range(
         )
     };
     while len > 0 {
-        match sendfile::sendfile_once(conn.fd, file, position, len)? {
+        let piece = len.min(cold::PIECE_BYTES);
+        if !cold::resident(file, position, piece) {
+            let bytes = cold::read(file, position, piece).await?;
+            if bytes.is_empty() {
+                return Err(short());
+            }
+            crate::metrics::bump(
+                &shard.metrics.counters.fetch_cold_bytes_total,
+                bytes.len() as u64,
+            );
+            write_all(conn, &bytes).await?;
+            position += bytes.len() as u64;
+            len -= bytes.len();
+            continue;
+        }
+        cold::read_ahead_if_needed(file, position + piece as u64);
+        match sendfile::sendfile_once(conn.fd, file, position, piece)? {
             Sent::Bytes(0) => return Err(short()),
             Sent::Bytes(n) => {
                 position += n as u64;
@@ -547,7 +566,7 @@ async fn send_range(
                 sendfile::count(&shard.metrics, n, 0);
             }
             Sent::WouldBlock => {
-                let piece = sendfile::read_fallback_piece(file, position, len)?;
+                let piece = sendfile::read_fallback_piece(file, position, piece)?;
                 if piece.is_empty() {
                     return Err(short());
                 }

@@ -1,5 +1,6 @@
 //! Networking: one listener per shard, connections, and the zero-copy path.
 
+pub mod cold;
 pub mod connection;
 pub mod listener;
 pub mod sendfile;

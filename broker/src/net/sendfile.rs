@@ -15,8 +15,9 @@
 //! Copies per path: sendfile — none in userspace (page cache → socket);
 //! fallback — one small copy per full-socket event, counted in
 //! `fetch_copied_bytes_total` next to `fetch_zero_copy_bytes_total`.
-//! A page-cache miss still makes sendfile read from disk synchronously: the
-//! paper's design assumes consumers read recent, cached data.
+//! sendfile would read a page-cache miss from disk synchronously, stopping
+//! the shard: `cold.rs` checks residency first and reads misses off the
+//! shard's thread.
 
 use crate::limits::SENDFILE_FALLBACK_BYTES;
 use crate::metrics::{bump, ShardMetrics};

@@ -94,7 +94,8 @@ pub fn resident(file: RawFd, position: u64, len: usize) -> bool {
         }
         return true;
     }
-    stat.nr_cache >= last - first + 1
+    let pages = last - first + 1;
+    stat.nr_cache >= pages
 }
 
 fn duplicate(file: RawFd) -> io::Result<OwnedFd> {

@@ -15,6 +15,7 @@ pub mod chart;
 pub mod e2e;
 pub mod failover;
 pub mod group;
+pub mod loopback;
 pub mod paper;
 pub mod peers;
 pub mod report;

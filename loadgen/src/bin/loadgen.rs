@@ -71,6 +71,17 @@ enum Command {
     /// A consumer group's takeover time after a member's SIGKILL and after
     /// a clean leave (cluster only; runs `ringlog consume --group` members).
     Failover(FailoverArgs),
+    /// The ceiling for one consumer on this host: sendfile of a cached file
+    /// through a loopback TCP connection to a reader (no broker, no
+    /// parsing), best of several rounds.
+    Loopback {
+        /// Bytes per round.
+        #[arg(long, default_value_t = 2 << 30)]
+        bytes: u64,
+        /// Rounds (the best is reported).
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+    },
     /// Redraw the charts of an earlier `paper` run from its paper.json.
     Replot {
         /// The paper.json to read.
@@ -413,6 +424,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 fetch_bytes: args.fetch_bytes,
             };
             paper::run(&spec)?;
+        }
+        Command::Loopback { bytes, rounds } => {
+            let mut best = 0f64;
+            for _ in 0..rounds.max(1) {
+                let rate = loadgen::loopback::sendfile_bandwidth(bytes)?;
+                eprintln!("loopback sendfile: {:.1} MB/s", rate / 1e6);
+                best = best.max(rate);
+            }
+            println!(
+                "loopback sendfile bandwidth: {:.1} MB/s (best of {rounds} × {} bytes)",
+                best / 1e6,
+                bytes
+            );
         }
         Command::Replot { json, plot } => {
             let dir = plot.unwrap_or_else(|| json.parent().map(PathBuf::from).unwrap_or_default());

@@ -3,7 +3,7 @@
 //! e2e runs at given fractions of it (or at given rates) report publish and
 //! end-to-end latency percentiles against the throughput achieved.
 //!
-//! Every run is an [`e2e`](crate::e2e) run (its loss / duplicate / order
+//! Every run is an [`e2e`](crate::e2e::run) run (its loss / duplicate / order
 //! checks included); latency is measured from each message's intended send
 //! time, so a stall counts against every message it delayed.
 

@@ -165,7 +165,7 @@ pub async fn read(file: RawFd, position: u64, len: usize) -> io::Result<Vec<u8>>
 
 /// Starts the next read-ahead window in the background when the current
 /// one's last page is not cached: a consumer reading from the cache keeps
-/// the disk busy ahead of it. At most [`READ_AHEADS_MAX`] per shard.
+/// the disk busy ahead of it. At most `READ_AHEADS_MAX` (4) per shard.
 pub fn read_ahead_if_needed(file: RawFd, next: u64) {
     let window_end = next + READ_AHEAD_BYTES - PAGE;
     if resident(file, window_end, 1) || READ_AHEADS.with(Cell::get) >= READ_AHEADS_MAX {

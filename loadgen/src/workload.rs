@@ -12,7 +12,7 @@ use crate::stats::Stats;
 use anyhow::{bail, Context};
 use protocol::client::{
     AckMode, Client, ClientConfig, Connection, Consumer, OffsetSpec, OutOfRange, Partitioner,
-    Producer, ProducerConfig, TopicSettings,
+    Producer, ProducerConfig, Start, TopicConsumer, TopicConsumerConfig, TopicSettings,
 };
 use protocol::message::MESSAGE_HEADER_BYTES;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -232,6 +232,14 @@ fn produce_thread(
             inflight_max: 4096,
             // Room for 4,096 requests of large batches in flight.
             buffer_bytes_max: 512 * 1024 * 1024,
+            // Unpaced runs measure throughput: requests share writes until
+            // the buffer fills (as batches share requests); paced runs
+            // measure latency.
+            flush_delay: if rate.is_some() {
+                Duration::from_micros(100)
+            } else {
+                Duration::from_secs(3600)
+            },
             shard_aware: spec.shard_aware,
             delivery_reports: false,
             track_latency: spec.acks != AckMode::None,
@@ -317,10 +325,62 @@ pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
         let started = started.clone();
         let metadata = metadata.clone();
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
+            let assigned: Vec<u32> = (0..partitions)
+                .filter(|p| *p as usize % consumers == index)
+                .collect();
+            if assigned.len() > 1 {
+                // Several partitions: one topic consumer, whose fetches are
+                // pipelined on one connection per shard, instead of a round
+                // trip per partition in turn.
+                let setup = (|| -> anyhow::Result<TopicConsumer> {
+                    let client = Client::connect(&spec.brokers)?;
+                    let start = Start::At(assigned.iter().map(|&p| (p, 0)).collect());
+                    let config = TopicConsumerConfig {
+                        max_bytes: spec.fetch_bytes,
+                        out_of_range: OutOfRange::Earliest,
+                        ..TopicConsumerConfig::default()
+                    };
+                    Ok(TopicConsumer::for_partitions(
+                        &client,
+                        &spec.topic,
+                        &assigned,
+                        start,
+                        config,
+                    )?)
+                })();
+                ready.wait();
+                go.wait();
+                let mut reader = setup?;
+                let started = *started.lock().unwrap_or_else(|p| p.into_inner());
+                let mut last_progress = Instant::now();
+                loop {
+                    let done = match spec.length {
+                        Length::Messages(n) => received.load(Ordering::Relaxed) >= n,
+                        Length::Duration(d) => started.elapsed() >= d,
+                    };
+                    if done {
+                        return Ok(());
+                    }
+                    let batch = reader.poll(Duration::from_millis(100))?;
+                    if batch.is_empty() {
+                        if last_progress.elapsed() > Duration::from_secs(10) {
+                            bail!(
+                                "read {} messages in all; nothing new for 10 s",
+                                received.load(Ordering::Relaxed)
+                            );
+                        }
+                        continue;
+                    }
+                    let bytes: u64 = batch.iter().map(|m| m.value.len() as u64).sum();
+                    stats.add(batch.len() as u64, bytes);
+                    received.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    last_progress = Instant::now();
+                }
+            }
             let setup = (|| -> anyhow::Result<Vec<Consumer>> {
                 let client = Client::connect(&spec.brokers)?;
                 let mut mine = Vec::new();
-                for p in (0..partitions).filter(|p| *p as usize % consumers == index) {
+                for &p in &assigned {
                     // From offset 0, moved to the first retained offset if
                     // retention removed it: no ListOffsets round trip each.
                     let address = client.owner_address(&metadata, &spec.topic, p);

@@ -95,6 +95,11 @@ pub struct ProducerConfig {
     /// batches waiting to be resent (acks other than None); past it `send`
     /// waits (at most the client's `flush_timeout`). Default 32 MiB.
     pub buffer_bytes_max: usize,
+    /// How long a written request may wait in its connection's buffer to
+    /// share one write (one syscall) with the next requests, unless the
+    /// connection is idle (then it goes at once). Longer means fewer
+    /// syscalls for many small requests and more latency. Default 100 µs.
+    pub flush_delay: Duration,
     /// Connect to each partition's owning shard (true) or send everything
     /// through the bootstrap address and let the broker forward (false).
     /// Default true.
@@ -120,6 +125,7 @@ impl Default for ProducerConfig {
             partitioner: Partitioner::KeyHashOrRandom,
             inflight_max: 1024,
             buffer_bytes_max: 32 * 1024 * 1024,
+            flush_delay: Duration::from_micros(100),
             shard_aware: true,
             delivery_reports: false,
             track_latency: false,
@@ -337,11 +343,6 @@ struct Inner {
 }
 
 const SPARE_BUFFERS: usize = 16;
-
-/// The longest a written request waits in the connection's buffer for
-/// company before it is pushed to the socket (the linger thread pushes
-/// whatever is left at its next tick).
-const FLUSH_DELAY_MAX: Duration = Duration::from_micros(100);
 
 struct Shared {
     setup: Setup,
@@ -985,9 +986,10 @@ impl Inner {
         lane.unflushed = true;
         // Requests wait in the buffer to share a write with the next ones,
         // but not when the connection is idle (nothing to share with) and
-        // never more than FLUSH_DELAY_MAX: latency stays low at any rate,
-        // and a busy connection still writes many requests per syscall.
-        let due = (idle && acks != AckMode::None) || lane.last_flush.elapsed() >= FLUSH_DELAY_MAX;
+        // not longer than `flush_delay` (the linger thread's tick pushes
+        // what is left when no further request comes).
+        let due = (idle && acks != AckMode::None)
+            || lane.last_flush.elapsed() >= setup.config.flush_delay;
         let written = written.and_then(|()| {
             if due {
                 lane.unflushed = false;

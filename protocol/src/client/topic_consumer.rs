@@ -187,16 +187,51 @@ impl TopicConsumer {
         start: Start,
         config: TopicConsumerConfig,
     ) -> Result<TopicConsumer, ClientError> {
+        TopicConsumer::start(client, topic, None, start, config)
+    }
+
+    /// Starts fetching the given partitions of `topic` from `start` (a
+    /// share of a topic read by several consumers, each its own set).
+    pub fn for_partitions(
+        client: &Client,
+        topic: &str,
+        partitions: &[u32],
+        start: Start,
+        config: TopicConsumerConfig,
+    ) -> Result<TopicConsumer, ClientError> {
+        TopicConsumer::start(client, topic, Some(partitions), start, config)
+    }
+
+    fn start(
+        client: &Client,
+        topic: &str,
+        only: Option<&[u32]>,
+        start: Start,
+        config: TopicConsumerConfig,
+    ) -> Result<TopicConsumer, ClientError> {
         let metadata = client.metadata(&[topic])?;
         let topic_meta = metadata
             .topics
             .iter()
             .find(|t| t.name == topic)
             .ok_or_else(|| ClientError::Usage(format!("unknown topic {topic:?}")))?;
+        if let Some(&missing) = only
+            .unwrap_or_default()
+            .iter()
+            .find(|p| **p as usize >= topic_meta.partitions.len())
+        {
+            return Err(ClientError::Usage(format!(
+                "topic {topic:?} has partitions 0..{}, not {missing}",
+                topic_meta.partitions.len()
+            )));
+        }
         let mut by_address: BTreeMap<String, Vec<Cursor>> = BTreeMap::new();
         let mut positions = BTreeMap::new();
         for placement in &topic_meta.partitions {
             let partition = placement.partition;
+            if only.is_some_and(|only| !only.contains(&partition)) {
+                continue;
+            }
             let Some(shard) = metadata.owner_address(topic, partition) else {
                 return Err(ClientError::PartitionUnavailable {
                     topic: topic.to_string(),

@@ -78,6 +78,9 @@ fn a_broker_killed_and_restarted_mid_run_is_a_pause_for_producers_and_consumers(
     let mut producer = reporting_producer(&client, "steady", AckMode::Flushed);
     let mut consumer = Consumer::new(&client, "steady", 0, 0).unwrap();
     consumer.set_max_wait_ms(0);
+    // A topic consumer made before the crash, polled across it.
+    let mut whole =
+        TopicConsumer::new(&client, "steady", Start::Earliest, Default::default()).unwrap();
     let mut receipts = Vec::new();
     let mut send = |producer: &mut Producer, range: std::ops::Range<u64>| {
         for i in range {
@@ -151,6 +154,21 @@ fn a_broker_killed_and_restarted_mid_run_is_a_pause_for_producers_and_consumers(
     // (at least once); none here if the kill came before their write.
     assert!(copies >= 20_000, "{copies}");
     assert_eq!(first_copies, vec![10_000, 10_000]);
+
+    // The topic consumer's fetchers reconnected on their own: it reads
+    // every message too.
+    let mut distinct = std::collections::HashSet::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while distinct.len() < 20_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} of 20,000",
+            distinct.len()
+        );
+        for m in whole.poll(Duration::from_secs(1)).unwrap() {
+            distinct.insert(check_numbered_payload(&m.value, PAYLOAD));
+        }
+    }
 }
 
 /// `flush` reported only the first error and a running count, and one

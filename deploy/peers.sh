@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# The paper's competitors, on loopback, for `loadgen paper`:
+# The paper's competitors and today's peers, on loopback, for `loadgen paper`:
 #   RabbitMQ 3.10 (Debian rabbitmq-server): AMQP 0-9-1 on 127.0.0.1:5672
 #   ActiveMQ 5.17 (Debian activemq):        STOMP on 127.0.0.1:61613
+#   NATS 2.9 (Debian nats-server):          JetStream, file storage, on 127.0.0.1:4222
+#   Redis 7.0 (Debian redis-server):        Streams, AOF fsync everysec, on 127.0.0.1:6379
 # Each starts with a fresh data directory under $RINGLOG_PEERS_DIR (default
 # /tmp/ringlog-peers) and persistent storage flushed asynchronously, as in
 # the paper (RabbitMQ's message store fsyncs in the background; ActiveMQ's
 # KahaDB runs with enableJournalDiskSyncs="false").
 #
-#   deploy/peers.sh install            apt-get install both (needs root)
-#   deploy/peers.sh start [SYSTEM]     start both, or rabbitmq / activemq
+# NATS flushes JetStream files on its own interval (sync_interval, 2 min
+# by default) and Redis fsyncs its append-only file every second: both
+# asynchronous, like the others here.
+#
+#   deploy/peers.sh install            apt-get install all four (needs root)
+#   deploy/peers.sh start [SYSTEM]     start all (NATS and Redis if installed), or rabbitmq / activemq / nats / redis
 #   deploy/peers.sh stop [SYSTEM]      stop and delete their data
 #   deploy/peers.sh status             which are reachable
 set -euo pipefail
@@ -35,7 +41,77 @@ wait_port() {
 install() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
-    apt-get install -y -q rabbitmq-server activemq
+    apt-get install -y -q rabbitmq-server activemq nats-server redis-server
+}
+
+start_nats() {
+    if ! command -v nats-server >/dev/null; then
+        # `start` without a system starts what is installed; naming it
+        # asks for it.
+        if [[ "$what" == all ]]; then echo "nats: not installed, skipped (deploy/peers.sh install)"; return 0; fi
+        echo "peers.sh: NATS is not installed: run deploy/peers.sh install" >&2
+        return 1
+    fi
+    if port_open 4222; then echo "nats: already listening on 127.0.0.1:4222"; return 0; fi
+    local base="$dir/nats"
+    rm -rf "$base"
+    mkdir -p "$base/jetstream"
+    printf 'listen: 127.0.0.1:4222\njetstream {\n  store_dir: "%s"\n  max_memory_store: 1GB\n  max_file_store: 40GB\n}\n' \
+        "$base/jetstream" >"$base/nats.conf"
+    # Output to a file: a caller reading this script's output waits for
+    # every writer of the pipe to close it.
+    nats-server -c "$base/nats.conf" -l "$base/nats.log" >"$base/stdout.log" 2>&1 &
+    echo $! >"$base/nats.pid"
+    wait_port 4222 NATS "$base/nats.log"
+    echo "nats: listening on 127.0.0.1:4222 (JetStream), data in $base/jetstream"
+}
+
+stop_nats() {
+    local base="$dir/nats"
+    if [[ -f "$base/nats.pid" ]]; then
+        local pid
+        pid="$(cat "$base/nats.pid")"
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$pid" 2>/dev/null || true
+        rm -rf "$base"
+        echo "nats: stopped"
+    fi
+}
+
+start_redis() {
+    if ! command -v redis-server >/dev/null; then
+        # `start` without a system starts what is installed; naming it
+        # asks for it.
+        if [[ "$what" == all ]]; then echo "redis: not installed, skipped (deploy/peers.sh install)"; return 0; fi
+        echo "peers.sh: Redis is not installed: run deploy/peers.sh install" >&2
+        return 1
+    fi
+    if port_open 6379; then echo "redis: already listening on 127.0.0.1:6379"; return 0; fi
+    local base="$dir/redis"
+    rm -rf "$base"
+    mkdir -p "$base"
+    # Persistence as a log would have it: the append-only file, fsynced
+    # every second; no RDB snapshots (they would copy the whole dataset).
+    redis-server --bind 127.0.0.1 --port 6379 --dir "$base" \
+        --appendonly yes --appendfsync everysec --save "" \
+        --logfile "$base/redis.log" --daemonize no >"$base/stdout.log" 2>&1 &
+    echo $! >"$base/redis.pid"
+    wait_port 6379 Redis "$base/redis.log"
+    echo "redis: listening on 127.0.0.1:6379 (AOF everysec), data in $base"
+}
+
+stop_redis() {
+    local base="$dir/redis"
+    if [[ -f "$base/redis.pid" ]]; then
+        local pid
+        pid="$(cat "$base/redis.pid")"
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$pid" 2>/dev/null || true
+        rm -rf "$base"
+        echo "redis: stopped"
+    fi
 }
 
 rabbit_env() {
@@ -148,17 +224,23 @@ case "${1:-}" in
     start)
         want rabbitmq && start_rabbitmq
         want activemq && start_activemq
+        want nats && start_nats
+        want redis && start_redis
         ;;
     stop)
         want rabbitmq && stop_rabbitmq
         want activemq && stop_activemq
+        want nats && stop_nats
+        want redis && stop_redis
         ;;
     status)
         port_open 5672 && echo "rabbitmq: up (127.0.0.1:5672)" || echo "rabbitmq: down"
         port_open 61613 && echo "activemq: up (127.0.0.1:61613)" || echo "activemq: down"
+        port_open 4222 && echo "nats: up (127.0.0.1:4222)" || echo "nats: down"
+        port_open 6379 && echo "redis: up (127.0.0.1:6379)" || echo "redis: down"
         ;;
     *)
-        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'
         exit 2
         ;;
 esac

@@ -15,7 +15,7 @@ exec > >(tee "$here/${RINGLOG_LOG:-run.log}") 2>&1
 "$bin/broker" --data-dir "$data" --listen "$brokers" --shards 2 \
     --metrics-listen 127.0.0.1:19959 >>"$data.log" 2>&1 &
 pid=$!
-trap 'kill $pid; wait $pid || true; rm -rf "$data" "$data.log"' EXIT
+trap 'kill $pid; wait $pid || true; rm -rf "$data" "$data.log" "$data.tail"' EXIT
 until "$bin/ringlog" --brokers "$brokers" topic list >/dev/null 2>&1; do sleep 0.05; done
 echo "== $(date -u) $(git rev-parse --short HEAD); $(nproc) cores; kernel $(uname -r)"
 rl() { "$bin/ringlog" --brokers "$brokers" "$@"; }

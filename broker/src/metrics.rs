@@ -56,7 +56,7 @@ counters! {
     fetch_bytes_total: "Log bytes sent to consumers",
     fetch_zero_copy_bytes_total: "Log bytes sent with sendfile (never in userspace)",
     fetch_copied_bytes_total: "Log bytes copied through userspace while waiting for a full socket",
-    fetch_cold_bytes_total: "Log bytes not in the page cache, read off the shard's thread and sent as a copy",
+    fetch_cold_bytes_total: "Log bytes not in the page cache when fetched: read into it off the shard's thread, then sent with sendfile",
     segments_deleted_total: "Segments removed by retention",
     segments_damaged_total: "Closed segments recovery found damaged and kept (consumers skip the damaged messages; see the broker log)",
     recovery_bytes_cut_total: "Bytes recovery cut off torn tails at start",

@@ -6,9 +6,13 @@
 //! of the shard for a disk read. So before each piece of a fetch the range
 //! is checked with `cachestat(2)` (Linux 6.5+; a count of cached pages, no
 //! copy, never blocks). A resident piece goes out with `sendfile`, zero
-//! copy. A piece that is not is read on glommio's blocking thread pool
-//! (`pread`, one copy) and written with the shard's async socket write,
-//! while the reactor serves the other connections; the same thread also
+//! copy. A piece that is not is first read into the page cache on glommio's
+//! blocking thread pool (`pread` into a scratch buffer that thread reuses),
+//! while the reactor serves the other connections, and then goes out with
+//! `sendfile` too: no copy reaches the socket and no buffer is held per
+//! connection, so a client that reads slowly pins no memory. (Pages evicted
+//! again in between would make that sendfile read them; under such memory
+//! pressure that is rare and short.) The blocking thread also
 //! asks the kernel to read [`READ_AHEAD_BYTES`] beyond it
 //! (`POSIX_FADV_WILLNEED`, asynchronous), so a consumer catching up from
 //! disk finds its next fetches in the cache and keeps the disk busy ahead
@@ -121,10 +125,17 @@ fn will_need(file: RawFd, position: u64, len: u64) {
     };
 }
 
-/// Reads `[position, position + len)` of `file` on the blocking thread pool
-/// and starts the kernel's read of the [`READ_AHEAD_BYTES`] after it. The
-/// result may be shorter at the end of the file.
-pub async fn read(file: RawFd, position: u64, len: usize) -> io::Result<Vec<u8>> {
+/// Brings `[position, position + len)` of `file` into the page cache on the
+/// blocking thread pool (a `pread` into that thread's scratch buffer, then
+/// thrown away) and starts the kernel's read of the [`READ_AHEAD_BYTES`]
+/// after it. Returns the bytes read (fewer at the end of the file). The
+/// caller then sends the range with sendfile, still without a copy: no
+/// buffer is held per connection, however slowly its client reads.
+pub async fn load(file: RawFd, position: u64, len: usize) -> io::Result<usize> {
+    thread_local! {
+        /// The blocking thread's read buffer, reused for every cold read.
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     let fd = duplicate(file)?;
     let delay = Faults::get().cold_read_delay;
     glommio::executor()
@@ -133,32 +144,35 @@ pub async fn read(file: RawFd, position: u64, len: usize) -> io::Result<Vec<u8>>
                 std::thread::sleep(delay);
             }
             will_need(fd.as_raw_fd(), position + len as u64, READ_AHEAD_BYTES);
-            let mut buf = vec![0u8; len];
-            let mut done = 0;
-            while done < len {
-                // SAFETY: the destination is inside `buf`, valid for the
-                // rest of its length; `fd` is open.
-                let n = unsafe {
-                    libc::pread(
-                        fd.as_raw_fd(),
-                        buf[done..].as_mut_ptr().cast(),
-                        len - done,
-                        (position + done as u64) as libc::off_t,
-                    )
-                };
-                match n {
-                    0 => break,
-                    n if n > 0 => done += n as usize,
-                    _ => {
-                        let error = io::Error::last_os_error();
-                        if error.kind() != io::ErrorKind::Interrupted {
-                            return Err(error);
+            SCRATCH.with(|scratch| {
+                let mut buf = scratch.borrow_mut();
+                buf.resize(len.min(PIECE_BYTES), 0);
+                let mut done = 0;
+                while done < len {
+                    let want = (len - done).min(buf.len());
+                    // SAFETY: the destination is `buf`, valid for `want`
+                    // bytes; `fd` is open.
+                    let n = unsafe {
+                        libc::pread(
+                            fd.as_raw_fd(),
+                            buf.as_mut_ptr().cast(),
+                            want,
+                            (position + done as u64) as libc::off_t,
+                        )
+                    };
+                    match n {
+                        0 => break,
+                        n if n > 0 => done += n as usize,
+                        _ => {
+                            let error = io::Error::last_os_error();
+                            if error.kind() != io::ErrorKind::Interrupted {
+                                return Err(error);
+                            }
                         }
                     }
                 }
-            }
-            buf.truncate(done);
-            Ok(buf)
+                Ok(done)
+            })
         })
         .await
 }

@@ -543,21 +543,19 @@ async fn send_range(
     };
     while len > 0 {
         let piece = len.min(cold::PIECE_BYTES);
-        if !cold::resident(file, position, piece) {
-            let bytes = cold::read(file, position, piece).await?;
-            if bytes.is_empty() {
+        if cold::resident(file, position, piece) {
+            cold::read_ahead_if_needed(file, position + piece as u64);
+        } else {
+            // Into the page cache off the shard's thread; then sendfile.
+            let loaded = cold::load(file, position, piece).await?;
+            if loaded == 0 {
                 return Err(short());
             }
             crate::metrics::bump(
                 &shard.metrics.counters.fetch_cold_bytes_total,
-                bytes.len() as u64,
+                loaded as u64,
             );
-            write_all(conn, &bytes).await?;
-            position += bytes.len() as u64;
-            len -= bytes.len();
-            continue;
         }
-        cold::read_ahead_if_needed(file, position + piece as u64);
         match sendfile::sendfile_once(conn.fd, file, position, piece)? {
             Sent::Bytes(0) => return Err(short()),
             Sent::Bytes(n) => {

@@ -38,6 +38,20 @@ wait_port() {
     return 1
 }
 
+# Stops the server whose pid file is $dir/NAME/NAME.pid (SIGTERM, then
+# SIGKILL after 30 s) and deletes its data.
+stop_by_pid() {
+    local name=$1 base="$dir/$1"
+    [[ -f "$base/$name.pid" ]] || return 0
+    local pid
+    pid="$(cat "$base/$name.pid")"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -rf "$base"
+    echo "$name: stopped"
+}
+
 install() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
@@ -67,16 +81,7 @@ start_nats() {
 }
 
 stop_nats() {
-    local base="$dir/nats"
-    if [[ -f "$base/nats.pid" ]]; then
-        local pid
-        pid="$(cat "$base/nats.pid")"
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-        kill -9 "$pid" 2>/dev/null || true
-        rm -rf "$base"
-        echo "nats: stopped"
-    fi
+    stop_by_pid "nats"
 }
 
 start_redis() {
@@ -102,16 +107,7 @@ start_redis() {
 }
 
 stop_redis() {
-    local base="$dir/redis"
-    if [[ -f "$base/redis.pid" ]]; then
-        local pid
-        pid="$(cat "$base/redis.pid")"
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-        kill -9 "$pid" 2>/dev/null || true
-        rm -rf "$base"
-        echo "redis: stopped"
-    fi
+    stop_by_pid "redis"
 }
 
 rabbit_env() {
@@ -207,16 +203,7 @@ EOF
 }
 
 stop_activemq() {
-    local base="$dir/activemq"
-    if [[ -f "$base/activemq.pid" ]]; then
-        local pid
-        pid="$(cat "$base/activemq.pid")"
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-        kill -9 "$pid" 2>/dev/null || true
-        rm -rf "$base"
-        echo "activemq: stopped"
-    fi
+    stop_by_pid "activemq"
 }
 
 case "${1:-}" in

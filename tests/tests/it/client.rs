@@ -466,3 +466,53 @@ fn the_three_example_programs_run_as_documented() {
     let idle = run("tail_topic", &[&address, "clicks", "--idle-ms", "300"]);
     assert_eq!(idle.lines().count(), 0, "Latest: nothing new arrived");
 }
+
+/// The producer keeps unacknowledged batches for resending, bounded by
+/// `buffer_bytes_max`: against a broker that stopped answering, `send`
+/// stops taking messages once the bound is reached and fails with a
+/// timeout, instead of buffering without end.
+#[test]
+fn a_stopped_broker_fills_the_producer_buffer_up_to_its_bound_and_no_further() {
+    let broker = Broker::start(BrokerOptions::default());
+    let client = Client::with_config(
+        &broker.address(),
+        ClientConfig {
+            request_timeout: Duration::from_secs(60),
+            flush_timeout: Duration::from_millis(300),
+            ..ClientConfig::default()
+        },
+    )
+    .unwrap();
+    create(&client, "bounded", 1);
+    let mut producer = Producer::new(
+        &client,
+        "bounded",
+        ProducerConfig {
+            acks: AckMode::Written,
+            batch_messages: 1,
+            buffer_bytes_max: 1 << 20,
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap();
+    let pid = broker.pid().unwrap() as i32;
+    // SAFETY: signalling the broker process this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let payload = vec![7u8; 64 * 1024];
+    let mut queued = 0u64;
+    let error = loop {
+        match producer.send_to(0, None, &payload) {
+            Ok(_) => queued += 1,
+            Err(error) => break error,
+        }
+        assert!(queued < 1_000, "64 MB queued against a 1 MiB bound");
+    };
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(matches!(error, ClientError::Timeout { .. }), "{error:?}");
+    // 1 MiB of 64 KiB batches, plus the one that crossed the bound.
+    assert!(queued <= 17, "{queued} batches of 64 KiB queued");
+    // Once the broker answers again, everything queued is stored.
+    producer.flush().unwrap();
+    assert_eq!(producer.acked_messages(), queued);
+}

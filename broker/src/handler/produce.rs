@@ -5,7 +5,7 @@
 use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
 use crate::limits::PENDING_BYTES_MAX;
 use crate::shard::{Owner, Shard};
-use crate::storage::partition_log::{request_sync, SharedLog, WRITE_CHUNK_BYTES};
+use crate::storage::partition_log::{self, Appended, NotStored, SharedLog};
 use protocol::codec::{verify, AckMode};
 use protocol::frame::Api;
 use protocol::message::validate_message_set;
@@ -70,23 +70,15 @@ pub fn handle(
         Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
     let started = Instant::now();
-    let (base, end) = log.borrow_mut().append(payload, summary.count)?;
-    let epoch = log.borrow().epoch();
+    // The log starts the writer or a flush as `acks` and the topic's flush
+    // policy require (storage owns the policy, issue 8, item 18).
+    let appended = partition_log::append(&log, payload, summary.count, acks)?;
     shard.needs_timer(&log);
     let counters = &shard.metrics.counters;
     crate::metrics::bump(&counters.produce_messages_total, u64::from(summary.count));
     crate::metrics::bump(&counters.produce_bytes_total, payload.len() as u64);
-    let (pending, unwritten, flush_now) = {
-        let l = log.borrow();
-        (l.pending_bytes(), l.unwritten_bytes(), l.flush_count_due())
-    };
-    if flush_now {
-        request_sync(&log, true);
-    } else if pending >= WRITE_CHUNK_BYTES {
-        request_sync(&log, false);
-    }
     if acks == AckMode::None {
-        if unwritten < PENDING_BYTES_MAX {
+        if log.borrow().unwritten_bytes() < PENDING_BYTES_MAX {
             return Ok(Dispatched::Silent);
         }
         // The disk is behind the producers: stop reading this connection
@@ -101,31 +93,11 @@ pub fn handle(
                 .await;
         })));
     }
-    // Group commit: a producer waiting for a flush starts one now rather
-    // than at the flush policy's next deadline. While an fdatasync is in
-    // flight, later requests only set `flush_requested`, and the sync task's
-    // next round covers all of them with one fdatasync (issue 9, item 3).
-    // The policy (`flush_messages`, `flush_interval_ms`) still bounds acks
-    // none and written, as in the paper.
-    request_sync(&log, acks == AckMode::Flushed);
     let shard = shard.clone();
+    let count = summary.count;
     Ok(Dispatched::Later(Box::pin(async move {
-        let appended = Appended {
-            base,
-            end,
-            epoch,
-            count: summary.count,
-        };
-        Some(await_ack(&shard, &log, acks, appended, started).await)
+        Some(await_ack(&shard, &log, acks, appended, count, started).await)
     })))
-}
-
-/// Where a produce's messages went, and the rollback epoch they went in.
-struct Appended {
-    base: u64,
-    end: u64,
-    epoch: u64,
-    count: u32,
 }
 
 async fn await_ack(
@@ -133,64 +105,28 @@ async fn await_ack(
     log: &SharedLog,
     acks: AckMode,
     appended: Appended,
+    count: u32,
     started: Instant,
 ) -> Response {
-    let Appended {
-        base,
-        end,
-        epoch,
-        count,
-    } = appended;
-    let watermarks = log.borrow().watermarks();
-    watermarks
-        .wait_until(|| {
-            let l = log.borrow();
-            l.poisoned().is_some()
-                || l.dropped(epoch, end).is_some()
-                || if acks == AckMode::Flushed {
-                    l.flushed_offset() >= end
-                } else {
-                    l.written_offset() >= end
-                }
-        })
-        .await;
-    let reached = {
-        let l = log.borrow();
-        // Dropped first: after a rollback, later appends reuse the offsets
-        // and may already have been written past `end`.
-        l.dropped(epoch, end).is_none()
-            && if acks == AckMode::Flushed {
-                l.flushed_offset() >= end
-            } else {
-                l.written_offset() >= end
-            }
-    };
-    if !reached {
+    let Appended { base, end, .. } = appended;
+    if let Err(not_stored) = partition_log::stored(log, appended, acks).await {
         crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
-        let l = log.borrow();
-        // A topic deleted under a waiting produce is not a failed disk.
-        if l.deleted() {
-            return Failure::new(
+        let label = log.borrow().label().to_string();
+        let failure = match not_stored {
+            // A topic deleted under a waiting produce is not a failed disk.
+            NotStored::Deleted => Failure::new(
                 ErrorCode::UnknownTopic,
                 format!(
-                    "{}: the topic was deleted while this produce waited for its acknowledgement",
-                    l.label()
+                    "{label}: the topic was deleted while this produce waited for its acknowledgement"
                 ),
-            )
-            .response(Api::Produce as u16);
-        }
-        if let Some(reason) = l.dropped(epoch, end) {
-            return Failure::new(
+            ),
+            NotStored::Dropped(reason) => Failure::new(
                 ErrorCode::StorageUnavailable,
-                format!(
-                    "{}: not stored: {reason}; retry after a back-off",
-                    l.label()
-                ),
-            )
-            .response(Api::Produce as u16);
-        }
-        let reason = l.poisoned().unwrap_or("storage failed").to_string();
-        return Failure::new(ErrorCode::StorageFailed, reason).response(Api::Produce as u16);
+                format!("{label}: not stored: {reason}; retry after a back-off"),
+            ),
+            NotStored::Failed(reason) => Failure::new(ErrorCode::StorageFailed, reason),
+        };
+        return failure.response(Api::Produce as u16);
     }
     crate::metrics::record_us(
         &shard.metrics.produce_latency_us,

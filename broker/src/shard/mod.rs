@@ -11,7 +11,8 @@ pub mod placement;
 use crate::config::Config;
 use crate::control::ControlMsg;
 use crate::metrics::ShardMetrics;
-use crate::storage::partition_log::{self, now_ms, request_sync, PartitionLog, SharedLog};
+use crate::storage::io::{DiskStorage, Storage};
+use crate::storage::partition_log::{self, now_ms, PartitionLog, SharedLog};
 use crate::storage::{partition_dir_name, LogSettings};
 use coordinator::registry::{BrokerRecord, TopicRecord};
 use forward::ShardMsg;
@@ -193,7 +194,7 @@ impl Shard {
             }
             let label = partition_dir_name(&stored.name, partition);
             let dir = self.config.data_dir.join(&label);
-            let (mut log, recovered) = PartitionLog::open(&dir, &label, settings)
+            let (mut log, recovered) = PartitionLog::open(DiskStorage, &dir, &label, settings)
                 .await
                 .map_err(|e| format!("opening partition {label}: {e}"))?;
             log.set_flush_stats(self.metrics.flush.clone());
@@ -298,19 +299,7 @@ pub async fn run_flusher(shard: Rc<Shard>) {
         let logs = std::mem::take(&mut *shard.timer_work.borrow_mut());
         let mut keep = Vec::with_capacity(logs.len());
         for log in logs {
-            let due = log.borrow().flush_due(now);
-            if due {
-                request_sync(&log, true);
-            } else if log.borrow().pending_bytes() > 0 {
-                request_sync(&log, false);
-            }
-            if checkpoint {
-                let result = log.borrow_mut().checkpoint(false);
-                if let Err(error) = result {
-                    tracing::warn!(%error, "writing recovery point");
-                }
-            }
-            if log.borrow().has_timer_work() {
+            if partition_log::tick(&log, now, checkpoint) {
                 keep.push(log);
             } else {
                 log.borrow_mut().unlist();
@@ -357,7 +346,7 @@ pub async fn run_retention(shard: Rc<Shard>) {
         for log in shard.all_logs() {
             let removed = log.borrow_mut().enforce_retention(now);
             for path in removed {
-                if let Err(error) = std::fs::remove_file(&path) {
+                if let Err(error) = log.borrow().storage().remove_file(&path) {
                     tracing::warn!(path = %path.display(), %error, "retention: unlink failed");
                 }
                 crate::metrics::bump(&shard.metrics.counters.segments_deleted_total, 1);

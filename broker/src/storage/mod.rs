@@ -6,7 +6,7 @@
 //!   <topic>-<partition>/
 //!     00000000000000000000.log       segment files, named by 20-digit base offset
 //!     00000000000001073741903.log
-//!     recovery-point                 a flushed offset; recovery scans from here
+//!     recovery-point                 "<flushed offset> <crc32>"; recovery scans from here
 //!   <topic>-<partition>~deleted-N/   a delete in progress (removed at start)
 //!   <topic>-<partition>~orphaned-N/  moved aside at start: no registered topic owns it (sweep.rs)
 //! ```
@@ -20,9 +20,16 @@
 //!   flush (after N messages or T ms) fdatasyncs them and moves the flushed
 //!   offset. Consumers only ever see bytes below the flushed offset.
 //! - **Retention** removes whole closed segments, never the active one.
+//! - **I/O behind a seam** (`io.rs`): the log and its recovery run on any
+//!   [`io::Storage`] — io_uring files in the broker, an in-memory disk that
+//!   can crash (`memory.rs`) in the model test (`model_test.rs`).
 
 pub mod budget;
 pub mod error;
+pub mod io;
+pub mod memory;
+#[cfg(test)]
+mod model_test;
 pub mod partition_log;
 pub mod recovery;
 pub mod segment;

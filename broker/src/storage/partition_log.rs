@@ -11,11 +11,18 @@
 //! | `end_offset`     | next offset to assign; bytes above `written_offset` wait in memory |
 //!
 //! An append only copies the message set into a pending buffer and assigns
-//! its offsets, so the produce path never waits for I/O. One *sync task* per
-//! partition at a time writes pending chunks with io_uring (glommio
-//! `BufferedFile`, so tailing consumers are served from the page cache — see
-//! `docs/design/0001-buffered-appends.md`) and, when a flush is due, fdatasyncs
-//! the touched segments and advances `flushed_offset`.
+//! its offsets, so the produce path never waits for I/O. One *writer task*
+//! per partition at a time writes pending chunks (with io_uring on the
+//! broker's [`DiskStorage`], so tailing consumers are served from the page
+//! cache — see `docs/design/0001-buffered-appends.md`), and *flush rounds*
+//! fdatasync the touched segments and advance `flushed_offset`.
+//!
+//! The log owns its policy: [`append`] says what a producer waits for
+//! ([`Appended`], then [`stored`]) and starts the writer or a flush round
+//! as the ack mode and the topic's flush policy require; [`tick`] is the
+//! time half of the policy, called by the shard's timer. All file I/O goes
+//! through a [`Storage`] (`io.rs`), so the same code runs on the in-memory
+//! disk of the model test (`model_test.rs`).
 //!
 //! Failures come in two kinds. A *transient* one while creating or writing a
 //! segment (disk full, out of descriptors or memory) damages nothing: the
@@ -32,13 +39,15 @@
 //! `Rc<RefCell<_>>` and never borrowed across an `.await`.
 
 use super::budget::UnwrittenBudget;
-use super::error::{os_error, StorageError};
+use super::error::StorageError;
+use super::io::{with_suffix, DiskStorage, SegmentFile, Storage};
 use super::recovery::{self, Recovered};
 use super::segment::{Segment, DELETED_SUFFIX};
 use super::segments::Segments;
 use crate::metrics::{self, FlushStats};
 use crate::notify::Notify;
-use glommio::io::{BufferedFile, OpenOptions};
+use glommio::io::BufferedFile;
+use protocol::codec::AckMode;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -46,7 +55,10 @@ use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A partition log shared within its shard.
-pub type SharedLog = Rc<RefCell<PartitionLog>>;
+pub type Shared<S> = Rc<RefCell<PartitionLog<S>>>;
+
+/// The broker's partition log, on [`DiskStorage`].
+pub type SharedLog = Shared<DiskStorage>;
 
 /// Pending bytes above which an append starts a write without waiting for the
 /// flush timer: big enough for few, large io_uring writes; small enough to
@@ -90,9 +102,9 @@ struct PendingChunk {
 
 /// What [`PartitionLog::try_read`] found at an offset.
 #[derive(Debug)]
-pub enum Read {
+pub enum Read<F> {
     /// Flushed bytes, ready to send.
-    Slice(FetchSlice),
+    Slice(FetchSlice<F>),
     /// Nothing flushed at the offset yet.
     NotYet,
     /// The bytes are in a segment whose file is closed: open it, then ask again.
@@ -105,23 +117,57 @@ pub enum Read {
 }
 
 /// What a fetch returns: a range of one segment file, described, not copied.
-#[derive(Debug, Clone)]
-pub struct FetchSlice {
+#[derive(Debug)]
+pub struct FetchSlice<F = BufferedFile> {
     /// The segment file.
-    pub file: Rc<BufferedFile>,
+    pub file: Rc<F>,
     /// Byte position in the file.
     pub position: u64,
     /// Bytes to send (0 when nothing is flushed at the offset yet).
     pub len: u32,
 }
 
-/// One partition's log. See the module doc for the offsets and the sync task.
+impl<F> Clone for FetchSlice<F> {
+    fn clone(&self) -> Self {
+        FetchSlice {
+            file: self.file.clone(),
+            position: self.position,
+            len: self.len,
+        }
+    }
+}
+
+/// What [`append`] assigned, and what the producer's acknowledgement waits
+/// for (see [`stored`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// The first offset of the message set.
+    pub base: u64,
+    /// The offset just past it.
+    pub end: u64,
+    /// The rollback epoch it was appended in.
+    pub epoch: u64,
+}
+
+/// Why appended messages will never be acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotStored {
+    /// The topic was deleted while the producer waited.
+    Deleted,
+    /// A transient failure dropped them; a retry may succeed.
+    Dropped(String),
+    /// A write or fdatasync failed: the partition refuses writes.
+    Failed(String),
+}
+
+/// One partition's log. See the module doc for the offsets and the tasks.
 #[derive(Debug)]
-pub struct PartitionLog {
+pub struct PartitionLog<S: Storage = DiskStorage> {
+    storage: S,
     label: String,
     dir: PathBuf,
     settings: LogSettings,
-    segments: Segments,
+    segments: Segments<S::File>,
     start_offset: u64,
     flushed_offset: u64,
     written_offset: u64,
@@ -132,7 +178,12 @@ pub struct PartitionLog {
     written_messages: u64,
     flushed_messages: u64,
     oldest_unflushed_at: Option<Instant>,
-    dirty_files: Vec<Rc<BufferedFile>>,
+    dirty_files: Vec<Rc<S::File>>,
+    /// A segment file was created since the directory was last synced: the
+    /// next flush round syncs it, or a power cut could lose the file's name
+    /// and with it fdatasynced (acknowledged) messages. Found by the model
+    /// test.
+    dir_unsynced: bool,
     /// The writer task (pending chunks to the files) is running.
     sync_running: bool,
     /// An fdatasync round is in flight (its own task, beside the writer).
@@ -170,27 +221,34 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-impl PartitionLog {
-    /// Opens (or creates) the log in `dir`, recovering its tail first.
+impl<S: Storage> PartitionLog<S> {
+    /// Opens (or creates) the log in `dir` on `storage`, recovering its tail
+    /// first.
     pub async fn open(
+        storage: S,
         dir: &Path,
         label: &str,
         settings: LogSettings,
-    ) -> Result<(PartitionLog, Recovered), StorageError> {
-        std::fs::create_dir_all(dir).map_err(|e| StorageError::io("creating", dir, e))?;
-        let mut recovered = recovery::recover(dir, label)?;
+    ) -> Result<(PartitionLog<S>, Recovered), StorageError> {
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| StorageError::io("creating", dir, e))?;
+        let mut recovered = recovery::recover(&storage, dir, label)?;
         let mut segments = Segments::new();
         for found in &recovered.segments {
             let mut segment = Segment::new(dir, found.base_offset, found.modified_ms);
             segment.size_bytes = found.size_bytes;
             segments.push(segment);
         }
+        let checkpoint = recovery::read_recovery_point(&storage, dir).unwrap_or(0);
         if segments.is_empty() {
-            segments.push(Segment::new(dir, 0, now_ms()));
+            // Retention may have removed every segment that reached the
+            // disk: go on from the last flushed offset, never from 0 again,
+            // or offsets consumers have seen would name new messages.
+            segments.push(Segment::new(dir, checkpoint, now_ms()));
         }
         let start_offset = segments.as_slice().first().map_or(0, |s| s.base_offset);
         let end_offset = segments.active().map_or(0, |s| s.end_offset());
-        let checkpoint = recovery::read_recovery_point(dir).unwrap_or(0);
         // Bytes above the recovery point outlived the crash in the page
         // cache, but nothing says they reached the disk: fdatasync them
         // before they count as flushed, or a power loss after the restart
@@ -201,22 +259,21 @@ impl PartitionLog {
             if segment.end_offset() <= checkpoint || segment.size_bytes == 0 {
                 continue;
             }
-            let file = open_segment_file(&segment.path).await?;
-            let synced_file = file
-                .fdatasync()
+            let file = open_segment_file(&storage, &segment.path).await?;
+            file.fdatasync()
                 .await
-                .map_err(|e| StorageError::io("fdatasync", &segment.path, os_error(e)));
-            let _ = file.close().await;
-            synced_file?;
+                .map_err(|e| StorageError::io("fdatasync", &segment.path, e))?;
+            drop(file);
             synced = true;
             recovered.bytes_synced += segment.end_offset() - checkpoint.max(segment.base_offset);
         }
         if synced {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
+            storage
+                .sync_dir(dir)
                 .map_err(|e| StorageError::io("syncing", dir, e))?;
         }
         let log = PartitionLog {
+            storage,
             label: label.to_string(),
             dir: dir.to_path_buf(),
             settings,
@@ -232,6 +289,7 @@ impl PartitionLog {
             flushed_messages: 0,
             oldest_unflushed_at: None,
             dirty_files: Vec::new(),
+            dir_unsynced: false,
             sync_running: false,
             flush_running: false,
             flush_requested: false,
@@ -291,6 +349,11 @@ impl PartitionLog {
             self.written_offset,
             self.end_offset
         );
+    }
+
+    /// The storage the log lives on.
+    pub fn storage(&self) -> &S {
+        &self.storage
     }
 
     /// The partition's label, `topic-partition`.
@@ -493,7 +556,7 @@ impl PartitionLog {
     /// `end_offset`) yields [`Read::NotYet`]: the data is not visible yet.
     /// A segment whose file was closed for idleness yields [`Read::Closed`]:
     /// [`read`] opens it and asks again.
-    pub fn try_read(&self, offset: u64, bytes_max: u32) -> Result<Read, StorageError> {
+    pub fn try_read(&self, offset: u64, bytes_max: u32) -> Result<Read<S::File>, StorageError> {
         if offset < self.start_offset || offset > self.end_offset {
             return Err(StorageError::OffsetOutOfRange {
                 requested: offset,
@@ -535,7 +598,7 @@ impl PartitionLog {
 
     /// Gives a segment the file a reader opened, unless another reader or
     /// the writer got there first, or retention removed the segment.
-    fn install_file(&mut self, base_offset: u64, file: Rc<BufferedFile>) {
+    fn install_file(&mut self, base_offset: u64, file: Rc<S::File>) {
         let Some(index) = self.segments.find(base_offset) else {
             return;
         };
@@ -662,7 +725,11 @@ impl PartitionLog {
             let Some(oldest) = self.segments.as_slice().first() else {
                 break;
             };
-            let fully_flushed = oldest.end_offset() <= self.flushed_offset;
+            // The next segment must hold flushed bytes, so that a segment
+            // that reached the disk is left after any crash and the log
+            // does not start again below offsets already handed out
+            // (found by the model test).
+            let fully_flushed = oldest.end_offset() < self.flushed_offset;
             let too_old = now_ms.saturating_sub(oldest.last_append_ms) > self.settings.retention_ms;
             let too_big = self.settings.retention_bytes > 0
                 && total - oldest.size_bytes >= self.settings.retention_bytes;
@@ -673,10 +740,8 @@ impl PartitionLog {
                 break;
             };
             self.start_offset = segment.end_offset();
-            let mut deleted = segment.path.clone().into_os_string();
-            deleted.push(DELETED_SUFFIX);
-            let deleted = PathBuf::from(deleted);
-            match std::fs::rename(&segment.path, &deleted) {
+            let deleted = with_suffix(&segment.path, DELETED_SUFFIX);
+            match self.storage.rename(&segment.path, &deleted) {
                 Ok(()) => removed.push(deleted),
                 Err(error) => {
                     tracing::warn!(segment = %segment.path.display(), %error, "retention: rename failed");
@@ -701,7 +766,7 @@ impl PartitionLog {
         if self.flushed_offset == self.checkpointed_offset && !durable {
             return Ok(());
         }
-        recovery::write_recovery_point(&self.dir, self.flushed_offset, durable)?;
+        recovery::write_recovery_point(&self.storage, &self.dir, self.flushed_offset, durable)?;
         self.checkpointed_offset = self.flushed_offset;
         Ok(())
     }
@@ -737,7 +802,7 @@ impl PartitionLog {
             let Some(segment) = self.segments.pop_newest() else {
                 break;
             };
-            match std::fs::remove_file(&segment.path) {
+            match self.storage.remove_file(&segment.path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(StorageError::io("removing", &segment.path, e)),
@@ -747,11 +812,10 @@ impl PartitionLog {
             let keep = to - active.base_offset;
             active.size_bytes = keep;
             // A short write may have left bytes past the last whole chunk.
-            match std::fs::metadata(&active.path) {
-                Ok(meta) if meta.len() > keep => std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&active.path)
-                    .and_then(|f| f.set_len(keep))
+            match self.storage.len(&active.path) {
+                Ok(len) if len > keep => self
+                    .storage
+                    .truncate(&active.path, keep, false)
                     .map_err(|e| StorageError::io("truncating", &active.path, e))?,
                 _ => {}
             }
@@ -795,33 +859,30 @@ impl PartitionLog {
     }
 }
 
-impl Drop for PartitionLog {
+impl<S: Storage> Drop for PartitionLog<S> {
     fn drop(&mut self) {
         self.budget.adjust(self.budget_counted, 0);
     }
 }
 
-async fn open_segment_file(path: &Path) -> Result<BufferedFile, StorageError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .buffered_open(path)
+async fn open_segment_file<S: Storage>(storage: &S, path: &Path) -> Result<S::File, StorageError> {
+    storage
+        .open(path, true)
         .await
-        .map_err(|e| StorageError::io("opening", path, os_error(e)))
+        .map_err(|e| StorageError::io("opening", path, e))
 }
 
 /// Describes up to `bytes_max` flushed bytes at `offset`, opening the
 /// segment's file when it was closed for idleness.
-pub async fn read(
-    log: &SharedLog,
+pub async fn read<S: Storage>(
+    log: &Shared<S>,
     offset: u64,
     bytes_max: u32,
-) -> Result<Option<FetchSlice>, StorageError> {
+) -> Result<Option<FetchSlice<S::File>>, StorageError> {
     // The file this call opened, held until the read below has its own
     // handle: a file nobody holds may be closed again at once by the
     // per-partition cap, and the read would open it forever.
-    let mut opened: Option<Rc<BufferedFile>> = None;
+    let mut opened: Option<Rc<S::File>> = None;
     loop {
         let found = log.borrow().try_read(offset, bytes_max)?;
         match found {
@@ -837,18 +898,119 @@ pub async fn read(
             Read::Closed { base_offset, path } => {
                 // Writable, as the writer may use it too (the active
                 // segment); never created: retention may have removed it.
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .buffered_open(&path)
+                let storage = log.borrow().storage.clone();
+                let file = storage
+                    .open(&path, false)
                     .await
-                    .map_err(|e| StorageError::io("opening", &path, os_error(e)))?;
+                    .map_err(|e| StorageError::io("opening", &path, e))?;
                 let file = Rc::new(file);
                 log.borrow_mut().install_file(base_offset, file.clone());
                 opened = Some(file);
             }
         }
     }
+}
+
+/// Appends a validated message set (see [`PartitionLog::append`]) and
+/// starts what its acknowledgement needs — the log's write policy, in one
+/// place:
+///
+/// - `acks = flushed`: a flush round now (group commit: requests that arrive
+///   while one is in flight are covered together by the next round), not at
+///   the flush policy's next deadline (issue 9, item 3);
+/// - `acks = written`: the writer now;
+/// - `acks = none` (the paper's mode): the writer once a chunk is full, a
+///   flush once `flush_messages` are waiting; [`tick`] does the rest when
+///   `flush_interval_ms` passes.
+pub fn append<S: Storage>(
+    log: &Shared<S>,
+    bytes: &[u8],
+    messages: u32,
+    acks: AckMode,
+) -> Result<Appended, StorageError> {
+    let (base, end, epoch, flush_now, chunk_full) = {
+        let mut l = log.borrow_mut();
+        let (base, end) = l.append(bytes, messages)?;
+        (
+            base,
+            end,
+            l.epoch(),
+            l.flush_count_due(),
+            l.pending_bytes() >= WRITE_CHUNK_BYTES,
+        )
+    };
+    if flush_now || acks == AckMode::Flushed {
+        request_sync(log, true);
+    } else if chunk_full || acks == AckMode::Written {
+        request_sync(log, false);
+    }
+    Ok(Appended { base, end, epoch })
+}
+
+/// Waits until what [`append`] assigned is written (`acks = written`) or
+/// flushed (`acks = flushed`), or will never be. `acks = none` waits like
+/// `written`.
+pub async fn stored<S: Storage>(
+    log: &Shared<S>,
+    appended: Appended,
+    acks: AckMode,
+) -> Result<(), NotStored> {
+    let Appended { end, epoch, .. } = appended;
+    let reached = |l: &PartitionLog<S>| {
+        if acks == AckMode::Flushed {
+            l.flushed_offset >= end
+        } else {
+            l.written_offset >= end
+        }
+    };
+    let watermarks = log.borrow().watermarks();
+    watermarks
+        .wait_until(|| {
+            let l = log.borrow();
+            l.poisoned.is_some() || l.dropped(epoch, end).is_some() || reached(&l)
+        })
+        .await;
+    let l = log.borrow();
+    // Not dropped first: after a rollback, later appends reuse the offsets
+    // and may already have been written past `end`.
+    let dropped = l.dropped(epoch, end);
+    if dropped.is_none() && reached(&l) {
+        return Ok(());
+    }
+    if l.deleted {
+        return Err(NotStored::Deleted);
+    }
+    if let Some(reason) = dropped {
+        return Err(NotStored::Dropped(reason.to_string()));
+    }
+    Err(NotStored::Failed(
+        l.poisoned
+            .clone()
+            .unwrap_or_else(|| "storage failed".into()),
+    ))
+}
+
+/// The time half of the write policy, for the shard's timer: writes what is
+/// pending, starts a flush when `flush_interval_ms` (or the message count)
+/// says so, and with `checkpoint` records the recovery point. Returns true
+/// while the log still has work for the timer.
+pub fn tick<S: Storage>(log: &Shared<S>, now: Instant, checkpoint: bool) -> bool {
+    let (due, pending) = {
+        let l = log.borrow();
+        (l.flush_due(now), l.pending_bytes() > 0)
+    };
+    if due {
+        request_sync(log, true);
+    } else if pending {
+        request_sync(log, false);
+    }
+    if checkpoint {
+        let result = log.borrow_mut().checkpoint(false);
+        if let Err(error) = result {
+            tracing::warn!(%error, "writing recovery point");
+        }
+    }
+    log.borrow().has_timer_work()
 }
 
 /// Makes sure pending bytes are being written, and, when `flush` is set (or
@@ -859,7 +1021,7 @@ pub async fn read(
 /// when it began. Writes never wait behind an fdatasync, so `acks = written`
 /// costs a write, not a flush; requests for a flush that arrive during one
 /// are covered together by the next round (group commit).
-pub fn request_sync(log: &SharedLog, flush: bool) {
+pub fn request_sync<S: Storage>(log: &Shared<S>, flush: bool) {
     let mut l = log.borrow_mut();
     if flush {
         l.flush_requested = true;
@@ -869,8 +1031,9 @@ pub fn request_sync(log: &SharedLog, flush: bool) {
     }
     if !l.sync_running && !l.pending.is_empty() {
         l.sync_running = true;
+        let storage = l.storage.clone();
         drop(l);
-        glommio::spawn_local(run_sync(log.clone())).detach();
+        storage.spawn(run_sync(log.clone()));
         return;
     }
     if !l.sync_running {
@@ -881,7 +1044,7 @@ pub fn request_sync(log: &SharedLog, flush: bool) {
 
 /// Starts a flush round if one was asked for, none is in flight and the
 /// writer has nothing queued ahead of it (it starts one when done).
-fn start_flush(log: &SharedLog) {
+fn start_flush<S: Storage>(log: &Shared<S>) {
     let mut l = log.borrow_mut();
     if !l.flush_requested || l.flush_running || l.poisoned.is_some() {
         return;
@@ -894,16 +1057,18 @@ fn start_flush(log: &SharedLog) {
     l.flush_running = true;
     let round = FlushRound {
         files: std::mem::take(&mut l.dirty_files),
+        sync_dir: std::mem::take(&mut l.dir_unsynced),
         target: l.written_offset,
         messages: l.written_messages,
     };
+    let storage = l.storage.clone();
     drop(l);
-    glommio::spawn_local(run_flush(log.clone(), round)).detach();
+    storage.spawn(run_flush(log.clone(), round));
 }
 
 /// Writes and flushes everything appended so far and waits for it (graceful
 /// stop, tests).
-pub async fn sync_all(log: &SharedLog) -> Result<(), StorageError> {
+pub async fn sync_all<S: Storage>(log: &Shared<S>) -> Result<(), StorageError> {
     let (target, epoch) = {
         let l = log.borrow();
         (l.end_offset, l.epoch)
@@ -937,7 +1102,7 @@ pub async fn sync_all(log: &SharedLog) -> Result<(), StorageError> {
     }
 }
 
-async fn run_sync(log: SharedLog) {
+async fn run_sync<S: Storage>(log: Shared<S>) {
     loop {
         let chunks = {
             let mut l = log.borrow_mut();
@@ -983,15 +1148,19 @@ async fn run_sync(log: SharedLog) {
 }
 
 /// What one flush round covers: the files written since the last round,
-/// up to `target`.
-struct FlushRound {
-    files: Vec<Rc<BufferedFile>>,
+/// up to `target`, and the directory if a segment was created since.
+struct FlushRound<F> {
+    files: Vec<Rc<F>>,
+    sync_dir: bool,
     target: u64,
     messages: u64,
 }
 
 /// Writes pending chunks in order, advancing `written_offset` after each.
-async fn write_chunks(log: &SharedLog, chunks: Vec<PendingChunk>) -> Result<(), StorageError> {
+async fn write_chunks<S: Storage>(
+    log: &Shared<S>,
+    chunks: Vec<PendingChunk>,
+) -> Result<(), StorageError> {
     for chunk in chunks {
         if let Some(reason) = &log.borrow().poisoned {
             return Err(StorageError::Poisoned(reason.clone()));
@@ -1011,7 +1180,7 @@ async fn write_chunks(log: &SharedLog, chunks: Vec<PendingChunk>) -> Result<(), 
         let written = file
             .write_at(chunk.bytes, chunk.position)
             .await
-            .map_err(|e| StorageError::io("writing", &path, os_error(e)))?;
+            .map_err(|e| StorageError::io("writing", &path, e))?;
         if written != len {
             // A short write on a regular file: the disk filled up mid-way
             // (a failing disk answers EIO instead).
@@ -1043,9 +1212,10 @@ async fn write_chunks(log: &SharedLog, chunks: Vec<PendingChunk>) -> Result<(), 
 /// moves to its target. A failure poisons the partition (the kernel may
 /// have dropped the dirty pages: what was written is no longer known to be
 /// on disk). Starts the next round if more flushes were asked for.
-async fn run_flush(log: SharedLog, round: FlushRound) {
+async fn run_flush<S: Storage>(log: Shared<S>, round: FlushRound<S::File>) {
     let FlushRound {
         files,
+        sync_dir,
         target,
         messages,
     } = round;
@@ -1056,9 +1226,17 @@ async fn run_flush(log: SharedLog, round: FlushRound) {
     let mut failure = None;
     for file in &files {
         if let Err(e) = file.fdatasync().await {
-            let path = file.path().map(|p| p.to_path_buf()).unwrap_or_default();
-            failure = Some(StorageError::io("fdatasync", path, os_error(e)));
+            failure = Some(StorageError::io("fdatasync", file.path(), e));
             break;
+        }
+    }
+    if sync_dir && failure.is_none() {
+        let (storage, dir) = {
+            let l = log.borrow();
+            (l.storage.clone(), l.dir.clone())
+        };
+        if let Err(e) = storage.sync_dir(&dir) {
+            failure = Some(StorageError::io("syncing", dir, e));
         }
     }
     {
@@ -1095,13 +1273,13 @@ async fn run_flush(log: SharedLog, round: FlushRound) {
 }
 
 /// The file of the segment starting at `base`, created on first use.
-async fn segment_file(log: &SharedLog, base: u64) -> Result<Rc<BufferedFile>, StorageError> {
-    let (existing, path) = {
+async fn segment_file<S: Storage>(log: &Shared<S>, base: u64) -> Result<Rc<S::File>, StorageError> {
+    let (existing, path, storage) = {
         let l = log.borrow();
         let index = l.segments.find(base);
         let segment = index.and_then(|i| l.segments.as_slice().get(i));
         match segment {
-            Some(s) if s.base_offset == base => (s.file.clone(), s.path.clone()),
+            Some(s) if s.base_offset == base => (s.file.clone(), s.path.clone(), l.storage.clone()),
             _ => {
                 return Err(StorageError::Poisoned(format!(
                     "{}: pending bytes for unknown segment {base}",
@@ -1113,8 +1291,11 @@ async fn segment_file(log: &SharedLog, base: u64) -> Result<Rc<BufferedFile>, St
     if let Some(file) = existing {
         return Ok(file);
     }
-    let file = Rc::new(open_segment_file(&path).await?);
+    let file = Rc::new(open_segment_file(&storage, &path).await?);
     let mut l = log.borrow_mut();
+    // Maybe created just now: its name is durable only once the directory
+    // is synced, which the next flush round does.
+    l.dir_unsynced = true;
     let Some(segment) = l.segments.find(base).and_then(|i| l.segments.get_mut(i)) else {
         return Ok(file);
     };
@@ -1174,7 +1355,7 @@ mod tests {
     }
 
     async fn open(dir: &Path, segment_bytes: u64) -> SharedLog {
-        let (log, _) = PartitionLog::open(dir, "t-0", settings(segment_bytes))
+        let (log, _) = PartitionLog::open(DiskStorage, dir, "t-0", settings(segment_bytes))
             .await
             .unwrap();
         Rc::new(RefCell::new(log))
@@ -1297,7 +1478,7 @@ mod tests {
             bytes.extend_from_slice(torn);
             std::fs::write(&path, &bytes).unwrap();
             std::fs::remove_file(dir.join(recovery::RECOVERY_POINT_FILE)).ok();
-            let (log, recovered) = PartitionLog::open(&dir, "t-0", settings(1 << 20))
+            let (log, recovered) = PartitionLog::open(DiskStorage, &dir, "t-0", settings(1 << 20))
                 .await
                 .unwrap();
             assert_eq!(recovered.bytes_cut, 15);
@@ -1424,7 +1605,7 @@ mod tests {
                 sync_all(&log).await.unwrap();
                 drop(log);
                 // A stale recovery point, as a crash leaves it.
-                recovery::write_recovery_point(&dir, 500, true).unwrap();
+                recovery::write_recovery_point(&DiskStorage, &dir, 500, true).unwrap();
                 let second = dir.join(super::super::segment::segment_file_name(1000));
                 let third = dir.join(super::super::segment::segment_file_name(2000));
                 let mut bytes = std::fs::read(&second).unwrap();
@@ -1438,7 +1619,7 @@ mod tests {
                     bytes[550] ^= 0x5a;
                 }
                 std::fs::write(&second, &bytes).unwrap();
-                let (log, recovered) = PartitionLog::open(&dir, "t-0", settings(1024))
+                let (log, recovered) = PartitionLog::open(DiskStorage, &dir, "t-0", settings(1024))
                     .await
                     .unwrap();
                 if zero_the_rest {

@@ -12,15 +12,14 @@
 //! it needs no scan. It is written lazily while running and exactly (with
 //! fsync) at a graceful stop, so a clean restart scans nothing. A missing or
 //! unreadable recovery point means "scan everything" — slower, never unsafe.
-//! This runs with blocking std I/O, at start-up only, before the shard serves.
+//! This runs with the storage's blocking calls, at start-up only, before the
+//! shard serves.
 
 use super::error::StorageError;
+use super::io::Storage;
 use super::segment::{parse_segment_file_name, DELETED_SUFFIX};
-use protocol::message::{MessageSetIter, MESSAGE_BYTES_MAX};
-use std::fs;
-use std::io::Read;
+use protocol::message::{validate_message_set, MessageError, MessageSetIter, MESSAGE_BYTES_MAX};
 use std::path::Path;
-use std::time::UNIX_EPOCH;
 
 /// Name of the recovery-point file inside a partition directory.
 pub const RECOVERY_POINT_FILE: &str = "recovery-point";
@@ -47,40 +46,50 @@ pub struct Recovered {
     pub bytes_scanned: u64,
     /// Bytes above the recovery point fdatasynced before being exposed.
     pub bytes_synced: u64,
-    /// Closed segments found damaged and kept (see `recover`).
+    /// Segments found damaged and kept (see `recover`): damage inside a
+    /// message with valid data after it, in the same segment or the next.
     pub damaged_segments: u64,
 }
 
-/// Reads the recovery point, if present and well-formed.
-pub fn read_recovery_point(dir: &Path) -> Option<u64> {
-    fs::read_to_string(dir.join(RECOVERY_POINT_FILE))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+/// The recovery point's content: the offset and a CRC-32 of it, so that a
+/// file torn by a power cut (its rename durable, its bytes not) reads as
+/// missing rather than as a smaller offset inside a message, from which
+/// recovery would "scan" garbage and cut the log mid-message (found by the
+/// model test).
+fn recovery_point_text(offset: u64) -> String {
+    format!("{offset} {:08x}\n", crc32fast::hash(&offset.to_le_bytes()))
+}
+
+/// Reads the recovery point, if present, whole and checked.
+pub fn read_recovery_point(storage: &impl Storage, dir: &Path) -> Option<u64> {
+    let bytes = storage.read_file(&dir.join(RECOVERY_POINT_FILE)).ok()?;
+    let text = std::str::from_utf8(&bytes).ok()?;
+    let (offset, crc) = text.strip_suffix('\n')?.split_once(' ')?;
+    let offset: u64 = offset.parse().ok()?;
+    (u32::from_str_radix(crc, 16).ok()? == crc32fast::hash(&offset.to_le_bytes())).then_some(offset)
 }
 
 /// Writes the recovery point via a temporary file and a rename; with `durable`
 /// the file is fsynced first (graceful stop).
-pub fn write_recovery_point(dir: &Path, offset: u64, durable: bool) -> Result<(), StorageError> {
+pub fn write_recovery_point(
+    storage: &impl Storage,
+    dir: &Path,
+    offset: u64,
+    durable: bool,
+) -> Result<(), StorageError> {
     let tmp = dir.join(format!("{RECOVERY_POINT_FILE}.tmp"));
     let path = dir.join(RECOVERY_POINT_FILE);
-    let io = |op, e| StorageError::io(op, &tmp, e);
-    {
-        use std::io::Write;
-        let mut f = fs::File::create(&tmp).map_err(|e| io("creating", e))?;
-        f.write_all(offset.to_string().as_bytes())
-            .map_err(|e| io("writing", e))?;
-        if durable {
-            f.sync_all().map_err(|e| io("syncing", e))?;
-        }
-    }
-    fs::rename(&tmp, &path).map_err(|e| StorageError::io("renaming", &path, e))?;
+    storage
+        .write_file(&tmp, recovery_point_text(offset).as_bytes(), durable)
+        .map_err(|e| StorageError::io("writing", &tmp, e))?;
+    storage
+        .rename(&tmp, &path)
+        .map_err(|e| StorageError::io("renaming", &path, e))?;
     if durable {
         // The rename itself is durable only once the directory is synced;
         // a recovery point lost to a power cut means a full scan.
-        fs::File::open(dir)
-            .and_then(|d| d.sync_all())
+        storage
+            .sync_dir(dir)
             .map_err(|e| StorageError::io("syncing", dir, e))?;
     }
     Ok(())
@@ -88,33 +97,28 @@ pub fn write_recovery_point(dir: &Path, offset: u64, durable: bool) -> Result<()
 
 /// Scans a partition directory, removes leftovers of retention, checks the
 /// tail past the recovery point and truncates it where it is torn or corrupt.
-pub fn recover(dir: &Path, partition_label: &str) -> Result<Recovered, StorageError> {
+pub fn recover(
+    storage: &impl Storage,
+    dir: &Path,
+    partition_label: &str,
+) -> Result<Recovered, StorageError> {
     let mut found = Vec::new();
-    let entries = fs::read_dir(dir).map_err(|e| StorageError::io("listing", dir, e))?;
+    let entries = storage
+        .list(dir)
+        .map_err(|e| StorageError::io("listing", dir, e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| StorageError::io("listing", dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.ends_with(DELETED_SUFFIX) {
+        if entry.name.ends_with(DELETED_SUFFIX) {
             // Retention renamed it but did not get to unlink it.
-            let _ = fs::remove_file(entry.path());
+            let _ = storage.remove_file(&dir.join(&entry.name));
             continue;
         }
-        let Some(base_offset) = parse_segment_file_name(name) else {
+        let Some(base_offset) = parse_segment_file_name(&entry.name) else {
             continue;
         };
-        let meta = entry
-            .metadata()
-            .map_err(|e| StorageError::io("stat", entry.path(), e))?;
-        let modified_ms = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_millis() as u64);
         found.push(FoundSegment {
             base_offset,
-            size_bytes: meta.len(),
-            modified_ms,
+            size_bytes: entry.len,
+            modified_ms: entry.modified_ms,
         });
     }
     found.sort_by_key(|s| s.base_offset);
@@ -128,9 +132,16 @@ pub fn recover(dir: &Path, partition_label: &str) -> Result<Recovered, StorageEr
             break;
         }
     }
-    remove_from(dir, &mut found, keep, &mut recovered, partition_label)?;
+    remove_from(
+        storage,
+        dir,
+        &mut found,
+        keep,
+        &mut recovered,
+        partition_label,
+    )?;
 
-    let recovery_point = read_recovery_point(dir).unwrap_or(0);
+    let recovery_point = read_recovery_point(storage, dir).unwrap_or(0);
     let first_to_scan = found
         .iter()
         .position(|s| s.base_offset + s.size_bytes > recovery_point)
@@ -143,11 +154,14 @@ pub fn recover(dir: &Path, partition_label: &str) -> Result<Recovered, StorageEr
         let from = recovery_point
             .saturating_sub(found[i].base_offset)
             .min(found[i].size_bytes);
-        let (valid, scanned) = scan_segment(&path, found[i].base_offset, from)?;
+        let (valid, scanned, damaged) = scan_segment(storage, &path, found[i].base_offset, from)?;
         recovered.bytes_scanned += scanned;
+        if damaged > 0 {
+            recovered.damaged_segments += 1;
+        }
         if valid < found[i].size_bytes
             && i + 1 < found.len()
-            && next_segment_starts_valid(dir, &found[i + 1])?
+            && next_segment_starts_valid(storage, dir, &found[i + 1])?
         {
             // Damage in a closed segment followed by intact data is not a
             // torn tail: the segments after it were written later and may
@@ -178,17 +192,19 @@ pub fn recover(dir: &Path, partition_label: &str) -> Result<Recovered, StorageEr
                 bytes_cut = cut,
                 "recovery: truncating torn or corrupt tail"
             );
-            let file = fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(|e| StorageError::io("opening", &path, e))?;
-            file.set_len(valid)
+            storage
+                .truncate(&path, valid, true)
                 .map_err(|e| StorageError::io("truncating", &path, e))?;
-            file.sync_all()
-                .map_err(|e| StorageError::io("syncing", &path, e))?;
             recovered.bytes_cut += cut;
             found[i].size_bytes = valid;
-            remove_from(dir, &mut found, i + 1, &mut recovered, partition_label)?;
+            remove_from(
+                storage,
+                dir,
+                &mut found,
+                i + 1,
+                &mut recovered,
+                partition_label,
+            )?;
             break;
         }
     }
@@ -196,17 +212,23 @@ pub fn recover(dir: &Path, partition_label: &str) -> Result<Recovered, StorageEr
     Ok(recovered)
 }
 
-/// True if the segment begins with at least one whole valid message.
-fn next_segment_starts_valid(dir: &Path, next: &FoundSegment) -> Result<bool, StorageError> {
+/// True if the segment begins with a whole valid message, or with damaged
+/// messages whose framing holds followed by one (damage at both ends of a
+/// roll is rot too, not a torn tail).
+fn next_segment_starts_valid(
+    storage: &impl Storage,
+    dir: &Path,
+    next: &FoundSegment,
+) -> Result<bool, StorageError> {
     if next.size_bytes == 0 {
         return Ok(false);
     }
     let path = dir.join(super::segment::segment_file_name(next.base_offset));
-    let (valid, _) = scan_segment(&path, next.base_offset, 0)?;
-    Ok(valid > 0)
+    Ok(next_valid_message(storage, &path, 0)?.is_some())
 }
 
 fn remove_from(
+    storage: &impl Storage,
     dir: &Path,
     found: &mut Vec<FoundSegment>,
     keep: usize,
@@ -221,19 +243,24 @@ fn remove_from(
             bytes_cut = orphan.size_bytes,
             "recovery: removing segment after a gap or a truncated segment"
         );
-        fs::remove_file(&path).map_err(|e| StorageError::io("removing", &path, e))?;
+        storage
+            .remove_file(&path)
+            .map_err(|e| StorageError::io("removing", &path, e))?;
         recovered.bytes_cut += orphan.size_bytes;
     }
     Ok(())
 }
 
 /// Scans from position `from` (a message boundary); returns (the position
-/// where valid whole messages end, bytes read).
-fn scan_segment(path: &Path, base_offset: u64, from: u64) -> Result<(u64, u64), StorageError> {
-    use std::io::Seek;
-    let mut file = fs::File::open(path).map_err(|e| StorageError::io("opening", path, e))?;
-    file.seek(std::io::SeekFrom::Start(from))
-        .map_err(|e| StorageError::io("seeking", path, e))?;
+/// where valid whole messages end, bytes read, damaged messages kept).
+fn scan_segment(
+    storage: &impl Storage,
+    path: &Path,
+    base_offset: u64,
+    from: u64,
+) -> Result<(u64, u64, u64), StorageError> {
+    let mut damaged = 0u64;
+    let mut position = from;
     let mut buf: Vec<u8> = Vec::with_capacity(4 << 20);
     let mut valid = from;
     let mut read_total = 0u64;
@@ -244,19 +271,19 @@ fn scan_segment(path: &Path, base_offset: u64, from: u64) -> Result<(u64, u64), 
             let want = (4usize << 20).max(buf.len() + 1);
             let old = buf.len();
             buf.resize(want.min(old + (4 << 20)), 0);
-            let n = file
-                .read(&mut buf[old..])
+            let n = storage
+                .read_at(path, position, &mut buf[old..])
                 .map_err(|e| StorageError::io("reading", path, e))?;
+            position += n as u64;
             buf.truncate(old + n);
             read_total += n as u64;
             eof = n == 0;
         }
         let mut iter = MessageSetIter::new(&buf, base_offset + valid);
-        let mut failed = false;
+        let mut failed = None;
         for message in iter.by_ref() {
             if let Err(error) = message {
-                tracing::warn!(segment = %path.display(), %error, "recovery: invalid message");
-                failed = true;
+                failed = Some(error);
                 break;
             }
         }
@@ -264,17 +291,97 @@ fn scan_segment(path: &Path, base_offset: u64, from: u64) -> Result<(u64, u64), 
         let pending = iter.incomplete();
         valid += consumed as u64;
         buf.drain(..consumed);
-        if failed {
-            return Ok((valid, read_total));
+        if let Some(error) = failed {
+            // Damage inside one message whose framing still holds, followed
+            // by a valid message, is rot, not a torn write: a crash leaves
+            // garbage or a short message at the end, not a good message
+            // after a bad one. Keep it and go on, or acknowledged messages
+            // after it would be cut (found by the model test: a damaged
+            // closed segment whose successor had not reached the disk).
+            // Consumers get a CRC error there and can step over it.
+            if let Some(stored) = framed_len(&error, &buf) {
+                if let Some((next, skipped)) = next_valid_message(storage, path, valid + stored)? {
+                    tracing::error!(
+                        segment = %path.display(),
+                        offset = base_offset + valid,
+                        damaged_messages = 1 + skipped,
+                        %error,
+                        "recovery: damaged messages with intact data after them; kept (consumers can skip them)"
+                    );
+                    valid = next;
+                    position = valid;
+                    buf.clear();
+                    eof = false;
+                    damaged += 1 + skipped;
+                    continue;
+                }
+            }
+            tracing::warn!(segment = %path.display(), %error, "recovery: invalid message");
+            return Ok((valid, read_total, damaged));
         }
         if let Some((need, _)) = pending {
             if need > MESSAGE_BYTES_MAX {
-                return Ok((valid, read_total));
+                return Ok((valid, read_total, damaged));
             }
         }
         if eof {
             // Anything left is an incomplete (torn) message.
-            return Ok((valid, read_total));
+            return Ok((valid, read_total, damaged));
         }
     }
+}
+
+/// The stored size of the message `error` was found in (at the start of
+/// `rest`), when its length field is sane and only its contents are bad.
+fn framed_len(error: &MessageError, rest: &[u8]) -> Option<u64> {
+    let content_only = matches!(
+        error,
+        MessageError::CrcMismatch { .. }
+            | MessageError::BadMagic { .. }
+            | MessageError::BadKey { .. }
+    );
+    let length = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    (content_only && (5..=MESSAGE_BYTES_MAX - 4).contains(&length)).then_some(4 + length as u64)
+}
+
+/// Damaged messages in a row that recovery follows by their length fields
+/// looking for a valid one.
+const DAMAGED_RUN_MAX: u64 = 64;
+
+/// From `position`, follows messages whose framing holds but whose contents
+/// are bad, up to the first whole valid message: returns its position and
+/// how many damaged ones were passed, or `None` if framing breaks, the file
+/// ends or the run is too long (then it is a torn tail, not rot).
+fn next_valid_message(
+    storage: &impl Storage,
+    path: &Path,
+    mut position: u64,
+) -> Result<Option<(u64, u64)>, StorageError> {
+    let read = |at: u64, buf: &mut [u8]| {
+        storage
+            .read_at(path, at, buf)
+            .map_err(|e| StorageError::io("reading", path, e))
+    };
+    for skipped in 0..DAMAGED_RUN_MAX {
+        let mut header = [0u8; 4];
+        if read(position, &mut header)? < 4 {
+            return Ok(None);
+        }
+        let length = u32::from_le_bytes(header) as usize;
+        if !(5..=MESSAGE_BYTES_MAX - 4).contains(&length) {
+            return Ok(None);
+        }
+        let mut message = vec![0u8; 4 + length];
+        if read(position, &mut message)? < message.len() {
+            return Ok(None);
+        }
+        match validate_message_set(&message) {
+            Ok(_) => return Ok(Some((position, skipped))),
+            Err(error) if framed_len(&error, &message).is_some() => {
+                position += message.len() as u64;
+            }
+            Err(_) => return Ok(None),
+        }
+    }
+    Ok(None)
 }

@@ -6,7 +6,6 @@
 //! producers sent them; the byte at position `p` has offset `base_offset + p`.
 //! Only the last (active) segment is appended to; the others are sealed.
 
-use glommio::io::BufferedFile;
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -34,16 +33,17 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
 /// One segment: where it starts, how many bytes it holds (written or still
 /// pending in memory), and its file while open. Files are opened when first
 /// written or read and closed when idle, so a descriptor costs nothing for
-/// the segments nobody touches (issue 8, item 4). Not `Send`; owned by the
-/// shard that owns the partition.
+/// the segments nobody touches (issue 8, item 4). `F` is the storage's file
+/// type (`storage::io`). Not `Send`; owned by the shard that owns the
+/// partition.
 #[derive(Debug)]
-pub struct Segment {
+pub struct Segment<F> {
     /// The offset of the first byte.
     pub base_offset: u64,
     /// Bytes assigned to this segment, including bytes not written yet.
     pub size_bytes: u64,
     /// The open file; `None` until written or read, and again once idle.
-    pub file: Option<Rc<BufferedFile>>,
+    pub file: Option<Rc<F>>,
     /// When the file was last written or read.
     pub last_used: Cell<Instant>,
     /// Milliseconds since the epoch of the last append (file mtime after a restart).
@@ -52,7 +52,7 @@ pub struct Segment {
     pub path: PathBuf,
 }
 
-impl Segment {
+impl<F> Segment<F> {
     /// A segment in `dir` starting at `base_offset`, not yet opened.
     pub fn new(dir: &Path, base_offset: u64, now_ms: u64) -> Self {
         Segment {

@@ -6,19 +6,25 @@ use super::segment::Segment;
 
 /// The segments of one partition, sorted by base offset and contiguous:
 /// each segment starts where the previous one ends.
-#[derive(Debug, Default)]
-pub struct Segments {
-    list: Vec<Segment>,
+#[derive(Debug)]
+pub struct Segments<F> {
+    list: Vec<Segment<F>>,
 }
 
-impl Segments {
+impl<F> Default for Segments<F> {
+    fn default() -> Self {
+        Segments { list: Vec::new() }
+    }
+}
+
+impl<F> Segments<F> {
     /// An empty list.
     pub fn new() -> Self {
         Segments::default()
     }
 
     /// Appends a segment that starts where the last one ends.
-    pub fn push(&mut self, segment: Segment) {
+    pub fn push(&mut self, segment: Segment<F>) {
         if let Some(last) = self.list.last() {
             assert_eq!(
                 last.end_offset(),
@@ -38,27 +44,27 @@ impl Segments {
     }
 
     /// The segments, oldest first.
-    pub fn as_slice(&self) -> &[Segment] {
+    pub fn as_slice(&self) -> &[Segment<F>] {
         &self.list
     }
 
     /// Mutable access to one segment.
-    pub fn get_mut(&mut self, index: usize) -> Option<&mut Segment> {
+    pub fn get_mut(&mut self, index: usize) -> Option<&mut Segment<F>> {
         self.list.get_mut(index)
     }
 
     /// The active (last) segment.
-    pub fn active(&self) -> Option<&Segment> {
+    pub fn active(&self) -> Option<&Segment<F>> {
         self.list.last()
     }
 
     /// The active segment, mutably.
-    pub fn active_mut(&mut self) -> Option<&mut Segment> {
+    pub fn active_mut(&mut self) -> Option<&mut Segment<F>> {
         self.list.last_mut()
     }
 
     /// Removes and returns the oldest segment.
-    pub fn pop_oldest(&mut self) -> Option<Segment> {
+    pub fn pop_oldest(&mut self) -> Option<Segment<F>> {
         if self.list.is_empty() {
             None
         } else {
@@ -68,7 +74,7 @@ impl Segments {
 
     /// Removes the newest segment (undoing a roll whose bytes were never
     /// written).
-    pub fn pop_newest(&mut self) -> Option<Segment> {
+    pub fn pop_newest(&mut self) -> Option<Segment<F>> {
         self.list.pop()
     }
 
@@ -92,7 +98,7 @@ impl Segments {
 mod tests {
     use super::*;
 
-    fn segments(bases_and_sizes: &[(u64, u64)]) -> Segments {
+    fn segments(bases_and_sizes: &[(u64, u64)]) -> Segments<()> {
         let mut s = Segments::new();
         for &(base, size) in bases_and_sizes {
             let mut seg = Segment::new(std::path::Path::new("/nonexistent"), base, 0);

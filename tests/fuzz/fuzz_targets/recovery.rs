@@ -3,17 +3,20 @@
 //! directory, and `recover` runs over them. It may cut or keep, but never
 //! panic, never keep more bytes than a file holds, keep segments contiguous,
 //! and whatever it keeps above the recovery point of the last segment must
-//! be whole valid messages.
+//! be whole valid messages. The files live on the in-memory disk
+//! (`storage::memory`), the same code path as on a real one.
 #![no_main]
 
+use broker::storage::io::Storage;
+use broker::storage::memory::MemoryStorage;
 use broker::storage::recovery::{self, recover};
 use libfuzzer_sys::fuzz_target;
-use std::path::PathBuf;
+use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
-    let dir = scratch_dir();
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let storage = MemoryStorage::new();
+    let dir = Path::new("/fuzz/t-0");
+    storage.create_dir_all(dir).unwrap();
     // First byte: how to cut the rest into segments and whether a recovery
     // point is written.
     let (control, body) = data.split_first().unwrap_or((&0, &[]));
@@ -23,15 +26,15 @@ fuzz_target!(|data: &[u8]| {
     let mut sizes = Vec::new();
     for piece in body.chunks(chunk) {
         let name = format!("{base:020}.log");
-        std::fs::write(dir.join(name), piece).unwrap();
+        storage.write_file(&dir.join(name), piece, true).unwrap();
         sizes.push((base, piece.len() as u64));
         base += piece.len() as u64;
     }
     if control & 4 != 0 {
         let point = u64::from(control >> 3) * 16;
-        recovery::write_recovery_point(&dir, point.min(base), false).unwrap();
+        recovery::write_recovery_point(&storage, dir, point.min(base), false).unwrap();
     }
-    let recovered = recover(&dir, "fuzz-0").unwrap();
+    let recovered = recover(&storage, dir, "fuzz-0").unwrap();
     let mut expected_base = recovered.segments.first().map_or(0, |s| s.base_offset);
     for segment in &recovered.segments {
         assert_eq!(segment.base_offset, expected_base, "segments contiguous");
@@ -43,9 +46,9 @@ fuzz_target!(|data: &[u8]| {
             segment.size_bytes <= written,
             "kept more than the file holds"
         );
-        let on_disk = std::fs::metadata(dir.join(format!("{:020}.log", segment.base_offset)))
-            .unwrap()
-            .len();
+        let on_disk = storage
+            .len(&dir.join(format!("{:020}.log", segment.base_offset)))
+            .unwrap();
         assert_eq!(
             on_disk, segment.size_bytes,
             "the file was cut to what is kept"
@@ -56,17 +59,10 @@ fuzz_target!(|data: &[u8]| {
         // Without a recovery point everything kept in the last segment was
         // checked: it must be whole valid messages.
         if let Some(last) = recovered.segments.last() {
-            let bytes = std::fs::read(dir.join(format!("{:020}.log", last.base_offset))).unwrap();
+            let bytes = storage
+                .read_file(&dir.join(format!("{:020}.log", last.base_offset)))
+                .unwrap();
             assert!(protocol::message::validate_message_set(&bytes).is_ok() || bytes.is_empty());
         }
     }
 });
-
-fn scratch_dir() -> PathBuf {
-    let root = if std::path::Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    root.join(format!("ringlog-fuzz-recovery-{}", std::process::id()))
-}

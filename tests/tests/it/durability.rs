@@ -441,7 +441,13 @@ fn r8_8_damage_below_the_recovery_point_is_not_truncated() {
     std::fs::write(&segment, &bytes).unwrap();
     // The recovery point at message 75: the damage lies below it, in data
     // that was fsynced; only what lies above it is a tail to check.
-    std::fs::write(dir.join("recovery-point"), (75 * 109).to_string()).unwrap();
+    ::broker::storage::recovery::write_recovery_point(
+        &::broker::storage::io::DiskStorage,
+        &dir,
+        75 * 109,
+        false,
+    )
+    .unwrap();
     broker.restart();
     assert_eq!(
         std::fs::metadata(&segment).unwrap().len() as usize,

@@ -1,0 +1,227 @@
+//! The storage seam: everything a partition's log asks of a disk.
+//!
+//! The log (`partition_log.rs`) and its recovery (`recovery.rs`) are a state
+//! machine over segment files; they never name glommio or `std::fs`. They
+//! call a [`Storage`], of which there are two:
+//!
+//! - [`DiskStorage`]: the broker's. Segment appends, reads and fdatasyncs go
+//!   through io_uring (glommio `BufferedFile`, see
+//!   `docs/design/0001-buffered-appends.md`); directory work (listing,
+//!   renames, truncation, the recovery point) is rare and uses `std::fs`.
+//! - `MemoryStorage` (`memory.rs`): files in memory that remember what an
+//!   fdatasync made durable and which directory entries a directory sync
+//!   made durable, so a test can crash it the way a process kill or a power
+//!   cut would. The model test (`model_test.rs`) drives the log against it
+//!   without io_uring, without a disk and without time.
+//!
+//! The seam also owns task spawning: the log starts its writer and flush
+//! tasks through [`Storage::spawn`], so a test decides when they run and can
+//! interleave them with appends at every await point.
+//!
+//! Anchors: Redpanda's `segment_appender` (the log decides, an appender
+//! does the I/O) and TigerBeetle's `testing/storage.zig` (an in-memory disk
+//! with fault injection under the real state machine).
+
+use super::error::os_error;
+use glommio::io::{BufferedFile, OpenOptions};
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::UNIX_EPOCH;
+
+/// One open segment file.
+pub trait SegmentFile: 'static {
+    /// Writes `bytes` at `position`; returns how many were written (fewer
+    /// than asked means the disk filled up).
+    fn write_at(&self, bytes: Vec<u8>, position: u64) -> impl Future<Output = io::Result<usize>>;
+
+    /// Reads up to `len` bytes at `position` (fewer at the end of the file).
+    fn read_at(&self, position: u64, len: usize) -> impl Future<Output = io::Result<Vec<u8>>>;
+
+    /// Makes every byte written so far durable.
+    fn fdatasync(&self) -> impl Future<Output = io::Result<()>>;
+
+    /// The file's path, for error messages.
+    fn path(&self) -> PathBuf;
+}
+
+/// A file found by [`Storage::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The file name (not the path).
+    pub name: String,
+    /// Its length in bytes.
+    pub len: u64,
+    /// Its modification time, milliseconds since the epoch.
+    pub modified_ms: u64,
+}
+
+/// A disk, as the partition log uses it. Not `Send`: a shard's.
+pub trait Storage: Clone + 'static {
+    /// An open segment file.
+    type File: SegmentFile;
+
+    /// Opens a segment file for reading and writing, creating it with `create`.
+    fn open(&self, path: &Path, create: bool) -> impl Future<Output = io::Result<Self::File>>;
+
+    /// Runs a task of the log's (its writer, a flush round) beside the caller.
+    fn spawn(&self, task: impl Future<Output = ()> + 'static);
+
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+
+    /// The files in a directory, in no particular order.
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>>;
+
+    /// Reads up to `buf.len()` bytes at `position` of a file that is not open
+    /// (recovery, at start). Blocking.
+    fn read_at(&self, path: &Path, position: u64, buf: &mut [u8]) -> io::Result<usize>;
+
+    /// A small file's whole content.
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>>;
+
+    /// Creates or replaces a small file's content; with `durable`, fsyncs it.
+    fn write_file(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()>;
+
+    /// Cuts a file to `len` bytes; with `durable`, fsyncs it.
+    fn truncate(&self, path: &Path, len: u64, durable: bool) -> io::Result<()>;
+
+    /// A file's length.
+    fn len(&self, path: &Path) -> io::Result<u64>;
+
+    /// Renames a file.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+
+    /// Unlinks a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+
+    /// Makes the directory's entries (files created, renamed, removed in it)
+    /// durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// The broker's storage: io_uring for segment files, `std::fs` for the rest.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiskStorage;
+
+impl SegmentFile for BufferedFile {
+    async fn write_at(&self, bytes: Vec<u8>, position: u64) -> io::Result<usize> {
+        BufferedFile::write_at(self, bytes, position)
+            .await
+            .map_err(os_error)
+    }
+
+    async fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
+        BufferedFile::read_at(self, position, len)
+            .await
+            .map(|read| read.to_vec())
+            .map_err(os_error)
+    }
+
+    async fn fdatasync(&self) -> io::Result<()> {
+        BufferedFile::fdatasync(self).await.map_err(os_error)
+    }
+
+    fn path(&self) -> PathBuf {
+        BufferedFile::path(self).map_or_else(PathBuf::new, |p| p.to_path_buf())
+    }
+}
+
+impl Storage for DiskStorage {
+    type File = BufferedFile;
+
+    async fn open(&self, path: &Path, create: bool) -> io::Result<BufferedFile> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .buffered_open(path)
+            .await
+            .map_err(os_error)
+    }
+
+    fn spawn(&self, task: impl Future<Output = ()> + 'static) {
+        glommio::spawn_local(task).detach();
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let meta = entry.metadata()?;
+            let modified_ms = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_millis() as u64);
+            found.push(DirEntry {
+                name,
+                len: meta.len(),
+                modified_ms,
+            });
+        }
+        Ok(found)
+    }
+
+    fn read_at(&self, path: &Path, position: u64, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        std::fs::File::open(path)?.read_at(buf, position)
+    }
+
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+
+    fn write_file(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+        use std::io::Write;
+        let mut file = std::fs::File::create(path)?;
+        file.write_all(bytes)?;
+        if durable {
+            file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn truncate(&self, path: &Path, len: u64, durable: bool) -> io::Result<()> {
+        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        file.set_len(len)?;
+        if durable {
+            file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn len(&self, path: &Path) -> io::Result<u64> {
+        std::fs::metadata(path).map(|m| m.len())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::File::open(dir)?.sync_all()
+    }
+}
+
+/// A path with `suffix` appended to its file name (`x.log` → `x.log.deleted`).
+pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Files are shared between the log and the fetches sending from them.
+pub type SharedFile<S> = Rc<<S as Storage>::File>;

@@ -33,6 +33,8 @@ use std::time::Duration;
 /// Runs the broker until SIGTERM/SIGINT.
 pub fn run(mut config: Config) -> anyhow::Result<()> {
     config.validate()?;
+    // Bad certificate files stop the start with one line, before anything binds.
+    crate::net::tls::init(&config)?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     let _lock = lock_data_dir(&config)?;

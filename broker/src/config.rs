@@ -94,6 +94,14 @@ pub struct Config {
     /// Once a frame has begun to arrive, the rest must arrive within this
     /// (a client that trickles bytes holds a buffer; slowloris).
     pub frame_timeout_ms: u64,
+    /// TLS: the broker's certificate chain (PEM). With `tls_key`, every
+    /// listener speaks TLS only.
+    pub tls_cert: Option<PathBuf>,
+    /// TLS: the private key of `tls_cert` (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<PathBuf>,
+    /// TLS: CA certificates (PEM) a client's certificate must be signed by;
+    /// set, a client without one is refused in the handshake.
+    pub tls_client_ca: Option<PathBuf>,
     /// Topic defaults.
     pub topic_defaults: TopicDefaults,
     /// etcd endpoints (`http://host:port`); empty = standalone.
@@ -130,6 +138,9 @@ impl Default for Config {
             handshake_timeout_ms: 10_000,
             idle_timeout_ms: 600_000,
             frame_timeout_ms: 30_000,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
             topic_defaults: TopicDefaults::default(),
             etcd: Vec::new(),
             cluster: "ringlog".into(),
@@ -211,6 +222,19 @@ impl Config {
                 "fd_reserve must be 64..=1073741824, got {}",
                 self.fd_reserve
             )));
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(ConfigError(
+                    "tls_cert and tls_key go together: set both for TLS, or neither".into(),
+                ))
+            }
+            (None, None) if self.tls_client_ca.is_some() => {
+                return Err(ConfigError(
+                    "tls_client_ca needs tls_cert and tls_key (client certificates are checked in a TLS handshake)".into(),
+                ))
+            }
+            _ => {}
         }
         if self.max_connections < self.shards {
             return Err(ConfigError(format!(

@@ -42,6 +42,16 @@ struct Args {
     /// Locked memory per shard for io_uring buffers, in bytes.
     #[arg(long, value_name = "BYTES")]
     io_memory: Option<usize>,
+    /// TLS: the broker's certificate chain (PEM); with --tls-key, every
+    /// listener speaks TLS only.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// TLS: the certificate's private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// TLS: require client certificates signed by these CAs (PEM).
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
     /// TOML configuration file; flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -118,6 +128,15 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(v) = args.cluster {
         config.cluster = v;
+    }
+    if let Some(v) = args.tls_cert {
+        config.tls_cert = Some(v);
+    }
+    if let Some(v) = args.tls_key {
+        config.tls_key = Some(v);
+    }
+    if let Some(v) = args.tls_client_ca {
+        config.tls_client_ca = Some(v);
     }
     broker::broker::run(config)
 }

@@ -13,9 +13,7 @@
 use crate::stats::Stats;
 use crate::workload::{ensure_topic, existing_partitions, pace, Length};
 use anyhow::Context;
-use protocol::client::{
-    AckMode, Client, Consumer, OffsetSpec, Partitioner, Producer, ProducerConfig,
-};
+use protocol::client::{AckMode, Consumer, OffsetSpec, Partitioner, Producer, ProducerConfig};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -135,7 +133,7 @@ struct Shared {
 /// Runs one e2e test; end-to-end latencies go to `stats`; delivery checks
 /// and publish latencies are returned.
 pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<E2eOutcome> {
-    let client = Client::connect(&spec.brokers)
+    let client = crate::connect(&spec.brokers)
         .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
     // Checked before creating anything: a refused run leaves no topic behind.
     let producers = spec.producers.max(1);
@@ -272,7 +270,7 @@ fn produce(
         .collect();
     let count = spec.length.share(index, producers);
     let rate = spec.rate.map(|r| r / producers as f64);
-    let client = Client::connect(&spec.brokers)?;
+    let client = crate::connect(&spec.brokers)?;
     let mut producer = Producer::new(
         &client,
         &spec.topic,

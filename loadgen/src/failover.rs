@@ -11,7 +11,7 @@
 
 use crate::workload::ensure_topic;
 use anyhow::{bail, Context};
-use protocol::client::{AckMode, Client, GroupDescription, Producer, ProducerConfig};
+use protocol::client::{AckMode, GroupDescription, Producer, ProducerConfig};
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,7 +98,7 @@ pub fn failover(spec: &FailoverSpec) -> anyhow::Result<FailoverOutcome> {
     if spec.members < 2 {
         bail!("failover needs at least 2 members (one goes, the others take over)");
     }
-    let client = Client::connect(&spec.brokers)
+    let client = crate::connect(&spec.brokers)
         .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
     let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
     let group = format!(
@@ -111,7 +111,7 @@ pub fn failover(spec: &FailoverSpec) -> anyhow::Result<FailoverOutcome> {
     let producer = {
         let (spec, stop) = (spec.clone(), stop.clone());
         std::thread::spawn(move || -> anyhow::Result<()> {
-            let client = Client::connect(&spec.brokers)?;
+            let client = crate::connect(&spec.brokers)?;
             let mut producer = Producer::new(
                 &client,
                 &spec.topic,

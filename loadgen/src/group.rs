@@ -12,7 +12,7 @@
 use crate::stats::Stats;
 use crate::workload::Length;
 use anyhow::{bail, Context};
-use protocol::client::{Client, GroupConfig, GroupConsumer, OffsetSpec, StartFrom};
+use protocol::client::{GroupConfig, GroupConsumer, OffsetSpec, StartFrom};
 use protocol::message::encoded_len;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,7 +60,7 @@ struct Seen {
 
 /// Runs the group; returns what it saw.
 pub fn consume_group(spec: &GroupSpec, stats: &Arc<Stats>) -> anyhow::Result<GroupOutcome> {
-    let client = Client::connect(&spec.brokers)
+    let client = crate::connect(&spec.brokers)
         .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
     let metadata = client.metadata(&[&spec.topic])?;
     let partitions = metadata

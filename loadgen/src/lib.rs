@@ -22,3 +22,32 @@ pub mod report;
 pub mod stats;
 pub mod sweep;
 pub mod workload;
+
+use protocol::client::{Client, ClientConfig, ClientError, TlsConfig};
+
+/// The client settings of every loadgen connection: the defaults, with TLS
+/// when `RINGLOG_TLS_CA` names a CA file (and `RINGLOG_TLS_CERT` /
+/// `RINGLOG_TLS_KEY` a client certificate) — the same variables as the
+/// `ringlog` CLI's `--tls-*` flags.
+pub fn client_config() -> Result<ClientConfig, ClientError> {
+    let var = |name| std::env::var_os(name).map(std::path::PathBuf::from);
+    let tls = match var("RINGLOG_TLS_CA") {
+        None => None,
+        Some(ca) => {
+            let mut tls = TlsConfig::new(&ca)?;
+            if let (Some(cert), Some(key)) = (var("RINGLOG_TLS_CERT"), var("RINGLOG_TLS_KEY")) {
+                tls = tls.with_client_certificate(&cert, &key)?;
+            }
+            Some(tls)
+        }
+    };
+    Ok(ClientConfig {
+        tls,
+        ..ClientConfig::default()
+    })
+}
+
+/// A client of `brokers` with [`client_config`].
+pub fn connect(brokers: &str) -> Result<Client, ClientError> {
+    Client::with_config(brokers, client_config()?)
+}

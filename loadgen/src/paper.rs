@@ -337,7 +337,7 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
                 let brokers = match &spec.brokers {
                     Some(b) => {
                         // Say whether it is one broker or a cluster.
-                        let live = protocol::client::Client::connect(b)
+                        let live = crate::connect(b)
                             .and_then(|c| c.metadata(&[]))
                             .map(|m| m.brokers.len());
                         ringlog_broker = match live {

@@ -150,7 +150,7 @@ pub struct ProduceOutcome {
 
 /// Runs producers as `spec` says, counting into `stats`.
 pub fn produce(spec: &ProduceSpec, stats: &Arc<Stats>) -> anyhow::Result<ProduceOutcome> {
-    let client = Client::connect(&spec.brokers)
+    let client = crate::connect(&spec.brokers)
         .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
     let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
     let (before, _) = total_offsets(&client, &spec.topic, partitions)?;
@@ -211,7 +211,7 @@ fn produce_thread(
         &spec.brokers,
         ClientConfig {
             flush_timeout: Duration::from_secs(600),
-            ..ClientConfig::default()
+            ..crate::client_config()?
         },
     )?;
     let mut producer = Producer::new(
@@ -304,7 +304,7 @@ pub struct ConsumeSpec {
 
 /// Reads from the start of every partition, checking every CRC.
 pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
-    let client = Client::connect(&spec.brokers)
+    let client = crate::connect(&spec.brokers)
         .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
     let metadata = client.metadata(&[&spec.topic])?;
     let topic = metadata.topics.first().context("topic missing")?;
@@ -333,7 +333,7 @@ pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
                 // pipelined on one connection per shard, instead of a round
                 // trip per partition in turn.
                 let setup = (|| -> anyhow::Result<TopicConsumer> {
-                    let client = Client::connect(&spec.brokers)?;
+                    let client = crate::connect(&spec.brokers)?;
                     let start = Start::At(assigned.iter().map(|&p| (p, 0)).collect());
                     let config = TopicConsumerConfig {
                         max_bytes: spec.fetch_bytes,
@@ -378,14 +378,14 @@ pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
                 }
             }
             let setup = (|| -> anyhow::Result<Vec<Consumer>> {
-                let client = Client::connect(&spec.brokers)?;
+                let client = crate::connect(&spec.brokers)?;
                 let mut mine = Vec::new();
                 for &p in &assigned {
                     // From offset 0, moved to the first retained offset if
                     // retention removed it: no ListOffsets round trip each.
                     let address = client.owner_address(&metadata, &spec.topic, p);
                     let mut consumer = Consumer::with_connection(
-                        Connection::connect(&address)?,
+                        Connection::connect_with(&address, &crate::client_config()?)?,
                         &spec.topic,
                         p,
                         0,
@@ -461,7 +461,7 @@ pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
 /// The broker's side of a run, for reports: brokers with their shard
 /// addresses, and the topic's effective settings.
 pub fn broker_config(brokers: &str, topic: &str) -> anyhow::Result<serde_json::Value> {
-    let client = Client::connect(brokers)?;
+    let client = crate::connect(brokers)?;
     let metadata = client.metadata(&[topic])?;
     let brokers: Vec<serde_json::Value> = metadata
         .brokers

@@ -55,8 +55,81 @@ enum Queued {
     Close,
 }
 
+/// A connection's byte stream: the socket, or the socket through TLS.
+enum Transport {
+    Plain(TcpStream),
+    Tls(Box<futures_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl Transport {
+    fn poll_read(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self {
+            Transport::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Transport::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+
+    fn poll_write(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        match self {
+            Transport::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Transport::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<()>> {
+        match self {
+            Transport::Plain(s) => Pin::new(s).poll_flush(cx),
+            Transport::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_close(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<io::Result<()>> {
+        match self {
+            Transport::Plain(s) => Pin::new(s).poll_close(cx),
+            Transport::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+        }
+    }
+}
+
+/// The TLS handshake, within the connection's handshake deadline.
+async fn accept_tls(shard: &Shard, stream: TcpStream) -> Option<Transport> {
+    let Some(acceptor) = super::tls::acceptor() else {
+        return Some(Transport::Plain(stream));
+    };
+    let deadline = Duration::from_millis(shard.config.handshake_timeout_ms);
+    let accepted = futures_lite::future::or(async { Some(acceptor.accept(stream).await) }, async {
+        glommio::timer::sleep(deadline).await;
+        None
+    })
+    .await;
+    match accepted {
+        Some(Ok(tls)) => Some(Transport::Tls(Box::new(tls))),
+        Some(Err(error)) => {
+            crate::metrics::bump(&shard.metrics.counters.tls_handshake_failures_total, 1);
+            tracing::debug!(%error, "TLS handshake failed");
+            None
+        }
+        None => {
+            crate::metrics::bump(&shard.metrics.counters.tls_handshake_failures_total, 1);
+            tracing::debug!("TLS handshake timed out");
+            None
+        }
+    }
+}
+
 struct Conn {
-    stream: RefCell<TcpStream>,
+    stream: RefCell<Transport>,
+    /// Encrypted: fetches are read and written through the session, not
+    /// sent with sendfile.
+    tls: bool,
     fd: RawFd,
     queue: RefCell<VecDeque<Queued>>,
     queued: Notify,
@@ -77,7 +150,11 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         return;
     }
     let _ = stream.set_nodelay(true);
+    let Some(stream) = accept_tls(&shard, stream).await else {
+        return;
+    };
     let conn = Rc::new(Conn {
+        tls: matches!(stream, Transport::Tls(_)),
         stream: RefCell::new(stream),
         fd,
         queue: RefCell::new(VecDeque::new()),
@@ -97,7 +174,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
 /// Answers a connection over `max_connections` with one OVERLOADED error
 /// frame (request id 0, api Handshake, as a reply to the Handshake it would
 /// send) and closes it.
-pub async fn refuse(stream: TcpStream) {
+pub async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
     let response = handler::error_response(
         Api::Handshake as u16,
         ErrorCode::Overloaded,
@@ -113,9 +190,20 @@ pub async fn refuse(stream: TcpStream) {
         &response.header,
         &[],
     );
-    let mut stream = stream;
-    let _ = futures_lite::AsyncWriteExt::write_all(&mut stream, &out).await;
-    let _ = futures_lite::AsyncWriteExt::close(&mut stream).await;
+    // Under TLS the error goes through a session too: a TLS client could
+    // not read a plain frame.
+    let Some(mut stream) = accept_tls(&shard, stream).await else {
+        return;
+    };
+    let mut rest = &out[..];
+    while !rest.is_empty() {
+        match poll_fn(|cx| stream.poll_write(cx, rest)).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => rest = &rest[n..],
+        }
+    }
+    let _ = poll_fn(|cx| stream.poll_flush(cx)).await;
+    let _ = poll_fn(|cx| stream.poll_close(cx)).await;
 }
 
 fn push(shard: &Shard, conn: &Conn, item: Queued) {
@@ -130,16 +218,20 @@ fn push(shard: &Shard, conn: &Conn, item: Queued) {
 }
 
 async fn read_some(conn: &Conn, buf: &mut [u8]) -> io::Result<usize> {
-    poll_fn(|cx| Pin::new(&mut *conn.stream.borrow_mut()).poll_read(cx, buf)).await
+    poll_fn(|cx| conn.stream.borrow_mut().poll_read(cx, buf)).await
 }
 
 async fn write_all(conn: &Conn, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
-        let n = poll_fn(|cx| Pin::new(&mut *conn.stream.borrow_mut()).poll_write(cx, buf)).await?;
+        let n = poll_fn(|cx| conn.stream.borrow_mut().poll_write(cx, buf)).await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
         buf = &buf[n..];
+    }
+    if conn.tls {
+        // The session buffers records: push them to the socket now.
+        poll_fn(|cx| conn.stream.borrow_mut().poll_flush(cx)).await?;
     }
     Ok(())
 }
@@ -424,7 +516,7 @@ async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>) {
         .responses_pending
         .set(shard.responses_pending.get().saturating_sub(abandoned));
     shard.responses_written.notify_all();
-    let _ = poll_fn(|cx| Pin::new(&mut *conn.stream.borrow_mut()).poll_close(cx)).await;
+    let _ = poll_fn(|cx| conn.stream.borrow_mut().poll_close(cx)).await;
 }
 
 async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
@@ -555,6 +647,19 @@ async fn send_range(
                 &shard.metrics.counters.fetch_cold_bytes_total,
                 loaded as u64,
             );
+        }
+        if conn.tls {
+            // Encrypted: read the (now resident) bytes and write them
+            // through the session. One copy, no sendfile.
+            let bytes = sendfile::pread(file, position, piece)?;
+            if bytes.is_empty() {
+                return Err(short());
+            }
+            sendfile::count(&shard.metrics, 0, bytes.len());
+            write_all(conn, &bytes).await?;
+            position += bytes.len() as u64;
+            len -= bytes.len();
+            continue;
         }
         match sendfile::sendfile_once(conn.fd, file, position, piece)? {
             Sent::Bytes(0) => return Err(short()),

@@ -4,3 +4,4 @@ pub mod cold;
 pub mod connection;
 pub mod listener;
 pub mod sendfile;
+pub mod tls;

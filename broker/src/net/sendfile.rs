@@ -66,8 +66,14 @@ pub fn sendfile_once(socket: RawFd, file: RawFd, position: u64, len: usize) -> i
 }
 
 /// Reads the fallback piece at `position` (at most [`SENDFILE_FALLBACK_BYTES`]).
+/// Never blocks on the disk: callers made the range resident first.
 pub fn read_fallback_piece(file: RawFd, position: u64, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len.min(SENDFILE_FALLBACK_BYTES)];
+    pread(file, position, len.min(SENDFILE_FALLBACK_BYTES))
+}
+
+/// Reads up to `len` bytes of `file` at `position` (fewer at its end).
+pub fn pread(file: RawFd, position: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
     loop {
         // SAFETY: `buf` is valid for `buf.len()` bytes and `file` is open.
         let n = unsafe {

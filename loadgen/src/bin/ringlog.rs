@@ -5,8 +5,8 @@
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use protocol::client::{
-    AckMode, Client, Consumer, GroupConfig, GroupConsumer, OffsetCommit, OffsetSpec, Producer,
-    ProducerConfig, StartFrom, TopicSettings,
+    AckMode, Client, ClientConfig, Consumer, GroupConfig, GroupConsumer, OffsetCommit, OffsetSpec,
+    Producer, ProducerConfig, StartFrom, TopicSettings,
 };
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -26,8 +26,64 @@ struct Cli {
         global = true
     )]
     brokers: String,
+    /// Connect with TLS, trusting the CA certificates in this PEM file.
+    #[arg(long, env = "RINGLOG_TLS_CA", value_name = "FILE", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// With --tls-ca: present this client certificate chain (PEM).
+    #[arg(long, env = "RINGLOG_TLS_CERT", value_name = "FILE", global = true)]
+    tls_cert: Option<std::path::PathBuf>,
+    /// With --tls-cert: its private key (PEM).
+    #[arg(long, env = "RINGLOG_TLS_KEY", value_name = "FILE", global = true)]
+    tls_key: Option<std::path::PathBuf>,
+    /// With --tls-ca: the name to expect in the broker's certificate
+    /// [default: the host of each address].
+    #[arg(long, value_name = "NAME", global = true)]
+    tls_server_name: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The TLS settings of this run, read once from the flags: every command
+/// connects through `connect`, which takes them from here.
+static TLS: std::sync::OnceLock<Option<protocol::client::TlsConfig>> = std::sync::OnceLock::new();
+
+/// The error and its causes on one line, each cause once: client errors
+/// already name their cause, which the chain would repeat.
+fn describe(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
+fn tls_config(cli: &Cli) -> anyhow::Result<Option<protocol::client::TlsConfig>> {
+    let Some(ca) = &cli.tls_ca else {
+        if cli.tls_cert.is_some() || cli.tls_key.is_some() || cli.tls_server_name.is_some() {
+            bail!("--tls-cert, --tls-key and --tls-server-name need --tls-ca (the CA that signed the broker's certificate)");
+        }
+        return Ok(None);
+    };
+    let mut tls = protocol::client::TlsConfig::new(ca).context("--tls-ca")?;
+    match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => {
+            tls = tls
+                .with_client_certificate(cert, key)
+                .context("--tls-cert/--tls-key")?;
+        }
+        (None, None) => {}
+        _ => bail!("--tls-cert and --tls-key go together"),
+    }
+    if let Some(name) = &cli.tls_server_name {
+        tls = tls.with_server_name(name).context("--tls-server-name")?;
+    }
+    Ok(Some(tls))
 }
 
 #[derive(Subcommand, Debug)]
@@ -203,18 +259,23 @@ fn main() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     if let Err(error) = run(cli) {
-        eprintln!("ringlog: error: {error:#}");
+        eprintln!("ringlog: error: {}", describe(&error));
         std::process::exit(1);
     }
 }
 
 fn connect(brokers: &str) -> anyhow::Result<Client> {
-    Client::connect(brokers).with_context(|| {
+    let config = ClientConfig {
+        tls: TLS.get().cloned().flatten(),
+        ..ClientConfig::default()
+    };
+    Client::with_config(brokers, config).with_context(|| {
         format!("no broker reachable at {brokers} (set --brokers or RINGLOG_BROKERS; start one with `broker --data-dir DIR`)")
     })
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
+    let _ = TLS.set(tls_config(&cli)?);
     match cli.command {
         Command::Topic(command) => topic(&cli.brokers, command),
         Command::Produce(args) => produce(&cli.brokers, args),

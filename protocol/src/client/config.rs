@@ -44,6 +44,9 @@ pub struct ClientConfig {
     pub retry_backoff: Duration,
     /// The longest wait between two retries. Default 2 s.
     pub retry_backoff_max: Duration,
+    /// TLS for every connection (trusted CA, optional client certificate);
+    /// `None` (the default) connects in plain TCP.
+    pub tls: Option<super::TlsConfig>,
 }
 
 impl Default for ClientConfig {
@@ -55,6 +58,7 @@ impl Default for ClientConfig {
             retries: 10,
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(2),
+            tls: None,
         }
     }
 }

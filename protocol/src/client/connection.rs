@@ -1,6 +1,7 @@
 //! One TCP connection to a broker shard: handshake, framed requests,
 //! pipelining (send many, then receive in order), typed errors.
 
+use super::tls::Stream;
 use super::{ClientConfig, ClientError};
 use crate::codec::{self, verify};
 use crate::frame::{self, Api, FramePrefix, API_VERSION, FRAME_BYTES_MAX, FRAME_PREFIX_BYTES};
@@ -42,8 +43,8 @@ pub struct BrokerHello {
 /// Requests are written to a buffer; [`Connection::flush`] sends them.
 /// Responses arrive in request order and are read with [`Connection::recv`].
 pub struct Connection {
-    reader: BufReader<TcpStream>,
-    writer: BufWriter<TcpStream>,
+    reader: BufReader<Stream>,
+    writer: BufWriter<Stream>,
     next_request_id: u32,
     /// A reusable builder for request headers.
     pub fbb: FlatBufferBuilder<'static>,
@@ -92,6 +93,24 @@ impl Connection {
         // a ringlog broker) must not hold the caller forever: the handshake
         // has a deadline, and a bootstrap list moves on to the next address.
         stream.set_read_timeout(Some(handshake_timeout))?;
+        // With TLS, its handshake first, under the same deadline.
+        let stream = Stream::open(stream, config.tls.as_ref(), address).map_err(|e| {
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) {
+                ClientError::Timeout {
+                    address: address.to_string(),
+                    during: "the TLS handshake",
+                    waited: handshake_timeout,
+                }
+            } else {
+                ClientError::Connect {
+                    address: address.to_string(),
+                    source: e,
+                }
+            }
+        })?;
         let reader = BufReader::with_capacity(256 * 1024, stream.try_clone()?);
         let writer = BufWriter::with_capacity(256 * 1024, stream);
         let mut conn = Connection {
@@ -120,6 +139,18 @@ impl Connection {
                     waited: handshake_timeout,
                 });
             }
+            Err(ClientError::Io(e))
+                if e.kind() == std::io::ErrorKind::UnexpectedEof && config.tls.is_none() =>
+            {
+                // What a TLS-only broker does with a plain handshake frame.
+                return Err(ClientError::Connect {
+                    address: address.to_string(),
+                    source: std::io::Error::new(
+                        e.kind(),
+                        "the broker closed the connection without answering the handshake (does it require TLS? give the client a TLS config: --tls-ca in the CLI)",
+                    ),
+                });
+            }
             Err(other) => return Err(other),
         };
         conn.expect_wait(Duration::ZERO)?;
@@ -137,7 +168,7 @@ impl Connection {
     /// Another handle on the socket, to shut it down from another thread
     /// (which makes a blocked read on this connection return).
     pub fn socket(&self) -> Result<TcpStream, ClientError> {
-        Ok(self.writer.get_ref().try_clone()?)
+        Ok(self.writer.get_ref().socket().try_clone()?)
     }
 
     /// The address this connection was opened to.
@@ -190,7 +221,10 @@ impl Connection {
     pub fn expect_wait(&mut self, wait: Duration) -> Result<(), ClientError> {
         let waiting = self.request_timeout + wait;
         if waiting != self.waiting {
-            self.writer.get_ref().set_read_timeout(Some(waiting))?;
+            self.writer
+                .get_ref()
+                .socket()
+                .set_read_timeout(Some(waiting))?;
             self.waiting = waiting;
         }
         Ok(())
@@ -247,8 +281,8 @@ impl Connection {
     /// The read timeout is lifted: a reader thread waits as long as its
     /// owner has requests outstanding, and decides itself how long is too
     /// long.
-    pub fn split(self) -> (BufReader<TcpStream>, BufWriter<TcpStream>) {
-        let _ = self.writer.get_ref().set_read_timeout(None);
+    pub fn split(self) -> (BufReader<Stream>, BufWriter<Stream>) {
+        let _ = self.writer.get_ref().socket().set_read_timeout(None);
         (self.reader, self.writer)
     }
 }

@@ -36,6 +36,7 @@ mod consumer;
 mod group;
 mod offset_store;
 mod producer;
+mod tls;
 mod topic_consumer;
 
 pub use crate::codec::groups::{
@@ -53,6 +54,7 @@ pub use offset_store::OffsetStore;
 pub use producer::{
     partition_for_key, Delivery, Partitioner, Producer, ProducerConfig, Receipt, Stored,
 };
+pub use tls::{Stream, TlsConfig};
 pub use topic_consumer::{Start, TopicConsumer, TopicConsumerConfig, TopicMessage, Waker};
 
 use crate::codec::{self, verify};

@@ -268,7 +268,7 @@ struct LaneState {
 /// One connection to one shard.
 struct Lane {
     address: String,
-    writer: BufWriter<TcpStream>,
+    writer: BufWriter<super::Stream>,
     socket: TcpStream,
     fbb: flatbuffers::FlatBufferBuilder<'static>,
     state: Arc<LaneState>,
@@ -1318,7 +1318,7 @@ fn spawn_linger(shared: Arc<Shared>) -> Result<JoinHandle<()>, ClientError> {
 fn open_lane(setup: &Setup, events: &Arc<Events>, address: &str) -> Result<Lane, ClientError> {
     let conn = setup.client.open(address)?;
     let (mut reader, writer) = conn.split();
-    let socket = writer.get_ref().try_clone()?;
+    let socket = writer.get_ref().socket().try_clone()?;
     let state = Arc::new(LaneState {
         counts: Mutex::new(LaneCounts::default()),
         events: events.clone(),

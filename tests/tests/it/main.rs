@@ -22,4 +22,5 @@ mod produce_consume;
 mod python;
 mod retention;
 mod stalled_consumer;
+mod tls;
 mod util;

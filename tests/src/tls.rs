@@ -1,0 +1,104 @@
+//! Certificates for the TLS tests, made fresh for each test: a CA that
+//! signs the broker's certificate (for 127.0.0.1 and localhost) and a
+//! client's, and a second CA with its own client, which the broker does not
+//! trust.
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use std::path::{Path, PathBuf};
+
+/// PEM files in a directory.
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// The CA the broker and its clients trust.
+    pub ca: PathBuf,
+    /// The broker's certificate and key.
+    pub server_cert: PathBuf,
+    /// The broker's key.
+    pub server_key: PathBuf,
+    /// A client certificate signed by `ca`, and its key.
+    pub client_cert: PathBuf,
+    /// The client's key.
+    pub client_key: PathBuf,
+    /// Another CA, trusted by nobody here.
+    pub other_ca: PathBuf,
+    /// A client certificate signed by `other_ca`, and its key.
+    pub other_client_cert: PathBuf,
+    /// Its key.
+    pub other_client_key: PathBuf,
+}
+
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+}
+
+fn ca(name: &str) -> Ca {
+    let key = KeyPair::generate().unwrap_or_else(|e| panic!("CA key: {e}"));
+    let mut params =
+        CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("CA: {e}"));
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, name);
+    let cert = params
+        .self_signed(&key)
+        .unwrap_or_else(|e| panic!("CA certificate: {e}"));
+    Ca {
+        pem: cert.pem(),
+        issuer: Issuer::new(params, key),
+    }
+}
+
+fn leaf(ca: &Ca, names: &[&str]) -> (String, String) {
+    let key = KeyPair::generate().unwrap_or_else(|e| panic!("key: {e}"));
+    let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+        .unwrap_or_else(|e| panic!("params: {e}"));
+    let cert = params
+        .signed_by(&key, &ca.issuer)
+        .unwrap_or_else(|e| panic!("certificate: {e}"));
+    (cert.pem(), key.serialize_pem())
+}
+
+fn write(dir: &Path, name: &str, pem: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, pem).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    path
+}
+
+/// Makes the certificates in `dir` (created if missing).
+pub fn make_certificates(dir: &Path) -> TlsFiles {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let trusted = ca("ringlog test CA");
+    let other = ca("untrusted CA");
+    let (server_cert, server_key) = leaf(&trusted, &["127.0.0.1", "localhost"]);
+    let (client_cert, client_key) = leaf(&trusted, &["client.test"]);
+    let (other_cert, other_key) = leaf(&other, &["intruder.test"]);
+    TlsFiles {
+        ca: write(dir, "ca.pem", &trusted.pem),
+        server_cert: write(dir, "broker.pem", &server_cert),
+        server_key: write(dir, "broker.key", &server_key),
+        client_cert: write(dir, "client.pem", &client_cert),
+        client_key: write(dir, "client.key", &client_key),
+        other_ca: write(dir, "other-ca.pem", &other.pem),
+        other_client_cert: write(dir, "intruder.pem", &other_cert),
+        other_client_key: write(dir, "intruder.key", &other_key),
+    }
+}
+
+impl TlsFiles {
+    /// The broker's TOML lines: TLS, and client certificates from `ca` required.
+    pub fn broker_toml(&self, require_client_certificates: bool) -> String {
+        let mut toml = format!(
+            "tls_cert = {:?}\ntls_key = {:?}\n",
+            self.server_cert.display().to_string(),
+            self.server_key.display().to_string()
+        );
+        if require_client_certificates {
+            toml.push_str(&format!(
+                "tls_client_ca = {:?}\n",
+                self.ca.display().to_string()
+            ));
+        }
+        toml
+    }
+}

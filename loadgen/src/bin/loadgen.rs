@@ -358,6 +358,11 @@ struct E2eExtra {
 }
 
 fn main() {
+    // `loadgen … | head -1` ends quietly, as `ringlog` does, instead of
+    // panicking on the closed pipe.
+    // SAFETY: restoring the default disposition of a signal at start, before
+    // any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     if let Err(error) = run(Cli::parse()) {
         eprintln!("loadgen: error: {error:#}");
         std::process::exit(1);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test suite runs besides ringlog itself, from Debian's
 # packages: etcd (the cluster tests start a real one on free loopback
-# ports), the paper's competitors, RabbitMQ and ActiveMQ (the peer test
-# drives them through loadgen), and a C++ compiler for the fuzz targets. The tests start and stop every one of them
+# ports), the paper's competitors RabbitMQ and ActiveMQ and today's peers
+# NATS and Redis (the peer test drives them through loadgen), and a C++
+# compiler for the fuzz targets. The tests start and stop every one of them
 # themselves; nothing is left running. Idempotent: a machine that has them
 # all runs no package manager. Needs root (or sudo) the first time.
 set -euo pipefail
@@ -11,11 +12,13 @@ missing=()
 [[ -x /usr/bin/etcd ]] || missing+=(etcd-server)
 [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
 [[ -f /usr/share/activemq/bin/activemq.jar ]] || missing+=(activemq)
+[[ -x /usr/sbin/nats-server ]] || missing+=(nats-server)
+[[ -x /usr/bin/redis-server ]] || missing+=(redis-server)
 # The fuzz targets link libFuzzer, which the libfuzzer-sys crate compiles
 # from C++ source.
 command -v c++ >/dev/null || missing+=(g++)
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "test-deps: etcd, RabbitMQ, ActiveMQ and a C++ compiler are installed"
+    echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis and a C++ compiler are installed"
     exit 0
 fi
 

@@ -2,7 +2,8 @@
 //! with the reporting benchmark users expect (kafka-perf-test lines,
 //! hdrhistogram percentiles, JSON, SVG charts).
 //!
-//! - [`paper`]: the paper's experiments beside RabbitMQ and ActiveMQ ([`peers`]).
+//! - [`paper`]: the paper's experiments beside RabbitMQ and ActiveMQ, and
+//!   today's NATS JetStream and Redis Streams ([`peers`]).
 //! - [`workload`]: ringlog producers and consumers; [`e2e`]: end-to-end checks;
 //!   [`group`]: a consumer group's members reading together; [`failover`]:
 //!   how soon a group consumes a member's partitions again after it goes.

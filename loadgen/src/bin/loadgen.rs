@@ -8,7 +8,7 @@ use loadgen::e2e::{self, E2eSpec};
 use loadgen::failover::{failover, FailoverSpec};
 use loadgen::group::{consume_group, GroupSpec};
 use loadgen::paper::{self, PaperSpec, System};
-use loadgen::peers::{activemq, rabbitmq};
+use loadgen::peers::{activemq, nats, rabbitmq, redis_streams};
 use loadgen::report::{write_json, Environment};
 use loadgen::stats::{measure, Summary};
 use loadgen::sweep::{self, SweepSpec};
@@ -101,7 +101,7 @@ struct PaperArgs {
     #[arg(long, alias = "record-size", default_value_t = 200)]
     size: usize,
     /// Systems to run, comma-separated.
-    #[arg(long, default_value = "ringlog,rabbitmq,activemq")]
+    #[arg(long, default_value = "ringlog,rabbitmq,activemq,nats,redis")]
     systems: String,
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-paper")]
@@ -121,6 +121,12 @@ struct PaperArgs {
     /// ActiveMQ's STOMP address.
     #[arg(long, env = "RINGLOG_ACTIVEMQ_ADDRESS", default_value = activemq::DEFAULT_ADDRESS)]
     activemq_address: String,
+    /// NATS's address (JetStream enabled).
+    #[arg(long, env = "RINGLOG_NATS_ADDRESS", default_value = nats::DEFAULT_ADDRESS)]
+    nats_address: String,
+    /// Redis's URL.
+    #[arg(long, env = "RINGLOG_REDIS_URL", default_value = redis_streams::DEFAULT_URL)]
+    redis_url: String,
     /// deploy/peers.sh's data directory, to measure the peers' bytes on disk.
     #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]
     peers_dir: PathBuf,
@@ -425,6 +431,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 plot: args.plot,
                 rabbitmq_url: args.rabbitmq_url,
                 activemq_address: args.activemq_address,
+                nats_address: args.nats_address,
+                redis_url: args.redis_url,
                 peers_dir: args.peers_dir,
                 fetch_bytes: args.fetch_bytes,
             };

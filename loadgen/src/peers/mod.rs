@@ -1,9 +1,12 @@
-//! Drivers for the paper's competitors, run side by side with ringlog by
-//! `loadgen paper`. Both come from Debian packages and are started on
+//! Drivers for the paper's competitors (RabbitMQ, ActiveMQ) and today's
+//! peers (NATS JetStream, Redis Streams), run side by side with ringlog by
+//! `loadgen paper`. All come from Debian packages and are started on
 //! loopback by `deploy/peers.sh`.
 
 pub mod activemq;
+pub mod nats;
 pub mod rabbitmq;
+pub mod redis_streams;
 
 use std::path::Path;
 

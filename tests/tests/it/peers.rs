@@ -1,5 +1,6 @@
-//! loadgen's drivers for the paper's competitors, against the real RabbitMQ
-//! and ActiveMQ: the Debian packages `deploy/test-deps.sh` puts in place
+//! loadgen's drivers for the paper's competitors and today's peers, against
+//! the real RabbitMQ, ActiveMQ, NATS (JetStream) and Redis (Streams): the
+//! Debian packages `deploy/test-deps.sh` puts in place
 //! (`.ci/run` does). The test starts them with `deploy/peers.sh` in a data
 //! directory of its own, leaves alone any that already listen, and stops
 //! only what it started. A missing package fails the test, never skips it.
@@ -12,6 +13,8 @@ use std::process::Command;
 
 const RABBITMQ_PORT: u16 = 5672;
 const ACTIVEMQ_STOMP_PORT: u16 = 61613;
+const NATS_PORT: u16 = 4222;
+const REDIS_PORT: u16 = 6379;
 
 fn peers_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/peers.sh")
@@ -25,18 +28,21 @@ fn listening(port: u16) -> bool {
 /// test started (it acts only on the peers whose data is in `dir`).
 struct Peers {
     dir: TempDir,
-    /// Which of (RabbitMQ, ActiveMQ) this test started.
-    started: (bool, bool),
+    /// Which of RabbitMQ, ActiveMQ, NATS and Redis this test started.
+    started: [bool; 4],
 }
 
 impl Peers {
     fn start() -> Peers {
         assert!(
             Path::new("/usr/lib/rabbitmq/bin/rabbitmq-server").exists()
-                && Path::new("/usr/share/activemq/bin/activemq.jar").exists(),
-            "RabbitMQ and ActiveMQ are not installed: run `bash deploy/test-deps.sh` (as root; the README's test command does)"
+                && Path::new("/usr/share/activemq/bin/activemq.jar").exists()
+                && Path::new("/usr/sbin/nats-server").exists()
+                && Path::new("/usr/bin/redis-server").exists(),
+            "RabbitMQ, ActiveMQ, NATS and Redis are not all installed: run `bash deploy/test-deps.sh` (as root; the README's test command does)"
         );
-        let started = (!listening(RABBITMQ_PORT), !listening(ACTIVEMQ_STOMP_PORT));
+        let started = [RABBITMQ_PORT, ACTIVEMQ_STOMP_PORT, NATS_PORT, REDIS_PORT]
+            .map(|port| !listening(port));
         let peers = Peers {
             dir: TempDir::new("peers"),
             started,
@@ -68,13 +74,13 @@ impl Drop for Peers {
 }
 
 #[test]
-fn paper_drives_the_real_rabbitmq_and_activemq_with_exact_counts() {
+fn paper_drives_rabbitmq_activemq_nats_and_redis_with_exact_counts() {
     let peers = Peers::start();
     let out = TempDir::new("paper-peers");
     let messages = 3000;
     let output = Command::new(binary("loadgen"))
         .args(["paper", "--messages", &messages.to_string()])
-        .args(["--systems", "rabbitmq,activemq", "--out"])
+        .args(["--systems", "rabbitmq,activemq,nats,redis", "--out"])
         .arg(out.path())
         .env("RINGLOG_PEERS_DIR", peers.dir.path())
         .output()
@@ -90,7 +96,7 @@ fn paper_drives_the_real_rabbitmq_and_activemq_with_exact_counts() {
         serde_json::from_str(&std::fs::read_to_string(out.path().join("paper.json")).unwrap())
             .unwrap();
     let rows = report["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 6, "{stdout}");
+    assert_eq!(rows.len(), 12, "{stdout}");
     for row in rows {
         assert_eq!(row["status"], "ok", "{row:#}\n{stderr}");
         // Every experiment moved exactly the messages asked for: the
@@ -99,10 +105,11 @@ fn paper_drives_the_real_rabbitmq_and_activemq_with_exact_counts() {
         assert_eq!(row["result"]["messages"], messages, "{row:#}");
         assert_eq!(row["result"]["bytes"], messages * 200, "{row:#}");
     }
-    for (i, system, started) in [
-        (0, "rabbitmq", peers.started.0),
-        (1, "activemq", peers.started.1),
-    ] {
+    for (i, system) in ["rabbitmq", "activemq", "nats", "redis"]
+        .into_iter()
+        .enumerate()
+    {
+        let started = peers.started[i];
         let disk = &report["disk"][i];
         assert_eq!(disk["system"], system);
         // Bytes on disk come from the data directory peers.sh made; a peer
@@ -120,4 +127,6 @@ fn paper_drives_the_real_rabbitmq_and_activemq_with_exact_counts() {
         "{stdout}"
     );
     assert!(stdout.contains("transactions of 50 sends"), "{stdout}");
+    assert!(stdout.contains("acks awaited per window of 50"), "{stdout}");
+    assert!(stdout.contains("XADD pipelines of 50"), "{stdout}");
 }

@@ -208,17 +208,19 @@ stop_activemq() {
 
 case "${1:-}" in
     install) install ;;
+    # `if`, not `want x && start_x`: a system not asked for must not leave
+    # a failed test as the script's exit status (`start nats` exited 1).
     start)
-        want rabbitmq && start_rabbitmq
-        want activemq && start_activemq
-        want nats && start_nats
-        want redis && start_redis
+        if want rabbitmq; then start_rabbitmq; fi
+        if want activemq; then start_activemq; fi
+        if want nats; then start_nats; fi
+        if want redis; then start_redis; fi
         ;;
     stop)
-        want rabbitmq && stop_rabbitmq
-        want activemq && stop_activemq
-        want nats && stop_nats
-        want redis && stop_redis
+        if want rabbitmq; then stop_rabbitmq; fi
+        if want activemq; then stop_activemq; fi
+        if want nats; then stop_nats; fi
+        if want redis; then stop_redis; fi
         ;;
     status)
         port_open 5672 && echo "rabbitmq: up (127.0.0.1:5672)" || echo "rabbitmq: down"

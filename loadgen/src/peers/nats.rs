@@ -78,12 +78,15 @@ pub fn produce(
         })
         .await
         .with_context(|| format!("creating JetStream stream {name}"))?;
-        let payload = bytes::Bytes::from(vec![b'n'; size]);
+        let mut payloads = super::Payloads::new(size);
         stats.reset();
         let mut pending = Vec::with_capacity(window);
         for _ in 0..messages {
             let ack = js
-                .publish(subject.clone(), payload.clone())
+                .publish(
+                    subject.clone(),
+                    bytes::Bytes::copy_from_slice(payloads.next_payload()),
+                )
                 .await
                 .context("publishing to JetStream")?;
             pending.push(ack);

@@ -51,7 +51,7 @@ pub fn produce(
 ) -> anyhow::Result<()> {
     let mut con = connection(url)?;
     redis::cmd("DEL").arg(queue).query::<()>(&mut con)?;
-    let payload = vec![b'r'; size];
+    let mut payloads = super::Payloads::new(size);
     stats.reset();
     let mut sent = 0u64;
     while sent < messages {
@@ -62,7 +62,7 @@ pub fn produce(
                 .arg(queue)
                 .arg("*")
                 .arg("v")
-                .arg(&payload[..]);
+                .arg(payloads.next_payload());
         }
         let ids: Vec<String> = pipe
             .query(&mut con)

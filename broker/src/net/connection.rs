@@ -174,7 +174,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
 /// Answers a connection over `max_connections` with one OVERLOADED error
 /// frame (request id 0, api Handshake, as a reply to the Handshake it would
 /// send) and closes it.
-pub async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
+pub async fn refuse(stream: TcpStream) {
     let response = handler::error_response(
         Api::Handshake as u16,
         ErrorCode::Overloaded,
@@ -190,20 +190,17 @@ pub async fn refuse(shard: Rc<Shard>, stream: TcpStream) {
         &response.header,
         &[],
     );
-    // Under TLS the error goes through a session too: a TLS client could
-    // not read a plain frame.
-    let Some(mut stream) = accept_tls(&shard, stream).await else {
+    // Under TLS a plain frame would be unreadable, and answering through a
+    // TLS handshake would hold a descriptor per refused connection for up to
+    // the handshake deadline — past max_connections, the very thing the
+    // limit is for. So a TLS broker closes at once (the client sees the
+    // connection closed during its handshake).
+    if super::tls::acceptor().is_some() {
         return;
-    };
-    let mut rest = &out[..];
-    while !rest.is_empty() {
-        match poll_fn(|cx| stream.poll_write(cx, rest)).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => rest = &rest[n..],
-        }
     }
-    let _ = poll_fn(|cx| stream.poll_flush(cx)).await;
-    let _ = poll_fn(|cx| stream.poll_close(cx)).await;
+    let mut stream = stream;
+    let _ = futures_lite::AsyncWriteExt::write_all(&mut stream, &out).await;
+    let _ = futures_lite::AsyncWriteExt::close(&mut stream).await;
 }
 
 fn push(shard: &Shard, conn: &Conn, item: Queued) {

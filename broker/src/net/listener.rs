@@ -30,8 +30,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, stop: Notify) 
                         "refusing a connection: max_connections reached (one line a second)"
                     );
                 }
-                glommio::spawn_local(crate::net::connection::refuse(shard.clone(), stream))
-                    .detach();
+                glommio::spawn_local(crate::net::connection::refuse(stream)).detach();
             }
             Ok(stream) => {
                 crate::metrics::bump(&shard.metrics.counters.connections_accepted_total, 1);

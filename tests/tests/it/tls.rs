@@ -339,3 +339,31 @@ fn a_broker_with_bad_tls_files_refuses_to_start_with_one_line() {
     assert!(stderr.contains("broker: error:"), "{stderr}");
     let _ = key;
 }
+
+#[test]
+fn a_tls_broker_past_max_connections_closes_new_connections_at_once() {
+    // One connection per shard; a refused one must not hold a descriptor
+    // through a TLS handshake (that is what the limit protects).
+    let files = make_certificates(&cert_dir("limit"));
+    let broker = Broker::start(BrokerOptions {
+        config_toml: format!(
+            "{}handshake_timeout_ms = 5000\nmax_connections = 2\n",
+            files.broker_toml(false)
+        ),
+        metrics: true,
+        ..BrokerOptions::default()
+    });
+    let address = broker.address();
+    // Both land on shard 0, whose accept loop counts the first before it
+    // accepts the second.
+    let _held = std::net::TcpStream::connect(&address).unwrap();
+    let mut refused = std::net::TcpStream::connect(&address).unwrap();
+    refused
+        .set_read_timeout(Some(Duration::from_secs(4)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    // Closed without a byte, before the 5 s handshake deadline could.
+    assert_eq!(refused.read(&mut byte).unwrap_or(1), 0, "closed, not held");
+    let count = metric_reaching(&broker, "ringlog_connections_refused_total", 1);
+    assert_eq!(count, 1);
+}

@@ -655,8 +655,8 @@ fn run_nats(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
         consume: Box::new(move |q, stats| nats::consume(address, q, n, stats)),
         cleanup: Box::new(move |queues| nats::delete_queues(address, queues)),
         modes: [
-            "async publish, file storage, acks awaited per window of 1,000",
-            "acks awaited per window of 50 (no batch API)",
+            "async publish, file storage, at most 1,000 unacknowledged",
+            "at most 50 unacknowledged (no batch API)",
             "pull consumer, batches of 1,000, no acks",
         ],
     };

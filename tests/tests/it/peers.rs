@@ -127,6 +127,6 @@ fn paper_drives_rabbitmq_activemq_nats_and_redis_with_exact_counts() {
         "{stdout}"
     );
     assert!(stdout.contains("transactions of 50 sends"), "{stdout}");
-    assert!(stdout.contains("acks awaited per window of 50"), "{stdout}");
+    assert!(stdout.contains("at most 50 unacknowledged"), "{stdout}");
     assert!(stdout.contains("XADD pipelines of 50"), "{stdout}");
 }

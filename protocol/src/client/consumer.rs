@@ -235,6 +235,33 @@ impl Consumer {
     /// how many messages were delivered (0 when nothing new arrived within
     /// the wait).
     pub fn poll_with(&mut self, mut f: impl FnMut(Message<'_>)) -> Result<usize, ClientError> {
+        let flushed_offset = self.fetch_positioned()?;
+        let place = ChunkPlace {
+            topic: &self.topic,
+            partition: self.partition,
+            offset: self.offset,
+            verified: self.verified,
+            flushed_offset,
+            max_bytes: self.max_bytes,
+        };
+        match walk_chunk(&place, &self.frame.payload, &mut f) {
+            Ok(walked) => {
+                self.verified |= walked.delivered > 0;
+                self.offset = walked.next_offset;
+                Ok(walked.delivered)
+            }
+            Err((error, at)) => {
+                self.offset = at;
+                Err(error)
+            }
+        }
+    }
+
+    /// Fetches the chunk at the position into `self.frame` (retrying, and
+    /// moving the position as the out-of-range policy says), checks the
+    /// response against the request and records the partition's offsets.
+    /// Returns the flushed offset.
+    fn fetch_positioned(&mut self) -> Result<u64, ClientError> {
         match self.fetch_retrying() {
             Err(ClientError::Broker {
                 code: ErrorCode::OffsetOutOfRange,
@@ -257,25 +284,42 @@ impl Consumer {
             flushed_offset,
             end_offset: flushed_offset,
         };
-        let place = ChunkPlace {
-            topic: &self.topic,
-            partition: self.partition,
-            offset: self.offset,
-            verified: self.verified,
-            flushed_offset,
-            max_bytes: self.max_bytes,
-        };
-        match walk_chunk(&place, &self.frame.payload, &mut f) {
-            Ok(walked) => {
-                self.verified |= walked.delivered > 0;
-                self.offset = walked.next_offset;
-                Ok(walked.delivered)
-            }
-            Err((error, at)) => {
-                self.offset = at;
-                Err(error)
-            }
-        }
+        Ok(flushed_offset)
+    }
+
+    /// For the prefetcher's thread: fetches the chunk at the position and
+    /// returns it (the frame is swapped for `spare`, so buffers circulate
+    /// instead of being reallocated), its offset and the flushed offset; the
+    /// position moves to the chunk's byte end — where the next chunk starts,
+    /// whether or not this one ends at a message boundary.
+    pub(super) fn fetch_chunk(
+        &mut self,
+        spare: ResponseFrame,
+    ) -> Result<(ResponseFrame, u64, u64), ClientError> {
+        let flushed_offset = self.fetch_positioned()?;
+        let offset = self.offset;
+        let frame = std::mem::replace(&mut self.frame, spare);
+        self.offset = offset + frame.payload.len() as u64;
+        Ok((frame, offset, flushed_offset))
+    }
+
+    /// Places the consumer at `offset`, known (or not) to be a message
+    /// boundary — where a prefetcher's application got to.
+    pub(super) fn set_position(&mut self, offset: u64, verified: bool) {
+        self.offset = offset;
+        self.verified = verified;
+    }
+
+    pub(super) fn verified(&self) -> bool {
+        self.verified
+    }
+
+    pub(super) fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub(super) fn partition(&self) -> u32 {
+        self.partition
     }
 
     /// Moves past a damaged message at the current position (a poll that

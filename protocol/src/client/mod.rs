@@ -35,6 +35,7 @@ mod connection;
 mod consumer;
 mod group;
 mod offset_store;
+mod prefetch;
 mod producer;
 mod tls;
 mod topic_consumer;
@@ -51,6 +52,7 @@ pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OutOfRange, OwnedMessage};
 pub use group::{GroupConfig, GroupConsumer, GroupMessage, StartFrom};
 pub use offset_store::OffsetStore;
+pub use prefetch::PrefetchConsumer;
 pub use producer::{
     partition_for_key, Delivery, Partitioner, Producer, ProducerConfig, Receipt, Stored,
 };

@@ -18,6 +18,7 @@ mod groups;
 mod limits;
 mod loadgen;
 mod peers;
+mod prefetch;
 mod produce_consume;
 mod python;
 mod retention;

@@ -475,6 +475,8 @@ fn run_ringlog(spec: &PaperSpec, brokers: &str, suffix: u64) -> (Vec<Row>, DiskR
         length: Length::Messages(spec.messages),
         fetch_bytes: spec.fetch_bytes,
         consumers: 1,
+        // The paper's consumer: one fetch at a time.
+        prefetch: 0,
     };
     let outcome = run_one("ringlog consume", spec.messages, |stats| {
         workload::consume(&consume, stats)

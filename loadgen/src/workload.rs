@@ -12,7 +12,8 @@ use crate::stats::Stats;
 use anyhow::{bail, Context};
 use protocol::client::{
     AckMode, Client, ClientConfig, Connection, Consumer, OffsetSpec, OutOfRange, Partitioner,
-    Producer, ProducerConfig, Start, TopicConsumer, TopicConsumerConfig, TopicSettings,
+    PrefetchConsumer, Producer, ProducerConfig, Start, TopicConsumer, TopicConsumerConfig,
+    TopicSettings,
 };
 use protocol::message::MESSAGE_HEADER_BYTES;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -300,6 +301,10 @@ pub struct ConsumeSpec {
     pub fetch_bytes: u32,
     /// Consumer threads; partition p goes to consumer p mod consumers.
     pub consumers: usize,
+    /// Chunks a consumer of one partition fetches ahead on a thread of its
+    /// own ([`PrefetchConsumer`]); 0: one fetch at a time, in turn with the
+    /// application (the paper's consumer).
+    pub prefetch: usize,
 }
 
 /// Reads from the start of every partition, checking every CRC.
@@ -375,6 +380,52 @@ pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
                     stats.add(batch.len() as u64, bytes);
                     received.fetch_add(batch.len() as u64, Ordering::Relaxed);
                     last_progress = Instant::now();
+                }
+            }
+            if spec.prefetch > 0 && assigned.len() == 1 {
+                let partition = assigned[0];
+                let setup = (|| -> anyhow::Result<Consumer> {
+                    let client = crate::connect(&spec.brokers)?;
+                    let address = client.owner_address(&metadata, &spec.topic, partition);
+                    let mut consumer = Consumer::with_connection(
+                        Connection::connect_with(&address, &crate::client_config()?)?,
+                        &spec.topic,
+                        partition,
+                        0,
+                    );
+                    consumer.set_out_of_range(OutOfRange::Earliest);
+                    consumer.set_max_bytes(spec.fetch_bytes);
+                    consumer.set_max_wait_ms(100);
+                    Ok(consumer)
+                })();
+                ready.wait();
+                go.wait();
+                // Fetching ahead starts with the clock, not during setup.
+                let mut reader = PrefetchConsumer::new(setup?, spec.prefetch);
+                let started = *started.lock().unwrap_or_else(|p| p.into_inner());
+                let mut last_progress = Instant::now();
+                loop {
+                    let done = match spec.length {
+                        Length::Messages(n) => received.load(Ordering::Relaxed) >= n,
+                        Length::Duration(d) => started.elapsed() >= d,
+                    };
+                    if done {
+                        return Ok(());
+                    }
+                    let mut bytes = 0u64;
+                    let n = reader.poll_with(Duration::from_millis(200), |m| {
+                        bytes += m.value.len() as u64
+                    })? as u64;
+                    if n > 0 {
+                        stats.add(n, bytes);
+                        received.fetch_add(n, Ordering::Relaxed);
+                        last_progress = Instant::now();
+                    } else if last_progress.elapsed() > Duration::from_secs(10) {
+                        bail!(
+                            "read {} messages in all; nothing new for 10 s",
+                            received.load(Ordering::Relaxed)
+                        );
+                    }
                 }
             }
             let setup = (|| -> anyhow::Result<Vec<Consumer>> {

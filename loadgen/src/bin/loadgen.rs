@@ -204,6 +204,13 @@ struct ConsumeArgs {
     /// Bytes per fetch.
     #[arg(long, default_value_t = 200 * 1024)]
     fetch_bytes: u32,
+    /// Chunks a consumer of a single partition fetches ahead on a thread of
+    /// its own while it checks and counts the last one (0: one fetch at a
+    /// time, the paper's consumer). Memory: this many chunks of
+    /// --fetch-bytes, plus two. Off by default: with the broker on the same
+    /// two cores it is slower (loadgen/results/2026-12-01-vm/prefetch).
+    #[arg(long, default_value_t = 0)]
+    prefetch: usize,
     /// Consumer threads (partition p goes to consumer p mod N; with
     /// --group, N members of the group divide the partitions themselves).
     #[arg(long, default_value_t = 1)]
@@ -574,6 +581,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 length: args.common.length(),
                 fetch_bytes: args.fetch_bytes,
                 consumers: args.consumers,
+                prefetch: args.prefetch,
             };
             let ((), summary) = measure(
                 "consume",

@@ -131,6 +131,30 @@ fn produce_and_consume_count_exactly_and_report_every_field() {
     assert!(stdout.contains("5000 records received"), "{stdout}");
     assert_eq!(json(&consume_json)["summary"]["messages"], 5000);
     assert!(plot.join("throughput.svg").exists());
+
+    // One partition per consumer, each fetching ahead: the same count.
+    let prefetch_json = dir.path().join("prefetch.json");
+    let (stdout, _) = loadgen(&[
+        "--brokers",
+        &broker.address(),
+        "consume",
+        "--topic",
+        "lg",
+        "--messages",
+        "5000",
+        "--consumers",
+        "3",
+        "--prefetch",
+        "2",
+        "--fetch-bytes",
+        "1000",
+        "--json",
+        prefetch_json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("5000 records received"), "{stdout}");
+    let summary = &json(&prefetch_json)["summary"];
+    assert_eq!(summary["messages"], 5000, "{summary:#}");
+    assert_eq!(summary["bytes"], 5000 * 100, "{summary:#}");
 }
 
 #[test]

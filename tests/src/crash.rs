@@ -285,7 +285,7 @@ fn damage_files(dir: &Path, damage: Damage, state: &mut PartitionState, rng: &mu
     let end = last_base + last_len;
     let recovery_point: u64 = std::fs::read_to_string(dir.join("recovery-point"))
         .ok()
-        .and_then(|t| t.trim().parse().ok())
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
         .unwrap_or(0);
     // Nothing below this may be touched by a crash: acknowledged, or fsynced.
     let floor = (state.acked * STORED_BYTES).max(recovery_point);

@@ -81,8 +81,11 @@ pub trait Storage: Clone + 'static {
     /// A small file's whole content.
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>>;
 
-    /// Creates or replaces a small file's content; with `durable`, fsyncs it.
-    fn write_file(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()>;
+    /// Writes `bytes` over the start of a small file, creating it if missing.
+    /// In place — no new inode, no rename, no truncation — so a crash may
+    /// leave the old bytes, the new ones or a mix: the caller's format must
+    /// tell (the recovery point carries a CRC). With `durable`, fdatasyncs it.
+    fn overwrite_file(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()>;
 
     /// Cuts a file to `len` bytes; with `durable`, fsyncs it.
     fn truncate(&self, path: &Path, len: u64, durable: bool) -> io::Result<()>;
@@ -180,12 +183,15 @@ impl Storage for DiskStorage {
         std::fs::read(path)
     }
 
-    fn write_file(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
-        use std::io::Write;
-        let mut file = std::fs::File::create(path)?;
-        file.write_all(bytes)?;
+    fn overwrite_file(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        std::os::unix::fs::FileExt::write_all_at(&file, bytes, 0)?;
         if durable {
-            file.sync_all()?;
+            file.sync_data()?;
         }
         Ok(())
     }

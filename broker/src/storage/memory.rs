@@ -213,7 +213,23 @@ impl MemoryStorage {
             let grown =
                 inode.data.len() > inode.synced.len() && inode.data.starts_with(&inode.synced);
             if !grown {
-                inode.data = inode.synced.clone();
+                if inode.data.len() >= inode.synced.len() {
+                    // Rewritten in place (the recovery point): the new bytes
+                    // reached the platter up to some point and the old ones
+                    // remain after it — old, new or a mix.
+                    let reached =
+                        inode.data.len() * usize::from(cut.kept_per_mille.min(1000)) / 1000;
+                    if reached < inode.synced.len() {
+                        let old = inode.synced[reached..].to_vec();
+                        inode.data.truncate(reached);
+                        inode.data.extend_from_slice(&old);
+                    } else {
+                        inode.data.truncate(reached);
+                    }
+                } else {
+                    inode.data = inode.synced.clone();
+                }
+                inode.synced = inode.data.clone();
                 continue;
             }
             let unsynced = inode.data.len() - inode.synced.len();
@@ -395,14 +411,17 @@ impl Storage for MemoryStorage {
         self.contents(path)
     }
 
-    fn write_file(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    fn overwrite_file(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
         let mut fs = self.fs.borrow_mut();
         let inode = match fs.inode(path) {
             Ok(inode) => inode,
             Err(_) => fs.create(path)?,
         };
         let file = fs.data(inode);
-        file.data = bytes.to_vec();
+        if file.data.len() < bytes.len() {
+            file.data.resize(bytes.len(), 0);
+        }
+        file.data[..bytes.len()].copy_from_slice(bytes);
         if durable {
             file.synced = file.data.clone();
         }

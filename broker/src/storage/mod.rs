@@ -6,7 +6,7 @@
 //!   <topic>-<partition>/
 //!     00000000000000000000.log       segment files, named by 20-digit base offset
 //!     00000000000001073741903.log
-//!     recovery-point                 "<flushed offset> <crc32>"; recovery scans from here
+//!     recovery-point                 "<flushed offset, 20 digits> <crc32>", overwritten in place; recovery scans from here
 //!   <topic>-<partition>~deleted-N/   a delete in progress (removed at start)
 //!   <topic>-<partition>~orphaned-N/  moved aside at start: no registered topic owns it (sweep.rs)
 //! ```

@@ -52,12 +52,15 @@ pub struct Recovered {
 }
 
 /// The recovery point's content: the offset and a CRC-32 of it, so that a
-/// file torn by a power cut (its rename durable, its bytes not) reads as
-/// missing rather than as a smaller offset inside a message, from which
-/// recovery would "scan" garbage and cut the log mid-message (found by the
-/// model test).
+/// file torn by a power cut reads as missing rather than as a smaller offset
+/// inside a message, from which recovery would "scan" garbage and cut the log
+/// mid-message (found by the model test). Always 30 bytes (the offset padded
+/// to 20 digits), so an overwrite in place covers the whole previous content.
 fn recovery_point_text(offset: u64) -> String {
-    format!("{offset} {:08x}\n", crc32fast::hash(&offset.to_le_bytes()))
+    format!(
+        "{offset:020} {:08x}\n",
+        crc32fast::hash(&offset.to_le_bytes())
+    )
 }
 
 /// Reads the recovery point, if present, whole and checked.
@@ -69,25 +72,28 @@ pub fn read_recovery_point(storage: &impl Storage, dir: &Path) -> Option<u64> {
     (u32::from_str_radix(crc, 16).ok()? == crc32fast::hash(&offset.to_le_bytes())).then_some(offset)
 }
 
-/// Writes the recovery point via a temporary file and a rename; with `durable`
-/// the file is fsynced first (graceful stop).
+/// Writes the recovery point over the previous one, in place; with `durable`
+/// (graceful stop) the file and its directory entry are synced.
+///
+/// In place, not through a temporary file and a rename: every partition
+/// writes it once a second while it takes writes, and creating a file per
+/// write made ext4 allocate (and scan for) a new inode each time — 17% of
+/// the shards' CPU with 1,000 partitions taking writes (issue 9, item 2). A
+/// torn overwrite fails the CRC and means a full scan, as a torn rename did.
 pub fn write_recovery_point(
     storage: &impl Storage,
     dir: &Path,
     offset: u64,
     durable: bool,
 ) -> Result<(), StorageError> {
-    let tmp = dir.join(format!("{RECOVERY_POINT_FILE}.tmp"));
     let path = dir.join(RECOVERY_POINT_FILE);
     storage
-        .write_file(&tmp, recovery_point_text(offset).as_bytes(), durable)
-        .map_err(|e| StorageError::io("writing", &tmp, e))?;
-    storage
-        .rename(&tmp, &path)
-        .map_err(|e| StorageError::io("renaming", &path, e))?;
+        .overwrite_file(&path, recovery_point_text(offset).as_bytes(), durable)
+        .map_err(|e| StorageError::io("writing", &path, e))?;
     if durable {
-        // The rename itself is durable only once the directory is synced;
-        // a recovery point lost to a power cut means a full scan.
+        // A file created since the last directory sync has a durable name
+        // only once the directory is synced; a recovery point lost to a
+        // power cut means a full scan.
         storage
             .sync_dir(dir)
             .map_err(|e| StorageError::io("syncing", dir, e))?;

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 9, item 2: thousands of partitions and clients, on one broker with
 # two shards (this VM has two cores), release build. Writes run.log here.
-#   bash loadgen/results/2026-12-01-vm/partitions/run.sh
+#   bash loadgen/results/2026-12-01-vm/partitions/run.sh [log name, default run.log]
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 bin=target/release
-out="$(dirname "$0")/run.log"
+out="$(dirname "$0")/${1:-run.log}"
 data="$(mktemp -d)"
 port=19800
 brokers=127.0.0.1:$port

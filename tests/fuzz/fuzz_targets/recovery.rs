@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
     let mut sizes = Vec::new();
     for piece in body.chunks(chunk) {
         let name = format!("{base:020}.log");
-        storage.write_file(&dir.join(name), piece, true).unwrap();
+        storage.overwrite_file(&dir.join(name), piece, true).unwrap();
         sizes.push((base, piece.len() as u64));
         base += piece.len() as u64;
     }

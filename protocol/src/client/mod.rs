@@ -347,6 +347,13 @@ struct ClientShared {
     conn: Mutex<Option<Connection>>,
     hello: Mutex<BrokerHello>,
     owners: Mutex<std::collections::HashMap<String, Connection>>,
+    /// Per topic, the owning shard's address of each partition (by index),
+    /// from the last Metadata asked for it: `list_offsets` over a topic of
+    /// 10,000 partitions asked for that topic's whole Metadata once per
+    /// partition (24 s for one pass in loadgen). Forgotten when the topic is
+    /// created or deleted through this client, and refreshed when a broker
+    /// answers NOT_OWNER or UNKNOWN_TOPIC, or the connection fails.
+    placements: Mutex<std::collections::HashMap<String, Vec<Option<String>>>>,
 }
 
 /// Locks a mutex, also after a panic elsewhere (the data stays usable:
@@ -383,6 +390,7 @@ impl Client {
                 config,
                 bootstrap,
                 owners: Mutex::new(std::collections::HashMap::new()),
+                placements: Mutex::new(std::collections::HashMap::new()),
             }),
         })
     }
@@ -477,6 +485,7 @@ impl Client {
         partitions: u32,
         settings: &TopicSettings,
     ) -> Result<TopicMetadata, ClientError> {
+        lock(&self.shared.placements).remove(name);
         let response = self.request(
             Api::CreateTopic,
             |fbb| codec::create_topic_request(fbb, name, partitions, settings).to_vec(),
@@ -493,6 +502,7 @@ impl Client {
 
     /// Deletes a topic and its data.
     pub fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
+        lock(&self.shared.placements).remove(name);
         self.request(
             Api::DeleteTopic,
             |fbb| codec::delete_topic_request(fbb, name).to_vec(),
@@ -512,8 +522,62 @@ impl Client {
         spec: OffsetSpec,
         timestamp_ms: u64,
     ) -> Result<(u64, PartitionOffsets), ClientError> {
+        match self.list_offsets_once(topic, partition, spec, timestamp_ms, false) {
+            Err(error)
+                if matches!(
+                    error.code(),
+                    Some(ErrorCode::NotOwner | ErrorCode::UnknownTopic)
+                ) =>
+            {
+                // The placement this client remembered is stale (the topic
+                // moved or was re-created): once more, from fresh Metadata.
+                self.list_offsets_once(topic, partition, spec, timestamp_ms, true)
+            }
+            other => other,
+        }
+    }
+
+    /// The owning shard's address of a partition, from the remembered
+    /// placement unless `fresh` or unknown.
+    fn placement(&self, topic: &str, partition: u32, fresh: bool) -> Result<String, ClientError> {
+        if !fresh {
+            let placements = lock(&self.shared.placements);
+            let known = placements
+                .get(topic)
+                .and_then(|owners| owners.get(partition as usize)?.clone());
+            if let Some(address) = known {
+                return Ok(address);
+            }
+        }
         let metadata = self.metadata(&[topic])?;
         let address = self.owner_address(&metadata, topic, partition);
+        if let Some(described) = metadata.topics.iter().find(|t| t.name == topic) {
+            let count = described
+                .partitions
+                .iter()
+                .map(|p| p.partition as usize + 1)
+                .max()
+                .unwrap_or(0);
+            let mut owners = vec![None; count];
+            for p in &described.partitions {
+                owners[p.partition as usize] = metadata
+                    .owner_address(topic, p.partition)
+                    .map(|shard| format!("{}:{}", shard.host, shard.port));
+            }
+            lock(&self.shared.placements).insert(topic.to_string(), owners);
+        }
+        Ok(address)
+    }
+
+    fn list_offsets_once(
+        &self,
+        topic: &str,
+        partition: u32,
+        spec: OffsetSpec,
+        timestamp_ms: u64,
+        fresh: bool,
+    ) -> Result<(u64, PartitionOffsets), ClientError> {
+        let address = self.placement(topic, partition, fresh)?;
         let mut owners = lock(&self.shared.owners);
         if !owners.contains_key(&address) {
             let conn = self.open(&address)?;
@@ -528,9 +592,11 @@ impl Client {
         let response = match conn.call(Api::ListOffsets, &header, &[]) {
             Ok(response) => response,
             Err(error) => {
-                // A broken connection is not kept for the next call.
+                // A broken connection is not kept for the next call, nor
+                // the placement that led to it.
                 if error.is_connection_error() {
                     owners.remove(&address);
+                    lock(&self.shared.placements).remove(topic);
                 }
                 return Err(error);
             }

@@ -4,7 +4,7 @@
 
 use super::util::{create, producer, read_all};
 use harness::{Broker, BrokerOptions};
-use protocol::client::{AckMode, Client, TopicSettings};
+use protocol::client::{AckMode, Client, OffsetSpec, TopicSettings};
 use protocol::ErrorCode;
 
 #[test]
@@ -186,4 +186,51 @@ fn a_fetch_waiting_on_a_deleted_topic_gets_unknown_topic() {
     client.delete_topic("vanishing").unwrap();
     let error = conn.recv().unwrap_err();
     assert_eq!(error.code(), Some(ErrorCode::UnknownTopic), "{error}");
+}
+
+/// `list_offsets` remembers where each partition lives instead of asking for
+/// the topic's whole Metadata per call (O(partitions²) over a large topic),
+/// and a remembered placement never answers for a topic that is gone: the
+/// broker's UNKNOWN_TOPIC or NOT_OWNER sends it back to fresh Metadata.
+#[test]
+fn list_offsets_follows_a_deleted_and_re_created_topic() {
+    let broker = Broker::start(BrokerOptions::default());
+    let admin = broker.client();
+    let lister = broker.client();
+    let latest = |partition: u32| {
+        lister
+            .list_offsets("listed", partition, OffsetSpec::Latest, 0)
+            .map(|(_, offsets)| offsets.end_offset)
+    };
+    create(&admin, "listed", 4);
+    let mut sender = producer(&admin, "listed", AckMode::Flushed, 1);
+    for p in 0..4u32 {
+        sender
+            .send_to(p, None, &vec![b'x'; p as usize + 1])
+            .unwrap();
+    }
+    sender.flush().unwrap();
+    drop(sender);
+    for p in 0..4u32 {
+        assert_eq!(latest(p).unwrap(), 9 + u64::from(p) + 1, "partition {p}");
+    }
+
+    admin.delete_topic("listed").unwrap();
+    let error = latest(0).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::UnknownTopic), "{error}");
+
+    create(&admin, "listed", 6);
+    let mut sender = producer(&admin, "listed", AckMode::Flushed, 1);
+    sender.send_to(5, None, b"abc").unwrap();
+    sender.send_to(5, None, b"abc").unwrap();
+    sender.flush().unwrap();
+    for p in 0..5u32 {
+        assert_eq!(latest(p).unwrap(), 0, "partition {p} of the new topic");
+    }
+    assert_eq!(latest(5).unwrap(), 2 * 12);
+    let error = latest(6).unwrap_err();
+    assert!(
+        error.code().is_some(),
+        "a partition past the topic: {error}"
+    );
 }

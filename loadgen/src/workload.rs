@@ -307,6 +307,59 @@ pub struct ConsumeSpec {
     pub prefetch: usize,
 }
 
+/// A consumer of one partition from offset 0, connected to its owner: moved
+/// to the first retained offset if retention removed 0 (no ListOffsets round
+/// trip), fetching `spec.fetch_bytes` at a time.
+fn partition_consumer(
+    client: &Client,
+    metadata: &protocol::codec::Metadata,
+    spec: &ConsumeSpec,
+    partition: u32,
+) -> anyhow::Result<Consumer> {
+    let address = client.owner_address(metadata, &spec.topic, partition);
+    let mut consumer = Consumer::with_connection(
+        Connection::connect_with(&address, &crate::client_config()?)?,
+        &spec.topic,
+        partition,
+        0,
+    );
+    consumer.set_out_of_range(OutOfRange::Earliest);
+    consumer.set_max_bytes(spec.fetch_bytes);
+    Ok(consumer)
+}
+
+/// Counts what `poll` (messages, payload bytes) reads until the run's length
+/// is reached; fails after 10 s without a message.
+fn count_until_done(
+    spec: &ConsumeSpec,
+    started: Instant,
+    received: &AtomicU64,
+    stats: &Stats,
+    mut poll: impl FnMut() -> anyhow::Result<(u64, u64)>,
+) -> anyhow::Result<()> {
+    let mut last_progress = Instant::now();
+    loop {
+        let done = match spec.length {
+            Length::Messages(n) => received.load(Ordering::Relaxed) >= n,
+            Length::Duration(d) => started.elapsed() >= d,
+        };
+        if done {
+            return Ok(());
+        }
+        let (n, bytes) = poll()?;
+        if n > 0 {
+            stats.add(n, bytes);
+            received.fetch_add(n, Ordering::Relaxed);
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > Duration::from_secs(10) {
+            bail!(
+                "read {} messages in all; nothing new for 10 s",
+                received.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
 /// Reads from the start of every partition, checking every CRC.
 pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
     let client = crate::connect(&spec.brokers)
@@ -357,92 +410,37 @@ pub fn consume(spec: &ConsumeSpec, stats: &Arc<Stats>) -> anyhow::Result<()> {
                 go.wait();
                 let mut reader = setup?;
                 let started = *started.lock().unwrap_or_else(|p| p.into_inner());
-                let mut last_progress = Instant::now();
-                loop {
-                    let done = match spec.length {
-                        Length::Messages(n) => received.load(Ordering::Relaxed) >= n,
-                        Length::Duration(d) => started.elapsed() >= d,
-                    };
-                    if done {
-                        return Ok(());
-                    }
+                return count_until_done(&spec, started, &received, &stats, || {
                     let batch = reader.poll(Duration::from_millis(100))?;
-                    if batch.is_empty() {
-                        if last_progress.elapsed() > Duration::from_secs(10) {
-                            bail!(
-                                "read {} messages in all; nothing new for 10 s",
-                                received.load(Ordering::Relaxed)
-                            );
-                        }
-                        continue;
-                    }
-                    let bytes: u64 = batch.iter().map(|m| m.value.len() as u64).sum();
-                    stats.add(batch.len() as u64, bytes);
-                    received.fetch_add(batch.len() as u64, Ordering::Relaxed);
-                    last_progress = Instant::now();
-                }
+                    let bytes = batch.iter().map(|m| m.value.len() as u64).sum();
+                    Ok((batch.len() as u64, bytes))
+                });
             }
             if spec.prefetch > 0 && assigned.len() == 1 {
                 let partition = assigned[0];
-                let setup = (|| -> anyhow::Result<Consumer> {
-                    let client = crate::connect(&spec.brokers)?;
-                    let address = client.owner_address(&metadata, &spec.topic, partition);
-                    let mut consumer = Consumer::with_connection(
-                        Connection::connect_with(&address, &crate::client_config()?)?,
-                        &spec.topic,
-                        partition,
-                        0,
-                    );
-                    consumer.set_out_of_range(OutOfRange::Earliest);
-                    consumer.set_max_bytes(spec.fetch_bytes);
-                    consumer.set_max_wait_ms(100);
-                    Ok(consumer)
-                })();
+                let setup = crate::connect(&spec.brokers)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|client| partition_consumer(&client, &metadata, &spec, partition));
                 ready.wait();
                 go.wait();
                 // Fetching ahead starts with the clock, not during setup.
-                let mut reader = PrefetchConsumer::new(setup?, spec.prefetch);
+                let mut consumer = setup?;
+                consumer.set_max_wait_ms(100);
+                let mut reader = PrefetchConsumer::new(consumer, spec.prefetch);
                 let started = *started.lock().unwrap_or_else(|p| p.into_inner());
-                let mut last_progress = Instant::now();
-                loop {
-                    let done = match spec.length {
-                        Length::Messages(n) => received.load(Ordering::Relaxed) >= n,
-                        Length::Duration(d) => started.elapsed() >= d,
-                    };
-                    if done {
-                        return Ok(());
-                    }
+                return count_until_done(&spec, started, &received, &stats, || {
                     let mut bytes = 0u64;
                     let n = reader.poll_with(Duration::from_millis(200), |m| {
                         bytes += m.value.len() as u64
-                    })? as u64;
-                    if n > 0 {
-                        stats.add(n, bytes);
-                        received.fetch_add(n, Ordering::Relaxed);
-                        last_progress = Instant::now();
-                    } else if last_progress.elapsed() > Duration::from_secs(10) {
-                        bail!(
-                            "read {} messages in all; nothing new for 10 s",
-                            received.load(Ordering::Relaxed)
-                        );
-                    }
-                }
+                    })?;
+                    Ok((n as u64, bytes))
+                });
             }
             let setup = (|| -> anyhow::Result<Vec<Consumer>> {
                 let client = crate::connect(&spec.brokers)?;
                 let mut mine = Vec::new();
                 for &p in &assigned {
-                    // From offset 0, moved to the first retained offset if
-                    // retention removed it: no ListOffsets round trip each.
-                    let address = client.owner_address(&metadata, &spec.topic, p);
-                    let mut consumer = Consumer::with_connection(
-                        Connection::connect_with(&address, &crate::client_config()?)?,
-                        &spec.topic,
-                        p,
-                        0,
-                    );
-                    consumer.set_out_of_range(OutOfRange::Earliest);
-                    consumer.set_max_bytes(spec.fetch_bytes);
+                    let mut consumer = partition_consumer(&client, &metadata, &spec, p)?;
                     consumer.set_max_wait_ms(0);
                     mine.push(consumer);
                 }

@@ -16,6 +16,7 @@ use crate::metrics::{self, Published};
 use crate::notify::Notify;
 use crate::shard::forward::ShardMsg;
 use crate::shard::{self, Shard};
+use crate::storage::io::{DiskStorage, DriverSettings};
 use anyhow::{bail, Context};
 use coordinator::registry::{
     BrokerRecord, Etcd, EtcdOptions, ShardEndpoint, Standalone, TopicRecord,
@@ -133,13 +134,10 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     let alive = Arc::new(AtomicUsize::new(config.shards));
     let mut handles = Vec::new();
     for (id, (listener, inbox)) in listeners.into_iter().zip(inboxes).enumerate() {
-        let placement = if config.shards <= cpus {
-            // Several brokers on one machine (deploy/cluster.sh) give each a
-            // different first CPU, or they would all pin shard 0 to CPU 0.
-            Placement::Fixed((config.first_cpu + id) % cpus)
-        } else {
-            Placement::Unbound
-        };
+        // Several brokers on one machine (deploy/cluster.sh) give each a
+        // different first CPU, or they would all pin shard 0 to CPU 0.
+        let cpu = (config.shards <= cpus).then(|| (config.first_cpu + id) % cpus);
+        let placement = cpu.map_or(Placement::Unbound, Placement::Fixed);
         let context = ShardContext {
             id: id as u16,
             config: config.clone(),
@@ -149,6 +147,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             brokers: loaded.brokers.clone(),
             inbox,
             listener_fd: listener.into_raw_fd(),
+            cpu,
             topics: topics.clone(),
             ready: ready_tx.clone(),
             published: published.clone(),
@@ -230,12 +229,33 @@ struct ShardContext {
     brokers: Vec<BrokerRecord>,
     inbox: flume::Receiver<ShardMsg>,
     listener_fd: i32,
+    /// The CPU the shard is pinned to, if it is.
+    cpu: Option<usize>,
     topics: Vec<TopicRecord>,
     ready: mpsc::Sender<Result<(), String>>,
     published: Published,
 }
 
 async fn shard_main(context: ShardContext) {
+    // Opened before the shard writes anything, so its syncfs sees every
+    // write-back error of the shard's files (storage/driver.rs).
+    let storage = match DiskStorage::new(&DriverSettings {
+        syncfs_dir: Some(context.config.data_dir.clone()),
+        syncfs_min_files: context.config.syncfs_min_files,
+        name: format!("shard-{}", context.id),
+        cpu: context
+            .cpu
+            .filter(|_| std::env::var_os("RINGLOG_PIN").is_some()),
+    }) {
+        Ok(storage) => storage,
+        Err(error) => {
+            let _ = context.ready.send(Err(format!(
+                "starting shard {}'s disk driver: {error}",
+                context.id
+            )));
+            return;
+        }
+    };
     let unwritten_share = context.config.unwritten_bytes_max / context.config.shards.max(1) as u64;
     let shard = Rc::new(Shard {
         id: context.id,
@@ -255,6 +275,7 @@ async fn shard_main(context: ShardContext) {
         metadata_version: Cell::new(0),
         metadata_all: RefCell::new(None),
         timer_work: RefCell::new(Vec::new()),
+        storage,
         unwritten: Rc::new(crate::storage::budget::UnwrittenBudget::new(
             unwritten_share,
         )),
@@ -319,6 +340,7 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
 }
 
 fn publish_once(shard: &Shard, published: &Published) {
+    shard.metrics.absorb_driver(shard.storage.driver().stats());
     let snapshot = shard.metrics.snapshot();
     let mut slots = match published.lock() {
         Ok(guard) => guard,

@@ -82,6 +82,12 @@ pub struct Config {
     /// answered (a forwarded produce holds its copy until the owning shard
     /// takes it); past it the connection stops reading.
     pub connection_inflight_bytes_max: u64,
+    /// A shard's flush of at least this many files (partitions' segments and
+    /// directories) at once is one `syncfs` of the data directory's file
+    /// system instead of an fdatasync each (`storage/driver.rs`); 0 = never.
+    /// Set it to 0 when the data directory shares its file system with
+    /// other heavy writers: syncfs writes back their dirty pages too.
+    pub syncfs_min_files: usize,
     /// The smallest `segment_bytes` a topic may ask for. Small segments mean
     /// many files (and, read at once, many descriptors); 1 MiB by default.
     pub segment_bytes_min: u64,
@@ -134,6 +140,7 @@ impl Default for Config {
             max_inflight_requests: 4096,
             unwritten_bytes_max: 1 << 30,
             connection_inflight_bytes_max: 64 << 20,
+            syncfs_min_files: 4,
             segment_bytes_min: 1 << 20,
             handshake_timeout_ms: 10_000,
             idle_timeout_ms: 600_000,

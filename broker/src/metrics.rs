@@ -61,6 +61,11 @@ counters! {
     segments_deleted_total: "Segments removed by retention",
     segments_damaged_total: "Closed segments recovery found damaged and kept (consumers skip the damaged messages; see the broker log)",
     recovery_bytes_cut_total: "Bytes recovery cut off torn tails at start",
+    disk_writes_total: "Segment writes (pwrite) done by the shard's disk driver",
+    disk_write_batches_total: "Batches of segment writes the disk driver handed to its writer thread",
+    disk_syncs_total: "Segment files and directories the shard's flushes made durable",
+    disk_sync_batches_total: "Batches of flushes the disk driver handed to its syncer thread",
+    disk_syncfs_total: "Flush batches made durable with one syncfs of the data directory's file system",
 }
 
 /// Flushes of a shard's partitions. Shared with each partition's log (the
@@ -155,6 +160,17 @@ pub struct Snapshot {
 }
 
 impl ShardMetrics {
+    /// Takes the disk driver's counts into the counters (the driver lives in
+    /// the storage layer and knows nothing of metrics).
+    pub fn absorb_driver(&self, stats: &crate::storage::driver::DriverStats) {
+        let c = &self.counters;
+        c.disk_writes_total.set(stats.writes.get());
+        c.disk_write_batches_total.set(stats.write_batches.get());
+        c.disk_syncs_total.set(stats.syncs.get());
+        c.disk_sync_batches_total.set(stats.sync_batches.get());
+        c.disk_syncfs_total.set(stats.syncfs_batches.get());
+    }
+
     /// Copies the current values.
     pub fn snapshot(&self) -> Snapshot {
         let counters = self.counters.values();

@@ -89,6 +89,9 @@ pub struct Shard {
     pub accept_problems: crate::log_limit::LogLimit,
     /// One log line per second for failed fire-and-forget produces.
     pub failed_silent_produces: crate::log_limit::LogLimit,
+    /// The shard's disk: every partition's writes and flushes go through
+    /// its one driver, batched.
+    pub storage: DiskStorage,
     /// Unwritten bytes of this shard's partitions, against its share of
     /// `unwritten_bytes_max`.
     pub unwritten: Rc<crate::storage::budget::UnwrittenBudget>,
@@ -194,9 +197,10 @@ impl Shard {
             }
             let label = partition_dir_name(&stored.name, partition);
             let dir = self.config.data_dir.join(&label);
-            let (mut log, recovered) = PartitionLog::open(DiskStorage, &dir, &label, settings)
-                .await
-                .map_err(|e| format!("opening partition {label}: {e}"))?;
+            let (mut log, recovered) =
+                PartitionLog::open(self.storage.clone(), &dir, &label, settings)
+                    .await
+                    .map_err(|e| format!("opening partition {label}: {e}"))?;
             log.set_flush_stats(self.metrics.flush.clone());
             log.set_budget(self.unwritten.clone());
             let counters = &self.metrics.counters;

@@ -4,10 +4,12 @@
 //! machine over segment files; they never name glommio or `std::fs`. They
 //! call a [`Storage`], of which there are two:
 //!
-//! - [`DiskStorage`]: the broker's. Segment appends, reads and fdatasyncs go
-//!   through io_uring (glommio `BufferedFile`, see
-//!   `docs/design/0001-buffered-appends.md`); directory work (listing,
-//!   renames, truncation, the recovery point) is rare and uses `std::fs`.
+//! - [`DiskStorage`]: the broker's. Segment writes and flushes go through
+//!   the shard's disk [`Driver`] (`driver.rs`), which batches those of all
+//!   the shard's partitions onto two threads of its own (buffered writes,
+//!   see `docs/design/0001-buffered-appends.md` and
+//!   `0010-disk-driver.md`); directory work (listing, renames,
+//!   truncation, the recovery point) is rare and uses `std::fs`.
 //! - `MemoryStorage` (`memory.rs`): files in memory that remember what an
 //!   fdatasync made durable and which directory entries a directory sync
 //!   made durable, so a test can crash it the way a process kill or a power
@@ -22,19 +24,24 @@
 //! does the I/O) and TigerBeetle's `testing/storage.zig` (an in-memory disk
 //! with fault injection under the real state machine).
 
-use super::error::os_error;
-use glommio::io::{BufferedFile, OpenOptions};
+pub use super::driver::{Driver, DriverSettings};
 use std::future::Future;
 use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::UNIX_EPOCH;
 
 /// One open segment file.
 pub trait SegmentFile: 'static {
-    /// Writes `bytes` at `position`; returns how many were written (fewer
-    /// than asked means the disk filled up).
-    fn write_at(&self, bytes: Vec<u8>, position: u64) -> impl Future<Output = io::Result<usize>>;
+    /// Writes `buffers`, one after the other, at `position`; returns how
+    /// many bytes were written (fewer than asked means the disk filled up).
+    /// The storage keeps the buffers (see [`Storage::buffer`]).
+    fn write_at(
+        &self,
+        buffers: Vec<Vec<u8>>,
+        position: u64,
+    ) -> impl Future<Output = io::Result<usize>>;
 
     /// Reads up to `len` bytes at `position` (fewer at the end of the file).
     fn read_at(&self, position: u64, len: usize) -> impl Future<Output = io::Result<Vec<u8>>>;
@@ -64,6 +71,12 @@ pub trait Storage: Clone + 'static {
 
     /// Opens a segment file for reading and writing, creating it with `create`.
     fn open(&self, path: &Path, create: bool) -> impl Future<Output = io::Result<Self::File>>;
+
+    /// An empty buffer with room for at least `capacity` bytes, for a log's
+    /// pending appends; [`SegmentFile::write_at`] takes it back. The broker's
+    /// storage hands out buffers its writes gave back, so a partition's
+    /// appends do not fault in fresh memory for every batch.
+    fn buffer(&self, capacity: usize) -> Vec<u8>;
 
     /// Runs a task of the log's (its writer, a flush round) beside the caller.
     fn spawn(&self, task: impl Future<Output = ()> + 'static);
@@ -100,52 +113,117 @@ pub trait Storage: Clone + 'static {
     fn remove_file(&self, path: &Path) -> io::Result<()>;
 
     /// Makes the directory's entries (files created, renamed, removed in it)
-    /// durable.
+    /// durable. Blocking: for start-up and a graceful stop.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+
+    /// [`Storage::sync_dir`] for a flush round: awaited, never blocking the
+    /// caller's thread, and batched with the other flushes of the shard.
+    fn flush_dir(&self, dir: &Path) -> impl Future<Output = io::Result<()>>;
 }
 
-/// The broker's storage: io_uring for segment files, `std::fs` for the rest.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DiskStorage;
+/// The broker's storage: segment writes and flushes through the shard's
+/// [`Driver`] (batched over all its partitions), `std::fs` for the rest.
+/// Clones share the driver: make one per shard.
+#[derive(Debug, Clone)]
+pub struct DiskStorage {
+    driver: Rc<Driver>,
+}
 
-impl SegmentFile for BufferedFile {
-    async fn write_at(&self, bytes: Vec<u8>, position: u64) -> io::Result<usize> {
-        BufferedFile::write_at(self, bytes, position)
-            .await
-            .map_err(os_error)
+impl DiskStorage {
+    /// Storage whose writes and flushes go through a new driver (and its two
+    /// threads) made with `settings`.
+    pub fn new(settings: &DriverSettings) -> io::Result<DiskStorage> {
+        Ok(DiskStorage {
+            driver: Driver::start(settings)?,
+        })
+    }
+
+    /// Storage with a driver that never uses `syncfs` (tests, tools).
+    pub fn plain() -> DiskStorage {
+        DiskStorage::new(&DriverSettings::default())
+            .unwrap_or_else(|e| panic!("starting the disk driver's threads: {e}"))
+    }
+
+    /// The shard's driver (for its metrics).
+    pub fn driver(&self) -> &Rc<Driver> {
+        &self.driver
+    }
+}
+
+/// An open segment file of a [`DiskStorage`].
+#[derive(Debug)]
+pub struct DiskFile {
+    file: Rc<std::fs::File>,
+    path: PathBuf,
+    driver: Rc<Driver>,
+}
+
+impl AsRawFd for DiskFile {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+impl SegmentFile for DiskFile {
+    async fn write_at(&self, buffers: Vec<Vec<u8>>, position: u64) -> io::Result<usize> {
+        self.driver.write(&self.file, buffers, position).await
     }
 
     async fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
-        BufferedFile::read_at(self, position, len)
+        let file = self.file.try_clone()?;
+        glommio::executor()
+            .spawn_blocking(move || {
+                let mut buf = vec![0; len];
+                let mut done = 0;
+                while done < len {
+                    match std::os::unix::fs::FileExt::read_at(
+                        &file,
+                        &mut buf[done..],
+                        position + done as u64,
+                    ) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                buf.truncate(done);
+                Ok(buf)
+            })
             .await
-            .map(|read| read.to_vec())
-            .map_err(os_error)
     }
 
     async fn fdatasync(&self) -> io::Result<()> {
-        BufferedFile::fdatasync(self).await.map_err(os_error)
+        self.driver.fdatasync(&self.file).await
     }
 
     fn path(&self) -> PathBuf {
-        BufferedFile::path(self).map_or_else(PathBuf::new, |p| p.to_path_buf())
+        self.path.clone()
     }
 }
 
 impl Storage for DiskStorage {
-    type File = BufferedFile;
+    type File = DiskFile;
 
-    async fn open(&self, path: &Path, create: bool) -> io::Result<BufferedFile> {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .buffered_open(path)
-            .await
-            .map_err(os_error)
+    async fn open(&self, path: &Path, create: bool) -> io::Result<DiskFile> {
+        let file = self.driver.open(path, create).await?;
+        Ok(DiskFile {
+            file: Rc::new(file),
+            path: path.to_path_buf(),
+            driver: self.driver.clone(),
+        })
+    }
+
+    fn buffer(&self, capacity: usize) -> Vec<u8> {
+        self.driver.buffer(capacity)
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + 'static) {
         glommio::spawn_local(task).detach();
+    }
+
+    async fn flush_dir(&self, dir: &Path) -> io::Result<()> {
+        self.driver.sync_dir(dir).await
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {

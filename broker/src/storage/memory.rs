@@ -304,8 +304,9 @@ pub struct MemoryFile {
 }
 
 impl SegmentFile for MemoryFile {
-    async fn write_at(&self, bytes: Vec<u8>, position: u64) -> io::Result<usize> {
+    async fn write_at(&self, buffers: Vec<Vec<u8>>, position: u64) -> io::Result<usize> {
         yield_once().await;
+        let bytes = buffers.concat();
         self.storage.fault(|f| f.write_errno.take())?;
         let mut fs = self.storage.fs.borrow_mut();
         let file = fs.data(self.inode);
@@ -358,6 +359,10 @@ impl Storage for MemoryStorage {
             inode,
             path: path.to_path_buf(),
         })
+    }
+
+    fn buffer(&self, capacity: usize) -> Vec<u8> {
+        Vec::with_capacity(capacity)
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + 'static) {
@@ -472,5 +477,10 @@ impl Storage for MemoryStorage {
             .collect();
         fs.durable_names.extend(now);
         Ok(())
+    }
+
+    async fn flush_dir(&self, dir: &Path) -> io::Result<()> {
+        yield_once().await;
+        self.sync_dir(dir)
     }
 }

@@ -25,6 +25,7 @@
 //!   can crash (`memory.rs`) in the model test (`model_test.rs`).
 
 pub mod budget;
+pub mod driver;
 pub mod error;
 pub mod io;
 pub mod memory;

@@ -457,7 +457,7 @@ fn r8_8_damage_below_the_recovery_point_is_not_truncated() {
     // The recovery point at message 75: the damage lies below it, in data
     // that was fsynced; only what lies above it is a tail to check.
     ::broker::storage::recovery::write_recovery_point(
-        &::broker::storage::io::DiskStorage,
+        &::broker::storage::io::DiskStorage::plain(),
         &dir,
         75 * 109,
         false,

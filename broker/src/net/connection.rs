@@ -553,12 +553,21 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
                 conn.drained.notify_all();
                 (request_id, response)
             }
-            Queued::Later(request_id, api, later, bytes) => {
-                if !out.is_empty() {
-                    write_all(conn, &out).await?;
-                    out.clear();
-                }
-                let response = later.await;
+            Queued::Later(request_id, api, mut later, bytes) => {
+                // An answer that is already there joins the responses before
+                // it in one write: produces written by one batch of the disk
+                // driver are acknowledged with one send, not a send (and a
+                // wake-up of the client's reader) each.
+                let response = match futures_lite::future::poll_once(&mut later).await {
+                    Some(response) => response,
+                    None => {
+                        if !out.is_empty() {
+                            write_all(conn, &out).await?;
+                            out.clear();
+                        }
+                        later.await
+                    }
+                };
                 conn.inflight_bytes
                     .set(conn.inflight_bytes.get().saturating_sub(bytes));
                 conn.drained.notify_all();

@@ -64,8 +64,11 @@ pub type SharedLog = Shared<DiskStorage>;
 /// keep memory per partition bounded.
 pub const WRITE_CHUNK_BYTES: usize = 1 << 20;
 
-/// The smallest pending buffer a partition allocates.
-const PENDING_CHUNK_MIN_BYTES: usize = 4096;
+/// The page a partition's first pending bytes go into.
+pub const PENDING_PAGE_SMALL: usize = 4096;
+
+/// The page its pending bytes go into once it holds this much.
+pub const PENDING_PAGE_LARGE: usize = 64 * 1024;
 
 /// How long a partition refuses appends after a transient failure before it
 /// tries the disk again.
@@ -453,43 +456,46 @@ impl<S: Storage> PartitionLog<S> {
         active.size_bytes += len;
         active.last_append_ms = now_ms();
         let segment_base = active.base_offset;
-        // The last chunk takes the bytes while they fit in its buffer.
-        // Otherwise a new chunk follows it, with a buffer from the storage
-        // twice the size of the last (at least this append, at most
-        // WRITE_CHUNK_BYTES unless the append is larger): nothing already
-        // pending is copied again, and the chunks of one segment still go
-        // out in one vectored write. Sized by the appends, not fixed: a
-        // fixed 64 KiB per partition was 640 MB with 10,000 partitions
-        // taking writes, and growing one buffer by reallocation faulted in
-        // fresh memory for most batches with 1,000 (issue 9, item 2).
-        let contiguous = |chunk: &PendingChunk| {
-            chunk.segment_base == segment_base
-                && chunk.position + chunk.bytes.len() as u64 == position
-        };
-        match self.pending.last_mut() {
-            Some(chunk)
-                if contiguous(chunk)
-                    && chunk.bytes.len() + bytes.len() <= chunk.bytes.capacity() =>
-            {
-                chunk.bytes.extend_from_slice(bytes);
-                chunk.messages += u64::from(messages);
-            }
-            last => {
-                let doubled = last
-                    .filter(|c| contiguous(c))
-                    .map_or(0, |c| c.bytes.capacity().saturating_mul(2));
-                let capacity = doubled
-                    .clamp(PENDING_CHUNK_MIN_BYTES, WRITE_CHUNK_BYTES)
-                    .max(bytes.len());
-                let mut chunk_bytes = self.storage.buffer(capacity);
-                chunk_bytes.extend_from_slice(bytes);
-                self.pending.push(PendingChunk {
-                    segment_base,
-                    position,
-                    bytes: chunk_bytes,
-                    messages: u64::from(messages),
-                });
-            }
+        // Pending bytes live in fixed-size pages from the storage, which
+        // hands out pages its writes gave back: the last page takes what
+        // fits, new pages the rest, and the pages of one segment go out in
+        // one vectored write. Small pages while the partition has little
+        // pending (10,000 partitions with a message each hold 40 MB, not
+        // the 640 MB of a fixed 64 KiB buffer each), large ones once it has
+        // more. Fixed sizes, so every page is used again: buffers grown by
+        // reallocation, or sized to each append, faulted in fresh memory
+        // for most batches with 1,000 partitions (issue 9, item 2).
+        let mut rest = bytes;
+        if let Some(chunk) = self.pending.last_mut().filter(|c| {
+            c.segment_base == segment_base && c.position + c.bytes.len() as u64 == position
+        }) {
+            let room = chunk.bytes.capacity() - chunk.bytes.len();
+            let (now, later) = rest.split_at(room.min(rest.len()));
+            chunk.bytes.extend_from_slice(now);
+            rest = later;
+        }
+        let mut at = position + (bytes.len() - rest.len()) as u64;
+        while !rest.is_empty() {
+            let page = if self.pending_bytes + bytes.len() - rest.len() >= PENDING_PAGE_LARGE {
+                PENDING_PAGE_LARGE
+            } else {
+                PENDING_PAGE_SMALL
+            };
+            let mut chunk_bytes = self.storage.buffer(page);
+            let (now, later) = rest.split_at(page.min(rest.len()));
+            chunk_bytes.extend_from_slice(now);
+            rest = later;
+            self.pending.push(PendingChunk {
+                segment_base,
+                position: at,
+                bytes: chunk_bytes,
+                messages: 0,
+            });
+            at += now.len() as u64;
+        }
+        // The append's messages count once its last byte is written.
+        if let Some(chunk) = self.pending.last_mut() {
+            chunk.messages += u64::from(messages);
         }
         self.pending_bytes += bytes.len();
         self.end_offset += len;

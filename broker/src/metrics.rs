@@ -66,6 +66,8 @@ counters! {
     disk_syncs_total: "Segment files and directories the shard's flushes made durable",
     disk_sync_batches_total: "Batches of flushes the disk driver handed to its syncer thread",
     disk_syncfs_total: "Flush batches made durable with one syncfs of the data directory's file system",
+    disk_buffers_allocated_total: "Pending-byte pages allocated because the disk driver's pool had none to give",
+    disk_buffers_freed_total: "Pending-byte pages freed because the disk driver's pool was full",
 }
 
 /// Flushes of a shard's partitions. Shared with each partition's log (the
@@ -169,6 +171,9 @@ impl ShardMetrics {
         c.disk_syncs_total.set(stats.syncs.get());
         c.disk_sync_batches_total.set(stats.sync_batches.get());
         c.disk_syncfs_total.set(stats.syncfs_batches.get());
+        c.disk_buffers_allocated_total
+            .set(stats.buffers_allocated.get());
+        c.disk_buffers_freed_total.set(stats.buffers_freed.get());
     }
 
     /// Copies the current values.

@@ -68,6 +68,10 @@ pub struct DriverStats {
     pub sync_batches: Cell<u64>,
     /// Batches made durable with one `syncfs`.
     pub syncfs_batches: Cell<u64>,
+    /// Pending-byte buffers allocated because the pool had none to give.
+    pub buffers_allocated: Cell<u64>,
+    /// Buffers freed because the pool was full.
+    pub buffers_freed: Cell<u64>,
 }
 
 /// How a shard's driver flushes.
@@ -171,30 +175,33 @@ impl Pool {
         (class < POOL_CLASSES).then_some(class)
     }
 
-    fn take(&mut self, capacity: usize) -> Vec<u8> {
+    /// A buffer of the class for `capacity`, and whether it is new.
+    fn take(&mut self, capacity: usize) -> (Vec<u8>, bool) {
         let Some(class) = Pool::class_for(capacity) else {
-            return Vec::with_capacity(capacity);
+            return (Vec::with_capacity(capacity), true);
         };
         match self.free[class].pop() {
             Some(buffer) => {
                 self.bytes -= buffer.capacity();
-                buffer
+                (buffer, false)
             }
-            None => Vec::with_capacity(POOL_SMALLEST << class),
+            None => (Vec::with_capacity(POOL_SMALLEST << class), true),
         }
     }
 
-    fn give_back(&mut self, mut buffer: Vec<u8>) {
+    /// Keeps `buffer` for reuse; false when it is freed instead.
+    fn give_back(&mut self, mut buffer: Vec<u8>) -> bool {
         let capacity = buffer.capacity();
         let Some(class) = Pool::class_for(capacity) else {
-            return;
+            return false;
         };
         if POOL_SMALLEST << class != capacity || self.bytes + capacity > POOL_BYTES_MAX {
-            return;
+            return false;
         }
         buffer.clear();
         self.bytes += capacity;
         self.free[class].push(buffer);
+        true
     }
 }
 
@@ -310,7 +317,11 @@ impl Driver {
     /// An empty buffer for at least `capacity` bytes: one a write gave
     /// back if there is one of its size class.
     pub fn buffer(&self, capacity: usize) -> Vec<u8> {
-        self.pool.borrow_mut().take(capacity)
+        let (buffer, new) = self.pool.borrow_mut().take(capacity);
+        if new {
+            bump(&self.stats.buffers_allocated, 1);
+        }
+        buffer
     }
 
     /// Free bytes (of capacity) kept for [`Driver::buffer`].
@@ -450,7 +461,9 @@ async fn run_writes(driver: Rc<Driver>) {
                 .into_iter()
                 .map(|(result, buffers)| {
                     for buffer in buffers {
-                        pool.give_back(buffer);
+                        if !pool.give_back(buffer) {
+                            bump(&driver.stats.buffers_freed, 1);
+                        }
                     }
                     result
                 })

@@ -14,6 +14,7 @@
 //! | `sync_delay_ms` | every flush waits this long before its fdatasync        |
 //! | `write_delay_ms`| every chunk write waits this long before it starts     |
 //! | `cold_read_delay_ms` | every read of uncached fetch bytes takes this much longer (a slow disk) |
+//! | `syncfs_errno`  | every `syncfs` of a flush batch fails with this errno (a write-back error somewhere on the file system) |
 //!
 //! Unset (always, in production) every fault is off and costs one load of a
 //! `OnceLock`. An unknown or malformed entry stops the broker at start: a
@@ -36,6 +37,8 @@ pub struct Faults {
     /// Delay added to every read of fetch bytes that are not in the page
     /// cache (a slow disk; the shard must stay responsive meanwhile).
     pub cold_read_delay: Option<Duration>,
+    /// Every `syncfs` of the disk driver fails with this errno.
+    pub syncfs_errno: Option<i32>,
 }
 
 static FAULTS: OnceLock<Faults> = OnceLock::new();
@@ -56,6 +59,11 @@ impl Faults {
                 "write_delay_ms" => faults.write_delay = Some(Duration::from_millis(number)),
                 "cold_read_delay_ms" => {
                     faults.cold_read_delay = Some(Duration::from_millis(number))
+                }
+                "syncfs_errno" => {
+                    faults.syncfs_errno = Some(i32::try_from(number).map_err(|_| {
+                        format!("{FAULTS_ENV}: `{value}` is not an errno in `{entry}`")
+                    })?)
                 }
                 other => return Err(format!("{FAULTS_ENV}: unknown fault `{other}`")),
             }
@@ -95,6 +103,13 @@ mod tests {
         assert!(Faults::parse("sync_delay_ms=soon")
             .unwrap_err()
             .contains("not a number"));
+        assert_eq!(
+            Faults::parse("syncfs_errno=5").unwrap().syncfs_errno,
+            Some(5)
+        );
+        assert!(Faults::parse("syncfs_errno=99999999999")
+            .unwrap_err()
+            .contains("not an errno"));
         assert!(Faults::parse("disk_on_fire=1")
             .unwrap_err()
             .contains("unknown fault"));

@@ -611,6 +611,9 @@ fn pwritev_all(fd: RawFd, buffers: &[Vec<u8>], position: u64) -> io::Result<usiz
 /// fsync per directory. With `syncfs`, the syncfs result comes last.
 fn sync_batch(jobs: Vec<SyncJob>, syncfs: Option<RawFd>) -> Vec<io::Result<()>> {
     let syncfs_result = syncfs.map(|fd| {
+        if let Some(errno) = crate::faults::Faults::get().syncfs_errno {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
         // SAFETY: a plain syscall on a descriptor the driver keeps open.
         if unsafe { libc::syncfs(fd) } == 0 {
             Ok(())

@@ -12,6 +12,7 @@ mod client;
 mod cluster;
 mod cold_reads;
 mod crash;
+mod disk_driver;
 mod disk_full;
 mod durability;
 mod groups;

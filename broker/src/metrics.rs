@@ -67,7 +67,7 @@ counters! {
     disk_sync_batches_total: "Batches of flushes the disk driver handed to its syncer thread",
     disk_syncfs_total: "Flush batches made durable with one syncfs of the data directory's file system",
     disk_buffers_allocated_total: "Pending-byte pages allocated because the disk driver's pool had none to give",
-    disk_buffers_freed_total: "Pending-byte pages freed because the disk driver's pool was full",
+    disk_buffers_freed_total: "Pending-byte pages freed because the disk driver's pool was full or they went unused for a trim period",
 }
 
 /// Flushes of a shard's partitions. Shared with each partition's log (the

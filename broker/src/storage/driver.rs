@@ -165,6 +165,8 @@ pub const POOL_BYTES_MAX: usize = 32 << 20;
 struct Pool {
     free: [Vec<Vec<u8>>; POOL_CLASSES],
     bytes: usize,
+    /// The fewest free bytes since the last trim: what nobody needed.
+    low_water: usize,
 }
 
 impl Pool {
@@ -183,6 +185,7 @@ impl Pool {
         match self.free[class].pop() {
             Some(buffer) => {
                 self.bytes -= buffer.capacity();
+                self.low_water = self.low_water.min(self.bytes);
                 (buffer, false)
             }
             None => (Vec::with_capacity(POOL_SMALLEST << class), true),
@@ -202,6 +205,26 @@ impl Pool {
         self.bytes += capacity;
         self.free[class].push(buffer);
         true
+    }
+
+    /// Frees what stayed unused since the last trim (the low-water mark),
+    /// largest buffers first; returns the bytes and buffers freed.
+    fn trim(&mut self) -> (usize, u64) {
+        let mut excess = self.low_water;
+        let (mut freed, mut buffers) = (0, 0);
+        for class in (0..POOL_CLASSES).rev() {
+            while excess >= POOL_SMALLEST << class {
+                let Some(buffer) = self.free[class].pop() else {
+                    break;
+                };
+                excess -= buffer.capacity();
+                freed += buffer.capacity();
+                buffers += 1;
+            }
+        }
+        self.bytes -= freed;
+        self.low_water = self.bytes;
+        (freed, buffers)
     }
 }
 
@@ -327,6 +350,15 @@ impl Driver {
     /// Free bytes (of capacity) kept for [`Driver::buffer`].
     pub fn pooled_bytes(&self) -> usize {
         self.pool.borrow().bytes
+    }
+
+    /// Frees the pooled buffers nobody took since the last call (call it
+    /// every few seconds): a burst's buffers go back to the allocator once
+    /// the partitions are quiet, a steady load keeps what it uses.
+    pub fn trim_pool(&self) -> usize {
+        let (freed, buffers) = self.pool.borrow_mut().trim();
+        bump(&self.stats.buffers_freed, buffers);
+        freed
     }
 
     /// Writes all of `buffers`, one after the other, at `position` of
@@ -718,6 +750,13 @@ mod tests {
             assert_eq!(driver.buffer(3000).capacity(), 4096);
             assert_eq!(driver.pooled_bytes(), 7 * 4096);
             assert_eq!(driver.buffer(5000).capacity(), 8192);
+            // The pool was empty at the start, so the first trim frees
+            // nothing; the seven buffers nobody takes until the next trim
+            // are freed by it, and then there is nothing left.
+            assert_eq!(driver.trim_pool(), 0);
+            assert_eq!(driver.trim_pool(), 7 * 4096);
+            assert_eq!(driver.pooled_bytes(), 0);
+            assert_eq!(driver.trim_pool(), 0);
             let syncs: Vec<_> = files
                 .iter()
                 .map(|file| {

@@ -33,9 +33,15 @@ echo "== one partition, 1 producer / 1 consumer (batch 50, acks written, 200 B)"
 "$bin/loadgen" --brokers "$brokers" produce --topic one --partitions 1 --batch 50 --acks written --messages 4000000 | tail -2
 "$bin/loadgen" --brokers "$brokers" consume --topic one --messages 4000000 | tail -1
 
+echo "== one partition, 32 producers (the clients of the 1,000-partition run, on one partition)"
+"$bin/loadgen" --brokers "$brokers" produce --topic one32 --partitions 1 --producers 32 --batch 50 --acks written --messages 4000000 | tail -2
+
 echo "== 1,000 partitions, 32 producers / 32 consumers (batch 50, acks written, 200 B)"
+"$bin/ringlog" --brokers "$brokers" topic create wide --partitions 1000 >/dev/null
 "$bin/loadgen" --brokers "$brokers" produce --topic wide --partitions 1000 --producers 32 --batch 50 --acks written --messages 4000000 | tail -2
 "$bin/loadgen" --brokers "$brokers" consume --topic wide --consumers 32 --messages 4000000 | tail -1
+
+echo "-- broker threads' CPU so far (s): $(for t in /proc/$pid/task/*; do printf '%s=%s ' "$(cat $t/comm)" "$(awk '{printf "%.2f", ($14+$15)/100}' $t/stat)"; done)"
 
 echo "== 10,000 partitions"
 t0=$(date +%s.%N)

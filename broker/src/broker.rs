@@ -134,10 +134,13 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     let alive = Arc::new(AtomicUsize::new(config.shards));
     let mut handles = Vec::new();
     for (id, (listener, inbox)) in listeners.into_iter().zip(inboxes).enumerate() {
-        // Several brokers on one machine (deploy/cluster.sh) give each a
-        // different first CPU, or they would all pin shard 0 to CPU 0.
-        let cpu = (config.shards <= cpus).then(|| (config.first_cpu + id) % cpus);
-        let placement = cpu.map_or(Placement::Unbound, Placement::Fixed);
+        let placement = if config.shards <= cpus {
+            // Several brokers on one machine (deploy/cluster.sh) give each a
+            // different first CPU, or they would all pin shard 0 to CPU 0.
+            Placement::Fixed((config.first_cpu + id) % cpus)
+        } else {
+            Placement::Unbound
+        };
         let context = ShardContext {
             id: id as u16,
             config: config.clone(),
@@ -147,7 +150,6 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             brokers: loaded.brokers.clone(),
             inbox,
             listener_fd: listener.into_raw_fd(),
-            cpu,
             topics: topics.clone(),
             ready: ready_tx.clone(),
             published: published.clone(),
@@ -229,8 +231,6 @@ struct ShardContext {
     brokers: Vec<BrokerRecord>,
     inbox: flume::Receiver<ShardMsg>,
     listener_fd: i32,
-    /// The CPU the shard is pinned to, if it is.
-    cpu: Option<usize>,
     topics: Vec<TopicRecord>,
     ready: mpsc::Sender<Result<(), String>>,
     published: Published,
@@ -243,9 +243,6 @@ async fn shard_main(context: ShardContext) {
         syncfs_dir: Some(context.config.data_dir.clone()),
         syncfs_min_files: context.config.syncfs_min_files,
         name: format!("shard-{}", context.id),
-        cpu: context
-            .cpu
-            .filter(|_| std::env::var_os("RINGLOG_PIN").is_some()),
     }) {
         Ok(storage) => storage,
         Err(error) => {

@@ -53,6 +53,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Poll, Waker};
 
 /// Counts of what a driver did, for the shard's metrics.
@@ -83,10 +84,9 @@ pub struct DriverSettings {
     /// Batches of at least this many files and directories are made durable
     /// with one `syncfs`; 0 = never.
     pub syncfs_min_files: usize,
-    /// Names the driver's threads: `<name>-write`, `<name>-sync`.
+    /// Names the driver's threads: `<name>-write`, `<name>-sync`,
+    /// `<name>-open`.
     pub name: String,
-    /// Pins the driver's threads to this CPU (the shard's).
-    pub cpu: Option<usize>,
 }
 
 impl Default for DriverSettings {
@@ -95,7 +95,6 @@ impl Default for DriverSettings {
             syncfs_dir: None,
             syncfs_min_files: 0,
             name: "disk".into(),
-            cpu: None,
         }
     }
 }
@@ -108,7 +107,7 @@ pub struct Driver {
     syncer: Lane<SyncJob, io::Result<()>>,
     opener: Lane<OpenJob, io::Result<File>>,
     /// Opened before anything is written through this driver.
-    syncfs_dir: Option<File>,
+    syncfs_dir: Option<Arc<File>>,
     syncfs_min_files: usize,
     /// A `syncfs` failed once: only fdatasyncs from now on.
     syncfs_failed: Cell<bool>,
@@ -132,16 +131,16 @@ struct Queues {
     syncing: bool,
 }
 
-/// An operation waiting for its batch, with the file it needs kept open
-/// until the batch is back (its descriptor is used by another thread).
+/// An operation waiting for its batch.
 struct Queued<J, R> {
     job: J,
-    _keep_open: Option<Rc<File>>,
     done: Rc<Slot<R>>,
 }
 
+/// The jobs hold their files: a descriptor a thread is using can never be
+/// closed and reused under it, whatever happens to the task that asked.
 struct WriteJob {
-    fd: RawFd,
+    file: Arc<File>,
     buffers: Vec<Vec<u8>>,
     position: u64,
 }
@@ -229,7 +228,7 @@ impl Pool {
 }
 
 enum SyncJob {
-    File(RawFd),
+    File(Arc<File>),
     Dir(PathBuf),
 }
 
@@ -239,8 +238,9 @@ struct OpenJob {
     create: bool,
 }
 
-/// A batch for a lane's thread, and where its results go.
-type Batch<J, R> = (Vec<J>, Option<RawFd>, flume::Sender<Vec<R>>);
+/// A batch for a lane's thread (with the syncfs directory, for the
+/// syncer), and where its results go.
+type Batch<J, R> = (Vec<J>, Option<Arc<File>>, flume::Sender<Vec<R>>);
 
 /// A thread that runs batches of jobs, in order, one batch at a time.
 struct Lane<J, R> {
@@ -250,14 +250,10 @@ struct Lane<J, R> {
 impl<J: Send + 'static, R: Send + 'static> Lane<J, R> {
     fn start(
         name: String,
-        cpu: Option<usize>,
-        run: impl Fn(Vec<J>, Option<RawFd>) -> Vec<R> + Send + 'static,
+        run: impl Fn(Vec<J>, Option<Arc<File>>) -> Vec<R> + Send + 'static,
     ) -> io::Result<Self> {
         let (jobs, incoming) = flume::unbounded::<Batch<J, R>>();
         std::thread::Builder::new().name(name).spawn(move || {
-            if let Some(cpu) = cpu {
-                pin_to(cpu);
-            }
             // Ends when the driver (the only sender) is dropped.
             while let Ok((batch, fd, reply)) = incoming.recv() {
                 let _ = reply.send(run(batch, fd));
@@ -267,7 +263,7 @@ impl<J: Send + 'static, R: Send + 'static> Lane<J, R> {
     }
 
     /// Runs one batch on the lane's thread.
-    async fn run(&self, batch: Vec<J>, fd: Option<RawFd>) -> Option<Vec<R>> {
+    async fn run(&self, batch: Vec<J>, fd: Option<Arc<File>>) -> Option<Vec<R>> {
         let (reply, results) = flume::bounded(1);
         self.jobs.send((batch, fd, reply)).ok()?;
         results.recv_async().await.ok()
@@ -312,19 +308,15 @@ impl Driver {
     /// anything is written through it.
     pub fn start(settings: &DriverSettings) -> io::Result<Rc<Driver>> {
         let syncfs_dir = match (&settings.syncfs_dir, settings.syncfs_min_files) {
-            (Some(dir), n) if n > 0 => Some(File::open(dir)?),
+            (Some(dir), n) if n > 0 => Some(Arc::new(File::open(dir)?)),
             _ => None,
         };
         Ok(Rc::new(Driver {
             queues: RefCell::default(),
             pool: RefCell::default(),
-            writer: Lane::start(
-                format!("{}-write", settings.name),
-                settings.cpu,
-                write_batch,
-            )?,
-            syncer: Lane::start(format!("{}-sync", settings.name), settings.cpu, sync_batch)?,
-            opener: Lane::start(format!("{}-open", settings.name), settings.cpu, open_batch)?,
+            writer: Lane::start(format!("{}-write", settings.name), write_batch)?,
+            syncer: Lane::start(format!("{}-sync", settings.name), sync_batch)?,
+            opener: Lane::start(format!("{}-open", settings.name), open_batch)?,
             syncfs_dir,
             syncfs_min_files: settings.syncfs_min_files,
             syncfs_failed: Cell::new(false),
@@ -366,13 +358,13 @@ impl Driver {
     /// filled up part-way). The buffers go back to the pool.
     pub async fn write(
         self: &Rc<Self>,
-        file: &Rc<File>,
+        file: &Arc<File>,
         buffers: Vec<Vec<u8>>,
         position: u64,
     ) -> io::Result<usize> {
         let done = Slot::new();
         let job = WriteJob {
-            fd: file.as_raw_fd(),
+            file: file.clone(),
             buffers,
             position,
         };
@@ -380,7 +372,6 @@ impl Driver {
             let mut queues = self.queues.borrow_mut();
             queues.writes.push(Queued {
                 job,
-                _keep_open: Some(file.clone()),
                 done: done.clone(),
             });
             !std::mem::replace(&mut queues.writing, true)
@@ -407,23 +398,21 @@ impl Driver {
     }
 
     /// Makes every byte written to `file` so far durable.
-    pub async fn fdatasync(self: &Rc<Self>, file: &Rc<File>) -> io::Result<()> {
-        self.sync(SyncJob::File(file.as_raw_fd()), Some(file.clone()))
-            .await
+    pub async fn fdatasync(self: &Rc<Self>, file: &Arc<File>) -> io::Result<()> {
+        self.sync(SyncJob::File(file.clone())).await
     }
 
     /// Makes the entries of `dir` durable.
     pub async fn sync_dir(self: &Rc<Self>, dir: &Path) -> io::Result<()> {
-        self.sync(SyncJob::Dir(dir.to_path_buf()), None).await
+        self.sync(SyncJob::Dir(dir.to_path_buf())).await
     }
 
-    async fn sync(self: &Rc<Self>, job: SyncJob, file: Option<Rc<File>>) -> io::Result<()> {
+    async fn sync(self: &Rc<Self>, job: SyncJob) -> io::Result<()> {
         let done = Slot::new();
         let start = {
             let mut queues = self.queues.borrow_mut();
             queues.syncs.push(Queued {
                 job,
-                _keep_open: file,
                 done: done.clone(),
             });
             !std::mem::replace(&mut queues.syncing, true)
@@ -441,19 +430,10 @@ const IOV_MAX: usize = 1024;
 /// The most one `pwritev` writes. The page cache sizes its folios by the
 /// write: a 4 MiB write asks for 2 MiB folios, which on this VM come from
 /// free blocks the host has taken back and must fault in again — measured
-/// 370–570 MB/s for 4 MiB writes against 4.4–5.2 GB/s for 64 KiB–1 MiB ones
-/// (`docs/design/0010-disk-driver.md`). Four calls per MiB cost nothing
-/// measurable elsewhere.
+/// down to 381 MB/s for 4 MiB writes against 4.2–5.3 GB/s for 64 KiB–1 MiB
+/// ones (`examples/write_sizes.rs`, `docs/design/0010-disk-driver.md`).
+/// Four calls per MiB cost nothing measurable elsewhere.
 pub const WRITE_PIECE_BYTES: usize = 256 * 1024;
-
-fn pin_to(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays in it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
 
 fn bump(counter: &Cell<u64>, n: u64) {
     counter.set(counter.get().wrapping_add(n));
@@ -482,7 +462,7 @@ async fn run_writes(driver: Rc<Driver>) {
         let jobs = batch
             .iter_mut()
             .map(|q| WriteJob {
-                fd: q.job.fd,
+                file: q.job.file.clone(),
                 buffers: std::mem::take(&mut q.job.buffers),
                 position: q.job.position,
             })
@@ -517,18 +497,18 @@ async fn run_syncs(driver: Rc<Driver>) {
         bump(&driver.stats.sync_batches, 1);
         let syncfs = driver
             .syncfs_dir
-            .as_ref()
-            .filter(|_| !driver.syncfs_failed.get() && batch.len() >= driver.syncfs_min_files)
-            .map(|dir| dir.as_raw_fd());
+            .clone()
+            .filter(|_| !driver.syncfs_failed.get() && batch.len() >= driver.syncfs_min_files);
+        let use_syncfs = syncfs.is_some();
         let jobs = batch
             .iter_mut()
             .map(|q| match &mut q.job {
-                SyncJob::File(fd) => SyncJob::File(*fd),
+                SyncJob::File(file) => SyncJob::File(file.clone()),
                 SyncJob::Dir(path) => SyncJob::Dir(std::mem::take(path)),
             })
             .collect();
         let results = driver.syncer.run(jobs, syncfs).await;
-        if syncfs.is_some() {
+        if use_syncfs {
             match &results {
                 Some(results) if results.len() == batch.len() + 1 => {
                     // The syncer appends how the syncfs went.
@@ -562,7 +542,7 @@ fn finish<J, R>(batch: Vec<Queued<J, R>>, results: Option<Vec<R>>) {
 }
 
 /// The open thread's work.
-fn open_batch(jobs: Vec<OpenJob>, _: Option<RawFd>) -> Vec<io::Result<File>> {
+fn open_batch(jobs: Vec<OpenJob>, _: Option<Arc<File>>) -> Vec<io::Result<File>> {
     jobs.into_iter()
         .map(|job| {
             std::fs::OpenOptions::new()
@@ -576,9 +556,12 @@ fn open_batch(jobs: Vec<OpenJob>, _: Option<RawFd>) -> Vec<io::Result<File>> {
 }
 
 /// The writer thread's work: every write of the batch, in order.
-fn write_batch(jobs: Vec<WriteJob>, _: Option<RawFd>) -> Vec<Written> {
+fn write_batch(jobs: Vec<WriteJob>, _: Option<Arc<File>>) -> Vec<Written> {
     jobs.into_iter()
-        .map(|job| (pwritev_all(job.fd, &job.buffers, job.position), job.buffers))
+        .map(|job| {
+            let result = pwritev_all(job.file.as_raw_fd(), &job.buffers, job.position);
+            (result, job.buffers)
+        })
         .collect()
 }
 
@@ -611,7 +594,7 @@ fn pwritev_all(fd: RawFd, buffers: &[Vec<u8>], position: u64) -> io::Result<usiz
             .take(IOV_MAX)
             .collect();
         // SAFETY: every iovec points into a live buffer of `buffers`; the
-        // driver keeps the file (and so `fd`) open until the batch is back.
+        // job holds the file, so `fd` is open.
         let n = unsafe {
             libc::pwritev(
                 fd,
@@ -641,13 +624,13 @@ fn pwritev_all(fd: RawFd, buffers: &[Vec<u8>], position: u64) -> io::Result<usiz
 /// The syncer thread's work: one `syncfs` (when `syncfs` names a
 /// descriptor), else or after a failed one an fdatasync per file and an
 /// fsync per directory. With `syncfs`, the syncfs result comes last.
-fn sync_batch(jobs: Vec<SyncJob>, syncfs: Option<RawFd>) -> Vec<io::Result<()>> {
-    let syncfs_result = syncfs.map(|fd| {
+fn sync_batch(jobs: Vec<SyncJob>, syncfs: Option<Arc<File>>) -> Vec<io::Result<()>> {
+    let syncfs_result = syncfs.map(|dir| {
         if let Some(errno) = crate::faults::Faults::get().syncfs_errno {
             return Err(io::Error::from_raw_os_error(errno));
         }
-        // SAFETY: a plain syscall on a descriptor the driver keeps open.
-        if unsafe { libc::syncfs(fd) } == 0 {
+        // SAFETY: a plain syscall on a descriptor `dir` keeps open.
+        if unsafe { libc::syncfs(dir.as_raw_fd()) } == 0 {
             Ok(())
         } else {
             Err(io::Error::last_os_error())
@@ -665,14 +648,7 @@ fn sync_batch(jobs: Vec<SyncJob>, syncfs: Option<RawFd>) -> Vec<io::Result<()>> 
 
 fn sync_one(job: &SyncJob) -> io::Result<()> {
     match job {
-        SyncJob::File(fd) => {
-            // SAFETY: the driver keeps the file open until the batch is back.
-            if unsafe { libc::fdatasync(*fd) } == 0 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        }
+        SyncJob::File(file) => file.sync_data(),
         SyncJob::Dir(path) => File::open(path)?.sync_all(),
     }
 }
@@ -698,8 +674,8 @@ mod tests {
         dir
     }
 
-    fn open(path: &Path) -> Rc<File> {
-        Rc::new(
+    fn open(path: &Path) -> Arc<File> {
+        Arc::new(
             std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -721,10 +697,9 @@ mod tests {
                 syncfs_dir: Some(dir.clone()),
                 syncfs_min_files: 4,
                 name: "test".into(),
-                cpu: None,
             })
             .unwrap();
-            let files: Vec<Rc<File>> = (0..8)
+            let files: Vec<Arc<File>> = (0..8)
                 .map(|i| open(&dir.join(format!("{i}.log"))))
                 .collect();
             let writes: Vec<_> = files
@@ -791,7 +766,7 @@ mod tests {
         run(move || async move {
             let driver = Driver::start(&DriverSettings::default()).unwrap();
             let good = open(&dir.join("good.log"));
-            let read_only = Rc::new(File::open(dir.join("good.log")).unwrap());
+            let read_only = Arc::new(File::open(dir.join("good.log")).unwrap());
             let (d1, g) = (driver.clone(), good.clone());
             let first =
                 glommio::spawn_local(async move { d1.write(&g, vec![vec![1; 10]], 0).await });

@@ -30,6 +30,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 /// One open segment file.
@@ -153,7 +154,8 @@ impl DiskStorage {
 /// An open segment file of a [`DiskStorage`].
 #[derive(Debug)]
 pub struct DiskFile {
-    file: Rc<std::fs::File>,
+    /// Shared with the driver's threads while they use it.
+    file: Arc<std::fs::File>,
     path: PathBuf,
     driver: Rc<Driver>,
 }
@@ -170,14 +172,14 @@ impl SegmentFile for DiskFile {
     }
 
     async fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
-        let file = self.file.try_clone()?;
+        let file = self.file.clone();
         glommio::executor()
             .spawn_blocking(move || {
                 let mut buf = vec![0; len];
                 let mut done = 0;
                 while done < len {
                     match std::os::unix::fs::FileExt::read_at(
-                        &file,
+                        &*file,
                         &mut buf[done..],
                         position + done as u64,
                     ) {
@@ -208,7 +210,7 @@ impl Storage for DiskStorage {
     async fn open(&self, path: &Path, create: bool) -> io::Result<DiskFile> {
         let file = self.driver.open(path, create).await?;
         Ok(DiskFile {
-            file: Rc::new(file),
+            file: Arc::new(file),
             path: path.to_path_buf(),
             driver: self.driver.clone(),
         })

@@ -61,13 +61,10 @@ counters! {
     segments_deleted_total: "Segments removed by retention",
     segments_damaged_total: "Closed segments recovery found damaged and kept (consumers skip the damaged messages; see the broker log)",
     recovery_bytes_cut_total: "Bytes recovery cut off torn tails at start",
-    disk_writes_total: "Segment writes (pwrite) done by the shard's disk driver",
-    disk_write_batches_total: "Batches of segment writes the disk driver handed to its writer thread",
+    disk_writes_total: "io_uring writes of segment bytes",
     disk_syncs_total: "Segment files and directories the shard's flushes made durable",
-    disk_sync_batches_total: "Batches of flushes the disk driver handed to its syncer thread",
+    disk_sync_batches_total: "Batches the shard's disk driver settled those flushes in",
     disk_syncfs_total: "Flush batches made durable with one syncfs of the data directory's file system",
-    disk_buffers_allocated_total: "Pending-byte pages allocated because the disk driver's pool had none to give",
-    disk_buffers_freed_total: "Pending-byte pages freed because the disk driver's pool was full or they went unused for a trim period",
 }
 
 /// Flushes of a shard's partitions. Shared with each partition's log (the
@@ -167,13 +164,9 @@ impl ShardMetrics {
     pub fn absorb_driver(&self, stats: &crate::storage::driver::DriverStats) {
         let c = &self.counters;
         c.disk_writes_total.set(stats.writes.get());
-        c.disk_write_batches_total.set(stats.write_batches.get());
         c.disk_syncs_total.set(stats.syncs.get());
         c.disk_sync_batches_total.set(stats.sync_batches.get());
         c.disk_syncfs_total.set(stats.syncfs_batches.get());
-        c.disk_buffers_allocated_total
-            .set(stats.buffers_allocated.get());
-        c.disk_buffers_freed_total.set(stats.buffers_freed.get());
     }
 
     /// Copies the current values.

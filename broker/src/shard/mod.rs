@@ -328,8 +328,6 @@ pub async fn run_file_closer(shard: Rc<Shard>) {
         for log in shard.all_logs() {
             log.borrow_mut().close_idle_files(now, idle);
         }
-        // Before the trim below, so what the pool frees goes back too.
-        shard.storage.driver().trim_pool();
         if shard.id == 0 {
             // glibc keeps what threads freed in their arenas: after a burst
             // (thousands of partitions' pending buffers) RSS stayed at

@@ -1,44 +1,41 @@
-//! The shard's disk driver: every segment write and every flush of a shard's
-//! partitions, batched onto two threads of the shard's own.
+//! The shard's disk driver: the flushes of all of a shard's partitions,
+//! batched, and the opening of their files, off the shard's thread.
 //!
-//! A partition's log asks for one write (`pwrite`) or one flush
-//! (`fdatasync`) at a time. Through io_uring each became its own request,
-//! and on ext4 every buffered write and every fdatasync is punted to
-//! io_uring's worker threads (ext4 cannot do them without blocking; a
-//! `RWF_NOWAIT` buffered write answers `EOPNOTSUPP` here). With one
-//! partition that is a few large requests a second; with 1,000 partitions
-//! taking 50-message batches it was a worker hand-off per 10 KB write and an
-//! fdatasync per partition every flush interval — with one producer
-//! 41,000 fdatasyncs for 4,000,000 messages, and the scheduler's and the
-//! workers' share of the broker's CPU larger than the handlers' (issue 9,
-//! item 2; `docs/design/0010-disk-driver.md` has the measurements).
+//! A partition's log flushes on its own: an fdatasync of what it wrote,
+//! after `flush_interval_ms` or `flush_messages`, or at once for an
+//! `acks = flushed` produce. With one partition that is a few fdatasyncs a
+//! second; with 1,000 partitions taking writes it was up to one per
+//! partition every flush interval — with one producer, 41,000 fdatasyncs
+//! for 4,000,000 messages, each writing its file's data and inode block and
+//! flushing the device's cache (issue 9, item 2;
+//! `docs/design/0010-disk-driver.md` has the measurements).
 //!
-//! So the driver queues what every partition of the shard asks for and
-//! hands each queue over whole:
+//! So the driver queues the flushes every partition of the shard asks for
+//! during a turn of the reactor and settles them together:
 //!
-//! - **Writes**: everything queued goes to the shard's writer thread as one
-//!   batch, `pwritev` after `pwritev`; what arrives meanwhile is the next
-//!   batch. A partition never has two writes queued (its log waits for
-//!   each), so order within a partition is the log's. The buffers come back
-//!   to the shard and are handed out again for new appends
-//!   ([`Driver::buffer`]): a partition's pending bytes never fault in fresh
-//!   memory in steady state.
-//! - **Flushes**: everything queued goes to the shard's syncer thread as
-//!   one batch. A batch of at least `syncfs_min_files` files and
-//!   directories is made durable with **one `syncfs(2)`** of the data
-//!   directory's file system (which also covers new directory entries);
-//!   a smaller one with an `fdatasync` per file (`fsync` per directory).
-//!   Writes go on while a flush runs, as before.
+//! - a batch of at least `syncfs_min_files` files and directories is made
+//!   durable with **one `syncfs(2)`** of the data directory's file system,
+//!   on the driver's syncer thread (there is no io_uring syncfs), which also
+//!   covers new directory entries;
+//! - a smaller batch is not covered: each file flushes itself with its own
+//!   io_uring fdatasync, as before, and directories are fsynced on the
+//!   syncer thread.
+//!
+//! Appends still go through io_uring (`io.rs`); the driver never sees them.
+//! Segment files are opened (and created) on the driver's open thread:
+//! creating an inode on an aged ext4 scans its bitmaps (up to 300 µs a file
+//! here), and glommio's blocking pool is where cold reads wait for the disk.
 //!
 //! **Errors.** `fdatasync` reports a write-back error of its file once per
 //! open file; `syncfs` reports one of any file on the file system once per
 //! open file *of the syncfs call* — the driver keeps one such descriptor,
 //! opened before the shard writes anything, so no error of the shard's
 //! files can escape it. When `syncfs` fails the driver cannot tell whose
-//! pages failed: it fdatasyncs each file of the batch (each reports its own
-//! error, so exactly the damaged partitions are poisoned) and uses
-//! `fdatasync` alone from then on, so every partition that had unflushed
-//! bytes at the time is checked by its own next fdatasync too.
+//! pages failed: it answers the batch "not covered", so each file
+//! fdatasyncs (and reports its own error, poisoning exactly the damaged
+//! partitions), and uses per-file flushes alone from then on, so every
+//! partition that had unflushed bytes at the time is checked by its own
+//! next fdatasync too.
 //!
 //! **Cost of syncfs.** It writes back every dirty page of the file system,
 //! not just the batch's: on a broker's own data disk that is other
@@ -50,7 +47,7 @@ use std::cell::{Cell, RefCell};
 use std::fs::File;
 use std::future::{poll_fn, Future};
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -59,20 +56,14 @@ use std::task::{Poll, Waker};
 /// Counts of what a driver did, for the shard's metrics.
 #[derive(Debug, Default)]
 pub struct DriverStats {
-    /// Segment writes (`pwrite` calls asked for by logs).
+    /// io_uring writes of segment bytes.
     pub writes: Cell<u64>,
-    /// Batches of writes handed to the writer thread.
-    pub write_batches: Cell<u64>,
     /// Files and directories asked to be made durable.
     pub syncs: Cell<u64>,
-    /// Batches of them handed to the syncer thread.
+    /// Batches they were settled in.
     pub sync_batches: Cell<u64>,
     /// Batches made durable with one `syncfs`.
     pub syncfs_batches: Cell<u64>,
-    /// Pending-byte buffers allocated because the pool had none to give.
-    pub buffers_allocated: Cell<u64>,
-    /// Buffers freed because the pool was full.
-    pub buffers_freed: Cell<u64>,
 }
 
 /// How a shard's driver flushes.
@@ -84,8 +75,7 @@ pub struct DriverSettings {
     /// Batches of at least this many files and directories are made durable
     /// with one `syncfs`; 0 = never.
     pub syncfs_min_files: usize,
-    /// Names the driver's threads: `<name>-write`, `<name>-sync`,
-    /// `<name>-open`.
+    /// Names the driver's threads: `<name>-sync`, `<name>-open`.
     pub name: String,
 }
 
@@ -99,17 +89,26 @@ impl Default for DriverSettings {
     }
 }
 
+/// What a file's flush request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flushed {
+    /// One `syncfs` made it durable, with the rest of its batch.
+    ByFileSystem,
+    /// The batch was too small for a `syncfs`, or the `syncfs` failed: the
+    /// file must fdatasync itself.
+    NotCovered,
+}
+
 /// One shard's disk driver (see the module doc). Not `Send`.
 pub struct Driver {
-    queues: RefCell<Queues>,
-    pool: RefCell<Pool>,
-    writer: Lane<WriteJob, Written>,
-    syncer: Lane<SyncJob, io::Result<()>>,
+    queue: RefCell<Vec<Queued>>,
+    syncing: Cell<bool>,
+    syncer: Lane<SyncJob, SyncResult>,
     opener: Lane<OpenJob, io::Result<File>>,
     /// Opened before anything is written through this driver.
     syncfs_dir: Option<Arc<File>>,
     syncfs_min_files: usize,
-    /// A `syncfs` failed once: only fdatasyncs from now on.
+    /// A `syncfs` failed once: only per-file flushes from now on.
     syncfs_failed: Cell<bool>,
     stats: DriverStats,
 }
@@ -123,114 +122,21 @@ impl std::fmt::Debug for Driver {
     }
 }
 
-#[derive(Default)]
-struct Queues {
-    writes: Vec<Queued<WriteJob, io::Result<usize>>>,
-    syncs: Vec<Queued<SyncJob, io::Result<()>>>,
-    writing: bool,
-    syncing: bool,
+/// A flush request waiting for its batch.
+struct Queued {
+    job: SyncJob,
+    done: Rc<Slot<SyncResult>>,
 }
 
-/// An operation waiting for its batch.
-struct Queued<J, R> {
-    job: J,
-    done: Rc<Slot<R>>,
-}
-
-/// The jobs hold their files: a descriptor a thread is using can never be
-/// closed and reused under it, whatever happens to the task that asked.
-struct WriteJob {
-    file: Arc<File>,
-    buffers: Vec<Vec<u8>>,
-    position: u64,
-}
-
-/// A write's result, and its buffers back for reuse.
-type Written = (io::Result<usize>, Vec<Vec<u8>>);
-
-/// Buffers handed out by [`Driver::buffer`] have a capacity of
-/// `POOL_SMALLEST << class` for a class below this.
-const POOL_CLASSES: usize = 9;
-
-/// The smallest pooled buffer (the log's smallest pending chunk).
-const POOL_SMALLEST: usize = 4096;
-
-/// Free buffers a shard keeps for reuse, in bytes of capacity. Past it,
-/// buffers coming back from writes are freed.
-pub const POOL_BYTES_MAX: usize = 32 << 20;
-
-/// Free buffers by class.
-#[derive(Default)]
-struct Pool {
-    free: [Vec<Vec<u8>>; POOL_CLASSES],
-    bytes: usize,
-    /// The fewest free bytes since the last trim: what nobody needed.
-    low_water: usize,
-}
-
-impl Pool {
-    /// The class whose buffers hold `capacity` bytes, if one does.
-    fn class_for(capacity: usize) -> Option<usize> {
-        let units = capacity.div_ceil(POOL_SMALLEST).max(1);
-        let class = units.next_power_of_two().trailing_zeros() as usize;
-        (class < POOL_CLASSES).then_some(class)
-    }
-
-    /// A buffer of the class for `capacity`, and whether it is new.
-    fn take(&mut self, capacity: usize) -> (Vec<u8>, bool) {
-        let Some(class) = Pool::class_for(capacity) else {
-            return (Vec::with_capacity(capacity), true);
-        };
-        match self.free[class].pop() {
-            Some(buffer) => {
-                self.bytes -= buffer.capacity();
-                self.low_water = self.low_water.min(self.bytes);
-                (buffer, false)
-            }
-            None => (Vec::with_capacity(POOL_SMALLEST << class), true),
-        }
-    }
-
-    /// Keeps `buffer` for reuse; false when it is freed instead.
-    fn give_back(&mut self, mut buffer: Vec<u8>) -> bool {
-        let capacity = buffer.capacity();
-        let Some(class) = Pool::class_for(capacity) else {
-            return false;
-        };
-        if POOL_SMALLEST << class != capacity || self.bytes + capacity > POOL_BYTES_MAX {
-            return false;
-        }
-        buffer.clear();
-        self.bytes += capacity;
-        self.free[class].push(buffer);
-        true
-    }
-
-    /// Frees what stayed unused since the last trim (the low-water mark),
-    /// largest buffers first; returns the bytes and buffers freed.
-    fn trim(&mut self) -> (usize, u64) {
-        let mut excess = self.low_water;
-        let (mut freed, mut buffers) = (0, 0);
-        for class in (0..POOL_CLASSES).rev() {
-            while excess >= POOL_SMALLEST << class {
-                let Some(buffer) = self.free[class].pop() else {
-                    break;
-                };
-                excess -= buffer.capacity();
-                freed += buffer.capacity();
-                buffers += 1;
-            }
-        }
-        self.bytes -= freed;
-        self.low_water = self.bytes;
-        (freed, buffers)
-    }
-}
-
+/// A flush request as the syncer thread sees it: a file (it flushes itself
+/// unless a syncfs covers it) or a directory (fsynced by the thread unless a
+/// syncfs covers it).
 enum SyncJob {
-    File(Arc<File>),
+    File,
     Dir(PathBuf),
 }
+
+type SyncResult = io::Result<Flushed>;
 
 /// A file to open for reading and writing, created if `create`.
 struct OpenJob {
@@ -255,17 +161,17 @@ impl<J: Send + 'static, R: Send + 'static> Lane<J, R> {
         let (jobs, incoming) = flume::unbounded::<Batch<J, R>>();
         std::thread::Builder::new().name(name).spawn(move || {
             // Ends when the driver (the only sender) is dropped.
-            while let Ok((batch, fd, reply)) = incoming.recv() {
-                let _ = reply.send(run(batch, fd));
+            while let Ok((batch, dir, reply)) = incoming.recv() {
+                let _ = reply.send(run(batch, dir));
             }
         })?;
         Ok(Lane { jobs })
     }
 
     /// Runs one batch on the lane's thread.
-    async fn run(&self, batch: Vec<J>, fd: Option<Arc<File>>) -> Option<Vec<R>> {
+    async fn run(&self, batch: Vec<J>, dir: Option<Arc<File>>) -> Option<Vec<R>> {
         let (reply, results) = flume::bounded(1);
-        self.jobs.send((batch, fd, reply)).ok()?;
+        self.jobs.send((batch, dir, reply)).ok()?;
         results.recv_async().await.ok()
     }
 }
@@ -304,17 +210,16 @@ impl<T> Slot<T> {
 }
 
 impl Driver {
-    /// A driver with its two threads; opens `settings.syncfs_dir` now, before
-    /// anything is written through it.
+    /// A driver with its threads; opens `settings.syncfs_dir` now, before
+    /// anything is written on the shard.
     pub fn start(settings: &DriverSettings) -> io::Result<Rc<Driver>> {
         let syncfs_dir = match (&settings.syncfs_dir, settings.syncfs_min_files) {
             (Some(dir), n) if n > 0 => Some(Arc::new(File::open(dir)?)),
             _ => None,
         };
         Ok(Rc::new(Driver {
-            queues: RefCell::default(),
-            pool: RefCell::default(),
-            writer: Lane::start(format!("{}-write", settings.name), write_batch)?,
+            queue: RefCell::default(),
+            syncing: Cell::new(false),
             syncer: Lane::start(format!("{}-sync", settings.name), sync_batch)?,
             opener: Lane::start(format!("{}-open", settings.name), open_batch)?,
             syncfs_dir,
@@ -329,63 +234,13 @@ impl Driver {
         &self.stats
     }
 
-    /// An empty buffer for at least `capacity` bytes: one a write gave
-    /// back if there is one of its size class.
-    pub fn buffer(&self, capacity: usize) -> Vec<u8> {
-        let (buffer, new) = self.pool.borrow_mut().take(capacity);
-        if new {
-            bump(&self.stats.buffers_allocated, 1);
-        }
-        buffer
-    }
-
-    /// Free bytes (of capacity) kept for [`Driver::buffer`].
-    pub fn pooled_bytes(&self) -> usize {
-        self.pool.borrow().bytes
-    }
-
-    /// Frees the pooled buffers nobody took since the last call (call it
-    /// every few seconds): a burst's buffers go back to the allocator once
-    /// the partitions are quiet, a steady load keeps what it uses.
-    pub fn trim_pool(&self) -> usize {
-        let (freed, buffers) = self.pool.borrow_mut().trim();
-        bump(&self.stats.buffers_freed, buffers);
-        freed
-    }
-
-    /// Writes all of `buffers`, one after the other, at `position` of
-    /// `file`; returns how many bytes were written (fewer when the disk
-    /// filled up part-way). The buffers go back to the pool.
-    pub async fn write(
-        self: &Rc<Self>,
-        file: &Arc<File>,
-        buffers: Vec<Vec<u8>>,
-        position: u64,
-    ) -> io::Result<usize> {
-        let done = Slot::new();
-        let job = WriteJob {
-            file: file.clone(),
-            buffers,
-            position,
-        };
-        let start = {
-            let mut queues = self.queues.borrow_mut();
-            queues.writes.push(Queued {
-                job,
-                done: done.clone(),
-            });
-            !std::mem::replace(&mut queues.writing, true)
-        };
-        if start {
-            spawn(run_writes(self.clone()));
-        }
-        done.wait().await
+    /// Counts io_uring writes of segment bytes (made by the files).
+    pub fn count_writes(&self, n: usize) {
+        bump(&self.stats.writes, n as u64);
     }
 
     /// Opens `path` for reading and writing (creating it with `create`) on
-    /// a thread of the driver's own: creating an inode on an aged ext4
-    /// scans its bitmaps (135 µs a file here), and glommio's blocking pool
-    /// is where cold reads wait for the disk.
+    /// the driver's open thread.
     pub async fn open(&self, path: &Path, create: bool) -> io::Result<File> {
         let job = OpenJob {
             path: path.to_path_buf(),
@@ -397,43 +252,37 @@ impl Driver {
         }
     }
 
-    /// Makes every byte written to `file` so far durable.
-    pub async fn fdatasync(self: &Rc<Self>, file: &Arc<File>) -> io::Result<()> {
-        self.sync(SyncJob::File(file.clone())).await
+    /// Joins the shard's next flush batch for a file that has bytes written
+    /// to flush: the answer says whether a `syncfs` made them durable or the
+    /// file must fdatasync itself.
+    pub async fn flush_file(self: &Rc<Self>) -> Flushed {
+        // A file's request never fails: NotCovered sends it to its own
+        // fdatasync, which reports its own errors.
+        self.queue_sync(SyncJob::File)
+            .await
+            .unwrap_or(Flushed::NotCovered)
     }
 
-    /// Makes the entries of `dir` durable.
+    /// Makes the entries of `dir` durable, with the shard's next flush
+    /// batch.
     pub async fn sync_dir(self: &Rc<Self>, dir: &Path) -> io::Result<()> {
-        self.sync(SyncJob::Dir(dir.to_path_buf())).await
+        self.queue_sync(SyncJob::Dir(dir.to_path_buf()))
+            .await
+            .map(|_| ())
     }
 
-    async fn sync(self: &Rc<Self>, job: SyncJob) -> io::Result<()> {
+    async fn queue_sync(self: &Rc<Self>, job: SyncJob) -> SyncResult {
         let done = Slot::new();
-        let start = {
-            let mut queues = self.queues.borrow_mut();
-            queues.syncs.push(Queued {
-                job,
-                done: done.clone(),
-            });
-            !std::mem::replace(&mut queues.syncing, true)
-        };
-        if start {
+        self.queue.borrow_mut().push(Queued {
+            job,
+            done: done.clone(),
+        });
+        if !self.syncing.replace(true) {
             spawn(run_syncs(self.clone()));
         }
         done.wait().await
     }
 }
-
-/// At most this many buffers go into one `pwritev` (Linux's `IOV_MAX`).
-const IOV_MAX: usize = 1024;
-
-/// The most one `pwritev` writes. The page cache sizes its folios by the
-/// write: a 4 MiB write asks for 2 MiB folios, which on this VM come from
-/// free blocks the host has taken back and must fault in again — measured
-/// down to 381 MB/s for 4 MiB writes against 4.2–5.3 GB/s for 64 KiB–1 MiB
-/// ones (`examples/write_sizes.rs`, `docs/design/0010-disk-driver.md`).
-/// Four calls per MiB cost nothing measurable elsewhere.
-pub const WRITE_PIECE_BYTES: usize = 256 * 1024;
 
 fn bump(counter: &Cell<u64>, n: u64) {
     counter.set(counter.get().wrapping_add(n));
@@ -443,54 +292,16 @@ fn spawn(task: impl Future<Output = ()> + 'static) {
     glommio::spawn_local(task).detach();
 }
 
-/// Lets the other tasks of this turn of the reactor queue their operations
-/// before a batch is taken.
-async fn let_others_queue() {
-    futures_lite::future::yield_now().await;
-}
-
-async fn run_writes(driver: Rc<Driver>) {
-    let_others_queue().await;
-    loop {
-        let mut batch = std::mem::take(&mut driver.queues.borrow_mut().writes);
-        if batch.is_empty() {
-            driver.queues.borrow_mut().writing = false;
-            return;
-        }
-        bump(&driver.stats.writes, batch.len() as u64);
-        bump(&driver.stats.write_batches, 1);
-        let jobs = batch
-            .iter_mut()
-            .map(|q| WriteJob {
-                file: q.job.file.clone(),
-                buffers: std::mem::take(&mut q.job.buffers),
-                position: q.job.position,
-            })
-            .collect();
-        let results = driver.writer.run(jobs, None).await.map(|results| {
-            let mut pool = driver.pool.borrow_mut();
-            results
-                .into_iter()
-                .map(|(result, buffers)| {
-                    for buffer in buffers {
-                        if !pool.give_back(buffer) {
-                            bump(&driver.stats.buffers_freed, 1);
-                        }
-                    }
-                    result
-                })
-                .collect()
-        });
-        finish(batch, results);
-    }
-}
-
+/// Settles the queued flush requests, a batch at a time: what arrives while
+/// one batch is on the syncer thread is the next batch (group commit).
 async fn run_syncs(driver: Rc<Driver>) {
-    let_others_queue().await;
+    // The other tasks of this turn of the reactor (every partition whose
+    // flush came due on this tick) queue theirs first.
+    futures_lite::future::yield_now().await;
     loop {
-        let mut batch = std::mem::take(&mut driver.queues.borrow_mut().syncs);
+        let mut batch = std::mem::take(&mut *driver.queue.borrow_mut());
         if batch.is_empty() {
-            driver.queues.borrow_mut().syncing = false;
+            driver.syncing.set(false);
             return;
         }
         bump(&driver.stats.syncs, batch.len() as u64);
@@ -499,44 +310,46 @@ async fn run_syncs(driver: Rc<Driver>) {
             .syncfs_dir
             .clone()
             .filter(|_| !driver.syncfs_failed.get() && batch.len() >= driver.syncfs_min_files);
-        let use_syncfs = syncfs.is_some();
-        let jobs = batch
-            .iter_mut()
-            .map(|q| match &mut q.job {
-                SyncJob::File(file) => SyncJob::File(file.clone()),
-                SyncJob::Dir(path) => SyncJob::Dir(std::mem::take(path)),
-            })
-            .collect();
-        let results = driver.syncer.run(jobs, syncfs).await;
-        if use_syncfs {
-            match &results {
-                Some(results) if results.len() == batch.len() + 1 => {
-                    // The syncer appends how the syncfs went.
-                    if results[batch.len()].is_err() {
-                        driver.syncfs_failed.set(true);
-                        tracing::error!(
-                            "syncfs reported a write-back error on the data directory's file system; \
-                             flushing with one fdatasync per file from now on"
-                        );
-                    } else {
-                        bump(&driver.stats.syncfs_batches, 1);
-                    }
+        let files_only = batch.iter().all(|q| matches!(q.job, SyncJob::File));
+        let results = if syncfs.is_none() && files_only {
+            // Nothing for the thread to do: every file flushes itself.
+            Some(batch.iter().map(|_| Ok(Flushed::NotCovered)).collect())
+        } else {
+            let jobs = batch
+                .iter_mut()
+                .map(|q| match &mut q.job {
+                    SyncJob::File => SyncJob::File,
+                    SyncJob::Dir(path) => SyncJob::Dir(std::mem::take(path)),
+                })
+                .collect();
+            let used_syncfs = syncfs.is_some();
+            let results = driver.syncer.run(jobs, syncfs).await;
+            if used_syncfs {
+                let covered = results
+                    .as_ref()
+                    .and_then(|r| r.first())
+                    .is_some_and(|r| matches!(r, Ok(Flushed::ByFileSystem)));
+                if covered {
+                    bump(&driver.stats.syncfs_batches, 1);
+                } else if !driver.syncfs_failed.replace(true) {
+                    tracing::error!(
+                        "syncfs reported a write-back error on the data directory's file system; \
+                         flushing with one fdatasync per file from now on"
+                    );
                 }
-                _ => {}
             }
-        }
-        finish(batch, results);
-    }
-}
-
-/// Hands each operation its result; then lets go of the batch's files.
-fn finish<J, R>(batch: Vec<Queued<J, R>>, results: Option<Vec<R>>) {
-    let mut results = results.map(Vec::into_iter);
-    for queued in batch {
-        match results.as_mut().and_then(Iterator::next) {
-            Some(result) => queued.done.fill(result),
-            // The thread is gone (it never panics on its own; only at exit).
-            None => drop(queued),
+            results
+        };
+        let mut results = results.map(Vec::into_iter);
+        for queued in batch {
+            match results.as_mut().and_then(Iterator::next) {
+                Some(result) => queued.done.fill(result),
+                // The thread is gone (only at exit): each file flushes itself.
+                None => queued.done.fill(match queued.job {
+                    SyncJob::File => Ok(Flushed::NotCovered),
+                    SyncJob::Dir(_) => Err(io::Error::other("the disk driver's syncer is gone")),
+                }),
+            }
         }
     }
 }
@@ -555,102 +368,24 @@ fn open_batch(jobs: Vec<OpenJob>, _: Option<Arc<File>>) -> Vec<io::Result<File>>
         .collect()
 }
 
-/// The writer thread's work: every write of the batch, in order.
-fn write_batch(jobs: Vec<WriteJob>, _: Option<Arc<File>>) -> Vec<Written> {
-    jobs.into_iter()
-        .map(|job| {
-            let result = pwritev_all(job.file.as_raw_fd(), &job.buffers, job.position);
-            (result, job.buffers)
-        })
-        .collect()
-}
-
-/// `pwritev` until everything is written, at most [`WRITE_PIECE_BYTES`] a
-/// call; a short count means the disk filled up part-way (the error comes
-/// with the next call).
-fn pwritev_all(fd: RawFd, buffers: &[Vec<u8>], position: u64) -> io::Result<usize> {
-    let total: usize = buffers.iter().map(Vec::len).sum();
-    let mut done = 0;
-    while done < total {
-        // The bytes from `done` on, at most a piece's worth.
-        let mut skip = done;
-        let mut room = WRITE_PIECE_BYTES;
-        let iovecs: Vec<libc::iovec> = buffers
-            .iter()
-            .filter_map(|b| {
-                if skip >= b.len() {
-                    skip -= b.len();
-                    return None;
-                }
-                let rest = &b[skip..];
-                skip = 0;
-                let len = rest.len().min(room);
-                room -= len;
-                (len > 0).then_some(libc::iovec {
-                    iov_base: rest.as_ptr() as *mut libc::c_void,
-                    iov_len: len,
-                })
-            })
-            .take(IOV_MAX)
-            .collect();
-        // SAFETY: every iovec points into a live buffer of `buffers`; the
-        // job holds the file, so `fd` is open.
-        let n = unsafe {
-            libc::pwritev(
-                fd,
-                iovecs.as_ptr(),
-                iovecs.len() as libc::c_int,
-                (position + done as u64) as libc::off_t,
-            )
-        };
-        match n {
-            n if n > 0 => done += n as usize,
-            0 => break,
-            _ => {
-                let error = io::Error::last_os_error();
-                if error.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                if done > 0 {
-                    break;
-                }
-                return Err(error);
-            }
-        }
-    }
-    Ok(done)
-}
-
-/// The syncer thread's work: one `syncfs` (when `syncfs` names a
-/// descriptor), else or after a failed one an fdatasync per file and an
-/// fsync per directory. With `syncfs`, the syncfs result comes last.
-fn sync_batch(jobs: Vec<SyncJob>, syncfs: Option<Arc<File>>) -> Vec<io::Result<()>> {
-    let syncfs_result = syncfs.map(|dir| {
-        if let Some(errno) = crate::faults::Faults::get().syncfs_errno {
-            return Err(io::Error::from_raw_os_error(errno));
+/// The syncer thread's work: with `syncfs` set, one `syncfs` covers every
+/// job; otherwise, or when it fails, directories are fsynced here and files
+/// are told to flush themselves.
+fn sync_batch(jobs: Vec<SyncJob>, syncfs: Option<Arc<File>>) -> Vec<SyncResult> {
+    let covered = syncfs.is_some_and(|dir| {
+        if crate::faults::Faults::get().syncfs_errno.is_some() {
+            return false;
         }
         // SAFETY: a plain syscall on a descriptor `dir` keeps open.
-        if unsafe { libc::syncfs(dir.as_raw_fd()) } == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        unsafe { libc::syncfs(dir.as_raw_fd()) == 0 }
     });
-    let mut results: Vec<io::Result<()>> = match &syncfs_result {
-        Some(Ok(())) => jobs.iter().map(|_| Ok(())).collect(),
-        _ => jobs.iter().map(sync_one).collect(),
-    };
-    if let Some(result) = syncfs_result {
-        results.push(result);
-    }
-    results
-}
-
-fn sync_one(job: &SyncJob) -> io::Result<()> {
-    match job {
-        SyncJob::File(file) => file.sync_data(),
-        SyncJob::Dir(path) => File::open(path)?.sync_all(),
-    }
+    jobs.into_iter()
+        .map(|job| match job {
+            _ if covered => Ok(Flushed::ByFileSystem),
+            SyncJob::File => Ok(Flushed::NotCovered),
+            SyncJob::Dir(path) => File::open(path)?.sync_all().map(|()| Flushed::NotCovered),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -674,23 +409,11 @@ mod tests {
         dir
     }
 
-    fn open(path: &Path) -> Arc<File> {
-        Arc::new(
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(path)
-                .unwrap(),
-        )
-    }
-
-    /// Writes and flushes asked for in one turn go out as one batch each,
-    /// land where they were asked to, and a batch of enough files is one
-    /// syncfs.
+    /// Flushes asked for in one turn are one batch; a batch of enough files
+    /// is one syncfs that covers them all, a smaller one leaves each file to
+    /// its own fdatasync, and directories are synced either way.
     #[test]
-    fn one_turn_of_writes_and_flushes_is_one_batch_each() {
+    fn one_turn_of_flushes_is_one_batch_and_a_large_one_is_one_syncfs() {
         let dir = temp_dir("batch");
         run(move || async move {
             let driver = Driver::start(&DriverSettings {
@@ -699,84 +422,45 @@ mod tests {
                 name: "test".into(),
             })
             .unwrap();
-            let files: Vec<Arc<File>> = (0..8)
-                .map(|i| open(&dir.join(format!("{i}.log"))))
-                .collect();
-            let writes: Vec<_> = files
-                .iter()
-                .enumerate()
-                .map(|(i, file)| {
-                    let (driver, file) = (driver.clone(), file.clone());
-                    glommio::spawn_local(async move {
-                        let mut first = driver.buffer(1000);
-                        first.resize(600, i as u8);
-                        let second = vec![i as u8; 400 + i];
-                        driver.write(&file, vec![first, second], 7).await.unwrap()
-                    })
+            let flushes: Vec<_> = (0..8)
+                .map(|_| {
+                    let driver = driver.clone();
+                    glommio::spawn_local(async move { driver.flush_file().await })
                 })
                 .collect();
-            for (i, write) in writes.into_iter().enumerate() {
-                assert_eq!(write.await, 1000 + i);
+            for flush in flushes {
+                assert_eq!(flush.await, Flushed::ByFileSystem);
             }
-            assert_eq!(driver.stats().writes.get(), 8);
-            assert_eq!(driver.stats().write_batches.get(), 1);
-            // Each write gave its 4 KiB buffer back (not the odd-sized one).
-            assert_eq!(driver.pooled_bytes(), 8 * 4096);
-            assert_eq!(driver.buffer(3000).capacity(), 4096);
-            assert_eq!(driver.pooled_bytes(), 7 * 4096);
-            assert_eq!(driver.buffer(5000).capacity(), 8192);
-            // The pool was empty at the start, so the first trim frees
-            // nothing; the seven buffers nobody takes until the next trim
-            // are freed by it, and then there is nothing left.
-            assert_eq!(driver.trim_pool(), 0);
-            assert_eq!(driver.trim_pool(), 7 * 4096);
-            assert_eq!(driver.pooled_bytes(), 0);
-            assert_eq!(driver.trim_pool(), 0);
-            let syncs: Vec<_> = files
-                .iter()
-                .map(|file| {
-                    let (driver, file) = (driver.clone(), file.clone());
-                    glommio::spawn_local(async move { driver.fdatasync(&file).await.unwrap() })
-                })
-                .collect();
-            for sync in syncs {
-                sync.await;
-            }
+            assert_eq!(driver.stats().syncs.get(), 8);
             assert_eq!(driver.stats().sync_batches.get(), 1);
             assert_eq!(driver.stats().syncfs_batches.get(), 1);
-            // Below the threshold: fdatasyncs, no syncfs.
-            driver.fdatasync(&files[0]).await.unwrap();
+            // Below the threshold: the file flushes itself, the directory is
+            // fsynced by the thread, no syncfs.
+            assert_eq!(driver.flush_file().await, Flushed::NotCovered);
             driver.sync_dir(&dir).await.unwrap();
-            assert_eq!(driver.stats().sync_batches.get(), 3);
+            assert!(driver.sync_dir(&dir.join("missing")).await.is_err());
+            assert_eq!(driver.stats().sync_batches.get(), 4);
             assert_eq!(driver.stats().syncfs_batches.get(), 1);
-            for i in 0..8usize {
-                let bytes = std::fs::read(dir.join(format!("{i}.log"))).unwrap();
-                assert_eq!(bytes.len(), 7 + 1000 + i);
-                assert!(bytes[..7].iter().all(|&b| b == 0));
-                assert!(bytes[7..].iter().all(|&b| b == i as u8));
-            }
             std::fs::remove_dir_all(&dir).unwrap();
         });
     }
 
-    /// Errors come back to the operation that caused them, not its batch.
+    /// Files open on the driver's thread, created only when asked.
     #[test]
-    fn a_failed_write_fails_only_itself() {
-        let dir = temp_dir("errors");
+    fn files_open_on_the_open_thread_and_are_created_only_when_asked() {
+        let dir = temp_dir("open");
         run(move || async move {
             let driver = Driver::start(&DriverSettings::default()).unwrap();
-            let good = open(&dir.join("good.log"));
-            let read_only = Arc::new(File::open(dir.join("good.log")).unwrap());
-            let (d1, g) = (driver.clone(), good.clone());
-            let first =
-                glommio::spawn_local(async move { d1.write(&g, vec![vec![1; 10]], 0).await });
-            let (d2, r) = (driver.clone(), read_only.clone());
-            let second =
-                glommio::spawn_local(async move { d2.write(&r, vec![vec![2; 10]], 0).await });
-            assert_eq!(first.await.unwrap(), 10);
-            assert_eq!(second.await.unwrap_err().raw_os_error(), Some(libc::EBADF));
-            assert_eq!(driver.stats().write_batches.get(), 1);
-            assert!(driver.sync_dir(&dir.join("missing")).await.is_err());
+            let path = dir.join("00000000000000000000.log");
+            let missing = driver.open(&path, false).await.unwrap_err();
+            assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+            let file = driver.open(&path, true).await.unwrap();
+            std::os::unix::fs::FileExt::write_all_at(&file, b"abc", 0).unwrap();
+            drop(file);
+            assert_eq!(std::fs::read(&path).unwrap(), b"abc");
+            // Opening again keeps the bytes (no truncation).
+            drop(driver.open(&path, true).await.unwrap());
+            assert_eq!(std::fs::read(&path).unwrap(), b"abc");
             std::fs::remove_dir_all(&dir).unwrap();
         });
     }

@@ -54,6 +54,17 @@ const TRANSIENT_ERRNOS: [i32; 6] = [
     libc::EAGAIN,
 ];
 
+/// The OS error inside a glommio error, without glommio's Debug decoration
+/// (`op: Writing path: Some(..) with fd: Some(23)`): our own message says
+/// what was done and where, and the errno survives for classification.
+pub fn os_error<T>(error: glommio::GlommioError<T>) -> std::io::Error {
+    match error {
+        glommio::GlommioError::IoError(source)
+        | glommio::GlommioError::EnhancedIoError { source, .. } => source,
+        other => other.into(),
+    }
+}
+
 impl StorageError {
     /// True for a failure that leaves nothing damaged and may pass: the
     /// partition drops what it could not write and refuses appends for a

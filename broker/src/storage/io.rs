@@ -4,11 +4,12 @@
 //! machine over segment files; they never name glommio or `std::fs`. They
 //! call a [`Storage`], of which there are two:
 //!
-//! - [`DiskStorage`]: the broker's. Segment writes and flushes go through
-//!   the shard's disk [`Driver`] (`driver.rs`), which batches those of all
-//!   the shard's partitions onto two threads of its own (buffered writes,
-//!   see `docs/design/0001-buffered-appends.md` and
-//!   `0010-disk-driver.md`); directory work (listing, renames,
+//! - [`DiskStorage`]: the broker's. Segment appends and reads go through
+//!   io_uring (glommio `BufferedFile`, see
+//!   `docs/design/0001-buffered-appends.md`); flushes and file opens go
+//!   through the shard's disk [`Driver`] (`driver.rs`), which makes many
+//!   partitions' flushes durable with one `syncfs`
+//!   (`0010-disk-driver.md`); directory work (listing, renames,
 //!   truncation, the recovery point) is rare and uses `std::fs`.
 //! - `MemoryStorage` (`memory.rs`): files in memory that remember what an
 //!   fdatasync made durable and which directory entries a directory sync
@@ -24,20 +25,21 @@
 //! does the I/O) and TigerBeetle's `testing/storage.zig` (an in-memory disk
 //! with fault injection under the real state machine).
 
-pub use super::driver::{Driver, DriverSettings};
+pub use super::driver::{Driver, DriverSettings, Flushed};
+use super::error::os_error;
+use glommio::io::BufferedFile;
 use std::future::Future;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 /// One open segment file.
 pub trait SegmentFile: 'static {
     /// Writes `buffers`, one after the other, at `position`; returns how
-    /// many bytes were written (fewer than asked means the disk filled up).
-    /// The storage keeps the buffers (see [`Storage::buffer`]).
+    /// many bytes were written from `position` on (fewer than asked means
+    /// the disk filled up).
     fn write_at(
         &self,
         buffers: Vec<Vec<u8>>,
@@ -72,12 +74,6 @@ pub trait Storage: Clone + 'static {
 
     /// Opens a segment file for reading and writing, creating it with `create`.
     fn open(&self, path: &Path, create: bool) -> impl Future<Output = io::Result<Self::File>>;
-
-    /// An empty buffer with room for at least `capacity` bytes, for a log's
-    /// pending appends; [`SegmentFile::write_at`] takes it back. The broker's
-    /// storage hands out buffers its writes gave back, so a partition's
-    /// appends do not fault in fresh memory for every batch.
-    fn buffer(&self, capacity: usize) -> Vec<u8>;
 
     /// Runs a task of the log's (its writer, a flush round) beside the caller.
     fn spawn(&self, task: impl Future<Output = ()> + 'static);
@@ -122,16 +118,17 @@ pub trait Storage: Clone + 'static {
     fn flush_dir(&self, dir: &Path) -> impl Future<Output = io::Result<()>>;
 }
 
-/// The broker's storage: segment writes and flushes through the shard's
-/// [`Driver`] (batched over all its partitions), `std::fs` for the rest.
-/// Clones share the driver: make one per shard.
+/// The broker's storage: segment appends through io_uring (glommio
+/// `BufferedFile`), flushes through the shard's [`Driver`] (one `syncfs`
+/// for many partitions), `std::fs` for the rest. Clones share the driver:
+/// make one per shard.
 #[derive(Debug, Clone)]
 pub struct DiskStorage {
     driver: Rc<Driver>,
 }
 
 impl DiskStorage {
-    /// Storage whose writes and flushes go through a new driver (and its two
+    /// Storage whose flushes and opens go through a new driver (and its
     /// threads) made with `settings`.
     pub fn new(settings: &DriverSettings) -> io::Result<DiskStorage> {
         Ok(DiskStorage {
@@ -154,9 +151,7 @@ impl DiskStorage {
 /// An open segment file of a [`DiskStorage`].
 #[derive(Debug)]
 pub struct DiskFile {
-    /// Shared with the driver's threads while they use it.
-    file: Arc<std::fs::File>,
-    path: PathBuf,
+    file: BufferedFile,
     driver: Rc<Driver>,
 }
 
@@ -168,39 +163,69 @@ impl AsRawFd for DiskFile {
 
 impl SegmentFile for DiskFile {
     async fn write_at(&self, buffers: Vec<Vec<u8>>, position: u64) -> io::Result<usize> {
-        self.driver.write(&self.file, buffers, position).await
+        // One io_uring write a buffer, all submitted at once (in one turn of
+        // the reactor); io_uring runs the writes of one file in order.
+        let lens: Vec<usize> = buffers.iter().map(Vec::len).collect();
+        let mut at = position;
+        let mut writes: Vec<_> = buffers
+            .into_iter()
+            .map(|buffer| {
+                let (file, pos) = (&self.file, at);
+                at += buffer.len() as u64;
+                Some(Box::pin(async move { file.write_at(buffer, pos).await }))
+            })
+            .collect();
+        self.driver.count_writes(writes.len());
+        let mut results: Vec<Option<io::Result<usize>>> = writes.iter().map(|_| None).collect();
+        std::future::poll_fn(|cx| {
+            for (write, result) in writes.iter_mut().zip(results.iter_mut()) {
+                if let Some(future) = write {
+                    if let std::task::Poll::Ready(done) = future.as_mut().poll(cx) {
+                        *result = Some(done.map_err(os_error));
+                        *write = None;
+                    }
+                }
+            }
+            if writes.iter().all(Option::is_none) {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
+        // What was written from `position` on without a gap: a short or
+        // failed write ends it (the log rolls back what lies beyond).
+        let mut written = 0;
+        for (result, len) in results.into_iter().zip(lens) {
+            match result {
+                Some(Ok(n)) if n == len => written += n,
+                Some(Ok(n)) => return Ok(written + n),
+                Some(Err(error)) if written == 0 => return Err(error),
+                _ => return Ok(written),
+            }
+        }
+        Ok(written)
     }
 
     async fn read_at(&self, position: u64, len: usize) -> io::Result<Vec<u8>> {
-        let file = self.file.clone();
-        glommio::executor()
-            .spawn_blocking(move || {
-                let mut buf = vec![0; len];
-                let mut done = 0;
-                while done < len {
-                    match std::os::unix::fs::FileExt::read_at(
-                        &*file,
-                        &mut buf[done..],
-                        position + done as u64,
-                    ) {
-                        Ok(0) => break,
-                        Ok(n) => done += n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                buf.truncate(done);
-                Ok(buf)
-            })
+        self.file
+            .read_at(position, len)
             .await
+            .map(|read| read.to_vec())
+            .map_err(os_error)
     }
 
     async fn fdatasync(&self) -> io::Result<()> {
-        self.driver.fdatasync(&self.file).await
+        match self.driver.flush_file().await {
+            Flushed::ByFileSystem => Ok(()),
+            Flushed::NotCovered => self.file.fdatasync().await.map_err(os_error),
+        }
     }
 
     fn path(&self) -> PathBuf {
-        self.path.clone()
+        self.file
+            .path()
+            .map_or_else(PathBuf::new, |p| p.to_path_buf())
     }
 }
 
@@ -209,15 +234,13 @@ impl Storage for DiskStorage {
 
     async fn open(&self, path: &Path, create: bool) -> io::Result<DiskFile> {
         let file = self.driver.open(path, create).await?;
+        // SAFETY: the descriptor comes from a std File that gives up its
+        // ownership here; the BufferedFile is its only owner.
+        let file = unsafe { BufferedFile::from_raw_fd(file.into_raw_fd()) };
         Ok(DiskFile {
-            file: Arc::new(file),
-            path: path.to_path_buf(),
+            file,
             driver: self.driver.clone(),
         })
-    }
-
-    fn buffer(&self, capacity: usize) -> Vec<u8> {
-        self.driver.buffer(capacity)
     }
 
     fn spawn(&self, task: impl Future<Output = ()> + 'static) {

@@ -361,10 +361,6 @@ impl Storage for MemoryStorage {
         })
     }
 
-    fn buffer(&self, capacity: usize) -> Vec<u8> {
-        Vec::with_capacity(capacity)
-    }
-
     fn spawn(&self, task: impl Future<Output = ()> + 'static) {
         self.tasks.borrow_mut().push(Box::pin(task));
     }

@@ -64,11 +64,16 @@ pub type SharedLog = Shared<DiskStorage>;
 /// keep memory per partition bounded.
 pub const WRITE_CHUNK_BYTES: usize = 1 << 20;
 
-/// The page a partition's first pending bytes go into.
-pub const PENDING_PAGE_SMALL: usize = 4096;
+/// The smallest pending chunk a partition allocates.
+const PENDING_CHUNK_MIN_BYTES: usize = 4096;
 
-/// The page its pending bytes go into once it holds this much.
-pub const PENDING_PAGE_LARGE: usize = 64 * 1024;
+/// The largest pending chunk (unless one append is larger): each chunk is
+/// one io_uring write, and the page cache sizes its folios by the write — a
+/// 4 MiB write asks for 2 MiB folios, which on this VM come from memory the
+/// host took back and must fault in again (`examples/write_sizes.rs`: down
+/// to 381 MB/s for 4 MiB writes, 4.2–5.3 GB/s for 64 KiB–1 MiB ones;
+/// `docs/design/0010-disk-driver.md`).
+pub const PENDING_CHUNK_MAX_BYTES: usize = 256 * 1024;
 
 /// How long a partition refuses appends after a transient failure before it
 /// tries the disk again.
@@ -463,44 +468,40 @@ impl<S: Storage> PartitionLog<S> {
         active.size_bytes += len;
         active.last_append_ms = now_ms();
         let segment_base = active.base_offset;
-        // Pending bytes live in fixed-size pages from the storage, which
-        // hands out pages its writes gave back: the last page takes what
-        // fits, new pages the rest, and the pages of one segment go out in
-        // one vectored write. Small pages while the partition has little
-        // pending (10,000 partitions with a message each hold 40 MB, not
-        // the 640 MB of a fixed 64 KiB buffer each), large ones once it has
-        // more. Fixed sizes, so every page is used again: buffers grown by
-        // reallocation, or sized to each append, faulted in fresh memory
-        // for most batches with 1,000 partitions (issue 9, item 2).
-        let mut rest = bytes;
-        if let Some(chunk) = self.pending.last_mut().filter(|c| {
-            c.segment_base == segment_base && c.position + c.bytes.len() as u64 == position
-        }) {
-            let room = chunk.bytes.capacity() - chunk.bytes.len();
-            let (now, later) = rest.split_at(room.min(rest.len()));
-            chunk.bytes.extend_from_slice(now);
-            rest = later;
+        // The last chunk takes the bytes while they fit in its buffer;
+        // otherwise a new chunk follows it, sized to twice the partition's
+        // pending bytes (at least this append, 4 KiB to 256 KiB): nothing
+        // pending is copied again (growing one buffer by reallocation
+        // faulted in fresh memory for most batches with 1,000 partitions),
+        // a busy partition writes 256 KiB at a time, and a quiet one holds
+        // little (a fixed 64 KiB each was 640 MB with 10,000 partitions
+        // taking writes; issue 9, item 2).
+        let contiguous = |chunk: &PendingChunk| {
+            chunk.segment_base == segment_base
+                && chunk.position + chunk.bytes.len() as u64 == position
+        };
+        match self.pending.last_mut() {
+            Some(chunk)
+                if contiguous(chunk)
+                    && chunk.bytes.len() + bytes.len() <= chunk.bytes.capacity() =>
+            {
+                chunk.bytes.extend_from_slice(bytes);
+            }
+            _ => {
+                let capacity = (self.pending_bytes + bytes.len())
+                    .next_power_of_two()
+                    .clamp(PENDING_CHUNK_MIN_BYTES, PENDING_CHUNK_MAX_BYTES)
+                    .max(bytes.len());
+                let mut chunk_bytes = Vec::with_capacity(capacity);
+                chunk_bytes.extend_from_slice(bytes);
+                self.pending.push(PendingChunk {
+                    segment_base,
+                    position,
+                    bytes: chunk_bytes,
+                    messages: 0,
+                });
+            }
         }
-        let mut at = position + (bytes.len() - rest.len()) as u64;
-        while !rest.is_empty() {
-            let page = if self.pending_bytes + bytes.len() - rest.len() >= PENDING_PAGE_LARGE {
-                PENDING_PAGE_LARGE
-            } else {
-                PENDING_PAGE_SMALL
-            };
-            let mut chunk_bytes = self.storage.buffer(page);
-            let (now, later) = rest.split_at(page.min(rest.len()));
-            chunk_bytes.extend_from_slice(now);
-            rest = later;
-            self.pending.push(PendingChunk {
-                segment_base,
-                position: at,
-                bytes: chunk_bytes,
-                messages: 0,
-            });
-            at += now.len() as u64;
-        }
-        // The append's messages count once its last byte is written.
         if let Some(chunk) = self.pending.last_mut() {
             chunk.messages += u64::from(messages);
         }

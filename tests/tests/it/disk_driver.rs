@@ -45,13 +45,9 @@ fn produce_flushed_and_read_back(broker: &Broker) {
     }
 }
 
-#[test]
-fn many_partitions_flushed_at_once_share_a_syncfs() {
-    let broker = Broker::start(BrokerOptions {
-        metrics: true,
-        ..BrokerOptions::default()
-    });
-    produce_flushed_and_read_back(&broker);
+/// Waits until the broker's flush counters (files synced, batches, batches
+/// by syncfs) satisfy `done`.
+fn wait_for_flush_counts(broker: &Broker, done: impl Fn(u64, u64, u64) -> bool) {
     let endpoint = broker.metrics.clone().unwrap();
     harness::eventually(
         "flush batches counted",
@@ -61,15 +57,25 @@ fn many_partitions_flushed_at_once_share_a_syncfs() {
             let syncs = metric(&text, "ringlog_disk_syncs_total");
             let batches = metric(&text, "ringlog_disk_sync_batches_total");
             let syncfs = metric(&text, "ringlog_disk_syncfs_total");
-            // 16 partitions' flushes went out in fewer batches than files,
-            // and some of those batches were one syncfs each.
-            (syncs >= u64::from(PARTITIONS) && batches < syncs && syncfs > 0)
-                .then_some(())
-                .ok_or(format!(
-                    "{syncs} files synced in {batches} batches, {syncfs} by syncfs"
-                ))
+            done(syncs, batches, syncfs).then_some(()).ok_or(format!(
+                "{syncs} files synced in {batches} batches, {syncfs} by syncfs"
+            ))
         },
     );
+}
+
+#[test]
+fn many_partitions_flushed_at_once_share_a_syncfs() {
+    let broker = Broker::start(BrokerOptions {
+        metrics: true,
+        ..BrokerOptions::default()
+    });
+    produce_flushed_and_read_back(&broker);
+    // 16 partitions' flushes went out in fewer batches than files, and
+    // some of those batches were one syncfs each.
+    wait_for_flush_counts(&broker, |syncs, batches, syncfs| {
+        syncs >= u64::from(PARTITIONS) && batches < syncs && syncfs > 0
+    });
 }
 
 #[test]
@@ -80,19 +86,9 @@ fn a_failing_syncfs_falls_back_to_fdatasync_and_loses_nothing() {
         ..BrokerOptions::default()
     });
     produce_flushed_and_read_back(&broker);
-    let endpoint = broker.metrics.clone().unwrap();
-    harness::eventually(
-        "flush batches counted",
-        std::time::Duration::from_secs(10),
-        || {
-            let text = scrape(&endpoint);
-            let syncs = metric(&text, "ringlog_disk_syncs_total");
-            let syncfs = metric(&text, "ringlog_disk_syncfs_total");
-            (syncs >= u64::from(PARTITIONS) && syncfs == 0)
-                .then_some(())
-                .ok_or(format!("{syncs} files synced, {syncfs} batches by syncfs"))
-        },
-    );
+    wait_for_flush_counts(&broker, |syncs, _, syncfs| {
+        syncs >= u64::from(PARTITIONS) && syncfs == 0
+    });
     // Said once per shard that met it, not once per flush.
     let log = broker.log();
     let said = log.matches("syncfs reported a write-back error").count();

@@ -89,8 +89,8 @@ pub struct Shard {
     pub accept_problems: crate::log_limit::LogLimit,
     /// One log line per second for failed fire-and-forget produces.
     pub failed_silent_produces: crate::log_limit::LogLimit,
-    /// The shard's disk: every partition's writes and flushes go through
-    /// its one driver, batched.
+    /// The shard's disk: every partition's flushes are batched by its one
+    /// driver (appends go straight to io_uring).
     pub storage: DiskStorage,
     /// Unwritten bytes of this shard's partitions, against its share of
     /// `unwritten_bytes_max`.

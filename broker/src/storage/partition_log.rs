@@ -486,6 +486,7 @@ impl<S: Storage> PartitionLog<S> {
                     && chunk.bytes.len() + bytes.len() <= chunk.bytes.capacity() =>
             {
                 chunk.bytes.extend_from_slice(bytes);
+                chunk.messages += u64::from(messages);
             }
             _ => {
                 let capacity = (self.pending_bytes + bytes.len())
@@ -498,12 +499,9 @@ impl<S: Storage> PartitionLog<S> {
                     segment_base,
                     position,
                     bytes: chunk_bytes,
-                    messages: 0,
+                    messages: u64::from(messages),
                 });
             }
-        }
-        if let Some(chunk) = self.pending.last_mut() {
-            chunk.messages += u64::from(messages);
         }
         self.pending_bytes += bytes.len();
         self.end_offset += len;
@@ -1198,8 +1196,8 @@ struct FlushRound<F> {
 }
 
 /// Writes pending chunks in order, advancing `written_offset` after each
-/// write; the chunks that follow one another in one segment go out in one
-/// (vectored) write.
+/// write; the chunks that follow one another in one segment go to the file
+/// in one call (submitted together).
 async fn write_chunks<S: Storage>(
     log: &Shared<S>,
     chunks: Vec<PendingChunk>,

@@ -345,9 +345,8 @@ struct Inner {
 }
 
 /// Spare batch buffers kept by the producer and by each connection's
-/// reader: enough to cover a burst of answers without freeing buffers the
-/// next batches need again.
-const SPARE_BUFFERS: usize = 64;
+/// reader (answered batches' buffers, reused by new batches).
+const SPARE_BUFFERS: usize = 16;
 
 struct Shared {
     setup: Setup,

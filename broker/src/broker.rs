@@ -242,6 +242,7 @@ async fn shard_main(context: ShardContext) {
     let storage = match DiskStorage::new(&DriverSettings {
         syncfs_dir: Some(context.config.data_dir.clone()),
         syncfs_min_files: context.config.syncfs_min_files,
+        write_slots: crate::storage::driver::WRITE_SLOTS,
         name: format!("shard-{}", context.id),
     }) {
         Ok(storage) => storage,

@@ -116,6 +116,35 @@ pub trait Storage: Clone + 'static {
     /// [`Storage::sync_dir`] for a flush round: awaited, never blocking the
     /// caller's thread, and batched with the other flushes of the shard.
     fn flush_dir(&self, dir: &Path) -> impl Future<Output = io::Result<()>>;
+
+    /// A log writer's turn at the disk; the turn ends when it is dropped.
+    type Slot;
+
+    /// Waits for a turn to write: a log's writer holds it while it writes
+    /// what it took from its pending chunks, and meanwhile later appends
+    /// gather in new ones.
+    fn write_slot(&self) -> impl Future<Output = Self::Slot>;
+}
+
+/// A turn at a [`DiskStorage`] (see [`Driver::write_slot`]); it ends when
+/// dropped.
+#[derive(Debug)]
+pub struct WriteSlot {
+    _permit: Option<glommio::sync::StaticPermit>,
+}
+
+impl WriteSlot {
+    /// A turn from storage that does not limit its writers.
+    pub fn unlimited() -> WriteSlot {
+        WriteSlot { _permit: None }
+    }
+
+    /// A turn held with `permit`.
+    pub fn held(permit: glommio::sync::StaticPermit) -> WriteSlot {
+        WriteSlot {
+            _permit: Some(permit),
+        }
+    }
 }
 
 /// The broker's storage: segment appends through io_uring (glommio
@@ -249,6 +278,12 @@ impl Storage for DiskStorage {
 
     async fn flush_dir(&self, dir: &Path) -> io::Result<()> {
         self.driver.sync_dir(dir).await
+    }
+
+    type Slot = WriteSlot;
+
+    async fn write_slot(&self) -> WriteSlot {
+        self.driver.write_slot().await
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {

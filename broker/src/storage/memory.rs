@@ -18,7 +18,7 @@
 //! created; a rename or unlink is durable only after [`Storage::sync_dir`].
 
 use super::io::{DirEntry, SegmentFile, Storage};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::io;
@@ -123,6 +123,18 @@ fn not_found(path: &Path) -> io::Error {
 pub struct MemoryStorage {
     fs: Rc<RefCell<Fs>>,
     tasks: Rc<RefCell<Vec<Task>>>,
+    /// A writer holds the disk's one write slot.
+    writing: Rc<Cell<bool>>,
+}
+
+/// The turn of a [`MemoryStorage`]'s writer; released when dropped.
+#[derive(Debug)]
+pub struct MemorySlot(Rc<Cell<bool>>);
+
+impl Drop for MemorySlot {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }
 
 impl std::fmt::Debug for MemoryStorage {
@@ -478,5 +490,18 @@ impl Storage for MemoryStorage {
     async fn flush_dir(&self, dir: &Path) -> io::Result<()> {
         yield_once().await;
         self.sync_dir(dir)
+    }
+
+    type Slot = MemorySlot;
+
+    /// One writer at a time over all the logs on this disk, so the model
+    /// test meets appends that gather while their writer waits its turn.
+    async fn write_slot(&self) -> MemorySlot {
+        loop {
+            if !self.writing.replace(true) {
+                return MemorySlot(self.writing.clone());
+            }
+            yield_once().await;
+        }
     }
 }

@@ -1142,7 +1142,9 @@ pub async fn sync_all<S: Storage>(log: &Shared<S>) -> Result<(), StorageError> {
 }
 
 async fn run_sync<S: Storage>(log: Shared<S>) {
+    let storage = log.borrow().storage.clone();
     loop {
+        let _slot = storage.write_slot().await;
         let chunks = {
             let mut l = log.borrow_mut();
             l.pending_bytes = 0;

@@ -11,13 +11,16 @@
 //! catches both.
 
 use crate::stats::Stats;
-use crate::workload::{ensure_topic, existing_partitions, pace, Length};
+use crate::workload::{ensure_topic, existing_partitions, pace, paces_whole_batches, Length};
 use anyhow::Context;
 use protocol::client::{AckMode, Consumer, OffsetSpec, Partitioner, Producer, ProducerConfig};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The producers' linger: partial batches leave after this.
+const LINGER: Duration = Duration::from_millis(2);
 
 /// Bytes of the stamp at the start of every e2e payload.
 pub const STAMP_BYTES: usize = 20;
@@ -277,7 +280,7 @@ fn produce(
         ProducerConfig {
             acks: spec.acks,
             batch_messages: spec.batch.max(1),
-            linger: Duration::from_millis(2),
+            linger: LINGER,
             partitioner: Partitioner::RoundRobin,
             track_latency: spec.acks != AckMode::None,
             ..ProducerConfig::default()
@@ -292,6 +295,19 @@ fn produce(
         }
     };
     let mut sequences = vec![0u64; mine.len()];
+    let batch = spec.batch.max(1) as u64;
+    // Round robin over `mine`: a partition's batch fills every
+    // `batch * mine.len()` messages.
+    let whole_batches = rate.is_some_and(|rate| {
+        paces_whole_batches(
+            spec.batch.max(1),
+            spec.size,
+            mine.len(),
+            rate,
+            LINGER,
+            ProducerConfig::default().batch_bytes,
+        )
+    });
     let mut payload = vec![b'x'; spec.size.max(STAMP_BYTES)];
     let mut i = 0u64;
     while i < count && !shared.stop.load(Ordering::Relaxed) {
@@ -304,7 +320,9 @@ fn produce(
             None => Instant::now(),
         };
         i += 1;
-        pace(intended);
+        if !whole_batches || (seq + 1).is_multiple_of(batch) {
+            pace(intended);
+        }
         let sent_ns = wall_start + (intended - started).as_nanos() as u64;
         payload[0..8].copy_from_slice(&seq.to_le_bytes());
         payload[8..12].copy_from_slice(&partition.to_le_bytes());

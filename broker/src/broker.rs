@@ -243,6 +243,7 @@ async fn shard_main(context: ShardContext) {
         syncfs_dir: Some(context.config.data_dir.clone()),
         syncfs_min_files: context.config.syncfs_min_files,
         write_slots: crate::storage::driver::WRITE_SLOTS,
+        segment_files_max: context.config.segment_files_per_shard,
         name: format!("shard-{}", context.id),
     }) {
         Ok(storage) => storage,
@@ -281,6 +282,10 @@ async fn shard_main(context: ShardContext) {
             1024,
         )),
     });
+    shard
+        .storage
+        .driver()
+        .set_evictor(shard::evictor(Rc::downgrade(&shard)));
     // SAFETY: the descriptor came from a std listener whose ownership was
     // released with into_raw_fd; this is its only owner now.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(context.listener_fd) };
@@ -526,8 +531,24 @@ fn fit_connections_to_nofile(config: &mut Config) -> anyhow::Result<()> {
         );
         config.max_connections = budget as usize;
     }
+    // Segment files get what connections cannot take, less the control
+    // plane's share (the registry, etcd, recovery-point writes, metrics): so
+    // a client writing to more partitions than that makes the shards close
+    // idle files, never run out of descriptors.
+    let files = limit
+        .rlim_cur
+        .saturating_sub(in_use + shards + config.max_connections as u64 + CONTROL_FDS);
+    config.segment_files_per_shard = (files / config.shards as u64).max(1) as usize;
+    tracing::info!(
+        per_shard = config.segment_files_per_shard,
+        rlimit_nofile = limit.rlim_cur,
+        "segment files kept open, at most"
+    );
     Ok(())
 }
+
+/// Descriptors of `fd_reserve` that segment files leave to the control plane.
+const CONTROL_FDS: u64 = 64;
 
 /// glommio registers `io_memory` of locked memory per shard; fail early with
 /// the numbers instead of an obscure error from inside an executor.

@@ -68,6 +68,12 @@ pub struct Config {
     /// control plane and the shards' own needs: at start, `max_connections`
     /// is lowered until it fits under RLIMIT_NOFILE with this to spare.
     pub fd_reserve: u64,
+    /// Segment files each shard keeps open, at most (0 = no limit). Not a
+    /// setting: worked out at start from RLIMIT_NOFILE, what connections may
+    /// take and `fd_reserve` (the descriptors connections cannot take, less
+    /// the control plane's).
+    #[serde(skip)]
+    pub segment_files_per_shard: usize,
     /// The largest request frame a connection may send (a larger one is
     /// answered FRAME_TOO_LARGE and the connection closed).
     pub max_request_bytes: usize,
@@ -136,6 +142,7 @@ impl Default for Config {
             retention_check_ms: 30_000,
             max_connections: 10_000,
             fd_reserve: 1024,
+            segment_files_per_shard: 0,
             max_request_bytes: crate::limits::REQUEST_FRAME_BYTES_MAX,
             max_inflight_requests: 4096,
             unwritten_bytes_max: 1 << 30,

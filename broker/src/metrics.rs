@@ -65,6 +65,7 @@ counters! {
     disk_syncs_total: "Segment files and directories the shard's flushes made durable",
     disk_sync_batches_total: "Batches the shard's disk driver settled those flushes in",
     disk_syncfs_total: "Flush batches made durable with one syncfs of the data directory's file system",
+    segment_files_evicted_total: "Idle segment files closed early to keep the shard within its open-file limit",
 }
 
 /// Flushes of a shard's partitions. Shared with each partition's log (the
@@ -167,6 +168,7 @@ impl ShardMetrics {
         c.disk_syncs_total.set(stats.syncs.get());
         c.disk_sync_batches_total.set(stats.sync_batches.get());
         c.disk_syncfs_total.set(stats.syncfs_batches.get());
+        c.segment_files_evicted_total.set(stats.files_evicted.get());
     }
 
     /// Copies the current values.

@@ -21,7 +21,7 @@ use protocol::types::{BrokerId, PartitionId, ShardId};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
 /// A topic as one shard sees it: every shard knows every topic, and holds
@@ -315,6 +315,48 @@ pub async fn run_flusher(shard: Rc<Shard>) {
             last_checkpoint = now;
         }
     }
+}
+
+/// How the shard's disk driver closes idle segment files when the shard is at
+/// its open-file limit: the least recently used of all its partitions'
+/// closable files (flushed, held by no write, flush or fetch), up to `n`.
+/// Logs and topics busy at the moment (borrowed by the caller of the open)
+/// are passed over.
+pub fn evictor(shard: Weak<Shard>) -> crate::storage::driver::Evictor {
+    Box::new(move |n| {
+        let Some(shard) = shard.upgrade() else {
+            return 0;
+        };
+        let Ok(topics) = shard.topics.try_borrow() else {
+            return 0;
+        };
+        let mut logs = Vec::new();
+        for topic in topics.values() {
+            if let Ok(topic) = topic.try_borrow() {
+                logs.extend(topic.logs.values().cloned());
+            }
+        }
+        drop(topics);
+        let mut candidates: Vec<(Instant, usize, u64)> = Vec::new();
+        for (index, log) in logs.iter().enumerate() {
+            if let Ok(log) = log.try_borrow() {
+                let files = log.closable_files();
+                candidates.extend(files.into_iter().map(|(used, base)| (used, index, base)));
+            }
+        }
+        if candidates.len() > n {
+            candidates.select_nth_unstable(n);
+            candidates.truncate(n);
+        }
+        candidates
+            .into_iter()
+            .filter(|&(_, index, base)| {
+                logs[index]
+                    .try_borrow_mut()
+                    .is_ok_and(|mut log| log.close_file(base))
+            })
+            .count()
+    })
 }
 
 /// Closes segment files nobody used for [`crate::limits::SEGMENT_FILE_IDLE_MS`],

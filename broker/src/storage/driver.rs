@@ -66,6 +66,8 @@ pub struct DriverStats {
     pub sync_batches: Cell<u64>,
     /// Batches made durable with one `syncfs`.
     pub syncfs_batches: Cell<u64>,
+    /// Segment files closed early to stay within `segment_files_max`.
+    pub files_evicted: Cell<u64>,
 }
 
 /// The broker's log writers writing at once on one shard.
@@ -80,6 +82,10 @@ pub struct DriverStats {
 /// copy into the page cache, and a shard has one core.
 pub const WRITE_SLOTS: usize = 4;
 
+/// How long an open waits for a segment file to become idle when the shard
+/// is at its open-file limit: a few flush intervals of the default policy.
+pub const FILE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How a shard's driver flushes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DriverSettings {
@@ -91,6 +97,10 @@ pub struct DriverSettings {
     pub syncfs_min_files: usize,
     /// Log writers of the shard writing at once; 0 = no limit.
     pub write_slots: usize,
+    /// Segment files the shard keeps open; past it, opening one first closes
+    /// the least recently used idle ones (see [`Driver::set_evictor`]).
+    /// 0 = no limit.
+    pub segment_files_max: usize,
     /// Names the driver's threads: `<name>-sync`, `<name>-open`.
     pub name: String,
 }
@@ -101,6 +111,7 @@ impl Default for DriverSettings {
             syncfs_dir: None,
             syncfs_min_files: 0,
             write_slots: 0,
+            segment_files_max: 0,
             name: "disk".into(),
         }
     }
@@ -129,8 +140,16 @@ pub struct Driver {
     syncfs_failed: Cell<bool>,
     /// Turns at the disk for the shard's log writers; `None`: unlimited.
     write_slots: Option<Rc<Semaphore>>,
+    /// Segment files open through this driver now.
+    files_open: Cell<usize>,
+    files_max: usize,
+    /// Closes up to n idle segment files of the shard; returns how many.
+    evictor: RefCell<Option<Evictor>>,
     stats: DriverStats,
 }
+
+/// What [`Driver::set_evictor`] takes.
+pub type Evictor = Box<dyn Fn(usize) -> usize>;
 
 impl std::fmt::Debug for Driver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -248,6 +267,9 @@ impl Driver {
                 0 => None,
                 n => Some(Rc::new(Semaphore::new(n as u64))),
             },
+            files_open: Cell::new(0),
+            files_max: settings.segment_files_max,
+            evictor: RefCell::new(None),
             stats: DriverStats::default(),
         }))
     }
@@ -255,6 +277,54 @@ impl Driver {
     /// What the driver did so far.
     pub fn stats(&self) -> &DriverStats {
         &self.stats
+    }
+
+    /// How the shard closes idle segment files when opening one would pass
+    /// `segment_files_max`: the driver knows how many are open, the shard
+    /// knows which are idle (flushed, held by no write or fetch).
+    pub fn set_evictor(&self, evictor: Evictor) {
+        *self.evictor.borrow_mut() = Some(evictor);
+    }
+
+    /// Called before a segment file is opened: at the limit, closes the
+    /// least recently used idle files down to 7/8 of it (so the scan of the
+    /// shard's logs is paid once per many opens, not once per open). When
+    /// none is idle — every open file is being written, flushed or sent,
+    /// or holds appends its next flush round will cover — waits for
+    /// flushes to make some idle, up to [`FILE_WAIT`]; then the open goes
+    /// ahead, and past RLIMIT_NOFILE fails like any transient storage error.
+    pub async fn make_room_for_a_file(&self) {
+        if self.files_max == 0 {
+            return;
+        }
+        let started = std::time::Instant::now();
+        while self.files_open.get() >= self.files_max {
+            let excess = self.files_open.get() + 1 - self.files_max * 7 / 8;
+            let closed = match self.evictor.borrow().as_ref() {
+                Some(evict) => evict(excess),
+                None => return,
+            };
+            bump(&self.stats.files_evicted, closed as u64);
+            if closed > 0 || started.elapsed() >= FILE_WAIT {
+                return;
+            }
+            glommio::timer::sleep(FILE_WAIT / 100).await;
+        }
+    }
+
+    /// Counts a segment file opened through this driver.
+    pub fn file_opened(&self) {
+        self.files_open.set(self.files_open.get() + 1);
+    }
+
+    /// Counts a segment file closed.
+    pub fn file_closed(&self) {
+        self.files_open.set(self.files_open.get().saturating_sub(1));
+    }
+
+    /// Segment files open through this driver.
+    pub fn files_open(&self) -> usize {
+        self.files_open.get()
     }
 
     /// Waits for one of the shard's write slots.
@@ -489,6 +559,7 @@ mod tests {
                 syncfs_dir: Some(dir.clone()),
                 syncfs_min_files: 4,
                 write_slots: 0,
+                segment_files_max: 0,
                 name: "test".into(),
             })
             .unwrap();

@@ -184,6 +184,13 @@ pub struct DiskFile {
     driver: Rc<Driver>,
 }
 
+impl Drop for DiskFile {
+    fn drop(&mut self) {
+        // glommio closes the descriptor when the BufferedFile goes.
+        self.driver.file_closed();
+    }
+}
+
 impl AsRawFd for DiskFile {
     fn as_raw_fd(&self) -> RawFd {
         self.file.as_raw_fd()
@@ -262,7 +269,9 @@ impl Storage for DiskStorage {
     type File = DiskFile;
 
     async fn open(&self, path: &Path, create: bool) -> io::Result<DiskFile> {
+        self.driver.make_room_for_a_file().await;
         let file = self.driver.open(path, create).await?;
+        self.driver.file_opened();
         // SAFETY: the descriptor comes from a std File that gives up its
         // ownership here; the BufferedFile is its only owner.
         let file = unsafe { BufferedFile::from_raw_fd(file.into_raw_fd()) };

@@ -44,6 +44,7 @@ use super::io::{with_suffix, DiskFile, DiskStorage, SegmentFile, Storage};
 use super::recovery::{self, Recovered};
 use super::segment::{Segment, DELETED_SUFFIX};
 use super::segments::Segments;
+use crate::log_limit::LogLimit;
 use crate::metrics::{self, FlushStats};
 use crate::notify::Notify;
 use protocol::codec::AckMode;
@@ -196,6 +197,10 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     /// An fdatasync round is in flight (its own task, beside the writer).
     flush_running: bool,
     flush_requested: bool,
+    /// The end offset the flushes asked for must reach: a round that covers
+    /// less (its requester's bytes were still being written) leaves the
+    /// request standing for the next round.
+    flush_wanted: u64,
     /// Set when its topic was deleted (it also counts as poisoned, so
     /// nothing more is written; waiting requests learn UNKNOWN_TOPIC).
     deleted: bool,
@@ -320,6 +325,7 @@ impl<S: Storage> PartitionLog<S> {
             sync_running: false,
             flush_running: false,
             flush_requested: false,
+            flush_wanted: 0,
             poisoned: None,
             deleted: false,
             checkpointed_offset: checkpoint,
@@ -677,31 +683,55 @@ impl<S: Storage> PartitionLog<S> {
         if self.files_open.len() <= keep {
             return;
         }
+        let mut closable = self.closable_files();
+        closable.retain(|&(_, base)| base != protect);
+        closable.sort_unstable();
+        let excess = self.files_open.len() - keep;
+        for &(_, base) in closable.iter().take(excess) {
+            self.close_file(base);
+        }
+    }
+
+    /// The open segment files that may be closed now — fully flushed, held
+    /// by no write, flush or fetch — with when each was last used.
+    pub fn closable_files(&self) -> Vec<(Instant, u64)> {
         let flushed = self.flushed_offset;
-        let mut closable: Vec<(Instant, u64)> = self
-            .files_open
+        self.files_open
             .iter()
-            .filter(|&&base| base != protect)
             .filter_map(|&base| {
                 let segment = &self.segments.as_slice()[self.segments.find(base)?];
                 let file = segment.file.as_ref()?;
-                (Rc::strong_count(file) == 1 && segment.end_offset() <= flushed)
+                (segment.base_offset == base
+                    && Rc::strong_count(file) == 1
+                    && segment.end_offset() <= flushed)
                     .then(|| (segment.last_used.get(), base))
             })
-            .collect();
-        closable.sort_unstable();
-        let excess = self.files_open.len() - keep;
-        let closing: Vec<u64> = closable.iter().take(excess).map(|&(_, b)| b).collect();
-        for &base in &closing {
-            if let Some(segment) = self
-                .segments
-                .find(base)
-                .and_then(|i| self.segments.get_mut(i))
-            {
-                segment.file = None;
-            }
+            .collect()
+    }
+
+    /// Closes the file of the segment at `base` if it may be closed (see
+    /// [`Self::closable_files`]); true if it did. The next read or write of
+    /// the segment opens it again.
+    pub fn close_file(&mut self, base: u64) -> bool {
+        let flushed = self.flushed_offset;
+        let Some(segment) = self
+            .segments
+            .find(base)
+            .and_then(|i| self.segments.get_mut(i))
+        else {
+            return false;
+        };
+        let closable = segment.base_offset == base
+            && segment.end_offset() <= flushed
+            && segment
+                .file
+                .as_ref()
+                .is_some_and(|f| Rc::strong_count(f) == 1);
+        if closable {
+            segment.file = None;
+            self.files_open.retain(|&b| b != base);
         }
-        self.files_open.retain(|base| !closing.contains(base));
+        closable
     }
 
     /// Closes the files of segments nobody wrote or read for `idle`: fully
@@ -862,6 +892,7 @@ impl<S: Storage> PartitionLog<S> {
         self.pending.clear();
         self.pending_bytes = 0;
         self.end_offset = to;
+        self.flush_wanted = self.flush_wanted.min(to);
         self.appended_messages = self.written_messages;
         if self.appended_messages == self.flushed_messages {
             self.oldest_unflushed_at = None;
@@ -871,15 +902,18 @@ impl<S: Storage> PartitionLog<S> {
             self.rollbacks.pop_front();
         }
         self.epoch += 1;
-        tracing::warn!(
-            partition = %self.label,
-            %reason,
-            dropped_bytes,
-            dropped_messages,
-            end_offset = to,
-            retry_ms = STORAGE_RETRY.as_millis() as u64,
-            "transient storage failure: dropped the unwritten tail; refusing writes, then retrying"
-        );
+        if let Some(suppressed) = ROLLBACK_LINES.with(LogLimit::allow) {
+            tracing::warn!(
+                partition = %self.label,
+                %reason,
+                dropped_bytes,
+                dropped_messages,
+                end_offset = to,
+                retry_ms = STORAGE_RETRY.as_millis() as u64,
+                suppressed,
+                "transient storage failure: dropped the unwritten tail; refusing writes, then retrying"
+            );
+        }
         self.refusing = Some((Instant::now() + STORAGE_RETRY, reason));
         self.account();
         self.check_offsets();
@@ -1046,7 +1080,9 @@ pub fn tick<S: Storage>(log: &Shared<S>, now: Instant, checkpoint: bool) -> bool
     if checkpoint {
         let result = log.borrow_mut().checkpoint(false);
         if let Err(error) = result {
-            tracing::warn!(%error, "writing recovery point");
+            if let Some(suppressed) = CHECKPOINT_LINES.with(LogLimit::allow) {
+                tracing::warn!(%error, suppressed, "writing recovery point");
+            }
         }
     }
     log.borrow().has_timer_work()
@@ -1064,6 +1100,7 @@ pub fn request_sync<S: Storage>(log: &Shared<S>, flush: bool) {
     let mut l = log.borrow_mut();
     if flush {
         l.flush_requested = true;
+        l.flush_wanted = l.flush_wanted.max(l.end_offset);
     }
     if l.poisoned.is_some() {
         return;
@@ -1089,10 +1126,14 @@ fn start_flush<S: Storage>(log: &Shared<S>) {
         return;
     }
     if l.written_offset <= l.flushed_offset && l.dirty_files.is_empty() {
-        l.flush_requested = false;
+        // Nothing written to flush yet: the writer starts the round once
+        // the requested bytes are written.
+        l.flush_requested = l.flush_wanted > l.flushed_offset;
         return;
     }
-    l.flush_requested = false;
+    // Bytes appended after the request, or still being written, need a
+    // round of their own once written, if a request covers them.
+    l.flush_requested = l.flush_wanted > l.written_offset;
     l.flush_running = true;
     let round = FlushRound {
         files: std::mem::take(&mut l.dirty_files),
@@ -1290,8 +1331,21 @@ async fn run_flush<S: Storage>(log: Shared<S>, round: FlushRound<S::File>) {
             let l = log.borrow();
             (l.storage.clone(), l.dir.clone())
         };
-        if let Err(e) = storage.flush_dir(&dir).await {
-            failure = Some(StorageError::io("syncing", dir, e));
+        match storage.flush_dir(&dir).await {
+            Ok(()) => {}
+            // Opening the directory failed: nothing was synced, so no
+            // write-back error was consumed; the next round tries again.
+            Err(e) if out_of_descriptors(&e) => {
+                let mut l = log.borrow_mut();
+                l.flush_running = false;
+                l.dir_unsynced = true;
+                l.dirty_files.extend(files);
+                if let Some(suppressed) = ROLLBACK_LINES.with(LogLimit::allow) {
+                    tracing::warn!(partition = %l.label, error = %e, suppressed, "flush postponed: no descriptor to sync the directory with");
+                }
+                return;
+            }
+            Err(e) => failure = Some(StorageError::io("syncing", dir, e)),
         }
     }
     {
@@ -1325,6 +1379,19 @@ async fn run_flush<S: Storage>(log: Shared<S>, round: FlushRound<S::File>) {
         l.watermarks.notify_all();
     }
     start_flush(&log);
+}
+
+/// The process or the system is out of file descriptors: an open failed, and
+/// nothing else did.
+fn out_of_descriptors(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+thread_local! {
+    /// A shard's storage warnings, a line a second each: a full disk or a
+    /// descriptor shortage would otherwise log once per partition per tick.
+    static ROLLBACK_LINES: LogLimit = const { LogLimit::new(Duration::from_secs(1)) };
+    static CHECKPOINT_LINES: LogLimit = const { LogLimit::new(Duration::from_secs(1)) };
 }
 
 /// The file of the segment starting at `base`, created on first use.

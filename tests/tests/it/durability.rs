@@ -551,3 +551,67 @@ fn a_flushed_produce_starts_its_flush_instead_of_waiting_for_the_policy() {
         assert_eq!(check_numbered_payload(&m.value, 100), i as u64);
     }
 }
+
+/// Group commit, found while bounding segment files: a flushed produce that
+/// arrived while the partition's writer was writing an earlier one used to
+/// have its request taken by the earlier one's flush round — which covered
+/// only the bytes written so far — and then waited for the topic's policy
+/// (an hour here). Each write is slowed to 300 ms so the second request
+/// always arrives during the first one's write.
+#[test]
+fn a_flushed_produce_that_arrives_during_a_write_gets_its_own_flush() {
+    let broker = Broker::start(BrokerOptions {
+        faults: Some("write_delay_ms=300".into()),
+        ..BrokerOptions::default()
+    });
+    let client = broker.client();
+    let hour = protocol::codec::TopicSettings {
+        flush_interval_ms: 3_600_000,
+        flush_messages: 1_000_000,
+        ..Default::default()
+    };
+    client.create_topic("overlapping", 1, &hour).unwrap();
+    let metadata = client.metadata(&["overlapping"]).unwrap();
+    let conn =
+        protocol::client::Connection::connect(&client.owner_address(&metadata, "overlapping", 0))
+            .unwrap();
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header =
+        protocol::codec::produce_request(&mut fbb, "overlapping", 0, AckMode::Flushed).to_vec();
+    let (mut reader, mut writer) = conn.split();
+    reader
+        .get_ref()
+        .socket()
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut ends = Vec::new();
+    let mut end = 0;
+    for i in 0..2u64 {
+        let mut set = Vec::new();
+        protocol::message::encode_message(&mut set, None, &numbered_payload(i, 100));
+        end += set.len() as u64;
+        ends.push(end);
+        let mut frame = Vec::new();
+        protocol::frame::write_frame(
+            &mut frame,
+            protocol::frame::Api::Produce as u16,
+            0,
+            2_000 + i as u32,
+            &header,
+            &set,
+        );
+        writer.write_all(&frame).unwrap();
+        writer.flush().unwrap();
+        // The first write is now waiting out its delay.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let mut response = protocol::client::ResponseFrame::default();
+    for (i, expected) in ends.iter().enumerate() {
+        protocol::client::read_response(&mut reader, &mut response)
+            .unwrap_or_else(|e| panic!("produce {i}: no acknowledgement within 10 s: {e}"));
+        let ack = protocol::codec::verify::<protocol::wire::ProduceResponse>(&response.header)
+            .unwrap_or_else(|e| panic!("produce {i}: {e}"));
+        assert_eq!(ack.end_offset(), *expected, "produce {i}");
+    }
+    assert_eq!(read_all(&client, "overlapping", 0, 0).len(), 2);
+}

@@ -503,3 +503,68 @@ fn r8_20_request_size_and_inflight_limits_are_configuration() {
     let error = read_response(&mut stream, &mut response).unwrap_err();
     assert_eq!(error.code(), Some(ErrorCode::FrameTooLarge), "{error}");
 }
+
+/// Issue 9, item 2: a client may write to more partitions than the broker
+/// has descriptors for. Before, every segment open past RLIMIT_NOFILE failed
+/// with EMFILE: writes were refused and retried, a flush that could not open
+/// its directory poisoned the partition until a restart, and the log took a
+/// line per partition per tick. Now each shard keeps at most its share of
+/// descriptors as segment files and closes the least recently used idle ones
+/// to open another: every message is stored and nothing is refused.
+#[test]
+fn more_partitions_than_descriptors_close_idle_files_and_lose_nothing() {
+    let limit = 600;
+    let partitions = 700u32;
+    let broker = Broker::start(BrokerOptions {
+        shards: 1,
+        metrics: true,
+        nofile: Some(limit),
+        // Segment files get what connections cannot take, less 64 for the
+        // control plane: about 600 - 75 in use at start - 200 - 64 = 260.
+        config_toml: "fd_reserve = 256\nmax_connections = 200\n".into(),
+        ..BrokerOptions::default()
+    });
+    let client = broker.client();
+    create(&client, "wide", partitions);
+    let mut p = super::util::producer(&client, "wide", AckMode::Flushed, 1);
+    let rounds = 3u64;
+    for i in 0..rounds * u64::from(partitions) {
+        let partition = (i % u64::from(partitions)) as u32;
+        p.send_to(partition, None, &harness::numbered_payload(i, 100))
+            .unwrap_or_else(|e| panic!("send {i}: {e}"));
+    }
+    p.flush()
+        .unwrap_or_else(|e| panic!("every message stored: {e}"));
+    // Metrics are published every few hundred milliseconds.
+    let evicted = harness::eventually("files closed early", Duration::from_secs(10), || {
+        let text = scrape(broker.metrics.as_ref().unwrap());
+        match metric(&text, "ringlog_segment_files_evicted_total") {
+            0 => Err("none yet".to_string()),
+            n => Ok(n),
+        }
+    });
+    let open = std::fs::read_dir(format!("/proc/{}/fd", broker.pid().unwrap()))
+        .unwrap()
+        .count();
+    eprintln!("{partitions} partitions, RLIMIT_NOFILE {limit}: {evicted} files closed early, {open} descriptors open");
+    assert!(open < limit as usize, "{open} descriptors open");
+    for partition in 0..partitions {
+        let stored = read_all(&client, "wide", partition, 0);
+        let numbers: Vec<u64> = stored
+            .iter()
+            .map(|m| harness::check_numbered_payload(&m.value, 100))
+            .collect();
+        let expected: Vec<u64> = (0..rounds)
+            .map(|r| r * u64::from(partitions) + u64::from(partition))
+            .collect();
+        assert_eq!(numbers, expected, "partition {partition}");
+    }
+    let log = broker.log();
+    for bad in [
+        "Too many open files",
+        "poisoned",
+        "transient storage failure",
+    ] {
+        assert!(!log.contains(bad), "the log says {bad:?}:\n{log}");
+    }
+}

@@ -197,9 +197,10 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     /// An fdatasync round is in flight (its own task, beside the writer).
     flush_running: bool,
     flush_requested: bool,
-    /// The end offset the flushes asked for must reach: a round that covers
-    /// less (its requester's bytes were still being written) leaves the
-    /// request standing for the next round.
+    /// The end offset flushed acknowledgements (and `sync_all`) wait for: a
+    /// round that covers less (their bytes were still being written) leaves
+    /// the request standing for the next round. The policy's requests do
+    /// not raise it: a policy round covers what is written when it starts.
     flush_wanted: u64,
     /// Set when its topic was deleted (it also counts as poisoned, so
     /// nothing more is written; waiting requests learn UNKNOWN_TOPIC).
@@ -1004,6 +1005,11 @@ pub fn append<S: Storage>(
     let (base, end, epoch, flush_now, chunk_full) = {
         let mut l = log.borrow_mut();
         let (base, end) = l.append(bytes, messages)?;
+        if acks == AckMode::Flushed {
+            // Its acknowledgement waits for a round that covers `end`; the
+            // policy's rounds need only cover what is written by then.
+            l.flush_wanted = l.flush_wanted.max(end);
+        }
         (
             base,
             end,
@@ -1100,7 +1106,6 @@ pub fn request_sync<S: Storage>(log: &Shared<S>, flush: bool) {
     let mut l = log.borrow_mut();
     if flush {
         l.flush_requested = true;
-        l.flush_wanted = l.flush_wanted.max(l.end_offset);
     }
     if l.poisoned.is_some() {
         return;
@@ -1150,7 +1155,8 @@ fn start_flush<S: Storage>(log: &Shared<S>) {
 /// stop, tests).
 pub async fn sync_all<S: Storage>(log: &Shared<S>) -> Result<(), StorageError> {
     let (target, epoch) = {
-        let l = log.borrow();
+        let mut l = log.borrow_mut();
+        l.flush_wanted = l.flush_wanted.max(l.end_offset);
         (l.end_offset, l.epoch)
     };
     request_sync(log, true);

@@ -493,6 +493,77 @@ fn read_past_damage(client: &protocol::client::Client, topic: &str) -> (Vec<Vec<
     }
 }
 
+/// A topic of one partition whose policy flushes after an hour, and a raw
+/// connection to its shard that sends one-message `acks = flushed` produces
+/// and reads their acknowledgements with a 10 s deadline (a produce left to
+/// the policy fails instead of hanging).
+struct FlushedProducer {
+    reader: std::io::BufReader<protocol::client::Stream>,
+    writer: std::io::BufWriter<protocol::client::Stream>,
+    header: Vec<u8>,
+    response: protocol::client::ResponseFrame,
+    end: u64,
+}
+
+impl FlushedProducer {
+    fn new(client: &protocol::client::Client, topic: &str) -> FlushedProducer {
+        let hour = protocol::codec::TopicSettings {
+            flush_interval_ms: 3_600_000,
+            flush_messages: 1_000_000,
+            ..Default::default()
+        };
+        client.create_topic(topic, 1, &hour).unwrap();
+        let metadata = client.metadata(&[topic]).unwrap();
+        let conn =
+            protocol::client::Connection::connect(&client.owner_address(&metadata, topic, 0))
+                .unwrap();
+        let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+        let header =
+            protocol::codec::produce_request(&mut fbb, topic, 0, AckMode::Flushed).to_vec();
+        let (reader, writer) = conn.split();
+        reader
+            .get_ref()
+            .socket()
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        FlushedProducer {
+            reader,
+            writer,
+            header,
+            response: protocol::client::ResponseFrame::default(),
+            end: 0,
+        }
+    }
+
+    /// Sends message `i`; returns the end offset its acknowledgement must name.
+    fn send(&mut self, i: u64) -> u64 {
+        let mut set = Vec::new();
+        protocol::message::encode_message(&mut set, None, &numbered_payload(i, 100));
+        self.end += set.len() as u64;
+        let mut frame = Vec::new();
+        protocol::frame::write_frame(
+            &mut frame,
+            protocol::frame::Api::Produce as u16,
+            0,
+            1_000 + i as u32,
+            &self.header,
+            &set,
+        );
+        self.writer.write_all(&frame).unwrap();
+        self.writer.flush().unwrap();
+        self.end
+    }
+
+    /// Reads the next acknowledgement and checks its end offset.
+    fn acknowledged(&mut self, i: u64, expected_end: u64) {
+        protocol::client::read_response(&mut self.reader, &mut self.response)
+            .unwrap_or_else(|e| panic!("produce {i}: no acknowledgement within 10 s: {e}"));
+        let ack = protocol::codec::verify::<protocol::wire::ProduceResponse>(&self.response.header)
+            .unwrap_or_else(|e| panic!("produce {i}: {e}"));
+        assert_eq!(ack.end_offset(), expected_end, "produce {i}");
+    }
+}
+
 /// Group commit (issue 9, item 3): a produce that asks for `acks = flushed`
 /// starts a flush itself, so it is acknowledged after one fdatasync even
 /// when the topic's policy would flush only after an hour. Before, each of
@@ -502,47 +573,10 @@ fn read_past_damage(client: &protocol::client::Client, topic: &str) -> (Vec<Vec<
 fn a_flushed_produce_starts_its_flush_instead_of_waiting_for_the_policy() {
     let broker = Broker::start(BrokerOptions::default());
     let client = broker.client();
-    let hour = protocol::codec::TopicSettings {
-        flush_interval_ms: 3_600_000,
-        flush_messages: 1_000_000,
-        ..Default::default()
-    };
-    client.create_topic("committed", 1, &hour).unwrap();
-    let metadata = client.metadata(&["committed"]).unwrap();
-    let conn =
-        protocol::client::Connection::connect(&client.owner_address(&metadata, "committed", 0))
-            .unwrap();
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
-    let header =
-        protocol::codec::produce_request(&mut fbb, "committed", 0, AckMode::Flushed).to_vec();
-    let (mut reader, mut writer) = conn.split();
-    reader
-        .get_ref()
-        .socket()
-        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
-        .unwrap();
-    let mut response = protocol::client::ResponseFrame::default();
-    let mut expected_end = 0;
+    let mut producer = FlushedProducer::new(&client, "committed");
     for i in 0..20u64 {
-        let mut set = Vec::new();
-        protocol::message::encode_message(&mut set, None, &numbered_payload(i, 100));
-        expected_end += set.len() as u64;
-        let mut frame = Vec::new();
-        protocol::frame::write_frame(
-            &mut frame,
-            protocol::frame::Api::Produce as u16,
-            0,
-            1_000 + i as u32,
-            &header,
-            &set,
-        );
-        writer.write_all(&frame).unwrap();
-        writer.flush().unwrap();
-        protocol::client::read_response(&mut reader, &mut response)
-            .unwrap_or_else(|e| panic!("produce {i}: no acknowledgement within 30 s: {e}"));
-        let ack = protocol::codec::verify::<protocol::wire::ProduceResponse>(&response.header)
-            .unwrap_or_else(|e| panic!("produce {i}: {e}"));
-        assert_eq!(ack.end_offset(), expected_end, "produce {i}");
+        let end = producer.send(i);
+        producer.acknowledged(i, end);
     }
     // Flushed means visible: a consumer reads all 20 at once.
     let messages = read_all(&client, "committed", 0, 0);
@@ -565,53 +599,12 @@ fn a_flushed_produce_that_arrives_during_a_write_gets_its_own_flush() {
         ..BrokerOptions::default()
     });
     let client = broker.client();
-    let hour = protocol::codec::TopicSettings {
-        flush_interval_ms: 3_600_000,
-        flush_messages: 1_000_000,
-        ..Default::default()
-    };
-    client.create_topic("overlapping", 1, &hour).unwrap();
-    let metadata = client.metadata(&["overlapping"]).unwrap();
-    let conn =
-        protocol::client::Connection::connect(&client.owner_address(&metadata, "overlapping", 0))
-            .unwrap();
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
-    let header =
-        protocol::codec::produce_request(&mut fbb, "overlapping", 0, AckMode::Flushed).to_vec();
-    let (mut reader, mut writer) = conn.split();
-    reader
-        .get_ref()
-        .socket()
-        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .unwrap();
-    let mut ends = Vec::new();
-    let mut end = 0;
-    for i in 0..2u64 {
-        let mut set = Vec::new();
-        protocol::message::encode_message(&mut set, None, &numbered_payload(i, 100));
-        end += set.len() as u64;
-        ends.push(end);
-        let mut frame = Vec::new();
-        protocol::frame::write_frame(
-            &mut frame,
-            protocol::frame::Api::Produce as u16,
-            0,
-            2_000 + i as u32,
-            &header,
-            &set,
-        );
-        writer.write_all(&frame).unwrap();
-        writer.flush().unwrap();
-        // The first write is now waiting out its delay.
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    let mut response = protocol::client::ResponseFrame::default();
-    for (i, expected) in ends.iter().enumerate() {
-        protocol::client::read_response(&mut reader, &mut response)
-            .unwrap_or_else(|e| panic!("produce {i}: no acknowledgement within 10 s: {e}"));
-        let ack = protocol::codec::verify::<protocol::wire::ProduceResponse>(&response.header)
-            .unwrap_or_else(|e| panic!("produce {i}: {e}"));
-        assert_eq!(ack.end_offset(), *expected, "produce {i}");
-    }
+    let mut producer = FlushedProducer::new(&client, "overlapping");
+    let first = producer.send(0);
+    // The first write is now waiting out its delay.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let second = producer.send(1);
+    producer.acknowledged(0, first);
+    producer.acknowledged(1, second);
     assert_eq!(read_all(&client, "overlapping", 0, 0).len(), 2);
 }

@@ -2,12 +2,13 @@
 # Issue 9, item 4: latency under load. One broker with two shards (this VM
 # has two cores), release build; `loadgen sweep` measures each ack mode's
 # maximum end-to-end rate, then runs at 10%, 50% and 90% of it, 10 s each
-# (2 s warm-up). Writes run.log, sweep.json and sweep.svg here.
-#   bash loadgen/results/2026-12-01-vm/sweep/run.sh
+# (2 s warm-up). Writes run.log, sweep-batch*.json and batch*/sweep.svg
+# here, or in the directory given.
+#   bash loadgen/results/2026-12-01-vm/sweep/run.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../../../.."
 bin=target/release
-here="$(dirname "$0")"
+here="${1:-$(dirname "$0")}"
 data="$(mktemp -d)"
 brokers=127.0.0.1:19900
 exec > >(tee "$here/run.log") 2>&1

@@ -343,7 +343,11 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
 }
 
 fn publish_once(shard: &Shard, published: &Published) {
-    shard.metrics.absorb_driver(shard.storage.driver().stats());
+    let driver = shard.storage.driver();
+    shard.metrics.absorb_driver(driver.stats());
+    shard
+        .metrics
+        .absorb_files(driver.files_open(), driver.files_max());
     let snapshot = shard.metrics.snapshot();
     let mut slots = match published.lock() {
         Ok(guard) => guard,

@@ -98,6 +98,8 @@ pub struct ShardMetrics {
     pub produce_latency_us: RefCell<Histogram<u64>>,
     /// Fetch latency (request read to response ready, excluding long-poll waits), µs.
     pub fetch_latency_us: RefCell<Histogram<u64>>,
+    /// Segment files open now, and the most the shard keeps (0 = no limit).
+    pub segment_files: Cell<(u64, u64)>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -113,6 +115,7 @@ impl Default for ShardMetrics {
             flush: Rc::new(FlushStats::default()),
             produce_latency_us: RefCell::new(histogram()),
             fetch_latency_us: RefCell::new(histogram()),
+            segment_files: Cell::new((0, 0)),
         }
     }
 }
@@ -157,6 +160,7 @@ pub struct Snapshot {
     produce: Percentiles,
     fetch: Percentiles,
     flush: Percentiles,
+    segment_files: (u64, u64),
 }
 
 impl ShardMetrics {
@@ -171,6 +175,11 @@ impl ShardMetrics {
         c.segment_files_evicted_total.set(stats.files_evicted.get());
     }
 
+    /// Takes the driver's open segment files and their limit.
+    pub fn absorb_files(&self, open: usize, max: usize) {
+        self.segment_files.set((open as u64, max as u64));
+    }
+
     /// Copies the current values.
     pub fn snapshot(&self) -> Snapshot {
         let counters = self.counters.values();
@@ -180,6 +189,7 @@ impl ShardMetrics {
             produce: Percentiles::of(&self.produce_latency_us.borrow()),
             fetch: Percentiles::of(&self.fetch_latency_us.borrow()),
             flush: Percentiles::of(&self.flush.latency_us.borrow()),
+            segment_files: self.segment_files.get(),
         }
     }
 }
@@ -208,6 +218,30 @@ pub fn render(published: &Published) -> String {
             "ringlog_flushes_total{{shard=\"{shard}\"}} {}",
             snapshot.flushes
         );
+    }
+    type Gauge = fn(&Snapshot) -> u64;
+    let gauges: [(&str, &str, Gauge); 2] = [
+        (
+            "segment_files_open",
+            "Segment files the shard holds open",
+            |s| s.segment_files.0,
+        ),
+        (
+            "segment_files_max",
+            "Segment files the shard keeps open at most (0: no limit); past it idle ones are closed first",
+            |s| s.segment_files.1,
+        ),
+    ];
+    for (name, help, pick) in gauges {
+        let _ = writeln!(out, "# HELP ringlog_{name} {help}");
+        let _ = writeln!(out, "# TYPE ringlog_{name} gauge");
+        for (shard, snapshot) in snapshots.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "ringlog_{name}{{shard=\"{shard}\"}} {}",
+                pick(snapshot)
+            );
+        }
     }
     type Pick = fn(&Snapshot) -> &Percentiles;
     let summaries: [(&str, &str, Pick); 3] = [

@@ -327,6 +327,11 @@ impl Driver {
         self.files_open.get()
     }
 
+    /// The most segment files it keeps open (0 = no limit).
+    pub fn files_max(&self) -> usize {
+        self.files_max
+    }
+
     /// Waits for one of the shard's write slots.
     pub async fn write_slot(&self) -> WriteSlot {
         match &self.write_slots {

@@ -543,10 +543,19 @@ fn more_partitions_than_descriptors_close_idle_files_and_lose_nothing() {
             n => Ok(n),
         }
     });
+    let text = scrape(broker.metrics.as_ref().unwrap());
+    let (files, files_max) = (
+        metric(&text, "ringlog_segment_files_open"),
+        metric(&text, "ringlog_segment_files_max"),
+    );
+    assert!(
+        files_max > 0 && files <= files_max,
+        "{files} segment files open, at most {files_max}"
+    );
     let open = std::fs::read_dir(format!("/proc/{}/fd", broker.pid().unwrap()))
         .unwrap()
         .count();
-    eprintln!("{partitions} partitions, RLIMIT_NOFILE {limit}: {evicted} files closed early, {open} descriptors open");
+    eprintln!("{partitions} partitions, RLIMIT_NOFILE {limit}: {evicted} files closed early, {files} of at most {files_max} open, {open} descriptors");
     assert!(open < limit as usize, "{open} descriptors open");
     for partition in 0..partitions {
         let stored = read_all(&client, "wide", partition, 0);

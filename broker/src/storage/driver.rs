@@ -21,7 +21,13 @@
 //!   io_uring fdatasync, as before, and directories are fsynced on the
 //!   syncer thread.
 //!
-//! Appends still go through io_uring (`io.rs`); the driver never sees them.
+//! Appends still go through io_uring (`io.rs`), but the driver hands out the
+//! turns to write: at most [`WRITE_SLOTS`] of the shard's logs write at
+//! once, so under load a waiting partition's appends gather into one write.
+//! It also counts the shard's open segment files and, at
+//! `segment_files_max`, has the shard close idle ones before another opens
+//! (descriptors are bounded by configuration, not by how many partitions a
+//! client writes to).
 //! Segment files are opened (and created) on the driver's open thread:
 //! creating an inode on an aged ext4 scans its bitmaps (up to 300 µs a file
 //! here), and glommio's blocking pool is where cold reads wait for the disk.

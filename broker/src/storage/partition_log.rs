@@ -671,16 +671,7 @@ impl<S: Storage> PartitionLog<S> {
     /// `keep` are open (or none is left that may be closed); never the
     /// segment at `protect` (a file just opened for a caller).
     fn trim_open_files(&mut self, keep: usize, protect: u64) {
-        // Forget entries whose segment is gone or whose file is closed
-        // (retention, rollbacks): they must not count against the cap.
-        let segments = &self.segments;
-        let is_open = |base: u64| {
-            segments
-                .find(base)
-                .map(|i| &segments.as_slice()[i])
-                .is_some_and(|s| s.base_offset == base && s.file.is_some())
-        };
-        self.files_open.retain(|&base| is_open(base));
+        self.forget_closed_files();
         if self.files_open.len() <= keep {
             return;
         }
@@ -691,6 +682,19 @@ impl<S: Storage> PartitionLog<S> {
         for &(_, base) in closable.iter().take(excess) {
             self.close_file(base);
         }
+    }
+
+    /// Forgets entries whose segment is gone or whose file is closed
+    /// (retention, rollbacks): they must not count as open.
+    fn forget_closed_files(&mut self) {
+        let segments = &self.segments;
+        let is_open = |base: u64| {
+            segments
+                .find(base)
+                .map(|i| &segments.as_slice()[i])
+                .is_some_and(|s| s.base_offset == base && s.file.is_some())
+        };
+        self.files_open.retain(|&base| is_open(base));
     }
 
     /// The open segment files that may be closed now — fully flushed, held
@@ -739,30 +743,16 @@ impl<S: Storage> PartitionLog<S> {
     /// flushed, no write in flight, no fetch holding the file. Returns how
     /// many it closed. Only segments with an open file are looked at.
     pub fn close_idle_files(&mut self, now: Instant, idle: Duration) -> usize {
-        let flushed = self.flushed_offset;
-        let mut closed = 0;
-        let segments = &mut self.segments;
-        self.files_open.retain(|&base| {
-            let Some(segment) = segments.find(base).and_then(|i| segments.get_mut(i)) else {
-                return false;
-            };
-            if segment.base_offset != base {
-                return false;
-            }
-            let Some(file) = &segment.file else {
-                return false;
-            };
-            // Held elsewhere = a fetch sending from it or a flush to come.
-            let unused = Rc::strong_count(file) == 1
-                && now.duration_since(segment.last_used.get()) >= idle
-                && segment.end_offset() <= flushed;
-            if unused {
-                segment.file = None;
-                closed += 1;
-            }
-            !unused
-        });
-        closed
+        self.forget_closed_files();
+        let idle: Vec<u64> = self
+            .closable_files()
+            .into_iter()
+            .filter(|&(used, _)| now.duration_since(used) >= idle)
+            .map(|(_, base)| base)
+            .collect();
+        idle.into_iter()
+            .filter(|&base| self.close_file(base))
+            .count()
     }
 
     /// Segment files open now.

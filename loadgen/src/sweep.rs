@@ -6,6 +6,13 @@
 //! Every run is an [`e2e`](crate::e2e::run) run (its loss / duplicate / order
 //! checks included); latency is measured from each message's intended send
 //! time, so a stall counts against every message it delayed.
+//!
+//! A tail measured once is one sample of a noisy figure: on a shared VM,
+//! identical 10 s runs at one rate gave publish p99 from 0.9 to 25 ms within
+//! minutes (`loadgen/results/2026-12-02-vm/rounds`). `rounds` runs every
+//! rate that many times, interleaved (every rate once, then again), so slow
+//! minutes of the machine fall on different rates, and reports each rate's
+//! median figures beside the runs; the chart draws the medians.
 
 use crate::chart::{self, Series};
 use crate::e2e::{self, E2eSpec};
@@ -72,6 +79,8 @@ pub struct SweepSpec {
     pub duration: Duration,
     /// Start of each run not counted.
     pub warmup: Duration,
+    /// Runs of every rate (at least 1), interleaved.
+    pub rounds: usize,
 }
 
 /// One fixed-rate run.
@@ -81,6 +90,8 @@ pub struct SweepPoint {
     pub acks: String,
     /// The rate asked for, as given ("50%" or a number).
     pub rate: String,
+    /// Which of the rounds (1-based); 0 in a median.
+    pub round: usize,
     /// Messages/s asked for.
     pub target_msgs_per_sec: f64,
     /// Messages/s received end to end.
@@ -104,6 +115,10 @@ pub struct SweepResult {
     pub maximum: Vec<(String, f64)>,
     /// Every fixed-rate run.
     pub points: Vec<SweepPoint>,
+    /// With more than one round: per ack mode and rate, the median of each
+    /// figure over the rounds (each percentile's own median; the counts of
+    /// lost, duplicated and out-of-order messages are sums).
+    pub medians: Vec<SweepPoint>,
 }
 
 fn acks_name(acks: AckMode) -> String {
@@ -115,6 +130,7 @@ pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
     let mut result = SweepResult {
         maximum: Vec::new(),
         points: Vec::new(),
+        medians: Vec::new(),
     };
     for &acks in &spec.acks {
         let name = acks_name(acks);
@@ -155,29 +171,96 @@ pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
         } else {
             0.0
         };
-        for rate in &spec.rates {
-            let target = match rate {
-                Rate::Fraction(f) => maximum * f,
-                Rate::Absolute(r) => *r,
-            };
-            let (outcome, summary) = e2e(Some(target.max(1.0)))?;
-            let total = |f: fn(&e2e::PartitionCheck) -> u64| outcome.checks.iter().map(f).sum();
-            let point = SweepPoint {
-                acks: name.clone(),
-                rate: rate.label(),
-                target_msgs_per_sec: target,
-                achieved_msgs_per_sec: summary.msgs_per_sec,
-                publish: outcome.publish,
-                e2e: summary.latency,
-                lost: total(|c| c.lost),
-                duplicated: total(|c| c.duplicated),
-                out_of_order: total(|c| c.out_of_order),
-            };
-            eprintln!("sweep: {}", row(&point));
-            result.points.push(point);
+        for round in 1..=spec.rounds.max(1) {
+            for rate in &spec.rates {
+                let target = match rate {
+                    Rate::Fraction(f) => maximum * f,
+                    Rate::Absolute(r) => *r,
+                };
+                let (outcome, summary) = e2e(Some(target.max(1.0)))?;
+                let total = |f: fn(&e2e::PartitionCheck) -> u64| outcome.checks.iter().map(f).sum();
+                let point = SweepPoint {
+                    acks: name.clone(),
+                    rate: rate.label(),
+                    round,
+                    target_msgs_per_sec: target,
+                    achieved_msgs_per_sec: summary.msgs_per_sec,
+                    publish: outcome.publish,
+                    e2e: summary.latency,
+                    lost: total(|c| c.lost),
+                    duplicated: total(|c| c.duplicated),
+                    out_of_order: total(|c| c.out_of_order),
+                };
+                eprintln!("sweep: {}", row(&point));
+                result.points.push(point);
+            }
         }
     }
+    if spec.rounds > 1 {
+        result.medians = medians(&result.points);
+    }
     Ok(result)
+}
+
+/// The median of each figure over the runs of one ack mode and rate, in
+/// the order the runs first came.
+fn medians(points: &[SweepPoint]) -> Vec<SweepPoint> {
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for p in points {
+        if !keys.contains(&(p.acks.as_str(), p.rate.as_str())) {
+            keys.push((p.acks.as_str(), p.rate.as_str()));
+        }
+    }
+    keys.into_iter()
+        .map(|(acks, rate)| {
+            let runs: Vec<&SweepPoint> = points
+                .iter()
+                .filter(|p| p.acks == acks && p.rate == rate)
+                .collect();
+            let of = |f: &dyn Fn(&SweepPoint) -> f64| median(runs.iter().map(|p| f(p)).collect());
+            let latency = |pick: fn(&SweepPoint) -> &Option<LatencySummary>| {
+                let all: Vec<&LatencySummary> =
+                    runs.iter().filter_map(|p| pick(p).as_ref()).collect();
+                if all.is_empty() {
+                    return None;
+                }
+                let m = |f: fn(&LatencySummary) -> f64| median(all.iter().map(|l| f(l)).collect());
+                Some(LatencySummary {
+                    count: all.iter().map(|l| l.count).sum(),
+                    avg_ms: m(|l| l.avg_ms),
+                    max_ms: m(|l| l.max_ms),
+                    p50_ms: m(|l| l.p50_ms),
+                    p95_ms: m(|l| l.p95_ms),
+                    p99_ms: m(|l| l.p99_ms),
+                    p999_ms: m(|l| l.p999_ms),
+                    curve: Vec::new(),
+                })
+            };
+            SweepPoint {
+                acks: acks.to_string(),
+                rate: rate.to_string(),
+                round: 0,
+                target_msgs_per_sec: of(&|p| p.target_msgs_per_sec),
+                achieved_msgs_per_sec: of(&|p| p.achieved_msgs_per_sec),
+                publish: latency(|p| &p.publish),
+                e2e: latency(|p| &p.e2e),
+                lost: runs.iter().map(|p| p.lost).sum(),
+                duplicated: runs.iter().map(|p| p.duplicated).sum(),
+                out_of_order: runs.iter().map(|p| p.out_of_order).sum(),
+            }
+        })
+        .collect()
+}
+
+/// The middle value (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 fn percentiles(latency: &Option<LatencySummary>) -> String {
@@ -192,9 +275,13 @@ fn percentiles(latency: &Option<LatencySummary>) -> String {
 
 fn row(point: &SweepPoint) -> String {
     format!(
-        "{:<8} {:>6} {:>11} {:>11}  {}  {}  {}/{}/{}",
+        "{:<8} {:>6} {:>6} {:>11} {:>11}  {}  {}  {}/{}/{}",
         point.acks,
         point.rate,
+        match point.round {
+            0 => "median".to_string(),
+            round => round.to_string(),
+        },
         chart::format_number(point.target_msgs_per_sec),
         chart::format_number(point.achieved_msgs_per_sec),
         percentiles(&point.publish),
@@ -215,9 +302,10 @@ pub fn table(result: &SweepResult) -> String {
         ));
     }
     out.push_str(&format!(
-        "{:<8} {:>6} {:>11} {:>11}  {:^31}  {:^31}  {}\n",
+        "{:<8} {:>6} {:>6} {:>11} {:>11}  {:^31}  {:^31}  {}\n",
         "acks",
         "rate",
+        "round",
         "target/s",
         "achieved/s",
         "publish p50 p99 p99.9 max (ms)",
@@ -228,17 +316,32 @@ pub fn table(result: &SweepResult) -> String {
         out.push_str(&row(point));
         out.push('\n');
     }
+    if !result.medians.is_empty() {
+        let rounds = result.points.iter().map(|p| p.round).max().unwrap_or(0);
+        out.push_str(&format!("median of {rounds} rounds:\n"));
+        for point in &result.medians {
+            out.push_str(&row(point));
+            out.push('\n');
+        }
+    }
     out
 }
 
 /// Latency against throughput: p50 and p99 of publish and end-to-end
 /// latency per ack mode (log scale).
 pub fn chart(result: &SweepResult) -> String {
+    // With rounds, a line through every run would zigzag between the
+    // rounds of one rate: the medians are drawn.
+    let drawn = if result.medians.is_empty() {
+        &result.points
+    } else {
+        &result.medians
+    };
     let mut series = Vec::new();
-    let mut modes: Vec<&str> = result.points.iter().map(|p| p.acks.as_str()).collect();
+    let mut modes: Vec<&str> = drawn.iter().map(|p| p.acks.as_str()).collect();
     modes.dedup();
     for mode in modes {
-        let points: Vec<&SweepPoint> = result.points.iter().filter(|p| p.acks == mode).collect();
+        let points: Vec<&SweepPoint> = drawn.iter().filter(|p| p.acks == mode).collect();
         let line = |name: &str, pick: &dyn Fn(&SweepPoint) -> Option<f64>| Series {
             name: format!("{mode} {name}"),
             points: points
@@ -251,8 +354,14 @@ pub fn chart(result: &SweepResult) -> String {
         series.push(line("e2e p50", &|p| Some(p.e2e.as_ref()?.p50_ms)));
     }
     series.retain(|s| !s.points.is_empty());
+    let title = match result.points.iter().map(|p| p.round).max() {
+        Some(rounds) if !result.medians.is_empty() => {
+            format!("latency against throughput (median of {rounds} fixed-rate e2e runs per rate)")
+        }
+        _ => "latency against throughput (fixed-rate e2e runs)".to_string(),
+    };
     chart::lines(
-        "latency against throughput (fixed-rate e2e runs)",
+        &title,
         "messages per second (achieved)",
         "latency, ms",
         &series,
@@ -263,6 +372,66 @@ pub fn chart(result: &SweepResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn point(rate: &str, round: usize, achieved: f64, p99: f64, lost: u64) -> SweepPoint {
+        let latency = LatencySummary {
+            count: 10,
+            avg_ms: p99 / 4.0,
+            max_ms: p99 * 2.0,
+            p50_ms: p99 / 5.0,
+            p95_ms: p99 / 2.0,
+            p99_ms: p99,
+            p999_ms: p99 * 1.5,
+            curve: vec![(50.0, p99 / 5.0)],
+        };
+        SweepPoint {
+            acks: "written".into(),
+            rate: rate.into(),
+            round,
+            target_msgs_per_sec: 1000.0,
+            achieved_msgs_per_sec: achieved,
+            publish: Some(latency.clone()),
+            e2e: Some(latency),
+            lost,
+            duplicated: 0,
+            out_of_order: 0,
+        }
+    }
+
+    #[test]
+    fn medians_take_each_figure_over_the_rounds_of_a_rate() {
+        // Rounds interleave the rates; one run of 50% hit a slow minute.
+        let points = vec![
+            point("10%", 1, 100.0, 0.6, 0),
+            point("50%", 1, 500.0, 25.0, 0),
+            point("10%", 2, 102.0, 0.8, 1),
+            point("50%", 2, 498.0, 0.9, 0),
+            point("10%", 3, 101.0, 0.7, 0),
+            point("50%", 3, 499.0, 1.2, 2),
+        ];
+        let m = medians(&points);
+        assert_eq!(
+            m.iter().map(|p| p.rate.as_str()).collect::<Vec<_>>(),
+            ["10%", "50%"]
+        );
+        let fifty = &m[1];
+        assert_eq!(fifty.round, 0);
+        assert_eq!(fifty.achieved_msgs_per_sec, 499.0);
+        let publish = fifty.publish.as_ref().unwrap();
+        assert_eq!(publish.p99_ms, 1.2, "the slow round is not the median");
+        assert_eq!(publish.max_ms, 2.4);
+        assert_eq!(publish.count, 30);
+        assert_eq!(m[0].lost + fifty.lost, 3, "losses are summed, never hidden");
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        let result = SweepResult {
+            maximum: vec![],
+            points,
+            medians: m,
+        };
+        let table = table(&result);
+        assert!(table.contains("median of 3 rounds:"), "{table}");
+        assert!(chart(&result).contains("median of 3"));
+    }
 
     #[test]
     fn rates_parse_as_percentages_or_numbers_and_bad_ones_are_refused() {

@@ -304,6 +304,11 @@ struct SweepArgs {
     /// Seconds at the start of each run that are not counted.
     #[arg(long, default_value_t = 2.0)]
     warmup: f64,
+    /// Runs of every rate, interleaved (all rates once, then again); with
+    /// more than one, the table adds each rate's medians and the chart
+    /// draws them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
     /// Partitions of the topics.
     #[arg(long, default_value_t = 1)]
     partitions: u32,
@@ -631,6 +636,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .collect::<anyhow::Result<_>>()?,
                 duration: Duration::from_secs_f64(args.duration),
                 warmup: Duration::from_secs_f64(args.warmup),
+                rounds: args.rounds as usize,
             };
             let result = sweep::run(&spec)?;
             print!("{}", sweep::table(&result));

@@ -438,3 +438,61 @@ fn a_sweep_reports_latency_percentiles_per_rate_and_ack_mode() {
         "the chart has its series"
     );
 }
+
+/// `loadgen sweep --rounds`: every rate runs that many times, interleaved,
+/// and the report adds each rate's medians; a round count of 0 is refused
+/// before anything runs.
+#[test]
+fn a_sweep_with_rounds_runs_each_rate_again_and_reports_medians() {
+    let broker = Broker::start(BrokerOptions::default());
+    let dir = TempDir::new("sweep-rounds");
+    let report_json = dir.path().join("sweep.json");
+    let (stdout, _) = loadgen(&[
+        "--brokers",
+        &broker.address(),
+        "sweep",
+        "--rates",
+        "1000,3000",
+        "--acks",
+        "written",
+        "--rounds",
+        "2",
+        "--duration",
+        "1",
+        "--warmup",
+        "0.3",
+        "--json",
+        report_json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("median of 2 rounds:"), "{stdout}");
+    let report = json(&report_json);
+    let points = report["result"]["points"].as_array().unwrap();
+    let order: Vec<(String, u64)> = points
+        .iter()
+        .map(|p| {
+            (
+                p["rate"].as_str().unwrap().to_string(),
+                p["round"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [("1000", 1), ("3000", 1), ("1000", 2), ("3000", 2)].map(|(r, n)| (r.to_string(), n)),
+        "rounds interleave the rates"
+    );
+    let medians = report["result"]["medians"].as_array().unwrap();
+    assert_eq!(medians.len(), 2, "{report:#}");
+    for m in medians {
+        has(m, "publish.p99_ms");
+        assert_eq!(m["round"], 0);
+        assert_eq!(m["lost"], 0, "{m:#}");
+    }
+    let output = Command::new(binary("loadgen"))
+        .args(["--brokers", &broker.address(), "sweep", "--rounds", "0"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--rounds"), "{stderr}");
+}

@@ -114,6 +114,16 @@ pub struct Config {
     /// TLS: CA certificates (PEM) a client's certificate must be signed by;
     /// set, a client without one is refused in the handshake.
     pub tls_client_ca: Option<PathBuf>,
+    /// While a consumer's fetch waits at a partition's flushed end, the
+    /// partition's appends are flushed within `waiting_fetch_flush_us`, so
+    /// tailing consumers see messages after a few milliseconds instead of
+    /// after `flush_interval_ms`; partitions nobody waits on keep the
+    /// topics' flush policy. `false` keeps the policy alone.
+    pub flush_for_waiting_fetches: bool,
+    /// The longest an append waits for its flush while a fetch waits for
+    /// it (0 = at once). A partition's tailing consumers cost it at most one
+    /// flush round per this interval, however fast producers append.
+    pub waiting_fetch_flush_us: u64,
     /// Topic defaults.
     pub topic_defaults: TopicDefaults,
     /// etcd endpoints (`http://host:port`); empty = standalone.
@@ -155,6 +165,8 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            flush_for_waiting_fetches: true,
+            waiting_fetch_flush_us: 2_000,
             topic_defaults: TopicDefaults::default(),
             etcd: Vec::new(),
             cluster: "ringlog".into(),
@@ -229,6 +241,12 @@ impl Config {
             return Err(ConfigError(format!(
                 "connection_inflight_bytes_max must be {frame}..=2^40 (at least one largest request), got {}",
                 self.connection_inflight_bytes_max
+            )));
+        }
+        if self.waiting_fetch_flush_us > 60_000_000 {
+            return Err(ConfigError(format!(
+                "waiting_fetch_flush_us must be 0..=60000000 (a minute), got {}",
+                self.waiting_fetch_flush_us
             )));
         }
         if !(64..=1 << 30).contains(&self.fd_reserve) {
@@ -335,6 +353,9 @@ impl Config {
             flush_interval_ms: pick(overrides.flush_interval_ms, d.flush_interval_ms),
             retention_ms: pick(overrides.retention_ms, d.retention_ms),
             retention_bytes: pick(overrides.retention_bytes, d.retention_bytes),
+            waiting_fetch_flush: self.flush_for_waiting_fetches.then_some(
+                std::time::Duration::from_micros(self.waiting_fetch_flush_us),
+            ),
         };
         let min = self.segment_bytes_min;
         let max = crate::limits::SEGMENT_BYTES_MAX;
@@ -387,5 +408,30 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("segment_bytes_min must be 1024.."));
+    }
+
+    #[test]
+    fn the_waiting_fetch_flush_reaches_the_logs_and_is_bounded() {
+        let config = Config::default();
+        let settings = config.topic_settings(&TopicSettings::default()).unwrap();
+        assert_eq!(
+            settings.waiting_fetch_flush,
+            Some(std::time::Duration::from_millis(2))
+        );
+        let off = Config {
+            flush_for_waiting_fetches: false,
+            ..Config::default()
+        };
+        let settings = off.topic_settings(&TopicSettings::default()).unwrap();
+        assert_eq!(settings.waiting_fetch_flush, None);
+        let hour = Config {
+            waiting_fetch_flush_us: 3_600_000_000,
+            ..Config::default()
+        };
+        let refused = hour.validate().unwrap_err().to_string();
+        assert!(
+            refused.contains("waiting_fetch_flush_us must be 0..=60000000"),
+            "{refused}"
+        );
     }
 }

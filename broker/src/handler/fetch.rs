@@ -61,6 +61,9 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
         )));
     }
     Ok(Dispatched::Later(Box::pin(async move {
+        // Held for the wait: a consumer at the end gets new messages after
+        // one flush, not after the topic's flush interval.
+        let waiting = partition_log::fetch_waits(&log);
         let watermarks = log.borrow().watermarks();
         let caught_up = watermarks.wait_until(|| {
             let l = log.borrow();
@@ -71,6 +74,7 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
             glommio::timer::sleep(Duration::from_millis(u64::from(wait_ms))),
         )
         .await;
+        drop(waiting);
         let started = Instant::now();
         if log.borrow().deleted() {
             return Some(

@@ -613,6 +613,7 @@ fn settings() -> impl Strategy<Value = LogSettings> {
                 flush_interval_ms: 3_600_000,
                 retention_ms: 7 * 24 * 3_600_000,
                 retention_bytes,
+                waiting_fetch_flush: None,
             },
         )
 }

@@ -97,6 +97,12 @@ pub struct LogSettings {
     pub retention_ms: u64,
     /// Delete the oldest closed segments while the log is larger (0 = off).
     pub retention_bytes: u64,
+    /// While a fetch waits at the flushed end for new messages, appends are
+    /// flushed at most this long after they arrive (zero: at once, as for
+    /// a flushed produce), so a tailing consumer sees messages after about
+    /// one fdatasync, not after the policy's interval. `None`: the policy
+    /// alone, whoever waits.
+    pub waiting_fetch_flush: Option<std::time::Duration>,
 }
 
 /// Bytes appended but not yet written, all for one segment.
@@ -197,6 +203,11 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     /// An fdatasync round is in flight (its own task, beside the writer).
     flush_running: bool,
     flush_requested: bool,
+    /// Fetches waiting for messages past the flushed end (see
+    /// [`LogSettings::waiting_fetch_flush`]).
+    fetches_waiting: usize,
+    /// A flush for the waiting fetches is due (its timer runs).
+    waiting_fetch_flush_due: bool,
     /// The end offset flushed acknowledgements (and `sync_all`) wait for: a
     /// round that covers less (their bytes were still being written) leaves
     /// the request standing for the next round. The policy's requests do
@@ -326,6 +337,8 @@ impl<S: Storage> PartitionLog<S> {
             sync_running: false,
             flush_running: false,
             flush_requested: false,
+            fetches_waiting: 0,
+            waiting_fetch_flush_due: false,
             flush_wanted: 0,
             poisoned: None,
             deleted: false,
@@ -1013,6 +1026,7 @@ pub fn append<S: Storage>(
     } else if chunk_full || acks == AckMode::Written {
         request_sync(log, false);
     }
+    flush_for_waiting_fetches(log);
     Ok(Appended { base, end, epoch })
 }
 
@@ -1139,6 +1153,76 @@ fn start_flush<S: Storage>(log: &Shared<S>) {
     let storage = l.storage.clone();
     drop(l);
     storage.spawn(run_flush(log.clone(), round));
+}
+
+/// A fetch waiting at the flushed end (it found nothing flushed to read):
+/// while it is held, what is appended beyond the flushed end — already, or
+/// while it waits — is flushed within the settings' delay
+/// ([`LogSettings::waiting_fetch_flush`]). Dropping it ends the wait.
+pub struct WaitingFetch<S: Storage> {
+    log: Shared<S>,
+}
+
+impl<S: Storage> Drop for WaitingFetch<S> {
+    fn drop(&mut self) {
+        let mut l = self.log.borrow_mut();
+        l.fetches_waiting = l.fetches_waiting.saturating_sub(1);
+    }
+}
+
+/// Registers a fetch waiting at the flushed end; see [`WaitingFetch`].
+pub fn fetch_waits<S: Storage>(log: &Shared<S>) -> WaitingFetch<S> {
+    log.borrow_mut().fetches_waiting += 1;
+    flush_for_waiting_fetches(log);
+    WaitingFetch { log: log.clone() }
+}
+
+/// While fetches wait and appended bytes are not flushed, makes sure a
+/// flush of them is asked for within the settings' delay: at once, or by
+/// a timer that one append arms for all that follow it (so a tailing
+/// consumer costs at most one flush round per delay, however fast the
+/// producers append).
+fn flush_for_waiting_fetches<S: Storage>(log: &Shared<S>) {
+    let delay = {
+        let mut l = log.borrow_mut();
+        let Some(delay) = l.settings.waiting_fetch_flush else {
+            return;
+        };
+        if l.fetches_waiting == 0
+            || l.waiting_fetch_flush_due
+            || l.end_offset <= l.flushed_offset
+            || l.poisoned.is_some()
+        {
+            return;
+        }
+        if delay.is_zero() {
+            l.flush_wanted = l.flush_wanted.max(l.end_offset);
+            drop(l);
+            request_sync(log, true);
+            return;
+        }
+        l.waiting_fetch_flush_due = true;
+        delay
+    };
+    let storage = log.borrow().storage.clone();
+    let log = log.clone();
+    storage.spawn(async move {
+        glommio::timer::sleep(delay).await;
+        let flush = {
+            let mut l = log.borrow_mut();
+            l.waiting_fetch_flush_due = false;
+            // Whoever still waits, and whatever is unflushed by now: the
+            // fetch that armed it may have been answered meanwhile.
+            let flush = l.fetches_waiting > 0 && l.end_offset > l.flushed_offset;
+            if flush {
+                l.flush_wanted = l.flush_wanted.max(l.end_offset);
+            }
+            flush
+        };
+        if flush {
+            request_sync(&log, true);
+        }
+    });
 }
 
 /// Writes and flushes everything appended so far and waits for it (graceful
@@ -1463,6 +1547,7 @@ mod tests {
             flush_interval_ms: 1_000_000,
             retention_ms: 7 * 24 * 3600 * 1000,
             retention_bytes: 0,
+            waiting_fetch_flush: Some(std::time::Duration::from_millis(1)),
         }
     }
 
@@ -1535,6 +1620,67 @@ mod tests {
                     end: 29
                 })
             ));
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
+    /// A flush policy of ~17 minutes, `acks = written` appends: only a fetch
+    /// waiting at the end makes them flushed (visible) within the waiting-
+    /// fetch delay (200 ms here), first what was there when it began to
+    /// wait, then every later append; once it stops waiting, the policy
+    /// alone decides again. (Turned off: the
+    /// integration test `produce_consume::a_consumer_at_the_end_sees_messages_after_one_flush`.)
+    #[test]
+    fn a_waiting_fetch_has_appends_flushed_within_its_delay() {
+        run(|| async {
+            let dir = temp_dir("waiting-fetch");
+            let delay = std::time::Duration::from_millis(200);
+            let (log, _) = PartitionLog::open(
+                DiskStorage::plain(),
+                &dir,
+                "t-0",
+                LogSettings {
+                    waiting_fetch_flush: Some(delay),
+                    ..settings(1 << 20)
+                },
+            )
+            .await
+            .unwrap();
+            let log = Rc::new(RefCell::new(log));
+            let watermarks = log.borrow().watermarks();
+            let first = append(&log, &message(b"before"), 1, AckMode::Written).unwrap();
+            stored(&log, first, AckMode::Written).await.unwrap();
+            assert_eq!(log.borrow().flushed_offset(), 0, "the policy waits");
+            // Within 5 s, or never: the policy's interval is 1,000 s.
+            let flushed_to = |end: u64| {
+                let (log, watermarks) = (log.clone(), watermarks.clone());
+                futures_lite::future::or(
+                    async move {
+                        watermarks
+                            .wait_until(|| log.borrow().flushed_offset() == end)
+                            .await;
+                        true
+                    },
+                    async {
+                        glommio::timer::sleep(std::time::Duration::from_secs(5)).await;
+                        false
+                    },
+                )
+            };
+            let waiting = fetch_waits(&log);
+            assert_eq!(log.borrow().flushed_offset(), 0, "a timer, not at once");
+            assert!(flushed_to(first.end).await, "what the fetch waits for");
+            let second = append(&log, &message(b"during"), 1, AckMode::Written).unwrap();
+            assert!(flushed_to(second.end).await, "an append during the wait");
+            drop(waiting);
+            let third = append(&log, &message(b"after"), 1, AckMode::Written).unwrap();
+            stored(&log, third, AckMode::Written).await.unwrap();
+            glommio::timer::sleep(delay * 2).await;
+            assert_eq!(
+                log.borrow().flushed_offset(),
+                second.end,
+                "nobody waits: the policy decides again"
+            );
             std::fs::remove_dir_all(&dir).unwrap();
         });
     }

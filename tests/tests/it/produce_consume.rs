@@ -403,3 +403,66 @@ fn an_offset_inside_the_last_message_is_an_error_not_a_hang() {
     assert_eq!(next.len(), 1);
     assert_eq!(next[0].value, b"y");
 }
+
+/// A tailing consumer (a fetch waiting at the flushed end) gets `acks =
+/// written` messages after one flush, though the topic's policy flushes
+/// only after an hour: what was appended before it began to wait, and what
+/// is appended while it waits. With `flush_for_waiting_fetches = false` the
+/// policy alone decides, and the same wait ends empty.
+#[test]
+fn a_consumer_at_the_end_sees_messages_after_one_flush() {
+    let hour = codec::TopicSettings {
+        flush_interval_ms: 3_600_000,
+        flush_messages: 1_000_000,
+        ..Default::default()
+    };
+    for flush_for_waiting_fetches in [true, false] {
+        let broker = Broker::start(BrokerOptions {
+            config_toml: format!("flush_for_waiting_fetches = {flush_for_waiting_fetches}\n"),
+            ..BrokerOptions::default()
+        });
+        let client = broker.client();
+        client.create_topic("tail", 1, &hour).unwrap();
+        let mut producer = producer(&client, "tail", AckMode::Written, 1);
+        producer.send_to(0, None, &numbered_payload(0, 50)).unwrap();
+        producer.flush().unwrap();
+        let mut consumer = Consumer::new(&client, "tail", 0, 0).unwrap();
+        // Long enough that only the feature can end the wait with a message
+        // (the broker caps a wait; this is well under the cap).
+        consumer.set_max_wait_ms(if flush_for_waiting_fetches {
+            10_000
+        } else {
+            1_000
+        });
+        let tail = std::thread::spawn(move || {
+            let mut values = Vec::new();
+            for _ in 0..2 {
+                consumer
+                    .poll_with(|m| values.push(m.value.to_vec()))
+                    .unwrap();
+            }
+            values
+        });
+        // The second message arrives while the consumer's next fetch waits
+        // (or, if it is not waiting yet, before; either way it must flush).
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        producer.send_to(0, None, &numbered_payload(1, 50)).unwrap();
+        producer.flush().unwrap();
+        let values = tail.join().unwrap();
+        if flush_for_waiting_fetches {
+            assert_eq!(
+                values.len(),
+                2,
+                "both messages reached the waiting consumer"
+            );
+            for (i, value) in values.iter().enumerate() {
+                assert_eq!(check_numbered_payload(value, 50), i as u64);
+            }
+        } else {
+            assert!(
+                values.is_empty(),
+                "without it, an hour's policy keeps both unflushed"
+            );
+        }
+    }
+}

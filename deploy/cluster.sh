@@ -15,7 +15,8 @@
 # default 1), ETCD_PORT (2379), BROKER_BASE_PORT (19000).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="$root/target/release"
+# Where cargo puts the binaries (CARGO_TARGET_DIR when set).
+bin="${CARGO_TARGET_DIR:-$root/target}/release"
 dir="${RINGLOG_CLUSTER_DIR:-/tmp/ringlog-cluster}"
 etcd_port="${ETCD_PORT:-2379}"
 base="${BROKER_BASE_PORT:-19000}"

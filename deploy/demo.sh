@@ -8,7 +8,8 @@
 # land in ./loadgen-paper/.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="$root/target/release"
+# Where cargo puts the binaries (CARGO_TARGET_DIR when set).
+bin="${CARGO_TARGET_DIR:-$root/target}/release"
 if [[ ! -x "$bin/broker" || ! -x "$bin/ringlog" || ! -x "$bin/loadgen" ]]; then
     (cd "$root" && cargo build --release --bins)
 fi

@@ -593,6 +593,12 @@ impl<S: Storage> PartitionLog<S> {
         self.end_offset - self.written_offset
     }
 
+    /// Asks the flush rounds to cover everything appended so far (a flushed
+    /// produce asks only up to its own end).
+    fn want_flushed_to_end(&mut self) {
+        self.flush_wanted = self.flush_wanted.max(self.end_offset);
+    }
+
     /// True when enough messages wait for a flush (the count half of the policy).
     pub fn flush_count_due(&self) -> bool {
         self.appended_messages - self.flushed_messages >= self.settings.flush_messages
@@ -1196,7 +1202,7 @@ fn flush_for_waiting_fetches<S: Storage>(log: &Shared<S>) {
             return;
         }
         if delay.is_zero() {
-            l.flush_wanted = l.flush_wanted.max(l.end_offset);
+            l.want_flushed_to_end();
             drop(l);
             request_sync(log, true);
             return;
@@ -1215,7 +1221,7 @@ fn flush_for_waiting_fetches<S: Storage>(log: &Shared<S>) {
             // fetch that armed it may have been answered meanwhile.
             let flush = l.fetches_waiting > 0 && l.end_offset > l.flushed_offset;
             if flush {
-                l.flush_wanted = l.flush_wanted.max(l.end_offset);
+                l.want_flushed_to_end();
             }
             flush
         };
@@ -1230,7 +1236,7 @@ fn flush_for_waiting_fetches<S: Storage>(log: &Shared<S>) {
 pub async fn sync_all<S: Storage>(log: &Shared<S>) -> Result<(), StorageError> {
     let (target, epoch) = {
         let mut l = log.borrow_mut();
-        l.flush_wanted = l.flush_wanted.max(l.end_offset);
+        l.want_flushed_to_end();
         (l.end_offset, l.epoch)
     };
     request_sync(log, true);

@@ -1691,6 +1691,54 @@ mod tests {
         });
     }
 
+    /// A client that keeps a fetch waiting and appends as fast as it can
+    /// gets no more than one flush round per delay: 300 appends, one every
+    /// millisecond, under a 50 ms delay (flushing at once would be a round
+    /// per append).
+    #[test]
+    fn a_waiting_fetch_costs_at_most_one_flush_round_per_delay() {
+        run(|| async {
+            let dir = temp_dir("waiting-fetch-bound");
+            let delay = std::time::Duration::from_millis(50);
+            let storage = DiskStorage::plain();
+            let (log, _) = PartitionLog::open(
+                storage.clone(),
+                &dir,
+                "t-0",
+                LogSettings {
+                    waiting_fetch_flush: Some(delay),
+                    ..settings(1 << 20)
+                },
+            )
+            .await
+            .unwrap();
+            let log = Rc::new(RefCell::new(log));
+            let syncs = || storage.driver().stats().syncs.get();
+            let before = syncs();
+            let started = std::time::Instant::now();
+            let _waiting = fetch_waits(&log);
+            let mut last = None;
+            for i in 0..300u32 {
+                let value = i.to_le_bytes();
+                last = Some(append(&log, &message(&value), 1, AckMode::Written).unwrap());
+                glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            let end = last.unwrap().end;
+            let watermarks = log.borrow().watermarks();
+            watermarks
+                .wait_until(|| log.borrow().flushed_offset() == end)
+                .await;
+            let rounds_allowed = (started.elapsed().as_millis() / delay.as_millis()) as u64 + 2;
+            // A round syncs the segment file, and the first also its directory.
+            let synced = syncs() - before;
+            assert!(
+                synced <= 2 * rounds_allowed,
+                "{synced} files synced for at most {rounds_allowed} rounds"
+            );
+            std::fs::remove_dir_all(&dir).unwrap();
+        });
+    }
+
     #[test]
     fn segments_roll_at_the_size_limit_and_reads_stop_at_segment_ends() {
         run(|| async {

@@ -597,6 +597,29 @@ mod tests {
         });
     }
 
+    /// A lane's answer is never lost, even when the waiting task is polled
+    /// again while the thread sends it and drops its end of the reply
+    /// channel: flume 0.10's `recv_async` could then report the channel
+    /// disconnected and drop the answer (zesterer/flume#120), which made a
+    /// fetch fail with "the disk driver's open thread is gone" (CI, stop 17).
+    #[test]
+    fn a_lane_never_loses_an_answer_to_a_task_polled_while_it_is_sent() {
+        run(|| async {
+            let lane = Lane::start("test-lane".into(), |jobs: Vec<u32>, _| jobs).unwrap();
+            for i in 0..200_000u32 {
+                // A second future that wakes the task at every poll, so the
+                // reply is polled for over and over while the thread works.
+                let spin = async {
+                    loop {
+                        futures_lite::future::yield_now().await;
+                    }
+                };
+                let answer = futures_lite::future::or(lane.run(vec![i], None), spin).await;
+                assert_eq!(answer, Some(vec![i]), "round {i}: the answer was lost");
+            }
+        });
+    }
+
     /// Files open on the driver's thread, created only when asked.
     #[test]
     fn files_open_on_the_open_thread_and_are_created_only_when_asked() {

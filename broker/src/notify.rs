@@ -30,6 +30,15 @@ impl Notify {
         }
     }
 
+    /// Wakes `waker` on the next notification (for a poll function that
+    /// checks its own condition).
+    pub fn register(&self, waker: &Waker) {
+        let mut waiters = self.waiters.borrow_mut();
+        if !waiters.iter().any(|w| w.will_wake(waker)) {
+            waiters.push(waker.clone());
+        }
+    }
+
     /// Resolves once `ready()` returns true, checking it now and after every
     /// notification.
     pub async fn wait_until(&self, mut ready: impl FnMut() -> bool) {
@@ -37,10 +46,7 @@ impl Notify {
             if ready() {
                 return Poll::Ready(());
             }
-            let mut waiters = self.waiters.borrow_mut();
-            if !waiters.iter().any(|w| w.will_wake(cx.waker())) {
-                waiters.push(cx.waker().clone());
-            }
+            self.register(cx.waker());
             Poll::Pending
         })
         .await

@@ -13,8 +13,12 @@
 use crate::stats::Stats;
 use crate::workload::{ensure_topic, existing_partitions, pace, paces_whole_batches, Length};
 use anyhow::Context;
-use protocol::client::{AckMode, Consumer, OffsetSpec, Partitioner, Producer, ProducerConfig};
+use protocol::client::{
+    AckMode, OffsetSpec, Partitioner, Producer, ProducerConfig, Start, TopicConsumer,
+    TopicConsumerConfig,
+};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -149,13 +153,25 @@ pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<E2eOutcome> {
     let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
     let consumers = spec.consumers.clamp(1, partitions as usize);
     // Consumers start where this run's messages will begin: the end offset,
-    // which may lie above the flushed (visible) offset.
-    let mut groups: Vec<Vec<Consumer>> = (0..consumers).map(|_| Vec::new()).collect();
+    // which may lie above the flushed (visible) offset. Each reads its
+    // partitions through one TopicConsumer, which keeps a fetch in flight on
+    // every one of them: polling them in turn would make a message wait for
+    // the long-polls of the partitions before it.
+    let mut starts: Vec<BTreeMap<u32, u64>> = (0..consumers).map(|_| BTreeMap::new()).collect();
     for p in 0..partitions {
         let (_, offsets) = client.list_offsets(&spec.topic, p, OffsetSpec::Latest, 0)?;
-        let mut consumer = Consumer::new(&client, &spec.topic, p, offsets.end_offset)?;
-        consumer.set_max_wait_ms(50);
-        groups[p as usize % consumers].push(consumer);
+        starts[p as usize % consumers].insert(p, offsets.end_offset);
+    }
+    let mut groups = Vec::with_capacity(consumers);
+    for start in starts {
+        let owned: Vec<u32> = start.keys().copied().collect();
+        groups.push(TopicConsumer::for_partitions(
+            &client,
+            &spec.topic,
+            &owned,
+            Start::At(start),
+            TopicConsumerConfig::default(),
+        )?);
     }
     let shared = Arc::new(Shared {
         trackers: Mutex::new((0..partitions).map(|_| Tracker::default()).collect()),
@@ -346,7 +362,7 @@ fn produce(
 /// One consumer: polls its partitions until every sent message is seen
 /// after the producers end, or nothing new arrives for `grace`.
 fn consume(
-    mut group: Vec<Consumer>,
+    mut consumer: TopicConsumer,
     shared: &Shared,
     stats: &Stats,
     grace: Duration,
@@ -354,25 +370,18 @@ fn consume(
     let mut quiet_since: Option<Instant> = None;
     loop {
         let mut got = 0u64;
-        for consumer in &mut group {
-            let mut stamps = Vec::new();
-            consumer.poll_with(|m| {
-                if m.value.len() >= STAMP_BYTES {
-                    let seq = u64::from_le_bytes(m.value[0..8].try_into().unwrap_or_default());
-                    let partition =
-                        u32::from_le_bytes(m.value[8..12].try_into().unwrap_or_default());
-                    let sent_ns =
-                        u64::from_le_bytes(m.value[12..20].try_into().unwrap_or_default());
-                    stamps.push((seq, partition, sent_ns, m.value.len()));
-                }
-            })?;
-            let now = now_ns();
+        let messages = consumer.poll(Duration::from_millis(50))?;
+        let now = now_ns();
+        {
             let mut trackers = shared.trackers.lock().unwrap_or_else(|p| p.into_inner());
-            for (seq, partition, sent_ns, len) in stamps {
+            for m in messages.iter().filter(|m| m.value.len() >= STAMP_BYTES) {
+                let seq = u64::from_le_bytes(m.value[0..8].try_into().unwrap_or_default());
+                let partition = u32::from_le_bytes(m.value[8..12].try_into().unwrap_or_default());
+                let sent_ns = u64::from_le_bytes(m.value[12..20].try_into().unwrap_or_default());
                 if let Some(tracker) = trackers.get_mut(partition as usize) {
                     tracker.observe(seq);
                 }
-                stats.add(1, len as u64);
+                stats.add(1, m.value.len() as u64);
                 stats.record_latency(Duration::from_nanos(now.saturating_sub(sent_ns)), 1);
                 got += 1;
             }

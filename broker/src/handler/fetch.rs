@@ -1,7 +1,9 @@
 //! Fetch: describe up to `max_bytes` of flushed log at an offset and let the
 //! connection send them with sendfile. Waits up to `max_wait_ms` when the
-//! consumer is caught up (a long-poll, so tailing consumers do not spin).
+//! consumer is caught up (a long-poll, so tailing consumers do not spin),
+//! less when its connection has a later answer ready (see `give_way.rs`).
 
+use super::give_way::GiveWay;
 use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
 use crate::limits::{FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::shard::{Owner, Shard};
@@ -24,7 +26,12 @@ pub fn offsets_of(log: &SharedLog) -> PartitionOffsets {
 }
 
 /// Handles a Fetch request.
-pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispatched, Failure> {
+pub fn handle(
+    shard: &Rc<Shard>,
+    give_way: &Rc<GiveWay>,
+    request_id: u32,
+    header: &[u8],
+) -> Result<Dispatched, Failure> {
     let request =
         verify::<wire::FetchRequest>(header).map_err(|e| invalid_header(Api::Fetch, e))?;
     let topic_name = request.topic().unwrap_or_default();
@@ -60,6 +67,7 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
             &shard, &log, offset, slice, started,
         )));
     }
+    let give_way = give_way.clone();
     Ok(Dispatched::Later(Box::pin(async move {
         // Held for the wait: a consumer at the end gets new messages after
         // one flush, not after the topic's flush interval.
@@ -69,9 +77,10 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
             let l = log.borrow();
             l.flushed_offset() > offset || l.poisoned().is_some()
         });
+        let timed_out = glommio::timer::sleep(Duration::from_millis(u64::from(wait_ms)));
         futures_lite::future::or(
             caught_up,
-            glommio::timer::sleep(Duration::from_millis(u64::from(wait_ms))),
+            futures_lite::future::or(timed_out, give_way.asked(request_id)),
         )
         .await;
         drop(waiting);

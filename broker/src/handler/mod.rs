@@ -7,6 +7,7 @@
 //! or not at all (a successful `acks = none` produce, as in the paper).
 
 pub mod fetch;
+pub mod give_way;
 pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
@@ -16,6 +17,7 @@ pub mod topics;
 use crate::shard::forward::ShardMsg;
 use crate::shard::{LocateError, Owner, Shard};
 use crate::storage::{FetchSlice, StorageError};
+use give_way::GiveWay;
 use protocol::frame::{Api, API_VERSION};
 use protocol::types::{BrokerId, PartitionId};
 use protocol::ErrorCode;
@@ -283,16 +285,26 @@ pub fn with_builder(
     build(&mut fbb)
 }
 
-/// Dispatches one request frame (already split into header and payload).
-pub fn dispatch(
-    shard: &Rc<Shard>,
-    api: u16,
-    version: u16,
-    request_id: u32,
-    header: &[u8],
-    payload: &[u8],
-) -> Dispatched {
-    dispatch_once(shard, api, version, request_id, header, payload, true)
+/// One request as the handlers see it: its frame, split into header and
+/// payload.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    /// The frame's api number (not yet checked).
+    pub api: u16,
+    /// The frame's api version (not yet checked).
+    pub version: u16,
+    /// The client's id for it, echoed in the response.
+    pub request_id: u32,
+    /// The flatbuffers header.
+    pub header: &'a [u8],
+    /// The bytes after the header (a produce's message set).
+    pub payload: &'a [u8],
+}
+
+/// Dispatches one request. `give_way` is its connection's (see
+/// `give_way.rs`).
+pub fn dispatch(shard: &Rc<Shard>, give_way: &Rc<GiveWay>, request: Request<'_>) -> Dispatched {
+    dispatch_once(shard, give_way, request, true)
 }
 
 /// A cluster member learns other brokers' topics from a watch, a moment
@@ -303,15 +315,13 @@ pub fn dispatch(
 /// again, once.
 fn refresh_then_retry(
     shard: &Rc<Shard>,
-    api: u16,
-    version: u16,
-    request_id: u32,
-    header: &[u8],
-    payload: &[u8],
+    give_way: &Rc<GiveWay>,
+    request: Request<'_>,
     failure: Failure,
 ) -> Dispatched {
-    let (header, payload) = (header.to_vec(), payload.to_vec());
-    let shard = shard.clone();
+    let (api, version, request_id) = (request.api, request.version, request.request_id);
+    let (header, payload) = (request.header.to_vec(), request.payload.to_vec());
+    let (shard, give_way) = (shard.clone(), give_way.clone());
     Dispatched::Later(Box::pin(async move {
         let (reply, refreshed) = flume::bounded(1);
         let asked = shard
@@ -325,7 +335,14 @@ fn refresh_then_retry(
         if !asked || refreshed.recv_async().await.is_err() {
             return Some(failure.response(api));
         }
-        match dispatch_once(&shard, api, version, request_id, &header, &payload, false) {
+        let again = Request {
+            api,
+            version,
+            request_id,
+            header: &header,
+            payload: &payload,
+        };
+        match dispatch_once(&shard, &give_way, again, false) {
             Dispatched::Silent => None,
             Dispatched::Ready(response) => Some(response),
             Dispatched::Later(later) => later.await,
@@ -339,13 +356,17 @@ fn refresh_then_retry(
 
 fn dispatch_once(
     shard: &Rc<Shard>,
-    api: u16,
-    version: u16,
-    request_id: u32,
-    header: &[u8],
-    payload: &[u8],
+    give_way: &Rc<GiveWay>,
+    request: Request<'_>,
     may_refresh: bool,
 ) -> Dispatched {
+    let Request {
+        api,
+        version,
+        request_id,
+        header,
+        payload,
+    } = request;
     crate::metrics::bump(&shard.metrics.counters.requests_total, 1);
     let Some(known) = Api::from_u16(api) else {
         return fail(
@@ -388,7 +409,7 @@ fn dispatch_once(
     }
     let result = match known {
         Api::Produce => produce::handle(shard, request_id, header, payload),
-        Api::Fetch => fetch::handle(shard, request_id, header),
+        Api::Fetch => fetch::handle(shard, give_way, request_id, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),
         Api::Metadata => metadata::handle(shard, header),
         Api::CreateTopic => topics::handle_create(shard, header),
@@ -421,7 +442,7 @@ fn dispatch_once(
                     Api::Produce | Api::Fetch | Api::ListOffsets | Api::Metadata
                 ) =>
         {
-            refresh_then_retry(shard, api, version, request_id, header, payload, failure)
+            refresh_then_retry(shard, give_way, request, failure)
         }
         Err(failure) => fail(shard, api, failure),
     }
@@ -531,7 +552,17 @@ pub fn serve_forwarded(
     else {
         return None;
     };
-    match dispatch(shard, api, version, request_id, &header, &payload) {
+    let request = Request {
+        api,
+        version,
+        request_id,
+        header: &header,
+        payload: &payload,
+    };
+    // Nothing on this shard writes the answer in order with others: a
+    // forwarded fetch waits out its time (see give_way.rs).
+    let give_way = Rc::new(GiveWay::default());
+    match dispatch(shard, &give_way, request) {
         Dispatched::Silent => {}
         Dispatched::Throttle(until) => return Some(until),
         Dispatched::Ready(response) => {

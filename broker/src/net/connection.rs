@@ -6,10 +6,12 @@
 //! queues what the handler returned. The *writer* takes the queue in order,
 //! awaits responses that are not ready yet (acknowledgements, long-polls,
 //! forwarded requests), batches small responses into one write and sends
-//! fetch payloads with sendfile. At most `max_inflight_requests` responses
-//! and `connection_inflight_bytes_max` bytes (request frames still awaiting
-//! answers, response headers not yet written) wait; past either the reader
-//! stops reading and TCP pushes back.
+//! fetch payloads with sendfile. While it waits on a fetch long-poll it
+//! keeps polling the answers behind it, and asks the fetch to give way as
+//! soon as one is ready (see `handler/give_way.rs`). At most
+//! `max_inflight_requests` responses and `connection_inflight_bytes_max`
+//! bytes (request frames still awaiting answers, response headers not yet
+//! written) wait; past either the reader stops reading and TCP pushes back.
 //!
 //! Bad input: an oversized or malformed frame prefix is answered with an
 //! error and the connection is closed (the stream cannot be resynchronised);
@@ -27,7 +29,8 @@
 
 use super::cold;
 use super::sendfile::{self, Sent};
-use crate::handler::{self, Dispatched, Later, Payload, Response};
+use crate::handler::give_way::GiveWay;
+use crate::handler::{self, Dispatched, Later, Payload, Request, Response};
 use crate::limits::{HANDSHAKE_FRAME_BYTES_MAX, READ_BUFFER_BYTES};
 use crate::notify::Notify;
 use crate::shard::Shard;
@@ -52,6 +55,8 @@ enum Queued {
     /// Request id, api, the response to come, and the request frame's size
     /// (counted in `Conn::inflight_bytes` until it resolves).
     Later(u32, u16, Later, u64),
+    /// A `Later` that resolved while it waited behind another answer.
+    Done(u32, u16, Option<Response>, u64),
     Close,
 }
 
@@ -140,6 +145,7 @@ struct Conn {
     /// headers not yet written (a Metadata of thousands of partitions is
     /// large, and cheap to ask for).
     inflight_bytes: Cell<u64>,
+    give_way: Rc<GiveWay>,
 }
 
 /// Serves one connection until the peer closes it or it breaks.
@@ -162,6 +168,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         drained: Notify::new(),
         closed: Cell::new(false),
         inflight_bytes: Cell::new(0),
+        give_way: Rc::new(GiveWay::default()),
     });
     let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone()));
     if let Err(error) = read_loop(&shard, &conn).await {
@@ -314,14 +321,14 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                 if prefix.api == Api::Produce as u16 && shard.unwritten.over() {
                     shard.unwritten.wait_for_room().await;
                 }
-                handler::dispatch(
-                    shard,
-                    prefix.api,
-                    prefix.version_or_error,
-                    prefix.request_id,
+                let request = Request {
+                    api: prefix.api,
+                    version: prefix.version_or_error,
+                    request_id: prefix.request_id,
                     header,
                     payload,
-                )
+                };
+                handler::dispatch(shard, &conn.give_way, request)
             };
             start = frame_end;
             match dispatched {
@@ -565,24 +572,22 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
                             write_all(conn, &out).await?;
                             out.clear();
                         }
-                        later.await
+                        if api == Api::Fetch as u16 {
+                            wait_giving_way(conn, request_id, later).await
+                        } else {
+                            later.await
+                        }
                     }
                 };
-                conn.inflight_bytes
-                    .set(conn.inflight_bytes.get().saturating_sub(bytes));
-                conn.drained.notify_all();
-                match response {
-                    Some(response) => (request_id, response),
-                    None if api == Api::Produce as u16 => continue,
-                    None => (
-                        request_id,
-                        handler::error_response(
-                            api,
-                            ErrorCode::Internal,
-                            "the request was dropped",
-                            None,
-                        ),
-                    ),
+                match resolved(conn, request_id, api, response, bytes) {
+                    Some(answer) => answer,
+                    None => continue,
+                }
+            }
+            Queued::Done(request_id, api, response, bytes) => {
+                match resolved(conn, request_id, api, response, bytes) {
+                    Some(answer) => answer,
+                    None => continue,
                 }
             }
         };
@@ -620,6 +625,80 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
             out.clear();
         }
     }
+}
+
+/// The answer of a `Later` request, once it has one: `None` for a produce
+/// that needs none, an error for anything else that dropped its answer.
+fn resolved(
+    conn: &Conn,
+    request_id: u32,
+    api: u16,
+    response: Option<Response>,
+    bytes: u64,
+) -> Option<(u32, Response)> {
+    conn.inflight_bytes
+        .set(conn.inflight_bytes.get().saturating_sub(bytes));
+    conn.drained.notify_all();
+    match response {
+        Some(response) => Some((request_id, response)),
+        None if api == Api::Produce as u16 => None,
+        None => Some((
+            request_id,
+            handler::error_response(api, ErrorCode::Internal, "the request was dropped", None),
+        )),
+    }
+}
+
+/// Awaits a fetch at the head of the queue, asking it to give way once an
+/// answer behind it is ready: that answer would otherwise wait for the
+/// fetch's whole `max_wait_ms`.
+async fn wait_giving_way(conn: &Conn, request_id: u32, mut fetch: Later) -> Option<Response> {
+    let first = futures_lite::future::or(async { Some((&mut fetch).await) }, async {
+        answer_behind(conn).await;
+        None
+    })
+    .await;
+    let response = match first {
+        Some(response) => response,
+        None => {
+            conn.give_way.ask(request_id);
+            fetch.await
+        }
+    };
+    conn.give_way.clear();
+    response
+}
+
+/// Resolves once an answer queued behind the head is ready. Polls the
+/// `Later` ones where they stand (they only wait on their own partition,
+/// acknowledgement or shard, never on this queue) and marks those that
+/// resolve `Done`, so they are not polled again. A produce that resolves to
+/// no answer at all is no reason to cut the fetch short.
+async fn answer_behind(conn: &Conn) {
+    poll_fn(|cx| {
+        let mut ready = false;
+        for item in conn.queue.borrow_mut().iter_mut() {
+            if let Queued::Later(request_id, api, later, bytes) = item {
+                if let std::task::Poll::Ready(response) = later.as_mut().poll(cx) {
+                    *item = Queued::Done(*request_id, *api, response, *bytes);
+                }
+            }
+            ready |= match item {
+                Queued::Later(..) => false,
+                Queued::Done(_, api, None, _) => *api != Api::Produce as u16,
+                Queued::Ready(..) | Queued::Done(..) | Queued::Close => true,
+            };
+            if ready {
+                break;
+            }
+        }
+        if ready {
+            return std::task::Poll::Ready(());
+        }
+        conn.queued.register(cx.waker());
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Sends `len` bytes of `file` from `position`: pieces in the page cache

@@ -10,9 +10,9 @@
 //! of filling memory. Long-polls: while any partition of a shard has data
 //! to read, that shard's fetches do not wait; once all are caught up they
 //! wait up to `max_wait` for new messages. Responses come in request
-//! order, so on a shard whose partitions are all idle a new message may
-//! wait for another partition's long-poll to end: up to `max_wait`
-//! (default 100 ms) of extra latency for tailing consumers.
+//! order, but a partition's new message does not wait for the long-polls
+//! before it: the broker ends those at once, empty (PROTOCOL.md §1), and
+//! the fetcher sends them again.
 //!
 //! Broken or timed-out connections are replaced (with fresh metadata) up
 //! to the client's retries; an error that does not pass stops that shard's

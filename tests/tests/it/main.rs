@@ -15,6 +15,7 @@ mod crash;
 mod disk_driver;
 mod disk_full;
 mod durability;
+mod give_way;
 mod groups;
 mod limits;
 mod loadgen;

@@ -362,7 +362,9 @@ fn r8_6_a_forwarded_produce_is_appended_at_once_even_behind_a_long_poll() {
         conn.send(Api::Produce, &header, &set).unwrap();
     }
     conn.flush().unwrap();
-    // Appended while the long-poll still holds every response back.
+    // Appended at once: the produces do not wait for their turn in the
+    // connection's answers (and the long-poll gives way once they are
+    // acknowledged).
     harness::eventually(
         "the forwarded produces appended",
         std::time::Duration::from_secs(30),

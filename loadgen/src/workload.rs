@@ -119,20 +119,32 @@ pub fn wait_for_offsets(
     }
 }
 
-/// Waits until `at`, sleeping.
+/// Waits until `at` by sleeping, or not at all when `at` is closer than a
+/// sleep's wake-up takes.
 ///
 /// It used to sleep to within 300 µs and spin the rest on `sched_yield`.
-/// On this two-core machine two such producers took both cores from the
-/// broker and the consumers they measure: `loadgen e2e --partitions 2
+/// A producer at 10,000 msg/s paces every 100 µs, so it never slept: on
+/// this two-core machine two such producers took both cores from the
+/// broker and the consumers they measure, and `loadgen e2e --partitions 2
 /// --producers 2 --consumers 1 --rate 20000` read its messages with e2e p50
-/// 4.6–5.5 s, max 11 s; with sleeps only, p50 2.4 ms, p99 4.3 ms, max 13 ms
-/// (`loadgen/results/2026-12-02-vm/give-way/README.md`). A sleep ends a
-/// little late, and latency counts from the intended time, so that
-/// lateness is measured, not hidden; the thread's timer slack is set to
-/// 1 µs (from the default 50 µs) to keep it small.
+/// 4.6–5.5 s, max 11 s. Sleeping for every wait instead costs a wake-up
+/// (tens of µs here) even for a wait of 2 µs, so a producer pacing a batch
+/// every 13 µs (738k msg/s) fell seconds behind. So: a wait longer than
+/// `SLEEP_MIN` is slept (timer slack 1 µs instead of 50 µs), a shorter one
+/// is skipped and the message leaves up to `SLEEP_MIN` early. Latency still
+/// counts from the intended time, so a late wake-up is measured; an early
+/// send shortens a latency by at most `SLEEP_MIN`, as handing a batch's
+/// messages over with its last one already does
+/// (`loadgen/results/2026-12-02-vm/give-way/README.md`).
 pub fn pace(at: Instant) {
+    /// Below this a sleep would end later than the wait it was asked for.
+    const SLEEP_MIN: Duration = Duration::from_micros(50);
     thread_local! {
         static PRECISE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    let left = at.saturating_duration_since(Instant::now());
+    if left <= SLEEP_MIN {
+        return;
     }
     PRECISE.with(|precise| {
         if !precise.replace(true) {
@@ -143,10 +155,7 @@ pub fn pace(at: Instant) {
             }
         }
     });
-    let now = Instant::now();
-    if at > now {
-        std::thread::sleep(at - now);
-    }
+    std::thread::sleep(left);
 }
 
 /// Whether a paced producer may wait only for the intended time of each

@@ -10,6 +10,7 @@
 //! point and exits; then the process exits 0.
 
 use crate::config::Config;
+use crate::control::membership::Meta;
 use crate::control::{self, ControlMsg};
 use crate::handler;
 use crate::metrics::{self, Published};
@@ -19,7 +20,7 @@ use crate::shard::{self, Shard};
 use crate::storage::io::{DiskStorage, DriverSettings};
 use anyhow::{bail, Context};
 use coordinator::registry::{
-    BrokerRecord, Etcd, EtcdOptions, ShardEndpoint, Standalone, TopicRecord,
+    BrokerRecord, Etcd, EtcdOptions, Identity, ShardEndpoint, Standalone, TopicRecord,
 };
 use glommio::{LocalExecutorBuilder, Placement};
 use std::cell::{Cell, RefCell};
@@ -73,12 +74,34 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             String::new()
         },
     };
+    // Which cluster the data directory belongs to, if it joined one.
+    let meta = if config.clustered() {
+        let meta = Meta::read(&config.data_dir)?;
+        if let Some(meta) = &meta {
+            meta.check_broker_id(&config.data_dir, config.broker_id)?;
+            if meta.cluster != config.cluster {
+                tracing::warn!(
+                    data_dir_cluster = %meta.cluster,
+                    cluster = %config.cluster,
+                    "this data directory joined cluster {:?}, and --cluster is {:?}: unless that prefix holds its cluster id, nothing there is applied",
+                    meta.cluster,
+                    config.cluster
+                );
+            }
+        }
+        meta
+    } else {
+        None
+    };
+    let me_alone = me.clone();
     let (control, loaded) = if config.clustered() {
         let options = EtcdOptions {
             endpoints: config.etcd.clone(),
             cluster: config.cluster.clone(),
             lease_ttl_s: i64::from(config.etcd_lease_ttl_s),
             request_timeout: Duration::from_millis(config.etcd_timeout_ms),
+            cluster_id: meta.as_ref().map(|m| m.cluster_id.clone()),
+            join_new_cluster: config.join_new_cluster,
         };
         let endpoints = config.etcd.join(",");
         control::start(&config, senders.clone(), move || Etcd::connect(options, me)).with_context(
@@ -96,17 +119,60 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         })
         .with_context(|| format!("in {}", config.data_dir.display()))?
     };
+    let foreign = match &loaded.identity {
+        Some(Identity::Joined {
+            cluster_id,
+            adopted,
+            replaced,
+        }) => {
+            if *adopted {
+                Meta {
+                    cluster: config.cluster.clone(),
+                    cluster_id: cluster_id.clone(),
+                    broker_id: config.broker_id,
+                }
+                .write(&config.data_dir)?;
+                match replaced {
+                    Some(old) => tracing::warn!(
+                        %cluster_id,
+                        left = %old,
+                        "--join-new-cluster: this data directory now belongs to the cluster etcd holds"
+                    ),
+                    None => {
+                        tracing::info!(%cluster_id, cluster = %config.cluster, "joined the cluster")
+                    }
+                }
+            } else if config.join_new_cluster {
+                tracing::info!(%cluster_id, "--join-new-cluster: this data directory already belongs to the cluster etcd holds");
+            }
+            false
+        }
+        Some(Identity::Foreign(foreign)) => {
+            tracing::error!(
+                "{}",
+                coordinator::registry::RegistryError::ClusterMismatch(foreign.clone())
+            );
+            true
+        }
+        None => false,
+    };
     let topics = loaded.topics;
     // Before any partition opens: finish deletes a crash interrupted, and
     // move aside directories of topics deleted meanwhile, so that a topic
-    // re-created under an old name never serves the old messages.
+    // re-created under an old name never serves the old messages. Not
+    // against a registry that is not this broker's cluster: what it lacks
+    // says nothing about this broker's data.
     let me = config.broker_id;
-    let swept = crate::storage::sweep::sweep(&config.data_dir, |name, partition| {
-        topics
-            .iter()
-            .any(|t| t.name == name && t.broker_of(partition) == Some(me))
-    })
-    .with_context(|| format!("sweeping {}", config.data_dir.display()))?;
+    let swept = if foreign {
+        Default::default()
+    } else {
+        crate::storage::sweep::sweep(&config.data_dir, |name, partition| {
+            topics
+                .iter()
+                .any(|t| t.name == name && t.broker_of(partition) == Some(me))
+        })
+        .with_context(|| format!("sweeping {}", config.data_dir.display()))?
+    };
     if swept.tombstones_removed > 0 || !swept.orphans_moved.is_empty() {
         tracing::info!(
             deletes_finished = swept.tombstones_removed,
@@ -114,6 +180,13 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             "swept the data dir"
         );
     }
+    // With a foreign registry, Metadata lists this broker alone: who else
+    // is live is not known.
+    let brokers = if loaded.brokers.is_empty() {
+        vec![me_alone]
+    } else {
+        loaded.brokers
+    };
     fit_connections_to_nofile(&mut config)?;
     let published: Published = Arc::new(Mutex::new(vec![Default::default(); config.shards]));
     let metrics_address = match config.metrics_listen {
@@ -147,7 +220,12 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             addresses: addresses.clone(),
             peers: senders.clone(),
             control: control.requests.clone(),
-            brokers: loaded.brokers.clone(),
+            brokers: brokers.clone(),
+            orphaned_at_start: if id == 0 {
+                swept.orphans_moved.len() as u64
+            } else {
+                0
+            },
             inbox,
             listener_fd: listener.into_raw_fd(),
             topics: topics.clone(),
@@ -229,6 +307,9 @@ struct ShardContext {
     peers: Vec<flume::Sender<ShardMsg>>,
     control: flume::Sender<ControlMsg>,
     brokers: Vec<BrokerRecord>,
+    /// Partition directories the start-up sweep moved aside (shard 0
+    /// counts them).
+    orphaned_at_start: u64,
     inbox: flume::Receiver<ShardMsg>,
     listener_fd: i32,
     topics: Vec<TopicRecord>,
@@ -286,6 +367,10 @@ async fn shard_main(context: ShardContext) {
         .storage
         .driver()
         .set_evictor(shard::evictor(Rc::downgrade(&shard)));
+    crate::metrics::bump(
+        &shard.metrics.counters.partitions_orphaned_total,
+        context.orphaned_at_start,
+    );
     // SAFETY: the descriptor came from a std listener whose ownership was
     // released with into_raw_fd; this is its only owner now.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(context.listener_fd) };
@@ -325,9 +410,13 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
                 let result = shard.open_topic(&topic).await;
                 let _ = done.send_async(result).await;
             }
-            ShardMsg::TopicDeleted { name, done } => {
-                let result = shard.drop_topic(&name);
+            ShardMsg::TopicDeleted { name, id, done } => {
+                let result = shard.drop_topic(&name, &id);
                 let _ = done.send_async(result).await;
+            }
+            ShardMsg::TopicOrphaned { name, done } => {
+                let moved = shard.orphan_topic(&name);
+                let _ = done.send_async(moved).await;
             }
             ShardMsg::Brokers(brokers) => {
                 *shard.brokers.borrow_mut() = brokers;
@@ -434,10 +523,7 @@ fn data_dir_id(config: &Config) -> anyhow::Result<String> {
         config.data_dir.display()
     );
     let id = format!("{:016x}", protocol::types::fnv1a(seed.as_bytes()));
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, &id)
-        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
-        .and_then(|()| std::fs::rename(&tmp, &path))
+    crate::durable_file::replace(&path, id.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(id)
 }

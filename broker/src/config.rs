@@ -135,6 +135,13 @@ pub struct Config {
     pub etcd_lease_ttl_s: u32,
     /// Deadline of every etcd request.
     pub etcd_timeout_ms: u64,
+    /// Adopt the cluster id etcd holds (creating one if it holds none)
+    /// even though the data directory belongs to another cluster, and
+    /// register the topics found on disk there again. Not a setting: the
+    /// one-shot flag `--join-new-cluster`, for after a deliberate rebuild
+    /// of etcd; a file that kept it would defeat the check every start.
+    #[serde(skip)]
+    pub join_new_cluster: bool,
 }
 
 impl Default for Config {
@@ -172,6 +179,7 @@ impl Default for Config {
             cluster: "ringlog".into(),
             etcd_lease_ttl_s: 10,
             etcd_timeout_ms: 5_000,
+            join_new_cluster: false,
         }
     }
 }

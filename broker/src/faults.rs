@@ -15,6 +15,7 @@
 //! | `write_delay_ms`| every chunk write waits this long before it starts     |
 //! | `cold_read_delay_ms` | every read of uncached fetch bytes takes this much longer (a slow disk) |
 //! | `syncfs_errno`  | every `syncfs` of a flush batch fails with this errno (a write-back error somewhere on the file system) |
+//! | `delete_delay_ms` | a DeleteTopic waits this long between the registry forgetting the topic and the shards removing its directories (a window for a kill -9 mid-delete) |
 //!
 //! Unset (always, in production) every fault is off and costs one load of a
 //! `OnceLock`. An unknown or malformed entry stops the broker at start: a
@@ -39,6 +40,8 @@ pub struct Faults {
     pub cold_read_delay: Option<Duration>,
     /// Every `syncfs` of the disk driver fails with this errno.
     pub syncfs_errno: Option<i32>,
+    /// Delay between a delete's registry change and its directories' removal.
+    pub delete_delay: Option<Duration>,
 }
 
 static FAULTS: OnceLock<Faults> = OnceLock::new();
@@ -57,6 +60,7 @@ impl Faults {
             match name {
                 "sync_delay_ms" => faults.sync_delay = Some(Duration::from_millis(number)),
                 "write_delay_ms" => faults.write_delay = Some(Duration::from_millis(number)),
+                "delete_delay_ms" => faults.delete_delay = Some(Duration::from_millis(number)),
                 "cold_read_delay_ms" => {
                     faults.cold_read_delay = Some(Duration::from_millis(number))
                 }

@@ -42,6 +42,7 @@ pub const VERSION: &str = concat!(
 pub mod broker;
 pub mod config;
 pub mod control;
+pub mod durable_file;
 pub mod faults;
 pub mod handler;
 pub mod limits;

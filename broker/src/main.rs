@@ -32,6 +32,12 @@ struct Args {
     /// This broker's id.
     #[arg(long, value_name = "ID")]
     broker_id: Option<u32>,
+    /// Join the cluster that etcd holds now (creating its id if it holds
+    /// none), although this data directory belongs to another, and register
+    /// the topics found on disk there again, with their data. For after a
+    /// deliberate rebuild of etcd; give it for one start only.
+    #[arg(long)]
+    join_new_cluster: bool,
     /// Pin shard i to CPU (FIRST_CPU + i) mod cpus [default: 0]; give each
     /// broker on one machine its own.
     #[arg(long, value_name = "CPU")]
@@ -129,6 +135,7 @@ fn run(args: Args) -> anyhow::Result<()> {
     if let Some(v) = args.cluster {
         config.cluster = v;
     }
+    config.join_new_cluster = args.join_new_cluster;
     if let Some(v) = args.tls_cert {
         config.tls_cert = Some(v);
     }

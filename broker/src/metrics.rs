@@ -61,6 +61,7 @@ counters! {
     segments_deleted_total: "Segments removed by retention",
     segments_damaged_total: "Closed segments recovery found damaged and kept (consumers skip the damaged messages; see the broker log)",
     recovery_bytes_cut_total: "Bytes recovery cut off torn tails at start",
+    partitions_orphaned_total: "Partition directories moved aside (not deleted): no registered topic gives them to this broker (at start), a registry snapshot no longer lists their topic, or they belong to an earlier topic of the same name",
     disk_writes_total: "io_uring writes of segment bytes",
     disk_syncs_total: "Segment files and directories the shard's flushes made durable",
     disk_sync_batches_total: "Batches the shard's disk driver settled those flushes in",

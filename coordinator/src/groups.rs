@@ -83,6 +83,13 @@ pub enum GroupError {
         /// How many.
         members: usize,
     },
+    /// The etcd prefix does not hold this broker's cluster (its id differs
+    /// or is missing): nothing is written there.
+    #[error("the registry does not hold this broker's cluster (id {expected}); group changes are refused until it does")]
+    ForeignCluster {
+        /// The broker's cluster id.
+        expected: String,
+    },
     /// etcd did not answer in time.
     #[error("etcd is unavailable: {reason}")]
     Unavailable {
@@ -102,15 +109,34 @@ pub struct Groups {
     client: Client,
     keys: Keys,
     timeout: Duration,
+    /// The broker's cluster: writes that nothing else fences (a join, a
+    /// reset) compare it, so none lands in another cluster's registry.
+    cluster_id: String,
 }
 
 impl Groups {
-    /// Group operations over `client`, under `keys`.
-    pub fn new(client: Client, keys: Keys, timeout: Duration) -> Groups {
+    /// Group operations over `client`, under `keys`, for the cluster
+    /// `cluster_id`.
+    pub fn new(client: Client, keys: Keys, timeout: Duration, cluster_id: String) -> Groups {
         Groups {
             client,
             keys,
             timeout,
+            cluster_id,
+        }
+    }
+
+    fn ours(&self) -> Compare {
+        Compare::value(
+            self.keys.cluster_id(),
+            CompareOp::Equal,
+            self.cluster_id.as_str(),
+        )
+    }
+
+    fn foreign(&self) -> GroupError {
+        GroupError::ForeignCluster {
+            expected: self.cluster_id.clone(),
         }
     }
 
@@ -147,8 +173,17 @@ impl Groups {
         };
         let value = serde_json::to_vec(&record).map_err(unavailable)?;
         let key = self.keys.group_member(group, &member_id);
-        let put = client.put(key, value, Some(PutOptions::new().with_lease(lease)));
-        if let Err(error) = self.deadline(put).await {
+        let txn = Txn::new().when([self.ours()]).and_then([TxnOp::put(
+            key,
+            value,
+            Some(PutOptions::new().with_lease(lease)),
+        )]);
+        let joined = match self.deadline(client.txn(txn)).await {
+            Ok(response) if response.succeeded() => Ok(()),
+            Ok(_) => Err(self.foreign()),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = joined {
             let _ = client.lease_revoke(lease).await;
             return Err(error);
         }
@@ -391,18 +426,33 @@ impl Groups {
         }
         let revision = i64::try_from(revision).unwrap_or(i64::MAX - 1);
         let txn = Txn::new()
-            .when([Compare::mod_revision(
-                self.keys.group_members(group),
-                CompareOp::Less,
-                revision + 1,
-            )
-            .with_prefix()])
-            .and_then(self.offset_puts(group, offsets));
+            .when([
+                self.ours(),
+                Compare::mod_revision(
+                    self.keys.group_members(group),
+                    CompareOp::Less,
+                    revision + 1,
+                )
+                .with_prefix(),
+            ])
+            .and_then(self.offset_puts(group, offsets))
+            .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
         let mut client = self.client.clone();
-        if self.deadline(client.txn(txn)).await?.succeeded() {
-            Ok(offsets.len() as u32)
-        } else {
+        let response = self.deadline(client.txn(txn)).await?;
+        if response.succeeded() {
+            return Ok(offsets.len() as u32);
+        }
+        let ours = response.op_responses().into_iter().any(|op| match op {
+            etcd_client::TxnOpResponse::Get(get) => get
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.value() == self.cluster_id.as_bytes()),
+            _ => false,
+        });
+        if ours {
             Err(not_empty(1))
+        } else {
+            Err(self.foreign())
         }
     }
 

@@ -6,6 +6,7 @@
 //!
 //! | key (after the prefix)     | value (JSON)                                  | written by                        | lease |
 //! |----------------------------|-----------------------------------------------|-----------------------------------|-------|
+//! | `cluster-id`               | the cluster's id, 32 hex digits (not JSON)    | the first broker of the cluster (create-if-absent); never changed | none: persistent. Every broker keeps the id it joined in its data directory (`meta.toml`) and applies nothing from a prefix whose id differs or is missing; its registrations and topic changes are transactions that compare it |
 //! | `brokers/<id:010>`         | [`BrokerRecord`]: id, shard hosts and ports, build | that broker, at start (create-if-absent) | the broker's own lease: gone ≤ TTL after it dies |
 //! | `topics/<name>`            | [`TopicRecord`]: partitions, overrides, broker of each partition | the broker that served CreateTopic (create-if-absent txn); deleted by DeleteTopic | none: persistent |
 //! | `groups/<group>/members/<member>` | [`MemberRecord`]: member id, subscribed topics, session timeout | the broker that served JoinGroup | the member's session lease, kept alive by its heartbeats through any broker |
@@ -39,6 +40,11 @@ impl Keys {
     /// Everything of this cluster.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The cluster's identity: the id its first broker created.
+    pub fn cluster_id(&self) -> String {
+        format!("{}cluster-id", self.prefix)
     }
 
     /// The prefix of the broker registry.
@@ -105,6 +111,9 @@ impl Keys {
     /// What a key of this cluster names, if it is one of the registries.
     pub fn parse<'k>(&self, key: &'k str) -> Option<Key<'k>> {
         let rest = key.strip_prefix(self.prefix.as_str())?;
+        if rest == "cluster-id" {
+            return Some(Key::ClusterId);
+        }
         if let Some(id) = rest.strip_prefix("brokers/") {
             return id.parse().ok().map(Key::Broker);
         }
@@ -136,6 +145,8 @@ impl Keys {
 /// A parsed key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Key<'k> {
+    /// `cluster-id`.
+    ClusterId,
     /// `brokers/<id>`.
     Broker(BrokerId),
     /// `topics/<name>`.
@@ -158,6 +169,9 @@ mod tests {
         assert_eq!(keys.broker(7), "/ringlog/prod/brokers/0000000007");
         assert_eq!(keys.topic("clicks"), "/ringlog/prod/topics/clicks");
         assert_eq!(keys.parse(&keys.broker(42)), Some(Key::Broker(42)));
+        assert_eq!(keys.cluster_id(), "/ringlog/prod/cluster-id");
+        assert_eq!(keys.parse(&keys.cluster_id()), Some(Key::ClusterId));
+        assert_eq!(keys.parse("/ringlog/other/cluster-id"), None);
         assert_eq!(keys.parse(&keys.topic("a.b-c")), Some(Key::Topic("a.b-c")));
         assert_eq!(keys.parse("/ringlog/other/topics/x"), None);
         assert_eq!(keys.parse("/ringlog/prod/topics/"), None);

@@ -68,11 +68,17 @@ pub enum ErrorCode {
     /// failure (disk full, out of file descriptors or memory). Nothing of
     /// this request was stored; retry after a back-off.
     StorageUnavailable = 25,
+    /// The broker's data directory belongs to another cluster than the
+    /// registry (etcd) it reaches now holds — a new or wiped etcd, a restore,
+    /// a wrong `--cluster`. It serves produce and fetch of the partitions it
+    /// has, and refuses topic and group changes until an operator decides
+    /// (the message says how). Not retriable by waiting alone.
+    ClusterIdMismatch = 26,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 26] = [
+    pub const ALL: [ErrorCode; 27] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -99,6 +105,7 @@ impl ErrorCode {
         ErrorCode::NotPartitionOwner,
         ErrorCode::GroupNotEmpty,
         ErrorCode::StorageUnavailable,
+        ErrorCode::ClusterIdMismatch,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -139,6 +146,7 @@ impl ErrorCode {
             ErrorCode::NotPartitionOwner => "NOT_PARTITION_OWNER",
             ErrorCode::GroupNotEmpty => "GROUP_NOT_EMPTY",
             ErrorCode::StorageUnavailable => "STORAGE_UNAVAILABLE",
+            ErrorCode::ClusterIdMismatch => "CLUSTER_ID_MISMATCH",
         }
     }
 }

@@ -164,6 +164,55 @@ impl Etcd {
         assert!(self.child.is_none(), "kill etcd before restarting it");
         self.launch();
     }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Replaces etcd with a new, empty one on the same ports: what a
+    /// replaced etcd host or a wrong endpoint looks like to the brokers.
+    pub fn wipe(&mut self) {
+        self.kill();
+        std::fs::remove_dir_all(self.data())
+            .unwrap_or_else(|e| panic!("removing etcd's data: {e}"));
+        self.launch();
+    }
+
+    /// A cold backup: etcd is stopped, its data directory copied, and
+    /// etcd started again. Returns the copy, for [`Etcd::restore`].
+    pub fn backup(&mut self) -> PathBuf {
+        self.kill();
+        let copy = self.dir.path().join(format!("backup-{}", self.starts));
+        copy_dir(&self.data(), &copy);
+        self.launch();
+        copy
+    }
+
+    /// Restores a backup: etcd is stopped, its data replaced by the copy
+    /// (everything written since is forgotten), and started again.
+    pub fn restore(&mut self, backup: &std::path::Path) {
+        self.kill();
+        std::fs::remove_dir_all(self.data())
+            .unwrap_or_else(|e| panic!("removing etcd's data: {e}"));
+        copy_dir(backup, &self.data());
+        self.launch();
+    }
+}
+
+/// `cp -a from to`.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap_or_else(|e| panic!("running cp: {e}"));
+    assert!(
+        status.success(),
+        "cp -a {} {} failed",
+        from.display(),
+        to.display()
+    );
 }
 
 impl Drop for Etcd {

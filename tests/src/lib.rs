@@ -48,6 +48,24 @@ impl Drop for TempDir {
     }
 }
 
+/// The partition directories a broker moved aside in `data_dir`
+/// (`.orphaned/<stamp>/<topic>-<partition>`), in no particular order.
+pub fn orphaned_dirs(data_dir: &Path) -> Vec<PathBuf> {
+    let Ok(stamps) = std::fs::read_dir(data_dir.join(".orphaned")) else {
+        return Vec::new();
+    };
+    stamps
+        .flatten()
+        .flat_map(|stamp| {
+            std::fs::read_dir(stamp.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+        })
+        .collect()
+}
+
 /// Path of a workspace binary built next to the test executable.
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
@@ -94,6 +112,8 @@ pub struct BrokerOptions {
     pub tmpfs_bytes: Option<u64>,
     /// Start the broker with this RLIMIT_NOFILE (soft and hard).
     pub nofile: Option<u64>,
+    /// More command-line arguments (e.g. `--join-new-cluster`).
+    pub args: Vec<String>,
 }
 
 impl Default for BrokerOptions {
@@ -109,6 +129,7 @@ impl Default for BrokerOptions {
             faults: None,
             tmpfs_bytes: None,
             nofile: None,
+            args: Vec::new(),
         }
     }
 }
@@ -218,6 +239,7 @@ impl Broker {
                 .arg("--cluster")
                 .arg(&self.options.cluster);
         }
+        command.args(&self.options.args);
         let mut child = command
             .spawn()
             .unwrap_or_else(|e| panic!("spawning broker: {e}"));
@@ -281,6 +303,11 @@ impl Broker {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &BrokerOptions {
+        &self.options
     }
 
     /// Changes the options the next [`Broker::restart`] uses (the data

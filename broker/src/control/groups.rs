@@ -125,6 +125,7 @@ impl From<GroupError> for ControlError {
             GroupError::ClaimConflict { .. } => ErrorCode::ClaimConflict,
             GroupError::NotPartitionOwner { .. } => ErrorCode::NotPartitionOwner,
             GroupError::GroupNotEmpty { .. } => ErrorCode::GroupNotEmpty,
+            GroupError::ForeignCluster { .. } => ErrorCode::ClusterIdMismatch,
             _ => ErrorCode::CoordinatorUnavailable,
         };
         ControlError::new(code, error.to_string())

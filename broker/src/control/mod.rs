@@ -21,11 +21,14 @@
 //! fetch.
 
 pub mod groups;
+pub mod membership;
 
 use crate::config::Config;
 use crate::shard::forward::ShardMsg;
 use coordinator::placement;
-use coordinator::registry::{BrokerRecord, Registry, RegistryError, RegistryEvent, TopicRecord};
+use coordinator::registry::{
+    BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, TopicRecord,
+};
 use groups::{GroupPlane, GroupReply, GroupRequest, Wake};
 use protocol::codec::TopicSettings;
 use protocol::ErrorCode;
@@ -96,6 +99,7 @@ impl From<RegistryError> for ControlError {
             RegistryError::TopicExists { .. } => ErrorCode::TopicAlreadyExists,
             RegistryError::UnknownTopic { .. } => ErrorCode::UnknownTopic,
             RegistryError::Unavailable { .. } => ErrorCode::CoordinatorUnavailable,
+            RegistryError::ClusterMismatch(_) => ErrorCode::ClusterIdMismatch,
             _ => ErrorCode::StorageFailed,
         };
         ControlError::new(code, error.to_string())
@@ -124,11 +128,18 @@ impl Control {
 
 /// What the registry held when the broker started.
 pub struct Loaded {
-    /// Every registered topic.
+    /// Every registered topic — or, when the registry is not this broker's
+    /// cluster, the topics as this broker last applied them.
     pub topics: Vec<TopicRecord>,
-    /// The live brokers (this one among them).
+    /// The live brokers (this one among them; empty when the registry is
+    /// not this broker's cluster).
     pub brokers: Vec<BrokerRecord>,
+    /// Which cluster the registry holds (`None` standalone).
+    pub identity: Option<Identity>,
 }
+
+/// How often a broker whose registry is not its cluster says so again.
+const FOREIGN_REMINDER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Starts the control thread with the registry `open` builds on it, and
 /// returns the registered topics and live brokers once it has loaded them.
@@ -146,6 +157,9 @@ where
     let (stop, stopped) = flume::bounded::<()>(1);
     let (loaded_tx, loaded_rx) = mpsc::channel::<Result<Loaded, RegistryError>>();
     let me = config.broker_id;
+    // A clustered broker keeps the topics it applied in its data directory.
+    let data_dir = config.clustered().then(|| config.data_dir.clone());
+    let join_new_cluster = config.join_new_cluster;
     let thread = std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
@@ -164,9 +178,33 @@ where
             runtime.block_on(async move {
                 let loaded = async {
                     let mut registry = open().await?;
+                    let identity = registry.identity();
+                    if let Some(Identity::Foreign(_)) = &identity {
+                        // Nothing from this registry applies: serve what
+                        // this broker last applied, as it was.
+                        let topics = applied_topics(data_dir.as_deref());
+                        return Ok((
+                            registry,
+                            Loaded {
+                                topics,
+                                brokers: Vec::new(),
+                                identity,
+                            },
+                        ));
+                    }
+                    if join_new_cluster {
+                        restore_topics(&mut registry, data_dir.as_deref()).await?;
+                    }
                     let topics = registry.topics().await?;
                     let brokers = registry.brokers().await?;
-                    Ok::<_, RegistryError>((registry, Loaded { topics, brokers }))
+                    Ok::<_, RegistryError>((
+                        registry,
+                        Loaded {
+                            topics,
+                            brokers,
+                            identity,
+                        },
+                    ))
                 };
                 let (registry, loaded) = match loaded.await {
                     Ok(loaded) => loaded,
@@ -174,6 +212,10 @@ where
                         let _ = loaded_tx.send(Err(error));
                         return;
                     }
+                };
+                let foreign = match &loaded.identity {
+                    Some(Identity::Foreign(foreign)) => Some(foreign.clone()),
+                    _ => None,
                 };
                 let known = loaded
                     .topics
@@ -191,7 +233,11 @@ where
                     brokers,
                     groups,
                     last_refresh: None,
+                    data_dir,
+                    foreign,
+                    reminded_at: std::time::Instant::now(),
                 };
+                plane.remember_topics();
                 plane.serve(inbox, stopped).await;
             });
         })?;
@@ -228,6 +274,65 @@ struct ControlPlane<R> {
     groups: GroupPlane,
     /// When the last on-demand registry read started.
     last_refresh: Option<std::time::Instant>,
+    /// Where the applied topics are kept (clustered brokers only).
+    data_dir: Option<std::path::PathBuf>,
+    /// Set while the registry is not this broker's cluster: nothing is
+    /// applied from it, and topic and group requests are refused.
+    foreign: Option<Foreign>,
+    /// When the operator was last told about `foreign`.
+    reminded_at: std::time::Instant,
+}
+
+/// The topics this broker last applied (empty when none were kept).
+fn applied_topics(data_dir: Option<&std::path::Path>) -> Vec<TopicRecord> {
+    let Some(dir) = data_dir else {
+        return Vec::new();
+    };
+    match membership::read_applied_topics(dir) {
+        Ok(topics) => topics,
+        Err(error) => {
+            tracing::error!(error = %format!("{error:#}"), "reading the topics this broker last applied; serving none");
+            Vec::new()
+        }
+    }
+}
+
+/// `--join-new-cluster`: registers the topics this broker last applied in
+/// the registry it joined, each under its own id, so that their data is
+/// kept instead of being moved aside as unregistered. A name the registry
+/// already has under another id stays as the registry has it (this
+/// broker's directories of the old one are then moved aside, not deleted).
+async fn restore_topics<R: Registry>(
+    registry: &mut R,
+    data_dir: Option<&std::path::Path>,
+) -> Result<(), RegistryError> {
+    let topics = applied_topics(data_dir);
+    let mut restored = 0;
+    for record in topics {
+        match registry.create_topic(record.clone()).await {
+            Ok(()) => restored += 1,
+            Err(RegistryError::TopicExists { .. }) => {
+                let current = registry.topics().await?;
+                if let Some(other) = current
+                    .iter()
+                    .find(|t| t.name == record.name && t.id != record.id)
+                {
+                    tracing::warn!(
+                        topic = %record.name,
+                        kept_id = %other.id,
+                        local_id = %record.id,
+                        "--join-new-cluster: the new registry has another topic of this name; this broker's partitions of the old one are moved aside"
+                    );
+                }
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    tracing::warn!(
+        restored,
+        "--join-new-cluster: registered the topics this broker holds in the cluster it joined; start it without the flag from now on"
+    );
+    Ok(())
 }
 
 /// What the control loop does next.
@@ -236,6 +341,8 @@ enum Next {
     Event(RegistryEvent),
     /// A parked heartbeat's wait ran out.
     Timer,
+    /// Time to say again that the registry is not this broker's cluster.
+    Remind,
     Stop,
 }
 
@@ -245,6 +352,10 @@ impl<R: Registry> ControlPlane<R> {
             // Every arm is cancel-safe: the ones that lose the race lose
             // nothing (flume and the registry's event queue keep their items).
             let deadline = self.groups.next_deadline();
+            let remind_at = self
+                .foreign
+                .as_ref()
+                .map(|_| self.reminded_at + FOREIGN_REMINDER);
             let next = futures_lite::future::or(
                 futures_lite::future::or(
                     async {
@@ -256,13 +367,22 @@ impl<R: Registry> ControlPlane<R> {
                     async { Next::Event(self.registry.next_event().await) },
                 ),
                 futures_lite::future::or(
-                    async {
-                        match deadline {
-                            Some(at) => tokio::time::sleep_until(at.into()).await,
-                            None => std::future::pending().await,
-                        }
-                        Next::Timer
-                    },
+                    futures_lite::future::or(
+                        async {
+                            match deadline {
+                                Some(at) => tokio::time::sleep_until(at.into()).await,
+                                None => std::future::pending().await,
+                            }
+                            Next::Timer
+                        },
+                        async {
+                            match remind_at {
+                                Some(at) => tokio::time::sleep_until(at.into()).await,
+                                None => std::future::pending().await,
+                            }
+                            Next::Remind
+                        },
+                    ),
                     async {
                         let _ = stopped.recv_async().await;
                         Next::Stop
@@ -276,6 +396,10 @@ impl<R: Registry> ControlPlane<R> {
                 Next::Event(event) => Box::pin(self.apply(event)),
                 Next::Timer => {
                     Box::pin(self.groups.wake(Wake::Expired, &self.known, &self.brokers))
+                }
+                Next::Remind => {
+                    self.remind();
+                    continue;
                 }
             };
             // An operation waits on shards; a stop while it waits abandons
@@ -300,6 +424,30 @@ impl<R: Registry> ControlPlane<R> {
     }
 
     async fn handle(&mut self, msg: ControlMsg) {
+        if let Some(foreign) = &self.foreign {
+            let refused = || {
+                ControlError::new(
+                    ErrorCode::ClusterIdMismatch,
+                    RegistryError::ClusterMismatch(foreign.clone()).to_string(),
+                )
+            };
+            match msg {
+                ControlMsg::CreateTopic { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
+                ControlMsg::DeleteTopic { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
+                // Nothing is read from a foreign registry.
+                ControlMsg::Refresh { reply, .. } => {
+                    let _ = reply.send_async(()).await;
+                }
+                ControlMsg::Group { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
+            }
+            return;
+        }
         match msg {
             ControlMsg::CreateTopic {
                 name,
@@ -362,13 +510,7 @@ impl<R: Registry> ControlPlane<R> {
         }
         let owners = placement::spread(name, partitions, &brokers);
         let mut record = TopicRecord::new(name, overrides, owners);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        record.id = format!(
-            "{:016x}",
-            protocol::types::fnv1a(format!("{name}/{}/{nanos}", self.me).as_bytes())
-        );
+        record.id = coordinator::registry::new_topic_id();
         self.registry.create_topic(record.clone()).await?;
         let result = self.open_everywhere(&record).await;
         tracing::info!(topic = %name, partitions, "created topic");
@@ -376,9 +518,12 @@ impl<R: Registry> ControlPlane<R> {
     }
 
     async fn delete_topic(&mut self, name: &str) -> Result<(), ControlError> {
-        self.registry.delete_topic(name).await?;
-        let dropped = self.drop_everywhere(name).await;
-        tracing::info!(topic = %name, "deleted topic");
+        let deleted = self.registry.delete_topic(name).await?;
+        if let Some(delay) = crate::faults::Faults::get().delete_delay {
+            tokio::time::sleep(delay).await;
+        }
+        let dropped = self.drop_everywhere(name, &deleted.id).await;
+        tracing::info!(topic = %name, id = %deleted.id, "deleted topic");
         dropped.map_err(|failures| {
             ControlError::new(
                 ErrorCode::StorageFailed,
@@ -390,6 +535,7 @@ impl<R: Registry> ControlPlane<R> {
     /// Has every shard open the partitions of `record` it owns.
     async fn open_everywhere(&mut self, record: &TopicRecord) -> Result<(), ControlError> {
         self.known.insert(record.name.clone(), record.clone());
+        self.remember_topics();
         let mut failures = Vec::new();
         for shard in &self.shards {
             let (done, result) = flume::bounded(1);
@@ -417,15 +563,24 @@ impl<R: Registry> ControlPlane<R> {
         ))
     }
 
-    /// Has every shard drop the topic and its partitions' files; says
-    /// which directories could not be moved aside.
-    async fn drop_everywhere(&mut self, name: &str) -> Result<(), String> {
-        self.known.remove(name);
+    /// Has every shard drop the topic (the one with id `id`; empty:
+    /// whichever) and its partitions' files; says which directories could
+    /// not be moved aside.
+    async fn drop_everywhere(&mut self, name: &str, id: &str) -> Result<(), String> {
+        if self
+            .known
+            .get(name)
+            .is_some_and(|known| id.is_empty() || known.id.is_empty() || known.id == id)
+        {
+            self.known.remove(name);
+            self.remember_topics();
+        }
         let mut failures = Vec::new();
         for shard in &self.shards {
             let (done, finished) = flume::bounded(1);
             let msg = ShardMsg::TopicDeleted {
                 name: name.to_string(),
+                id: id.to_string(),
                 done,
             };
             if shard.send_async(msg).await.is_ok() {
@@ -439,6 +594,50 @@ impl<R: Registry> ControlPlane<R> {
         }
         tracing::error!(topic = %name, failures = %failures.join("; "), "deleting a topic's partitions");
         Err(failures.join("; "))
+    }
+
+    /// Has every shard forget a topic the registry no longer lists without
+    /// a delete having been seen, moving its directories aside.
+    async fn orphan_everywhere(&mut self, name: &str) {
+        self.known.remove(name);
+        self.remember_topics();
+        let mut moved = 0;
+        for shard in &self.shards {
+            let (done, finished) = flume::bounded(1);
+            let msg = ShardMsg::TopicOrphaned {
+                name: name.to_string(),
+                done,
+            };
+            if shard.send_async(msg).await.is_ok() {
+                moved += finished.recv_async().await.unwrap_or(0);
+            }
+        }
+        tracing::warn!(
+            topic = %name,
+            partitions_moved_aside = moved,
+            "the registry no longer lists this topic and no delete of it was seen (etcd restored from an older backup?): its partitions here are moved aside into .orphaned/, not deleted"
+        );
+    }
+
+    /// Keeps the topics as applied in the data directory (clustered only),
+    /// for a start against a registry that is not this broker's cluster.
+    fn remember_topics(&self) {
+        let Some(dir) = &self.data_dir else { return };
+        if let Err(error) = membership::write_applied_topics(dir, self.known.values()) {
+            tracing::warn!(%error, file = membership::APPLIED_TOPICS_FILE, "recording the applied topics");
+        }
+    }
+
+    /// Says (again) that the registry is not this broker's cluster.
+    fn remind(&mut self) {
+        self.reminded_at = std::time::Instant::now();
+        if let Some(foreign) = &self.foreign {
+            tracing::error!(
+                "{}; {} topics are served as last applied",
+                RegistryError::ClusterMismatch(foreign.clone()),
+                self.known.len()
+            );
+        }
     }
 
     /// Tells every shard the live brokers (for Metadata and routing).
@@ -466,27 +665,56 @@ impl<R: Registry> ControlPlane<R> {
     }
 
     async fn apply_registry(&mut self, event: RegistryEvent) {
+        if let RegistryEvent::ForeignCluster(foreign) = event {
+            self.foreign = Some(foreign);
+            self.remind();
+            return;
+        }
+        if let RegistryEvent::Resync { .. } = &event {
+            if self.foreign.take().is_some() {
+                tracing::warn!("the registry holds this broker's cluster again: applying it");
+            }
+        }
+        if self.foreign.is_some() {
+            // Changes watched in a registry that is not ours are not ours.
+            return;
+        }
         match event {
-            RegistryEvent::GroupMembers(_) => {}
+            RegistryEvent::ForeignCluster(_) | RegistryEvent::GroupMembers(_) => {}
             RegistryEvent::TopicPut(record) => self.apply_topic(record).await,
-            RegistryEvent::TopicDeleted(name) => {
+            RegistryEvent::TopicDeleted { name, id } => {
                 if self.known.contains_key(&name) {
-                    tracing::info!(topic = %name, "topic deleted in the cluster");
-                    let _ = self.drop_everywhere(&name).await;
+                    tracing::info!(topic = %name, %id, "topic deleted in the cluster");
+                    let _ = self.drop_everywhere(&name, &id).await;
                 }
             }
             RegistryEvent::Brokers(brokers) => self.publish_brokers(brokers).await,
             RegistryEvent::Resync { topics, brokers } => {
-                let gone: Vec<String> = self
-                    .known
-                    .keys()
-                    .filter(|name| !topics.iter().any(|t| &t.name == *name))
-                    .cloned()
-                    .collect();
-                for name in gone {
-                    tracing::info!(topic = %name, "topic deleted in the cluster (seen on resync)");
-                    let _ = self.drop_everywhere(&name).await;
-                }
+                // A snapshot is not a list of deletes: a topic it lacks may
+                // have been deleted, or the snapshot may be an older backup.
+                // Its data is moved aside, never removed. And the snapshot
+                // may be older than a topic this thread created meanwhile
+                // (it was read before the create, queued, and only now
+                // handled): so only a topic that a read made now lacks too
+                // is moved aside, and with no such read, none is.
+                let topics = match self.registry.topics().await {
+                    Ok(now) => {
+                        let gone: Vec<String> = self
+                            .known
+                            .keys()
+                            .filter(|name| !now.iter().any(|t| &t.name == *name))
+                            .cloned()
+                            .collect();
+                        for name in gone {
+                            self.orphan_everywhere(&name).await;
+                        }
+                        now
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "reading the topic registry after a resync; topics it lacks are checked at the next one");
+                        topics
+                    }
+                };
                 for record in topics {
                     self.apply_topic(record).await;
                 }
@@ -498,14 +726,24 @@ impl<R: Registry> ControlPlane<R> {
     async fn apply_topic(&mut self, record: TopicRecord) {
         match self.known.get(&record.name) {
             Some(known) if *known == record => return,
-            // The name was deleted and created again while the watch was
-            // away: the old topic's partitions go first.
+            // Another topic of the same name (deleted and created again
+            // while the watch was away): the old one's partitions go first.
+            // A record with the same id that changed is the same topic.
+            Some(known) if known.id.is_empty() || known.id != record.id => {
+                let old = known.id.clone();
+                let _ = self.drop_everywhere(&record.name, &old).await;
+            }
+            // The same topic, its record rewritten: nothing writes records
+            // after creation yet, so nothing here moves partitions.
             Some(_) => {
-                let _ = self.drop_everywhere(&record.name).await;
+                tracing::warn!(topic = %record.name, id = %record.id, "the topic's record changed in the registry; the change is recorded, the partitions stay as they are");
+                self.known.insert(record.name.clone(), record);
+                self.remember_topics();
+                return;
             }
             None => {}
         }
-        tracing::info!(topic = %record.name, partitions = record.partitions, "topic created in the cluster");
+        tracing::info!(topic = %record.name, id = %record.id, partitions = record.partitions, "topic created in the cluster");
         let _ = self.open_everywhere(&record).await;
     }
 }

@@ -39,8 +39,19 @@ pub enum ShardMsg {
     TopicDeleted {
         /// The topic.
         name: String,
+        /// The deleted record's id: a topic of that name with another id is
+        /// another topic, and stays (empty: whichever it is).
+        id: String,
         /// Done, or which directories could not be moved aside.
         done: flume::Sender<Result<(), String>>,
+    },
+    /// A topic the registry no longer lists, with no delete seen: forget it
+    /// and move its partition directories aside (never delete them).
+    TopicOrphaned {
+        /// The topic.
+        name: String,
+        /// Done: how many directories were moved aside.
+        done: flume::Sender<usize>,
     },
     /// The live brokers changed; here they are, sorted by id.
     Brokers(Vec<BrokerRecord>),

@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 pub struct Topic {
     /// The topic's name.
     pub name: String,
+    /// Its id, unique per creation (empty for a record from before ids).
+    pub id: String,
     /// Number of partitions.
     pub partitions: u32,
     /// The broker that stores each partition, indexed by partition.
@@ -181,6 +183,7 @@ impl Shard {
                 flush_messages: topic.settings.flush_messages,
                 flush_interval_ms: topic.settings.flush_interval_ms,
             },
+            id: topic.id.clone(),
         }
     }
 
@@ -197,6 +200,25 @@ impl Shard {
             }
             let label = partition_dir_name(&stored.name, partition);
             let dir = self.config.data_dir.join(&label);
+            // A directory of another topic of this name (deleted while this
+            // broker was down, or during a crash) is never opened as this one.
+            let claim = crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
+                .await
+                .map_err(|e| format!("opening partition {label}: {e}"))?;
+            if let crate::storage::topic_id::Claim::Other(old) = claim {
+                crate::storage::sweep::move_aside(
+                    &dir,
+                    &format!(
+                        "it belongs to an earlier topic {:?} (id {old}), not to the one with id {}",
+                        stored.name, stored.id
+                    ),
+                )
+                .map_err(|e| format!("moving aside partition {label} of an earlier topic: {e}"))?;
+                crate::metrics::bump(&self.metrics.counters.partitions_orphaned_total, 1);
+                crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
+                    .await
+                    .map_err(|e| format!("opening partition {label}: {e}"))?;
+            }
             let (mut log, recovered) =
                 PartitionLog::open(self.storage.clone(), &dir, &label, settings)
                     .await
@@ -231,6 +253,7 @@ impl Shard {
         }
         let topic = Topic {
             name: stored.name.clone(),
+            id: stored.id.clone(),
             partitions: stored.partitions,
             brokers: stored.brokers.clone(),
             settings,
@@ -244,12 +267,54 @@ impl Shard {
     }
 
     /// Forgets a topic and deletes this shard's partition directories,
-    /// crash-safely (see [`crate::storage::sweep`]). Fails when a directory
-    /// could not be moved aside; the next start moves it aside then.
-    pub fn drop_topic(&self, name: &str) -> Result<(), String> {
-        let Some(topic) = self.topics.borrow_mut().remove(name) else {
+    /// crash-safely (see [`crate::storage::sweep`]) — if the topic this
+    /// shard has under that name is the one with id `id` (empty: whichever
+    /// it is). Fails when a directory could not be moved aside; the next
+    /// start moves it aside then.
+    pub fn drop_topic(&self, name: &str, id: &str) -> Result<(), String> {
+        let Some(logs) = self.forget_topic(name, id) else {
             return Ok(());
         };
+        crate::storage::sweep::delete_partition_dirs(&logs)
+    }
+
+    /// Forgets a topic that the registry no longer lists although no delete
+    /// was seen (a snapshot from an etcd restored from an older backup):
+    /// its partition directories are moved aside, never deleted. Returns
+    /// how many were.
+    pub fn orphan_topic(&self, name: &str) -> usize {
+        let Some(dirs) = self.forget_topic(name, "") else {
+            return 0;
+        };
+        let mut moved = 0;
+        for dir in dirs {
+            match crate::storage::sweep::move_aside(
+                &dir,
+                "the registry's snapshot no longer lists its topic, and no delete of it was seen (an etcd restored from an older backup?)",
+            ) {
+                Ok(_) => moved += 1,
+                Err(error) => {
+                    tracing::error!(dir = %dir.display(), %error, "moving a partition directory aside; it is moved aside at the next start")
+                }
+            }
+        }
+        crate::metrics::bump(
+            &self.metrics.counters.partitions_orphaned_total,
+            moved as u64,
+        );
+        moved
+    }
+
+    /// Removes the topic (if it is the one with id `id`, or any with an
+    /// empty `id`) and closes its logs; returns their directories.
+    fn forget_topic(&self, name: &str, id: &str) -> Option<Vec<std::path::PathBuf>> {
+        let matches = self
+            .topic(name)
+            .is_some_and(|t| id.is_empty() || t.borrow().id.is_empty() || t.borrow().id == id);
+        if !matches {
+            return None;
+        }
+        let topic = self.topics.borrow_mut().remove(name)?;
         self.metadata_changed();
         let topic = topic.borrow();
         let mut dirs = Vec::new();
@@ -257,7 +322,7 @@ impl Shard {
             log.borrow_mut().close_for_delete();
             dirs.push(log.borrow().dir().to_path_buf());
         }
-        crate::storage::sweep::delete_partition_dirs(&dirs)
+        Some(dirs)
     }
 
     /// Puts a log that was just appended to on the flush timer's list.

@@ -3,12 +3,15 @@
 //! ```text
 //! <data-dir>/
 //!   topics.toml                      standalone topic registry (coordinator::registry::Standalone)
+//!   meta.toml                        clustered: the cluster this directory belongs to (control/membership.rs)
+//!   cluster-topics.toml              clustered: the topics as last applied from the registry (same file)
 //!   <topic>-<partition>/
 //!     00000000000000000000.log       segment files, named by 20-digit base offset
 //!     00000000000001073741903.log
 //!     recovery-point                 "<flushed offset, 20 digits> <crc32>", overwritten in place; recovery scans from here
-//!   <topic>-<partition>~deleted-N/   a delete in progress (removed at start)
-//!   <topic>-<partition>~orphaned-N/  moved aside at start: no registered topic owns it (sweep.rs)
+//!     topic-id                       the id of the topic this directory belongs to (topic_id.rs)
+//!   .trash/<stamp>/                  a delete in progress (removed at start; sweep.rs)
+//!   .orphaned/<stamp>/<topic>-<partition>/  moved aside: no registered topic owns it (sweep.rs)
 //! ```
 //!
 //! - **Offset = logical byte position.** A message's offset is the position of
@@ -36,6 +39,7 @@ pub mod recovery;
 pub mod segment;
 pub mod segments;
 pub mod sweep;
+pub mod topic_id;
 
 pub use error::StorageError;
 pub use partition_log::{FetchSlice, LogSettings, PartitionLog, SharedLog};

@@ -1,36 +1,53 @@
 //! Partition directories that no registered topic owns: deleting a topic
-//! crash-safely, and moving aside at start what a crash or an outage left.
+//! crash-safely, and moving aside what a crash, an outage or a registry
+//! that forgot left behind.
 //!
 //! A deleted topic must never come back: re-creating its name must not serve
 //! the old topic's messages (issue 8, item 5). Deleting a topic takes two
 //! steps that a crash can separate: the registry forgets it, then each
 //! partition directory goes. So:
 //!
-//! - **Delete** renames each partition directory to a *tombstone*
-//!   (`<topic>-<partition>~deleted-<nanos>`) and fsyncs the data directory
-//!   before it answers, then removes the tombstones. A rename is atomic, so
-//!   after a crash a directory is either still live-named or a tombstone.
-//! - **At start**, before any partition opens, tombstones are removed (the
+//! - **Delete** renames each partition directory into the *trash*
+//!   (`<data-dir>/.trash/<stamp>-<n>`) and fsyncs the data directory
+//!   before it answers, then removes it. A rename is atomic, so after a
+//!   crash a directory is either still live-named or in the trash.
+//! - **At start**, before any partition opens, the trash is emptied (the
 //!   delete finishes), and every live-named partition directory that the
 //!   registry does not give to this broker — left by a crash between the two
-//!   steps, or by a topic deleted while this broker was down — is moved
-//!   aside as `<topic>-<partition>~orphaned-<nanos>` and reported loudly.
-//!   Orphans are never deleted: a registry lost by an operator's mistake must
-//!   not take the data with it.
+//!   steps, or by a topic deleted while this broker was down — is *moved
+//!   aside* into `<data-dir>/.orphaned/<stamp>-<n>/<topic>-<partition>` and
+//!   reported loudly. A running broker does the same with a topic that a
+//!   registry snapshot no longer lists (an etcd restored from an older
+//!   backup): only an observed delete removes data. Orphans are never
+//!   deleted: a registry lost by an operator's mistake must not take the
+//!   data with it; the directory inside keeps its name, so moving it back
+//!   is one `mv`.
 //!
-//! `~` cannot appear in a topic name, so these names never collide with a
-//! partition's.
+//! Both live in their own folders so that a topic name of any valid length
+//! (249 characters, plus `-` and the partition's digits) never grows past
+//! the 255-byte limit of a file name (issue 24, item 1: a `~deleted-<nanos>`
+//! suffix did, and a delete failed with `File name too long`, then the next
+//! start). Neither folder's name parses as a partition directory. Older
+//! brokers' `<dir>~deleted-N` tombstones are still removed at start.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-const TOMBSTONE: &str = "~deleted-";
-const ORPHAN: &str = "~orphaned-";
+/// Where deletes put partition directories before removing them.
+pub const TRASH_DIR: &str = ".trash";
+/// Where partition directories that nothing owns are kept.
+pub const ORPHANED_DIR: &str = ".orphaned";
+/// The tombstone marker of brokers before the trash folder.
+const OLD_TOMBSTONE: &str = "~deleted-";
 
-fn stamp() -> u128 {
-    std::time::SystemTime::now()
+/// A name unique within this process and, by its time, across restarts.
+fn stamp() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// `(topic, partition)` of a live-named partition directory.
@@ -47,38 +64,41 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Renames partition directories to tombstones, fsyncs their parent, then
-/// removes the tombstones. Fails if a directory could not be renamed (it is
-/// then moved aside at the next start); a tombstone that cannot be removed
-/// now is removed at the next start.
+/// Renames partition directories into the trash, fsyncs their parent, then
+/// removes them. Fails if a directory could not be renamed (it is then
+/// moved aside at the next start); trash that cannot be removed now is
+/// removed at the next start.
 pub fn delete_partition_dirs(dirs: &[PathBuf]) -> Result<(), String> {
     let mut failures = Vec::new();
-    let mut tombstones = Vec::new();
+    let mut trashed = Vec::new();
     let mut parents = BTreeSet::new();
     for dir in dirs {
-        let Some(name) = dir.file_name().and_then(|n| n.to_str()) else {
+        let Some(parent) = dir.parent() else {
             continue;
         };
-        let tombstone = dir.with_file_name(format!("{name}{TOMBSTONE}{}", stamp()));
-        match std::fs::rename(dir, &tombstone) {
+        let trash = parent.join(TRASH_DIR);
+        if let Err(e) = std::fs::create_dir_all(&trash) {
+            failures.push(format!("creating {}: {e}", trash.display()));
+            continue;
+        }
+        let target = trash.join(stamp());
+        match std::fs::rename(dir, &target) {
             Ok(()) => {
-                tombstones.push(tombstone);
-                if let Some(parent) = dir.parent() {
-                    parents.insert(parent.to_path_buf());
-                }
+                trashed.push(target);
+                parents.insert(parent.to_path_buf());
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => failures.push(format!("moving {} aside: {e}", dir.display())),
         }
     }
     for parent in &parents {
-        if let Err(e) = sync_dir(parent) {
+        if let Err(e) = sync_dir(parent).and_then(|()| sync_dir(&parent.join(TRASH_DIR))) {
             failures.push(format!("syncing {}: {e}", parent.display()));
         }
     }
-    for tombstone in tombstones {
-        if let Err(error) = std::fs::remove_dir_all(&tombstone) {
-            tracing::warn!(dir = %tombstone.display(), %error, "removing a deleted partition; it is removed at the next start");
+    for dir in trashed {
+        if let Err(error) = std::fs::remove_dir_all(&dir) {
+            tracing::warn!(dir = %dir.display(), %error, "removing a deleted partition; it is removed at the next start");
         }
     }
     if failures.is_empty() {
@@ -88,28 +108,65 @@ pub fn delete_partition_dirs(dirs: &[PathBuf]) -> Result<(), String> {
     }
 }
 
+/// Moves one partition directory aside into `<data-dir>/.orphaned/`,
+/// durably, and says so on the log with `why`. Returns where it went.
+pub fn move_aside(dir: &Path, why: &str) -> std::io::Result<PathBuf> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(std::io::Error::other(format!(
+            "{} is not a partition directory",
+            dir.display()
+        )));
+    };
+    let folder = parent.join(ORPHANED_DIR).join(stamp());
+    std::fs::create_dir_all(&folder)?;
+    let target = folder.join(name);
+    std::fs::rename(dir, &target)?;
+    sync_dir(&folder)?;
+    sync_dir(parent)?;
+    tracing::warn!(
+        dir = %name.to_string_lossy(),
+        moved_to = %target.display(),
+        why,
+        "a partition directory that no registered topic gives this broker: moved aside, not deleted; move it back if it is needed, remove it once sure it is not"
+    );
+    Ok(target)
+}
+
 /// What the start-up sweep did.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Swept {
-    /// Tombstones of interrupted deletes, removed.
+    /// Interrupted deletes finished (trash and old tombstones removed).
     pub tombstones_removed: usize,
-    /// Partition directories no registered topic owns, moved aside.
-    pub orphans_moved: Vec<(String, String)>,
+    /// Partition directories no registered topic owns, moved aside: their
+    /// names and where they went.
+    pub orphans_moved: Vec<(String, PathBuf)>,
 }
 
 /// Finishes interrupted deletes and moves aside the partition directories
-/// of `data_dir` for which `owned(topic, partition)` is false.
+/// of `data_dir` for which `owned(topic, partition)` is false. One entry
+/// that cannot be handled is logged and left; the sweep goes on.
 pub fn sweep(data_dir: &Path, owned: impl Fn(&str, u32) -> bool) -> std::io::Result<Swept> {
     let mut swept = Swept::default();
+    let trash = data_dir.join(TRASH_DIR);
+    if let Ok(entries) = std::fs::read_dir(&trash) {
+        for entry in entries.flatten() {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => swept.tombstones_removed += 1,
+                Err(error) => {
+                    tracing::warn!(dir = %entry.path().display(), %error, "removing a deleted partition")
+                }
+            }
+        }
+    }
     for entry in std::fs::read_dir(data_dir)? {
         let entry = entry?;
-        if !entry.file_type()?.is_dir() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
         let Some(name) = entry.file_name().to_str().map(String::from) else {
             continue;
         };
-        if name.contains(TOMBSTONE) {
+        if name.contains(OLD_TOMBSTONE) {
             match std::fs::remove_dir_all(entry.path()) {
                 Ok(()) => swept.tombstones_removed += 1,
                 Err(error) => {
@@ -124,16 +181,17 @@ pub fn sweep(data_dir: &Path, owned: impl Fn(&str, u32) -> bool) -> std::io::Res
         if owned(topic, partition) {
             continue;
         }
-        let aside = format!("{name}{ORPHAN}{}", stamp());
-        std::fs::rename(entry.path(), data_dir.join(&aside))?;
-        tracing::warn!(
-            dir = %name,
-            moved_to = %aside,
-            "a partition directory that no registered topic gives this broker (a topic deleted during a crash or while this broker was down): moved aside, not deleted; remove it once sure it is not needed"
-        );
-        swept.orphans_moved.push((name, aside));
+        match move_aside(
+            &entry.path(),
+            "at start: a topic deleted during a crash or while this broker was down, or one the registry does not list",
+        ) {
+            Ok(target) => swept.orphans_moved.push((name, target)),
+            Err(error) => {
+                tracing::error!(dir = %name, %error, "moving a partition directory aside; it stays where it is and is not opened")
+            }
+        }
     }
-    if swept.tombstones_removed > 0 || !swept.orphans_moved.is_empty() {
+    if swept.tombstones_removed > 0 {
         sync_dir(data_dir)?;
     }
     Ok(swept)
@@ -148,23 +206,32 @@ mod tests {
         assert_eq!(parse_partition_dir("clicks-0"), Some(("clicks", 0)));
         assert_eq!(parse_partition_dir("a-b-12"), Some(("a-b", 12)));
         assert_eq!(parse_partition_dir("a-0~deleted-123"), None);
-        assert_eq!(parse_partition_dir("a-0~orphaned-123"), None);
+        assert_eq!(parse_partition_dir(TRASH_DIR), None);
+        assert_eq!(parse_partition_dir(ORPHANED_DIR), None);
         assert_eq!(parse_partition_dir("topics.toml"), None);
         assert_eq!(parse_partition_dir("-3"), None);
         assert_eq!(parse_partition_dir("a-"), None);
     }
 
+    fn temp(label: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("ringlog-sweep-{label}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[test]
     fn a_sweep_finishes_deletes_and_moves_unowned_directories_aside() {
-        let dir = std::env::temp_dir().join(format!("ringlog-sweep-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = temp("basic");
         for name in ["kept-0", "gone-0", "gone-1", "kept-5", "x-0~deleted-7"] {
             std::fs::create_dir_all(dir.join(name)).unwrap();
             std::fs::write(dir.join(name).join("00000000000000000000.log"), b"data").unwrap();
         }
+        std::fs::create_dir_all(dir.join(TRASH_DIR).join("1-0")).unwrap();
         std::fs::write(dir.join("topics.toml"), "").unwrap();
         let swept = sweep(&dir, |topic, p| topic == "kept" && p < 2).unwrap();
-        assert_eq!(swept.tombstones_removed, 1);
+        assert_eq!(swept.tombstones_removed, 2);
         let moved: Vec<&str> = swept
             .orphans_moved
             .iter()
@@ -175,9 +242,11 @@ mod tests {
             assert!(moved.contains(&name), "{moved:?}");
         }
         assert!(dir.join("kept-0").exists());
-        // Moved aside with their data, not deleted.
-        for (_, aside) in &swept.orphans_moved {
-            assert!(dir.join(aside).join("00000000000000000000.log").exists());
+        // Moved aside with their data and their names, not deleted.
+        for (name, aside) in &swept.orphans_moved {
+            assert!(aside.starts_with(dir.join(ORPHANED_DIR)));
+            assert_eq!(aside.file_name().unwrap().to_str(), Some(name.as_str()));
+            assert!(aside.join("00000000000000000000.log").exists());
         }
         // A second sweep finds nothing left to do.
         assert_eq!(
@@ -187,6 +256,32 @@ mod tests {
 
         delete_partition_dirs(&[dir.join("kept-0"), dir.join("never-was-0")]).unwrap();
         assert!(!dir.join("kept-0").exists());
+        assert_eq!(std::fs::read_dir(dir.join(TRASH_DIR)).unwrap().count(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 24, item 1: every valid topic name length, with partition
+    /// numbers of up to four digits, can be deleted and moved aside.
+    #[test]
+    fn r24_1_names_of_every_valid_length_can_be_deleted_and_moved_aside() {
+        let dir = temp("long");
+        for len in [1usize, 200, 225, 226, 240, 249] {
+            let topic: String = "t".repeat(len);
+            for partition in [0u32, 999] {
+                let name = format!("{topic}-{partition}");
+                if name.len() > 255 {
+                    continue; // the broker refuses to create such a topic
+                }
+                std::fs::create_dir_all(dir.join(&name)).unwrap();
+                delete_partition_dirs(&[dir.join(&name)]).unwrap();
+                assert!(!dir.join(&name).exists(), "{len}");
+                std::fs::create_dir_all(dir.join(&name)).unwrap();
+                let aside = move_aside(&dir.join(&name), "test").unwrap();
+                assert!(aside.exists(), "{len}");
+            }
+        }
+        let swept = sweep(&dir, |_, _| false).unwrap();
+        assert!(swept.orphans_moved.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,15 +1,27 @@
 //! The etcd registry: brokers and topics of one cluster, under its prefix
 //! (the key table is in [`crate::keys`]).
 //!
+//! - **Cluster identity.** The prefix's `cluster-id` key names the cluster;
+//!   the first broker creates it (create-if-absent), every broker keeps the
+//!   id it joined in its data directory and passes it in
+//!   [`EtcdOptions::cluster_id`]. A prefix that holds another id, or none
+//!   (a new, empty etcd behind the same address; a restore from before the
+//!   cluster existed; a wrong `--cluster`), is [`Identity::Foreign`]:
+//!   nothing is read from it, registered in it or changed in it, and the
+//!   watch reports [`RegistryEvent::ForeignCluster`] so the broker keeps its
+//!   data. Every write (registration, topic create and delete, group
+//!   transactions) compares the id in the same transaction, so even a
+//!   replacement that the watch has not noticed yet is never written to.
 //! - **Broker registry.** [`Etcd::connect`] registers this broker under
 //!   `brokers/<id>` with a lease of `lease_ttl_s` seconds, kept alive by a
 //!   background task; the key vanishes at most one TTL after the broker dies.
 //!   The registration is create-if-absent, so two live brokers never share
 //!   an id. A key left by this broker's own previous run (same data
 //!   directory, recognised by its `data_dir_id`) is taken over at once, so a
-//!   restart after kill -9 does not wait for the old lease to expire. If the
-//!   lease is lost (etcd unreachable for longer than the TTL), the task
-//!   registers again as soon as etcd answers.
+//!   restart after kill -9 does not wait for the old lease to expire. A lease
+//!   lost any way — expired during an outage, unknown to a new etcd, or
+//!   unanswered for a whole TTL — is replaced by a new registration as soon
+//!   as etcd answers and holds this broker's cluster.
 //! - **Topic registry.** Topic records are persistent keys, created with a
 //!   transaction that succeeds only if the key has never been created
 //!   (`create_revision == 0`), deleted with one that succeeds only if the
@@ -18,13 +30,14 @@
 //!   of the snapshot the broker started from, so no change is missed between
 //!   the two, and turns changes into [`RegistryEvent`]s. When the watch
 //!   breaks (etcd down, history compacted), it takes a new snapshot once etcd
-//!   answers and reports it whole as [`RegistryEvent::Resync`].
+//!   answers and reports it whole as [`RegistryEvent::Resync`] — a snapshot
+//!   is not a list of deletes: a topic missing from it was not seen deleted.
 //!
 //! Every request has a deadline (`request_timeout`); a request that misses
 //! it is [`RegistryError::Unavailable`]. The background tasks never give up:
-//! they retry with a capped back-off and log (at most once per back-off).
+//! they retry with a capped back-off and log a change of state once.
 
-use super::{BrokerRecord, Registry, RegistryError, RegistryEvent, TopicRecord};
+use super::{BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, TopicRecord};
 use crate::keys::{Key, Keys};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
@@ -48,12 +61,21 @@ pub struct EtcdOptions {
     pub lease_ttl_s: i64,
     /// Deadline of every etcd request.
     pub request_timeout: Duration,
+    /// The cluster id this broker's data directory belongs to; `None` for
+    /// a data directory that never joined a cluster.
+    pub cluster_id: Option<String>,
+    /// Join the prefix's cluster (creating an id if it holds none) even if
+    /// the data directory belongs to another: `broker --join-new-cluster`,
+    /// after a deliberate rebuild of etcd.
+    pub join_new_cluster: bool,
 }
 
 /// Events queued from the watch task before it waits for the control thread.
 const EVENTS_QUEUED_MAX: usize = 1024;
 /// Longest pause between two attempts of a background task.
 const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How often a failure that goes on is logged again.
+const QUIET_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The registry in etcd. Owned by the broker's control thread; must be
 /// created inside a tokio runtime (it spawns its background tasks there).
@@ -61,6 +83,11 @@ pub struct Etcd {
     client: Client,
     keys: Keys,
     options: EtcdOptions,
+    /// The cluster this broker belongs to (its data directory's, or the
+    /// one it adopted at connect).
+    cluster_id: String,
+    /// Which cluster the prefix holds, as the watch last saw.
+    identity: tokio::sync::watch::Receiver<Identity>,
     events: mpsc::Receiver<RegistryEvent>,
     lease: tokio::sync::watch::Receiver<i64>,
     tasks: Vec<JoinHandle<()>>,
@@ -114,10 +141,12 @@ fn parse_topic(key: &[u8], value: &[u8]) -> Option<TopicRecord> {
     }
 }
 
-/// Every topic and live broker, and the revision they were read at.
+/// Every topic and live broker, the cluster id, and the revision they
+/// were read at.
 struct Snapshot {
     topics: Vec<TopicRecord>,
     brokers: Vec<BrokerRecord>,
+    cluster_id: Option<String>,
     revision: i64,
 }
 
@@ -134,11 +163,15 @@ async fn snapshot(
     let revision = response.header().map_or(0, |h| h.revision());
     let mut topics = Vec::new();
     let mut brokers = Vec::new();
+    let mut cluster_id = None;
     for kv in response.kvs() {
         let Ok(key) = std::str::from_utf8(kv.key()) else {
             continue;
         };
         match keys.parse(key) {
+            Some(Key::ClusterId) => {
+                cluster_id = Some(String::from_utf8_lossy(kv.value()).into_owned())
+            }
             Some(Key::Topic(_)) => topics.extend(parse_topic(kv.key(), kv.value())),
             Some(Key::Broker(_)) => {
                 brokers.extend(parse_record::<BrokerRecord>(kv.key(), kv.value()))
@@ -151,14 +184,20 @@ async fn snapshot(
     Ok(Snapshot {
         topics,
         brokers,
+        cluster_id,
         revision,
     })
 }
 
 impl Etcd {
-    /// Connects, registers `me` in the broker registry, and starts the
-    /// lease keep-alive and the watch. Fails when etcd does not answer
-    /// within the request timeout, or when another live broker has `me`'s id.
+    /// Connects, settles which cluster the prefix holds, and — when it is
+    /// this broker's — registers `me` in the broker registry; then starts
+    /// the lease keep-alive and the watch. Fails when etcd does not answer
+    /// within the request timeout, or when another live broker has `me`'s
+    /// id. A prefix holding another cluster (or none, with a data directory
+    /// that already belongs to one) is not an error: the registry comes up
+    /// [`Identity::Foreign`], applies nothing and registers nothing, and
+    /// its watch reports a `Resync` if the right cluster appears there.
     pub async fn connect(options: EtcdOptions, me: BrokerRecord) -> Result<Etcd, RegistryError> {
         let keys = Keys::new(&options.cluster);
         let timeout = options.request_timeout;
@@ -174,267 +213,663 @@ impl Etcd {
                 options.endpoints.join(",")
             ))
         })?;
-        let lease = register(&mut client, &keys, &options, &me).await?;
-        let first = snapshot(&mut client, &keys, timeout).await?;
+        let (identity, cluster_id) = resolve_identity(&mut client, &keys, &options).await?;
+        let mut start = None;
+        let mut lease = 0;
+        if matches!(identity, Identity::Joined { .. }) {
+            lease = register(&mut client, &keys, &options, &cluster_id, &me).await?;
+            let first = snapshot(&mut client, &keys, timeout).await?;
+            start = Some((first.brokers, first.revision));
+        }
+        let (identity_tx, identity_rx) = tokio::sync::watch::channel(identity);
         let (lease_tx, lease_rx) = tokio::sync::watch::channel(lease);
         let (events_tx, events) = mpsc::channel(EVENTS_QUEUED_MAX);
         let keeper = tokio::spawn(keep_alive(
             client.clone(),
             keys.clone(),
             options.clone(),
+            cluster_id.clone(),
             me,
             lease_tx,
+            identity_rx.clone(),
         ));
         let watcher = tokio::spawn(watch(
-            client.clone(),
-            keys.clone(),
-            timeout,
-            first.brokers,
-            first.revision,
-            events_tx,
+            Watcher {
+                client: client.clone(),
+                keys: keys.clone(),
+                timeout,
+                cluster_id: cluster_id.clone(),
+                identity: identity_tx,
+                events: events_tx,
+            },
+            start,
         ));
         Ok(Etcd {
             client,
             keys,
             options,
+            cluster_id,
+            identity: identity_rx,
             events,
             lease: lease_rx,
             tasks: vec![keeper, watcher],
         })
     }
 
-    /// The lease this broker's registration is bound to right now.
+    /// The lease this broker's registration is bound to right now (0: none).
     fn lease(&self) -> i64 {
         *self.lease.borrow()
     }
+
+    /// `Ok` while the registry holds this broker's cluster.
+    fn check_identity(&self) -> Result<(), RegistryError> {
+        match &*self.identity.borrow() {
+            Identity::Joined { .. } => Ok(()),
+            Identity::Foreign(foreign) => Err(RegistryError::ClusterMismatch(foreign.clone())),
+        }
+    }
+
+    fn foreign(&self, found: Option<String>) -> RegistryError {
+        RegistryError::ClusterMismatch(Foreign {
+            expected: self.cluster_id.clone(),
+            found,
+        })
+    }
 }
 
-/// Grants a lease and puts `me` under it, create-if-absent. A key left by
-/// this data directory's previous run is replaced; one held by another live
-/// broker is [`RegistryError::DuplicateBroker`].
+/// The cluster id the prefix holds, if any.
+async fn read_cluster_id(
+    client: &mut Client,
+    keys: &Keys,
+    timeout: Duration,
+) -> Result<Option<String>, RegistryError> {
+    let response = deadline(timeout, client.get(keys.cluster_id(), None)).await?;
+    Ok(response
+        .kvs()
+        .first()
+        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+}
+
+/// Settles which cluster this broker belongs to from what its data
+/// directory says (`options.cluster_id`) and what the prefix holds:
+///
+/// | data directory | prefix      | result |
+/// |----------------|-------------|--------|
+/// | none           | none        | create an id (create-if-absent: of brokers starting together, one id wins) and join it |
+/// | none           | an id       | join it |
+/// | an id          | the same id | joined |
+/// | an id          | another, or none | [`Identity::Foreign`], unless `join_new_cluster`: then join the prefix's id (created if none) |
+async fn resolve_identity(
+    client: &mut Client,
+    keys: &Keys,
+    options: &EtcdOptions,
+) -> Result<(Identity, String), RegistryError> {
+    let timeout = options.request_timeout;
+    let found = read_cluster_id(client, keys, timeout).await?;
+    let mine = options.cluster_id.clone();
+    if let (Some(mine), Some(found)) = (&mine, &found) {
+        if mine == found {
+            let joined = Identity::Joined {
+                cluster_id: mine.clone(),
+                adopted: false,
+                replaced: None,
+            };
+            return Ok((joined, mine.clone()));
+        }
+    }
+    if let Some(expected) = mine.clone().filter(|_| !options.join_new_cluster) {
+        return Ok((
+            Identity::Foreign(Foreign {
+                expected: expected.clone(),
+                found,
+            }),
+            expected,
+        ));
+    }
+    let id = match found {
+        Some(found) => found,
+        None => {
+            let key = keys.cluster_id();
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.clone(), super::random_id(), None)])
+                .or_else([TxnOp::get(key.clone(), None)]);
+            deadline(timeout, client.txn(txn)).await?;
+            // Whoever won the race, the id is what the key holds now.
+            read_cluster_id(client, keys, timeout)
+                .await?
+                .ok_or_else(|| unavailable("the cluster id vanished as it was created"))?
+        }
+    };
+    let replaced = mine.filter(|m| *m != id);
+    let joined = Identity::Joined {
+        cluster_id: id.clone(),
+        adopted: replaced.is_some() || options.cluster_id.is_none(),
+        replaced,
+    };
+    Ok((joined, id))
+}
+
+/// The `get` answers of a failed transaction's else branch, in order.
+fn got(response: &etcd_client::TxnResponse) -> Vec<Option<etcd_client::KeyValue>> {
+    response
+        .op_responses()
+        .into_iter()
+        .filter_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(get) => Some(get.kvs().first().cloned()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn value_of(kv: &Option<etcd_client::KeyValue>) -> Option<String> {
+    kv.as_ref()
+        .map(|kv| String::from_utf8_lossy(kv.value()).into_owned())
+}
+
+/// Grants a lease and puts `me` under it, create-if-absent, in a
+/// transaction that also requires the prefix to hold `cluster_id` (so a
+/// broker never registers in a cluster that is not its own, even one that
+/// replaced its own a moment ago). A key left by this data directory's
+/// previous run is replaced; one held by another live broker is
+/// [`RegistryError::DuplicateBroker`].
 async fn register(
     client: &mut Client,
     keys: &Keys,
     options: &EtcdOptions,
+    cluster_id: &str,
     me: &BrokerRecord,
 ) -> Result<i64, RegistryError> {
     let timeout = options.request_timeout;
     let key = keys.broker(me.broker_id);
+    let ours = Compare::value(keys.cluster_id(), CompareOp::Equal, cluster_id);
     let value = serde_json::to_vec(me).map_err(unavailable)?;
     let lease = deadline(timeout, client.lease_grant(options.lease_ttl_s, None))
         .await?
         .id();
-    for _ in 0..3 {
-        let put = TxnOp::put(
-            key.clone(),
-            value.clone(),
-            Some(PutOptions::new().with_lease(lease)),
-        );
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([put])
-            .or_else([TxnOp::get(key.clone(), None)]);
-        let response = deadline(timeout, client.txn(txn)).await?;
-        if response.succeeded() {
-            return Ok(lease);
-        }
-        let Some(existing) = response.op_responses().into_iter().find_map(|op| match op {
-            etcd_client::TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-            _ => None,
-        }) else {
-            continue; // it expired in between: try again
-        };
-        let holder: Option<BrokerRecord> = serde_json::from_slice(existing.value()).ok();
-        let ours = holder
-            .as_ref()
-            .is_some_and(|h| !h.data_dir_id.is_empty() && h.data_dir_id == me.data_dir_id);
-        if !ours {
-            let _ = client.lease_revoke(lease).await;
-            return Err(RegistryError::DuplicateBroker {
-                broker_id: me.broker_id,
-                holder: String::from_utf8_lossy(existing.value()).into_owned(),
-            });
-        }
-        // Our own previous run (killed before its lease expired): the data
-        // directory's lock proves that run is gone. Take the key over.
-        tracing::info!(
-            broker_id = me.broker_id,
-            "replacing the registration of this broker's previous run"
-        );
-        let replace = Txn::new()
-            .when([Compare::mod_revision(
-                key.clone(),
-                CompareOp::Equal,
-                existing.mod_revision(),
-            )])
-            .and_then([TxnOp::put(
+    let result = async {
+        for _ in 0..3 {
+            let put = TxnOp::put(
                 key.clone(),
                 value.clone(),
                 Some(PutOptions::new().with_lease(lease)),
-            )]);
-        if deadline(timeout, client.txn(replace)).await?.succeeded() {
-            if existing.lease() != 0 {
-                let _ = deadline(timeout, client.lease_revoke(existing.lease())).await;
+            );
+            let txn = Txn::new()
+                .when([
+                    ours.clone(),
+                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                ])
+                .and_then([put])
+                .or_else([
+                    TxnOp::get(keys.cluster_id(), None),
+                    TxnOp::get(key.clone(), None),
+                ]);
+            let response = deadline(timeout, client.txn(txn)).await?;
+            if response.succeeded() {
+                return Ok(lease);
             }
-            return Ok(lease);
+            let answers = got(&response);
+            let found = answers.first().and_then(value_of);
+            if found.as_deref() != Some(cluster_id) {
+                return Err(RegistryError::ClusterMismatch(Foreign {
+                    expected: cluster_id.to_string(),
+                    found,
+                }));
+            }
+            let Some(Some(existing)) = answers.get(1).cloned() else {
+                continue; // it expired in between: try again
+            };
+            let holder: Option<BrokerRecord> = serde_json::from_slice(existing.value()).ok();
+            let ours_before = holder
+                .as_ref()
+                .is_some_and(|h| !h.data_dir_id.is_empty() && h.data_dir_id == me.data_dir_id);
+            if !ours_before {
+                return Err(RegistryError::DuplicateBroker {
+                    broker_id: me.broker_id,
+                    holder: String::from_utf8_lossy(existing.value()).into_owned(),
+                });
+            }
+            // Our own previous run (killed before its lease expired), or
+            // this run's own registration under a lease etcd still knows
+            // while we believed it lost: the data directory's lock proves
+            // no other process holds it. Take the key over.
+            tracing::info!(
+                broker_id = me.broker_id,
+                "replacing the registration of this broker's previous run"
+            );
+            let replace = Txn::new()
+                .when([
+                    ours.clone(),
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, existing.mod_revision()),
+                ])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    value.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            if deadline(timeout, client.txn(replace)).await?.succeeded() {
+                if existing.lease() != 0 && existing.lease() != lease {
+                    let _ = deadline(timeout, client.lease_revoke(existing.lease())).await;
+                }
+                return Ok(lease);
+            }
         }
+        Err(unavailable(format!(
+            "registering broker {} kept conflicting",
+            me.broker_id
+        )))
     }
-    Err(unavailable(format!(
-        "registering broker {} kept conflicting",
-        me.broker_id
-    )))
+    .await;
+    if result.is_err() {
+        let _ = deadline(timeout, client.lease_revoke(lease)).await;
+    }
+    result
 }
 
-/// Keeps the broker's lease alive; registers again when it was lost.
+/// Where the keep-alive stands, so that it logs a change once instead of
+/// every retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseState {
+    /// Registered, keep-alives answered.
+    Alive,
+    /// Keep-alives fail (etcd unreachable); the lease may still be live.
+    Retrying,
+    /// The lease is gone (expired, or unknown to the etcd that answers):
+    /// registering again.
+    Lost,
+    /// The registry is not this broker's cluster: nothing is registered.
+    Foreign,
+}
+
+/// Why one keep-alive round ended.
+enum Ended {
+    /// etcd says the lease is gone: it expired, or this etcd never had it.
+    Lost,
+    /// The registry stopped being this broker's cluster.
+    Foreign,
+    /// etcd did not answer.
+    Failed(RegistryError),
+}
+
+/// Whether an etcd error says the lease does not exist (etcd-client turns a
+/// keep-alive answer with TTL 0 into this error; a new etcd behind the same
+/// address answers every old lease so).
+fn is_lease_not_found(error: &RegistryError) -> bool {
+    matches!(error, RegistryError::Unavailable { reason } if reason.contains("lease not found"))
+}
+
+/// Keeps the broker's lease alive, and registers again whenever the lease
+/// is lost — expired during an outage, unknown to a new etcd behind the
+/// same address, or silent for longer than its TTL — as soon as etcd
+/// answers and holds this broker's cluster. Logs each change of state once.
 async fn keep_alive(
     mut client: Client,
     keys: Keys,
     options: EtcdOptions,
+    cluster_id: String,
     me: BrokerRecord,
     lease: tokio::sync::watch::Sender<i64>,
+    mut identity: tokio::sync::watch::Receiver<Identity>,
 ) {
-    let period = Duration::from_millis((options.lease_ttl_s.max(1) as u64 * 1000) / 3);
+    let ttl = Duration::from_secs(options.lease_ttl_s.max(1) as u64);
+    let period = ttl / 3;
     let mut backoff = Backoff::default();
+    let mut state = if *lease.borrow() == 0 {
+        LeaseState::Foreign
+    } else {
+        LeaseState::Alive
+    };
+    let mut last_answer = tokio::time::Instant::now();
+    let mut last_register_log: Option<std::time::Instant> = None;
+    let mut since = std::time::Instant::now();
+    let broker_id = me.broker_id;
+    let mut change = |state: &mut LeaseState, to: LeaseState, detail: &str| {
+        if *state == to {
+            return;
+        }
+        let after = since.elapsed();
+        match to {
+            LeaseState::Alive => tracing::info!(broker_id, after = ?after, "registered in etcd again"),
+            LeaseState::Retrying => tracing::warn!(broker_id, error = detail, "etcd does not answer the broker's keep-alives; retrying (the lease lasts {ttl:?} after the last answer)"),
+            LeaseState::Lost => tracing::warn!(broker_id, reason = detail, "the broker's etcd lease is gone; registering again"),
+            LeaseState::Foreign => tracing::warn!(broker_id, "the registry is not this broker's cluster; not registering there"),
+        }
+        *state = to;
+        since = std::time::Instant::now();
+    };
     loop {
-        let id = *lease.borrow();
-        let alive = async {
-            let (mut keeper, mut stream) =
-                deadline(options.request_timeout, client.lease_keep_alive(id)).await?;
-            loop {
-                keeper.keep_alive().await.map_err(unavailable)?;
-                match deadline(options.request_timeout, stream.message()).await? {
-                    Some(response) if response.ttl() > 0 => {}
-                    Some(_) => return Ok::<bool, RegistryError>(false), // expired
-                    None => return Err(unavailable("the keep-alive stream ended")),
+        // Only a registry of our own cluster gets a registration.
+        while !matches!(&*identity.borrow_and_update(), Identity::Joined { .. }) {
+            change(&mut state, LeaseState::Foreign, "");
+            if identity.changed().await.is_err() {
+                return;
+            }
+        }
+        if state != LeaseState::Alive && state != LeaseState::Retrying {
+            match register(&mut client, &keys, &options, &cluster_id, &me).await {
+                Ok(new) => {
+                    let _ = lease.send(new);
+                    last_register_log = None;
+                    last_answer = tokio::time::Instant::now();
+                    backoff.reset();
+                    change(&mut state, LeaseState::Alive, "");
                 }
+                Err(error) => {
+                    // A mismatch is the watcher's to notice and report;
+                    // anything else is etcd being away. Wait either way,
+                    // and say so once a minute, not at every attempt.
+                    if last_register_log.is_none_or(|at| at.elapsed() >= QUIET_LOG_INTERVAL) {
+                        last_register_log = Some(std::time::Instant::now());
+                        tracing::warn!(%error, "registering the broker in etcd; retrying");
+                    }
+                    futures_lite::future::or(backoff.wait(), async {
+                        let _ = identity.changed().await;
+                    })
+                    .await;
+                    continue;
+                }
+            }
+        }
+        let id = *lease.borrow();
+        let round = async {
+            let (mut keeper, mut stream) =
+                match deadline(options.request_timeout, client.lease_keep_alive(id)).await {
+                    Ok(pair) => pair,
+                    Err(error) if is_lease_not_found(&error) => return Ended::Lost,
+                    Err(error) => return Ended::Failed(error),
+                };
+            loop {
+                if let Err(error) = keeper.keep_alive().await {
+                    return Ended::Failed(unavailable(error));
+                }
+                match deadline(options.request_timeout, stream.message()).await {
+                    Ok(Some(response)) if response.ttl() > 0 => {}
+                    Ok(Some(_)) => return Ended::Lost,
+                    Ok(None) => return Ended::Failed(unavailable("the keep-alive stream ended")),
+                    Err(error) => return Ended::Failed(error),
+                }
+                last_answer = tokio::time::Instant::now();
                 backoff.reset();
+                if state == LeaseState::Retrying {
+                    tracing::info!(broker_id, "etcd answers the broker's keep-alives again");
+                    state = LeaseState::Alive;
+                }
                 tokio::time::sleep(period).await;
             }
         };
-        match alive.await {
-            Ok(_expired) => {
-                tracing::warn!(
-                    broker_id = me.broker_id,
-                    "the broker's etcd lease expired; registering again"
-                );
-                match register(&mut client, &keys, &options, &me).await {
-                    Ok(new) => {
-                        let _ = lease.send(new);
-                        tracing::info!(broker_id = me.broker_id, "registered again in etcd");
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "registering again in etcd");
-                        backoff.wait().await;
-                    }
+        let watching = async {
+            loop {
+                if identity.changed().await.is_err() {
+                    return Ended::Foreign;
+                }
+                if !matches!(&*identity.borrow(), Identity::Joined { .. }) {
+                    return Ended::Foreign;
                 }
             }
-            Err(error) => {
-                backoff.note(|| tracing::warn!(%error, "keeping the broker's etcd lease alive"));
+        };
+        match futures_lite::future::or(round, watching).await {
+            Ended::Lost => change(&mut state, LeaseState::Lost, "etcd does not know the lease"),
+            Ended::Foreign => {
+                // Registered in what is no longer our cluster: leave it.
+                let _ = deadline(options.request_timeout, client.lease_revoke(id)).await;
+                change(&mut state, LeaseState::Foreign, "");
+            }
+            Ended::Failed(error) => {
+                change(&mut state, LeaseState::Retrying, &error.to_string());
+                if last_answer.elapsed() >= ttl {
+                    // Silent for a whole TTL: the lease has expired by now
+                    // (or etcd was replaced); a new one is needed.
+                    change(
+                        &mut state,
+                        LeaseState::Lost,
+                        "no keep-alive answered for a whole TTL",
+                    );
+                }
                 backoff.wait().await;
             }
         }
     }
 }
 
-/// Watches the cluster prefix and reports changes; resynchronises after a
-/// lost watch.
-async fn watch(
-    mut client: Client,
+/// What the watch task needs.
+struct Watcher {
+    client: Client,
     keys: Keys,
     timeout: Duration,
-    brokers: Vec<BrokerRecord>,
-    revision: i64,
+    /// The cluster this broker belongs to.
+    cluster_id: String,
+    /// Which cluster the prefix holds, as the watch last saw; the watch is
+    /// its only writer.
+    identity: tokio::sync::watch::Sender<Identity>,
     events: mpsc::Sender<RegistryEvent>,
-) {
-    let mut brokers: BTreeMap<u32, BrokerRecord> =
-        brokers.into_iter().map(|b| (b.broker_id, b)).collect();
-    let mut next_revision = revision + 1;
-    let mut backoff = Backoff::default();
-    loop {
+}
+
+/// Why a watch stream ended.
+enum WatchEnd {
+    /// Broken or cancelled: take a new snapshot.
+    Lost,
+    /// The prefix's cluster id changed or was deleted under the watch.
+    Foreign(Option<String>),
+    /// The control thread is gone.
+    Closed,
+}
+
+impl Watcher {
+    fn joined(&self) -> Identity {
+        Identity::Joined {
+            cluster_id: self.cluster_id.clone(),
+            adopted: false,
+            replaced: None,
+        }
+    }
+
+    /// Records and reports that the prefix holds another cluster (once per
+    /// change of what was found). `false` when the receiver is gone.
+    async fn report_foreign(&self, found: Option<String>) -> bool {
+        let foreign = Foreign {
+            expected: self.cluster_id.clone(),
+            found,
+        };
+        let new = Identity::Foreign(foreign.clone());
+        if *self.identity.borrow() == new {
+            return true;
+        }
+        tracing::error!(
+            expected = %foreign.expected,
+            found = %foreign.found_words(),
+            "the etcd prefix no longer holds this broker's cluster: applying nothing from it until it does"
+        );
+        self.identity.send_replace(new);
+        self.events
+            .send(RegistryEvent::ForeignCluster(foreign))
+            .await
+            .is_ok()
+    }
+
+    /// Watches the prefix from `revision + 1` until the stream ends.
+    async fn follow(
+        &mut self,
+        brokers: &mut BTreeMap<u32, BrokerRecord>,
+        revision: i64,
+        backoff: &mut Backoff,
+    ) -> WatchEnd {
+        let mut next_revision = revision + 1;
         let options = WatchOptions::new()
             .with_prefix()
+            .with_prev_key()
             .with_start_revision(next_revision);
-        match deadline(timeout, client.watch(keys.prefix(), Some(options))).await {
-            Ok(mut stream) => loop {
-                let response = match stream.message().await {
-                    Ok(Some(response)) => response,
-                    Ok(None) => break,
-                    Err(error) => {
-                        backoff.note(|| tracing::warn!(%error, "etcd watch broken"));
-                        break;
-                    }
+        let mut stream = match deadline(
+            self.timeout,
+            self.client.watch(self.keys.prefix(), Some(options)),
+        )
+        .await
+        {
+            Ok(stream) => stream,
+            Err(error) => {
+                backoff.note(|| tracing::warn!(%error, "starting the etcd watch"));
+                return WatchEnd::Lost;
+            }
+        };
+        loop {
+            let response = match stream.message().await {
+                Ok(Some(response)) => response,
+                Ok(None) => return WatchEnd::Lost,
+                Err(error) => {
+                    backoff.note(|| tracing::warn!(%error, "etcd watch broken"));
+                    return WatchEnd::Lost;
+                }
+            };
+            if response.canceled() {
+                tracing::warn!(reason = response.cancel_reason(), "etcd watch cancelled");
+                return WatchEnd::Lost;
+            }
+            backoff.reset();
+            // The identity first: a wipe deletes the id and the topics in
+            // one revision, and none of those deletes may be applied.
+            for event in response.events() {
+                let Some(kv) = event.kv() else { continue };
+                if self.keys.parse(&String::from_utf8_lossy(kv.key())) != Some(Key::ClusterId) {
+                    continue;
+                }
+                let found = match event.event_type() {
+                    EventType::Put => Some(String::from_utf8_lossy(kv.value()).into_owned()),
+                    EventType::Delete => None,
                 };
-                if response.canceled() {
-                    tracing::warn!(reason = response.cancel_reason(), "etcd watch cancelled");
-                    break;
+                if found.as_deref() != Some(self.cluster_id.as_str()) {
+                    return WatchEnd::Foreign(found);
                 }
-                backoff.reset();
-                let mut brokers_changed = false;
-                for event in response.events() {
-                    let Some(kv) = event.kv() else { continue };
-                    next_revision = next_revision.max(kv.mod_revision() + 1);
-                    let Ok(key) = std::str::from_utf8(kv.key()) else {
-                        continue;
-                    };
-                    let change = match (keys.parse(key), event.event_type()) {
-                        (Some(Key::Topic(_)), EventType::Put) => {
-                            parse_topic(kv.key(), kv.value()).map(RegistryEvent::TopicPut)
+            }
+            let mut brokers_changed = false;
+            for event in response.events() {
+                let Some(kv) = event.kv() else { continue };
+                next_revision = next_revision.max(kv.mod_revision() + 1);
+                let Ok(key) = std::str::from_utf8(kv.key()) else {
+                    continue;
+                };
+                let change = match (self.keys.parse(key), event.event_type()) {
+                    (Some(Key::Topic(_)), EventType::Put) => {
+                        parse_topic(kv.key(), kv.value()).map(RegistryEvent::TopicPut)
+                    }
+                    (Some(Key::Topic(name)), EventType::Delete) => {
+                        let id = event
+                            .prev_kv()
+                            .and_then(|prev| {
+                                serde_json::from_slice::<TopicRecord>(prev.value()).ok()
+                            })
+                            .map(|record| record.id)
+                            .unwrap_or_default();
+                        Some(RegistryEvent::TopicDeleted {
+                            name: name.to_string(),
+                            id,
+                        })
+                    }
+                    (Some(Key::Broker(id)), EventType::Put) => {
+                        if let Some(record) = parse_record::<BrokerRecord>(kv.key(), kv.value()) {
+                            brokers.insert(id, record);
+                            brokers_changed = true;
                         }
-                        (Some(Key::Topic(name)), EventType::Delete) => {
-                            Some(RegistryEvent::TopicDeleted(name.to_string()))
-                        }
-                        (Some(Key::Broker(id)), EventType::Put) => {
-                            if let Some(record) = parse_record::<BrokerRecord>(kv.key(), kv.value())
-                            {
-                                brokers.insert(id, record);
-                                brokers_changed = true;
-                            }
-                            None
-                        }
-                        (Some(Key::Broker(id)), EventType::Delete) => {
-                            brokers_changed |= brokers.remove(&id).is_some();
-                            None
-                        }
-                        (Some(Key::GroupMember(group, _)), _) => {
-                            Some(RegistryEvent::GroupMembers(group.to_string()))
-                        }
-                        _ => None,
-                    };
-                    if let Some(change) = change {
-                        if events.send(change).await.is_err() {
-                            return;
-                        }
+                        None
+                    }
+                    (Some(Key::Broker(id)), EventType::Delete) => {
+                        brokers_changed |= brokers.remove(&id).is_some();
+                        None
+                    }
+                    (Some(Key::GroupMember(group, _)), _) => {
+                        Some(RegistryEvent::GroupMembers(group.to_string()))
+                    }
+                    _ => None,
+                };
+                if let Some(change) = change {
+                    if self.events.send(change).await.is_err() {
+                        return WatchEnd::Closed;
                     }
                 }
-                if brokers_changed {
-                    let list = brokers.values().cloned().collect();
-                    if events.send(RegistryEvent::Brokers(list)).await.is_err() {
+            }
+            if brokers_changed {
+                let list = brokers.values().cloned().collect();
+                if self
+                    .events
+                    .send(RegistryEvent::Brokers(list))
+                    .await
+                    .is_err()
+                {
+                    return WatchEnd::Closed;
+                }
+            }
+        }
+    }
+}
+
+/// Watches the cluster prefix and reports changes; after a lost watch,
+/// takes a new snapshot and reports it whole — if the prefix still holds
+/// this broker's cluster. While it holds another (or none), only the
+/// cluster id is polled, and a `Resync` follows once it is ours again.
+async fn watch(mut watcher: Watcher, start: Option<(Vec<BrokerRecord>, i64)>) {
+    let mut backoff = Backoff::default();
+    let mut brokers: BTreeMap<u32, BrokerRecord> = BTreeMap::new();
+    let mut from = None;
+    if let Some((list, revision)) = start {
+        brokers = list.into_iter().map(|b| (b.broker_id, b)).collect();
+        from = Some(revision);
+    }
+    loop {
+        if let Some(revision) = from.take() {
+            match watcher.follow(&mut brokers, revision, &mut backoff).await {
+                WatchEnd::Closed => return,
+                WatchEnd::Lost => {}
+                WatchEnd::Foreign(found) => {
+                    if !watcher.report_foreign(found).await {
                         return;
                     }
                 }
-            },
-            Err(error) => backoff.note(|| tracing::warn!(%error, "starting the etcd watch")),
+            }
         }
-        // The watch is gone: take a new snapshot once etcd answers, report
-        // it whole, and watch on from its revision.
+        // The watch is gone: once etcd answers, check whose cluster it
+        // holds; if ours, take a new snapshot, report it whole, and watch
+        // on from its revision.
         loop {
             backoff.wait().await;
-            match snapshot(&mut client, &keys, timeout).await {
-                Ok(now) => {
+            let found =
+                match read_cluster_id(&mut watcher.client, &watcher.keys, watcher.timeout).await {
+                    Ok(found) => found,
+                    Err(error) => {
+                        backoff.note(|| tracing::warn!(%error, "etcd unreachable"));
+                        continue;
+                    }
+                };
+            if found.as_deref() != Some(watcher.cluster_id.as_str()) {
+                if !watcher.report_foreign(found).await {
+                    return;
+                }
+                continue;
+            }
+            match snapshot(&mut watcher.client, &watcher.keys, watcher.timeout).await {
+                Ok(now) if now.cluster_id.as_deref() == Some(watcher.cluster_id.as_str()) => {
+                    let was_foreign =
+                        !matches!(&*watcher.identity.borrow(), Identity::Joined { .. });
+                    if was_foreign {
+                        tracing::info!(cluster_id = %watcher.cluster_id, "the etcd prefix holds this broker's cluster again");
+                    }
+                    watcher.identity.send_replace(watcher.joined());
                     brokers = now
                         .brokers
                         .iter()
                         .map(|b| (b.broker_id, b.clone()))
                         .collect();
-                    next_revision = now.revision + 1;
                     let resync = RegistryEvent::Resync {
                         topics: now.topics,
                         brokers: now.brokers,
                     };
-                    if events.send(resync).await.is_err() {
+                    if watcher.events.send(resync).await.is_err() {
                         return;
                     }
+                    from = Some(now.revision);
                     break;
+                }
+                Ok(now) => {
+                    if !watcher.report_foreign(now.cluster_id).await {
+                        return;
+                    }
                 }
                 Err(error) => backoff.note(|| tracing::warn!(%error, "etcd unreachable")),
             }
@@ -479,14 +914,18 @@ impl Backoff {
 
 impl Registry for Etcd {
     async fn topics(&mut self) -> Result<Vec<TopicRecord>, RegistryError> {
-        Ok(
-            snapshot(&mut self.client, &self.keys, self.options.request_timeout)
-                .await?
-                .topics,
-        )
+        self.check_identity()?;
+        let now = snapshot(&mut self.client, &self.keys, self.options.request_timeout).await?;
+        if now.cluster_id.as_deref() != Some(self.cluster_id.as_str()) {
+            // The watch will say so too; a read never hands out another
+            // cluster's topics meanwhile.
+            return Err(self.foreign(now.cluster_id));
+        }
+        Ok(now.topics)
     }
 
     async fn brokers(&mut self) -> Result<Vec<BrokerRecord>, RegistryError> {
+        self.check_identity()?;
         let response = deadline(
             self.options.request_timeout,
             self.client
@@ -503,19 +942,33 @@ impl Registry for Etcd {
     }
 
     async fn create_topic(&mut self, topic: TopicRecord) -> Result<(), RegistryError> {
+        self.check_identity()?;
         let key = self.keys.topic(&topic.name);
         let value = serde_json::to_vec(&topic).map_err(unavailable)?;
         let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, value, None)]);
+            .when([
+                Compare::value(
+                    self.keys.cluster_id(),
+                    CompareOp::Equal,
+                    self.cluster_id.as_str(),
+                ),
+                Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            ])
+            .and_then([TxnOp::put(key, value, None)])
+            .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
         let response = deadline(self.options.request_timeout, self.client.txn(txn)).await?;
         if !response.succeeded() {
+            let found = got(&response).first().and_then(value_of);
+            if found.as_deref() != Some(self.cluster_id.as_str()) {
+                return Err(self.foreign(found));
+            }
             return Err(RegistryError::TopicExists { name: topic.name });
         }
         Ok(())
     }
 
     async fn delete_topic(&mut self, name: &str) -> Result<TopicRecord, RegistryError> {
+        self.check_identity()?;
         let key = self.keys.topic(name);
         let timeout = self.options.request_timeout;
         loop {
@@ -531,17 +984,30 @@ impl Registry for Etcd {
                     reason: e.to_string(),
                 })?;
             let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.clone(),
-                    CompareOp::Equal,
-                    kv.mod_revision(),
-                )])
-                .and_then([TxnOp::delete(key.clone(), None)]);
-            if deadline(timeout, self.client.txn(txn)).await?.succeeded() {
+                .when([
+                    Compare::value(
+                        self.keys.cluster_id(),
+                        CompareOp::Equal,
+                        self.cluster_id.as_str(),
+                    ),
+                    Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
+                ])
+                .and_then([TxnOp::delete(key.clone(), None)])
+                .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
+            let response = deadline(timeout, self.client.txn(txn)).await?;
+            if response.succeeded() {
                 return Ok(record);
+            }
+            let found = got(&response).first().and_then(value_of);
+            if found.as_deref() != Some(self.cluster_id.as_str()) {
+                return Err(self.foreign(found));
             }
             // Rewritten (or deleted) in between: read it again.
         }
+    }
+
+    fn identity(&self) -> Option<Identity> {
+        Some(self.identity.borrow().clone())
     }
 
     fn groups(&self) -> Option<crate::groups::Groups> {
@@ -549,6 +1015,7 @@ impl Registry for Etcd {
             self.client.clone(),
             self.keys.clone(),
             self.options.request_timeout,
+            self.cluster_id.clone(),
         ))
     }
 
@@ -564,6 +1031,9 @@ impl Registry for Etcd {
             task.abort();
         }
         let lease = self.lease();
+        if lease == 0 {
+            return;
+        }
         // The broker key goes at once, instead of one TTL later.
         if let Err(error) = deadline(
             self.options.request_timeout,

@@ -157,20 +157,72 @@ pub struct ShardEndpoint {
 pub enum RegistryEvent {
     /// A topic was created (or its record rewritten).
     TopicPut(TopicRecord),
-    /// A topic was deleted.
-    TopicDeleted(String),
+    /// A topic's record was deleted (an observed delete, the only thing
+    /// that may remove a topic's data).
+    TopicDeleted {
+        /// The topic's name.
+        name: String,
+        /// The id of the record that was deleted; empty when etcd no
+        /// longer had it to tell.
+        id: String,
+    },
     /// The set of live brokers changed; here it is, sorted by id.
     Brokers(Vec<BrokerRecord>),
     /// A member joined or left this group.
     GroupMembers(String),
     /// The watch was lost (etcd unreachable) and is back: the whole state,
-    /// for the receiver to reconcile with what it knew.
+    /// for the receiver to reconcile with what it knew. A topic missing
+    /// from it was not seen deleted: the snapshot may come from an etcd
+    /// restored from an old backup. Only sent while the registry is this
+    /// broker's cluster; it also ends a [`RegistryEvent::ForeignCluster`].
     Resync {
         /// Every topic.
         topics: Vec<TopicRecord>,
         /// Every live broker.
         brokers: Vec<BrokerRecord>,
     },
+    /// The registry no longer holds this broker's cluster (a new, empty
+    /// etcd behind the same address, another cluster's data, the id key
+    /// deleted): nothing it says applies until a `Resync` follows.
+    ForeignCluster(Foreign),
+}
+
+/// Which cluster a registry belongs to, as a broker sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// The registry holds the cluster this broker belongs to.
+    Joined {
+        /// The cluster's id.
+        cluster_id: String,
+        /// The id was not this broker's before this start: a fresh data
+        /// directory joined (or created) the cluster, or
+        /// `--join-new-cluster` adopted a new one. The broker stores it.
+        adopted: bool,
+        /// `--join-new-cluster` replaced this id (the data directory's).
+        replaced: Option<String>,
+    },
+    /// The registry holds another cluster, or none.
+    Foreign(Foreign),
+}
+
+/// A registry whose cluster id is not this broker's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Foreign {
+    /// The id this broker's data directory belongs to.
+    pub expected: String,
+    /// The id the registry holds; `None` when it holds none (an empty or
+    /// wiped etcd, or a prefix no broker ever used).
+    pub found: Option<String>,
+}
+
+impl Foreign {
+    /// What was found, in words.
+    pub fn found_words(&self) -> String {
+        match &self.found {
+            Some(id) => format!("the cluster id {id}"),
+            None => "no cluster id (an empty, wiped or replaced etcd, or a --cluster name no broker used)".to_string(),
+        }
+    }
 }
 
 /// Why a registry operation failed.
@@ -213,6 +265,9 @@ pub enum RegistryError {
         /// What failed, in the client's words.
         reason: String,
     },
+    /// The registry is not this broker's cluster: see [`Foreign`].
+    #[error("this broker's data directory belongs to cluster id {}, but the registry holds {}: it applies nothing from there (its partitions still serve produce and fetch). If etcd was rebuilt on purpose, restart the broker with --join-new-cluster (it registers the topics it holds again, with their data); otherwise point --etcd and --cluster at this cluster's etcd", .0.expected, .0.found_words())]
+    ClusterMismatch(Foreign),
     /// Another live broker is registered under this broker's id.
     #[error("broker id {broker_id} is already registered by a live broker ({holder}); give each broker its own --broker-id")]
     DuplicateBroker {
@@ -221,6 +276,33 @@ pub enum RegistryError {
         /// The other broker's registration, as stored.
         holder: String,
     },
+}
+
+/// 128 random bits, in hex: a cluster's or a topic's id.
+pub fn random_id() -> String {
+    let mut bytes = [0u8; 16];
+    let random = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    if random.is_err() {
+        // No /dev/urandom (a strange chroot): time, pid and a counter,
+        // hashed, are unique enough for ids made a few at a time.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let seed = format!("{now:?}-{}-{n}", std::process::id());
+        let first = protocol::types::fnv1a(seed.as_bytes()).to_le_bytes();
+        bytes[..8].copy_from_slice(&first);
+        bytes[8..].copy_from_slice(&protocol::types::fnv1a(&first).to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A new topic's id (unique per creation: a name deleted and created
+/// again gets another).
+pub fn new_topic_id() -> String {
+    random_id()
 }
 
 impl RegistryError {
@@ -263,6 +345,12 @@ pub trait Registry {
     /// The next change made elsewhere. Cancel-safe: dropping the future
     /// loses no event. Never resolves for a single-broker store.
     fn next_event(&mut self) -> impl Future<Output = RegistryEvent>;
+
+    /// Which cluster the registry holds, for a store shared by a cluster
+    /// (etcd); `None` for a single-broker store.
+    fn identity(&self) -> Option<Identity> {
+        None
+    }
 
     /// The consumer group registries, where the store has them (etcd);
     /// `None` for a single-broker store.

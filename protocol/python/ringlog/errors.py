@@ -35,6 +35,7 @@ class ErrorCode(enum.IntEnum):
     NOT_PARTITION_OWNER = 23
     GROUP_NOT_EMPTY = 24
     STORAGE_UNAVAILABLE = 25
+    CLUSTER_ID_MISMATCH = 26
 
 
 #: Codes after which the same request may succeed later.

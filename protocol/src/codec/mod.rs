@@ -161,6 +161,9 @@ pub struct TopicMetadata {
     pub partitions: Vec<PartitionPlacement>,
     /// Effective settings.
     pub settings: TopicSettings,
+    /// Unique per creation: a topic deleted and created again under this
+    /// name has another. Empty from a broker older than topic ids.
+    pub id: String,
 }
 
 /// A shard's listening address.
@@ -234,12 +237,14 @@ fn encode_topic<'b>(
         .collect();
     let partitions = fbb.create_vector(&partitions);
     let config = topic.settings.encode(fbb);
+    let id = (!topic.id.is_empty()).then(|| fbb.create_string(&topic.id));
     wire::TopicInfo::create(
         fbb,
         &wire::TopicInfoArgs {
             name: Some(name),
             partitions: Some(partitions),
             config: Some(config),
+            id,
         },
     )
 }
@@ -261,6 +266,7 @@ pub fn decode_topic(info: wire::TopicInfo<'_>) -> TopicMetadata {
             })
             .unwrap_or_default(),
         settings: TopicSettings::decode(info.config()),
+        id: info.id().unwrap_or_default().to_string(),
     }
 }
 
@@ -655,6 +661,7 @@ mod tests {
                     retention_ms: 5,
                     ..TopicSettings::default()
                 },
+                id: "0123abcd".into(),
             }],
         };
         let mut fbb = FlatBufferBuilder::new();

@@ -1558,6 +1558,7 @@ pub mod ringlog {
             pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
             pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
             pub const VT_CONFIG: ::flatbuffers::VOffsetT = 8;
+            pub const VT_ID: ::flatbuffers::VOffsetT = 10;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1574,6 +1575,9 @@ pub mod ringlog {
                 args: &'args TopicInfoArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<TopicInfo<'bldr>> {
                 let mut builder = TopicInfoBuilder::new(_fbb);
+                if let Some(x) = args.id {
+                    builder.add_id(x);
+                }
                 if let Some(x) = args.config {
                     builder.add_config(x);
                 }
@@ -1623,6 +1627,16 @@ pub mod ringlog {
                         )
                 }
             }
+            #[inline]
+            pub fn id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(TopicInfo::VT_ID, None)
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for TopicInfo<'_> {
@@ -1645,6 +1659,7 @@ pub mod ringlog {
                         Self::VT_CONFIG,
                         false,
                     )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("id", Self::VT_ID, false)?
                     .finish();
                 Ok(())
             }
@@ -1657,6 +1672,7 @@ pub mod ringlog {
                 >,
             >,
             pub config: Option<::flatbuffers::WIPOffset<TopicConfig<'a>>>,
+            pub id: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for TopicInfoArgs<'a> {
             #[inline]
@@ -1665,6 +1681,7 @@ pub mod ringlog {
                     name: None,
                     partitions: None,
                     config: None,
+                    id: None,
                 }
             }
         }
@@ -1700,6 +1717,11 @@ pub mod ringlog {
                     );
             }
             #[inline]
+            pub fn add_id(&mut self, id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(TopicInfo::VT_ID, id);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> TopicInfoBuilder<'a, 'b, A> {
@@ -1722,6 +1744,7 @@ pub mod ringlog {
                 ds.field("name", &self.name());
                 ds.field("partitions", &self.partitions());
                 ds.field("config", &self.config());
+                ds.field("id", &self.id());
                 ds.finish()
             }
         }

@@ -110,21 +110,24 @@ fn r8_5_a_topic_deleted_during_a_crash_never_comes_back_and_its_data_is_moved_as
         );
     }
     assert_eq!(read_all(&client, "kept", 0, 0).len(), 0);
-    // Moved aside, not destroyed.
-    let aside: Vec<String> = std::fs::read_dir(broker.data_dir())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("old-") && n.contains("~orphaned-"))
+    // Moved aside with their names and data, not destroyed.
+    let aside = harness::orphaned_dirs(&broker.data_dir());
+    let names: Vec<&str> = aside
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str())
+        .filter(|n| n.starts_with("old-"))
         .collect();
-    assert_eq!(aside.len(), 2, "{aside:?}");
-    // A normal delete leaves no directory behind.
+    assert_eq!(names.len(), 2, "{aside:?}");
+    // A normal delete leaves no directory behind, not even in the trash.
     client.delete_topic("old").unwrap();
     let left: Vec<String> = std::fs::read_dir(broker.data_dir())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n == "old-0" || n == "old-1" || n.contains("~deleted-"))
+        .filter(|n| n == "old-0" || n == "old-1")
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    let trash = std::fs::read_dir(broker.data_dir().join(".trash")).map_or(0, |d| d.count());
+    assert_eq!(trash, 0);
 }
 
 /// Issue 8, item 13: a topic deleted under a waiting acks=flushed produce

@@ -361,6 +361,8 @@ fn the_etcd_registry_behaves_like_the_standalone_and_memory_ones() {
             cluster: "conformance".into(),
             lease_ttl_s: 2,
             request_timeout: Duration::from_secs(5),
+            cluster_id: None,
+            join_new_cluster: false,
         };
         let mut registry = coordinator::registry::Etcd::connect(options, conformance::broker(7))
             .await

@@ -10,6 +10,7 @@ mod bad_input;
 mod cli;
 mod client;
 mod cluster;
+mod cluster_safety;
 mod cold_reads;
 mod crash;
 mod disk_driver;

@@ -67,8 +67,15 @@ class TopicInfo(object):
             return obj
         return None
 
+    # TopicInfo
+    def Id(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def TopicInfoStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder):
     TopicInfoStart(builder)
@@ -96,6 +103,12 @@ def TopicInfoAddConfig(builder, config):
 
 def AddConfig(builder, config):
     TopicInfoAddConfig(builder, config)
+
+def TopicInfoAddId(builder, id):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(id), 0)
+
+def AddId(builder, id):
+    TopicInfoAddId(builder, id)
 
 def TopicInfoEnd(builder):
     return builder.EndObject()

@@ -1,0 +1,489 @@
+//! Issue 23: a registry that forgot must never delete a broker's data.
+//!
+//! A new, empty etcd behind the same address, an etcd restored from an
+//! older backup, a wrong `--cluster`, a topic deleted and re-created under
+//! a kill -9 in the middle of the delete, and a lease lost to a restored
+//! etcd — each with real brokers on a real etcd, and the data directory
+//! compared byte for byte where the data must stay.
+
+use super::util::{metric, producer, read_all, scrape};
+use harness::etcd::Etcd;
+use harness::{check_numbered_payload, eventually, numbered_payload, Broker, BrokerOptions};
+use protocol::client::{AckMode, Client, TopicSettings};
+use protocol::ErrorCode;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Every segment file of every partition directory in `data_dir`, by
+/// `<partition-dir>/<file>`, with its bytes.
+fn segments(data_dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut all = BTreeMap::new();
+    for dir in std::fs::read_dir(data_dir).unwrap().flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if !dir.file_type().unwrap().is_dir() || name.starts_with('.') {
+            continue;
+        }
+        for file in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            let file_name = file.file_name().to_string_lossy().into_owned();
+            if file_name.ends_with(".log") {
+                all.insert(
+                    format!("{name}/{file_name}"),
+                    std::fs::read(file.path()).unwrap(),
+                );
+            }
+        }
+    }
+    all
+}
+
+fn total_bytes(segments: &BTreeMap<String, Vec<u8>>) -> usize {
+    segments.values().map(Vec::len).sum()
+}
+
+/// Produces `count` numbered messages round robin over `partitions`,
+/// acks=flushed.
+fn produce(client: &Client, topic: &str, partitions: u32, first: u64, count: u64, size: usize) {
+    let mut producer = producer(client, topic, AckMode::Flushed, 500);
+    for i in first..first + count {
+        producer
+            .send_to(
+                (i % u64::from(partitions)) as u32,
+                None,
+                &numbered_payload(i, size),
+            )
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    assert_eq!(producer.acked_messages(), count);
+}
+
+/// Every message of `topic`, checked to be exactly `0..count` in order
+/// per partition.
+fn check_all(client: &Client, topic: &str, partitions: u32, count: u64, size: usize) {
+    let mut seen = 0;
+    for p in 0..partitions {
+        let mut expected = u64::from(p);
+        for message in read_all(client, topic, p, 0) {
+            assert_eq!(check_numbered_payload(&message.value, size), expected);
+            expected += u64::from(partitions);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, count, "every acknowledged message of {topic}");
+}
+
+fn wait_for_log(broker: &Broker, what: &str) {
+    eventually(&format!("the broker's log says {what:?}"), WAIT, || {
+        if broker.log().contains(what) {
+            Ok(())
+        } else {
+            Err("not yet".to_string())
+        }
+    });
+}
+
+fn code_of<T: std::fmt::Debug>(result: Result<T, protocol::client::ClientError>) -> ErrorCode {
+    match result {
+        Err(error) => error
+            .code()
+            .unwrap_or_else(|| panic!("not a broker error: {error}")),
+        Ok(value) => panic!("expected an error, got {value:?}"),
+    }
+}
+
+/// The issue's first trial, before and after: one broker, a topic of 2
+/// partitions, 50,000 messages acknowledged with acks=flushed, then a new
+/// empty etcd behind the same URL. The data stays byte for byte and is
+/// served; topic and group changes are refused with the way out in the
+/// message; a restart against the empty etcd changes nothing; and one
+/// start with `--join-new-cluster` brings the topic back into the new
+/// etcd with its data and offsets.
+#[test]
+fn r23_an_etcd_wiped_under_a_running_broker_keeps_every_byte_and_join_new_cluster_brings_the_topics_back(
+) {
+    const COUNT: u64 = 50_000;
+    const SIZE: usize = 16;
+    let mut etcd = Etcd::start();
+    let mut broker = Broker::start(BrokerOptions::clustered(&etcd, "wiped", 1));
+    let client = broker.client();
+    let created = client
+        .create_topic("keep", 2, &TopicSettings::default())
+        .unwrap();
+    assert_eq!(created.id.len(), 32, "a topic id: {:?}", created.id);
+    produce(&client, "keep", 2, 0, COUNT, SIZE);
+    let before = segments(&broker.data_dir());
+    assert_eq!(before.len(), 2, "{:?}", before.keys());
+    eprintln!(
+        "before the wipe: {} segment files, {} bytes",
+        before.len(),
+        total_bytes(&before)
+    );
+
+    etcd.wipe();
+    wait_for_log(&broker, "no longer holds this broker's cluster");
+    // Nothing was deleted or moved: every byte is where it was.
+    assert_eq!(segments(&broker.data_dir()), before);
+    assert!(harness::orphaned_dirs(&broker.data_dir()).is_empty());
+    check_all(&client, "keep", 2, COUNT, SIZE);
+    // Produce goes on; topic and group changes are refused, saying why
+    // and what to do.
+    produce(&client, "keep", 2, COUNT, 2, SIZE);
+    let error = client
+        .create_topic("other", 1, &TopicSettings::default())
+        .unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::ClusterIdMismatch), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.contains("--join-new-cluster") && message.contains("no cluster id"),
+        "{message}"
+    );
+    assert_eq!(
+        code_of(client.delete_topic("keep")),
+        ErrorCode::ClusterIdMismatch
+    );
+    assert_eq!(
+        code_of(client.join_group("g", "m", &["keep"], 6_000)),
+        ErrorCode::ClusterIdMismatch
+    );
+    // The CLI shows the same line.
+    let cli = std::process::Command::new(harness::binary("ringlog"))
+        .args(["--brokers", &broker.address(), "topic", "create", "x"])
+        .output()
+        .unwrap();
+    assert!(!cli.status.success());
+    let stderr = String::from_utf8_lossy(&cli.stderr);
+    assert!(stderr.contains("CLUSTER_ID_MISMATCH"), "{stderr}");
+    drop(client);
+
+    // A restart against the empty etcd: the broker starts, serves its
+    // data, moves nothing aside, and still refuses changes.
+    broker.kill9();
+    broker.restart();
+    assert!(harness::orphaned_dirs(&broker.data_dir()).is_empty());
+    let client = broker.client();
+    check_all(&client, "keep", 2, COUNT + 2, SIZE);
+    assert_eq!(
+        code_of(client.create_topic("other", 1, &TopicSettings::default())),
+        ErrorCode::ClusterIdMismatch
+    );
+    let after_restart = segments(&broker.data_dir());
+    drop(client);
+
+    // The operator decides the new etcd is the cluster now.
+    let mut options = broker.options().clone();
+    options.args = vec!["--join-new-cluster".into()];
+    broker.set_options(options.clone());
+    broker.stop();
+    broker.restart();
+    assert!(
+        broker
+            .log()
+            .contains("registered the topics this broker holds"),
+        "{}",
+        broker.log()
+    );
+    assert_eq!(segments(&broker.data_dir()), after_restart);
+    let client = broker.client();
+    let metadata = client.metadata(&["keep"]).unwrap();
+    assert_eq!(metadata.topics[0].id, created.id, "the same topic, by id");
+    assert_eq!(
+        metadata
+            .brokers
+            .iter()
+            .map(|b| b.broker_id)
+            .collect::<Vec<_>>(),
+        vec![1]
+    );
+    check_all(&client, "keep", 2, COUNT + 2, SIZE);
+    client
+        .create_topic("other", 1, &TopicSettings::default())
+        .unwrap();
+    drop(client);
+    // And without the flag from then on, it is simply a member.
+    options.args.clear();
+    broker.set_options(options);
+    broker.stop();
+    broker.restart();
+    let client = broker.client();
+    assert_eq!(client.metadata(&[]).unwrap().topics.len(), 2);
+    check_all(&client, "keep", 2, COUNT + 2, SIZE);
+}
+
+/// An etcd restored from a backup older than a topic: the topic the
+/// snapshot lacks is moved aside with its data (counted in
+/// `ringlog_partitions_orphaned_total`), never deleted; the older topic
+/// goes on.
+#[test]
+fn r23_an_etcd_restored_from_before_a_topic_existed_moves_that_topic_aside_and_keeps_the_rest() {
+    let mut etcd = Etcd::start();
+    let broker = Broker::start(BrokerOptions {
+        metrics: true,
+        ..BrokerOptions::clustered(&etcd, "restored", 1)
+    });
+    let client = broker.client();
+    client
+        .create_topic("early", 1, &TopicSettings::default())
+        .unwrap();
+    produce(&client, "early", 1, 0, 100, 32);
+    let backup = etcd.backup();
+    eventually("the broker sees etcd again", WAIT, || {
+        client
+            .create_topic("late", 2, &TopicSettings::default())
+            .map_err(|e| e.to_string())
+    });
+    produce(&client, "late", 2, 0, 200, 32);
+    let late_before: BTreeMap<String, Vec<u8>> = segments(&broker.data_dir())
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("late-"))
+        .collect();
+    assert_eq!(late_before.len(), 2);
+
+    etcd.restore(&backup);
+    wait_for_log(&broker, "no delete of it was seen");
+    eventually("late is gone from Metadata", WAIT, || {
+        match client.metadata(&["late"]) {
+            Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    // Moved aside, byte for byte, under their own names.
+    let aside = harness::orphaned_dirs(&broker.data_dir());
+    assert_eq!(aside.len(), 2, "{aside:?}\n{}", broker.log());
+    for dir in &aside {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let file = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .find(|f| f.file_name().to_string_lossy().ends_with(".log"))
+            .unwrap();
+        let key = format!("{name}/{}", file.file_name().to_string_lossy());
+        assert_eq!(
+            Some(&std::fs::read(file.path()).unwrap()),
+            late_before.get(&key)
+        );
+    }
+    let address = broker.metrics.clone().unwrap();
+    eventually(
+        "ringlog_partitions_orphaned_total counts both",
+        WAIT,
+        || {
+            let n = metric(&scrape(&address), "ringlog_partitions_orphaned_total");
+            if n == 2 {
+                Ok(())
+            } else {
+                Err(format!("{n}"))
+            }
+        },
+    );
+    // The topic the backup has is served as before.
+    assert_eq!(read_all(&client, "early", 0, 0).len(), 100);
+}
+
+/// Item 2: a topic deleted and created again, with a kill -9 of its broker
+/// between the registry's delete and the removal of the directories. The
+/// new topic has a new id and the same placement; the old directories are
+/// recognised by their `topic-id` and moved aside, so the new topic starts
+/// empty and never serves an old message.
+#[test]
+fn r23_a_topic_deleted_and_re_created_around_a_kill_9_mid_delete_never_serves_the_old_data() {
+    let etcd = Etcd::start();
+    // A long lease: broker 1 still counts as live when the topic is
+    // created again, so it gets the same partitions as before.
+    let options = |id| BrokerOptions {
+        config_toml: "etcd_lease_ttl_s = 30\netcd_timeout_ms = 2000\n".into(),
+        faults: (id == 1).then(|| "delete_delay_ms=60000".to_string()),
+        ..BrokerOptions::clustered(&etcd, "phoenix", id)
+    };
+    let mut one = Broker::start(options(1));
+    let two = Broker::start(options(2));
+    let via_two = two.client();
+    eventually("both brokers live", WAIT, || {
+        let live = via_two
+            .metadata(&[])
+            .map_err(|e| e.to_string())?
+            .brokers
+            .len();
+        if live == 2 {
+            Ok(())
+        } else {
+            Err(format!("{live}"))
+        }
+    });
+    let old = via_two
+        .create_topic("phoenix", 4, &TopicSettings::default())
+        .unwrap();
+    let on_one: Vec<u32> = old
+        .partitions
+        .iter()
+        .filter(|p| p.broker_id == 1)
+        .map(|p| p.partition)
+        .collect();
+    assert_eq!(on_one.len(), 2);
+    produce(&via_two, "phoenix", 4, 0, 400, 32);
+
+    // The delete goes to broker 1, which forgets the topic in etcd and
+    // then waits (the fault) before removing its directories: killed there.
+    let address = one.address();
+    let deleting = std::thread::spawn(move || {
+        let _ = Client::connect(&address).and_then(|c| c.delete_topic("phoenix"));
+    });
+    eventually("the registry forgot the topic", WAIT, || {
+        match via_two.metadata(&["phoenix"]) {
+            Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    one.kill9();
+    let _ = deleting.join();
+    let new = via_two
+        .create_topic("phoenix", 4, &TopicSettings::default())
+        .unwrap();
+    assert_ne!(new.id, old.id);
+    assert_eq!(
+        new.partitions
+            .iter()
+            .map(|p| p.broker_id)
+            .collect::<Vec<_>>(),
+        old.partitions
+            .iter()
+            .map(|p| p.broker_id)
+            .collect::<Vec<_>>(),
+        "the same placement"
+    );
+
+    one.restart();
+    eventually("broker 1 serves the new topic", WAIT, || {
+        let client = Client::connect(&one.address()).map_err(|e| e.to_string())?;
+        client
+            .list_offsets(
+                "phoenix",
+                on_one[0],
+                protocol::client::OffsetSpec::Latest,
+                0,
+            )
+            .map_err(|e| e.to_string())
+    });
+    assert!(
+        one.log().contains("it belongs to an earlier topic"),
+        "{}",
+        one.log()
+    );
+    for p in 0..4u32 {
+        assert_eq!(
+            read_all(&via_two, "phoenix", p, 0).len(),
+            0,
+            "partition {p} of the new topic is empty"
+        );
+    }
+    // The old data is kept aside, not served and not destroyed.
+    let aside = harness::orphaned_dirs(&one.data_dir());
+    assert_eq!(aside.len(), 2, "{aside:?}");
+}
+
+/// A broker started with the wrong `--cluster` finds a prefix without its
+/// cluster's id: it serves its data, moves nothing aside, refuses changes;
+/// back on the right name, it is a member as before.
+#[test]
+fn r23_a_wrong_cluster_name_moves_nothing_aside_and_the_right_one_finds_everything() {
+    let etcd = Etcd::start();
+    let mut broker = Broker::start(BrokerOptions::clustered(&etcd, "right", 1));
+    let client = broker.client();
+    client
+        .create_topic("t", 2, &TopicSettings::default())
+        .unwrap();
+    produce(&client, "t", 2, 0, 1_000, 32);
+    drop(client);
+    broker.stop();
+    let before = segments(&broker.data_dir());
+
+    broker.set_options(BrokerOptions::clustered(&etcd, "wrong", 1));
+    broker.restart();
+    assert!(
+        broker
+            .log()
+            .contains("this data directory joined cluster \"right\""),
+        "{}",
+        broker.log()
+    );
+    assert!(harness::orphaned_dirs(&broker.data_dir()).is_empty());
+    assert_eq!(segments(&broker.data_dir()), before);
+    let client = broker.client();
+    check_all(&client, "t", 2, 1_000, 32);
+    assert_eq!(
+        code_of(client.create_topic("u", 1, &TopicSettings::default())),
+        ErrorCode::ClusterIdMismatch
+    );
+    drop(client);
+    broker.stop();
+
+    broker.set_options(BrokerOptions::clustered(&etcd, "right", 1));
+    broker.restart();
+    let client = broker.client();
+    check_all(&client, "t", 2, 1_000, 32);
+    client
+        .create_topic("u", 1, &TopicSettings::default())
+        .unwrap();
+    // A data directory used with another broker id is refused outright.
+    drop(client);
+    broker.stop();
+    let output = std::process::Command::new(harness::binary("broker"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--shards",
+            "1",
+            "--broker-id",
+            "9",
+        ])
+        .arg("--data-dir")
+        .arg(broker.data_dir())
+        .args(["--etcd", &etcd.endpoint(), "--cluster", "right"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("belongs to broker 1") && stderr.contains("not to --broker-id 9"),
+        "{stderr}"
+    );
+}
+
+/// Item 4: a lease lost to an etcd restored from a backup (the backup knows
+/// an older lease, not the one being kept alive): the broker registers
+/// again within one TTL and another broker lists it; the keep-alive logs
+/// the change once.
+#[test]
+fn r23_a_lease_lost_to_a_restored_etcd_is_replaced_within_one_ttl() {
+    let mut etcd = Etcd::start();
+    let mut one = Broker::start(BrokerOptions::clustered(&etcd, "leases", 1));
+    let two = Broker::start(BrokerOptions::clustered(&etcd, "leases", 2));
+    let backup = etcd.backup();
+    // A new lease for broker 1, which the backup does not have.
+    one.kill9();
+    one.restart();
+    let via_two = two.client();
+    etcd.restore(&backup);
+    wait_for_log(&one, "the broker's etcd lease is gone; registering again");
+    wait_for_log(&one, "registered in etcd again");
+    // Well past the restored (unkept) lease's TTL, both are still listed.
+    std::thread::sleep(Duration::from_secs(5));
+    eventually("both brokers listed", WAIT, || {
+        let live: Vec<u32> = via_two
+            .metadata(&[])
+            .map_err(|e| e.to_string())?
+            .brokers
+            .iter()
+            .map(|b| b.broker_id)
+            .collect();
+        if live == [1, 2] {
+            Ok(())
+        } else {
+            Err(format!("{live:?}"))
+        }
+    });
+    let lost = one.log().matches("the broker's etcd lease is gone").count();
+    assert_eq!(lost, 1, "one line per change:\n{}", one.log());
+}

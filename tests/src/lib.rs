@@ -9,6 +9,7 @@
 
 pub mod crash;
 pub mod etcd;
+pub mod python;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read};

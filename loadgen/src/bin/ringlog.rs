@@ -329,8 +329,9 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                 .ok_or_else(|| anyhow!("unknown topic {name:?}"))?;
             let s = topic.settings;
             println!(
-                "topic {} partitions {} retention_ms {} retention_bytes {} segment_bytes {} flush_messages {} flush_interval_ms {}",
+                "topic {} id {} partitions {} retention_ms {} retention_bytes {} segment_bytes {} flush_messages {} flush_interval_ms {}",
                 topic.name,
+                if topic.id.is_empty() { "-" } else { topic.id.as_str() },
                 topic.partitions.len(),
                 s.retention_ms,
                 s.retention_bytes,
@@ -339,18 +340,42 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                 s.flush_interval_ms
             );
             println!("partition\tbroker\tshard\taddress\tstart_offset\tflushed_offset\tend_offset");
+            // Every partition, whether its broker answers or not: a broker
+            // that is down makes its rows offline, not the command fail.
+            let mut offline = std::collections::BTreeMap::<u32, Vec<u32>>::new();
             for p in &topic.partitions {
-                let (_, offsets) =
-                    client.list_offsets(&name, p.partition, OffsetSpec::Earliest, 0)?;
-                println!(
-                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
-                    p.partition,
-                    p.broker_id,
-                    p.shard_id,
-                    client.owner_address(&metadata, &name, p.partition),
-                    offsets.start_offset,
-                    offsets.flushed_offset,
-                    offsets.end_offset
+                let address = client
+                    .partition_address(&metadata, &name, p.partition)
+                    .unwrap_or_else(|_| "-".to_string());
+                match client.list_offsets(&name, p.partition, OffsetSpec::Earliest, 0) {
+                    Ok((_, offsets)) => println!(
+                        "{}\t{}\t{}\t{address}\t{}\t{}\t{}",
+                        p.partition,
+                        p.broker_id,
+                        p.shard_id,
+                        offsets.start_offset,
+                        offsets.flushed_offset,
+                        offsets.end_offset
+                    ),
+                    Err(error) if error.is_retriable() => {
+                        offline.entry(p.broker_id).or_default().push(p.partition);
+                        println!(
+                            "{}\t{}\t{}\t{address}\toffline\toffline\toffline",
+                            p.partition, p.broker_id, p.shard_id
+                        );
+                    }
+                    Err(error) => return Err(error.into()),
+                }
+            }
+            for (broker, partitions) in &offline {
+                eprintln!(
+                    "ringlog: warning: broker {broker} does not answer: {} offline ({})",
+                    plural(partitions.len(), "partition"),
+                    partitions
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
                 );
             }
         }
@@ -473,21 +498,54 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
             plural(partitions.len(), "partition")
         );
     }
-    let mut consumers = Vec::new();
-    for &p in &partitions {
-        let offset = start_offset(&client, &args.topic, p, &args.from)?;
-        let mut consumer = Consumer::new(&client, &args.topic, p, offset)?;
-        consumer.set_max_bytes(args.max_bytes);
-        consumer.set_max_wait_ms(if partitions.len() == 1 { 500 } else { 50 });
-        consumers.push((p, consumer));
+    let wait_ms = if partitions.len() == 1 { 500 } else { 50 };
+    let mut readers: Vec<Reader> = partitions
+        .iter()
+        .map(|&partition| Reader {
+            partition,
+            consumer: None,
+            position: None,
+            retry_at: std::time::Instant::now(),
+            attempts: 0,
+            error: String::new(),
+        })
+        .collect();
+    // The first attempt at each partition says at once what is wrong with
+    // the arguments (a bad --from, an unknown partition); a broker that is
+    // down only delays its partitions.
+    for reader in &mut readers {
+        match reader.open(&client, &args, wait_ms) {
+            Err(error) if !passes(&error) => return Err(error),
+            _ => {}
+        }
     }
+    let mut outages = OutageLog::default();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut printed = 0u64;
     let limit = args.count.unwrap_or(u64::MAX);
     while printed < limit {
         let mut all_at_end = true;
-        for (p, consumer) in &mut consumers {
+        let mut down = Vec::new();
+        for reader in &mut readers {
+            let p = &reader.partition.clone();
+            if reader.consumer.is_none() {
+                all_at_end = false;
+                if std::time::Instant::now() < reader.retry_at {
+                    down.push((format!("{}-{p}", args.topic), reader.last_error()));
+                    continue;
+                }
+                if let Err(error) = reader.open(&client, &args, wait_ms) {
+                    if !passes(&error) {
+                        return Err(error);
+                    }
+                    down.push((format!("{}-{p}", args.topic), format!("{error:#}")));
+                    continue;
+                }
+            }
+            let Some(consumer) = reader.consumer.as_mut() else {
+                continue;
+            };
             let mut write_error = None;
             let polled = consumer.poll_with(|m| {
                 if printed >= limit || write_error.is_some() {
@@ -521,6 +579,14 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
                         "ringlog: {partition}: skipped {skipped} damaged bytes at offset {at} ({source})"
                     );
                 }
+                Err(error) if error.is_retriable() => {
+                    // Its broker went away: this partition waits, the
+                    // others go on.
+                    down.push((format!("{}-{p}", args.topic), error.to_string()));
+                    reader.failed(&client, error.to_string());
+                    all_at_end = false;
+                    continue;
+                }
                 Err(error) => return Err(error.into()),
             }
             if let Some(e) = write_error {
@@ -534,6 +600,11 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
                 break;
             }
         }
+        outages.report(down.into_iter());
+        if readers.iter().all(|r| r.consumer.is_none()) {
+            // Nothing readable: wait for the next retry instead of spinning.
+            std::thread::sleep(Duration::from_millis(u64::from(wait_ms)));
+        }
         out.flush().context("writing stdout")?;
         if args.exit_at_end && all_at_end {
             break;
@@ -541,6 +612,69 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
     }
     out.flush().context("writing stdout")?;
     Ok(())
+}
+
+/// Whether an error is a broker being away (retried) rather than a failure.
+fn passes(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<protocol::client::ClientError>()
+        .is_some_and(|e| e.is_retriable())
+}
+
+/// One partition of a plain `consume`: its consumer while its broker
+/// answers; else where it continues, and when to try again.
+struct Reader {
+    partition: u32,
+    consumer: Option<Consumer>,
+    /// Where it continues (`None`: where `--from` says).
+    position: Option<u64>,
+    retry_at: std::time::Instant,
+    attempts: u32,
+    /// Why it last failed.
+    error: String,
+}
+
+impl Reader {
+    /// One attempt at opening the partition's consumer.
+    fn open(&mut self, client: &Client, args: &ConsumeArgs, wait_ms: u32) -> anyhow::Result<()> {
+        let opened = (|| -> anyhow::Result<Consumer> {
+            let offset = match self.position {
+                Some(offset) => offset,
+                None => start_offset(client, &args.topic, self.partition, &args.from)?,
+            };
+            let mut consumer = Consumer::new(client, &args.topic, self.partition, offset)?;
+            consumer.set_max_bytes(args.max_bytes);
+            consumer.set_max_wait_ms(wait_ms);
+            consumer.set_retries(1);
+            Ok(consumer)
+        })();
+        match opened {
+            Ok(consumer) => {
+                self.consumer = Some(consumer);
+                self.attempts = 0;
+                Ok(())
+            }
+            Err(error) => {
+                self.failed(client, format!("{error:#}"));
+                Err(error)
+            }
+        }
+    }
+
+    /// The partition failed with an error that passes: retry after a
+    /// back-off, from where it was.
+    fn failed(&mut self, client: &Client, error: String) {
+        self.error = error;
+        if let Some(consumer) = self.consumer.take() {
+            self.position = Some(consumer.position());
+        }
+        self.retry_at = std::time::Instant::now() + client.config().backoff(self.attempts);
+        self.attempts = self.attempts.saturating_add(1);
+    }
+
+    fn last_error(&self) -> String {
+        self.error.clone()
+    }
 }
 
 /// One consumed message as a line: `[PARTITION:OFFSET\t][KEY<C>]PAYLOAD\n`.
@@ -627,8 +761,22 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut printed = 0u64;
     let limit = args.count.unwrap_or(u64::MAX);
+    let mut outages = OutageLog::default();
     while printed < limit && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let messages = consumer.poll()?;
+        let owned: std::collections::BTreeSet<String> = consumer
+            .assignment()
+            .into_iter()
+            .map(|(t, p)| format!("{t}-{p}"))
+            .collect();
+        outages.gone_elsewhere = owned;
+        outages.report(consumer.outages().into_iter().map(|o| {
+            let what = match o.partition {
+                Some(p) => format!("{}-{p}", o.topic),
+                None => format!("group {group}'s coordinator"),
+            };
+            (what, o.error.to_string())
+        }));
         let mut delivered = false;
         let mut rewound = std::collections::BTreeSet::new();
         for m in messages {
@@ -659,12 +807,68 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
         if delivered {
             // Printed before committed: at least once, never at most once.
             out.flush().context("writing stdout")?;
-            consumer.commit()?;
+            match consumer.commit() {
+                Ok(()) => {}
+                // The coordinator is away: the commit waits for the next
+                // batch (or the close), the consuming goes on.
+                Err(error) if error.is_retriable() => {
+                    outages.report(
+                        [(format!("group {group}'s coordinator"), error.to_string())].into_iter(),
+                    );
+                }
+                Err(error) => return Err(error.into()),
+            }
         }
     }
     out.flush().context("writing stdout")?;
     consumer.close()?;
     Ok(())
+}
+
+/// Says on stderr, once, when a partition (or a group's coordinator) becomes
+/// unavailable and when it is back, instead of failing the whole command:
+/// a broker's death is a partial outage.
+#[derive(Default)]
+struct OutageLog {
+    /// What is unavailable now, and since when.
+    current: std::collections::BTreeMap<String, std::time::Instant>,
+    /// For a group member: the partitions it owns now (one that left the
+    /// outage by going to another member is not "available again").
+    gone_elsewhere: std::collections::BTreeSet<String>,
+}
+
+impl OutageLog {
+    fn report(&mut self, now: impl Iterator<Item = (String, String)>) {
+        let now: std::collections::BTreeMap<String, String> = now.collect();
+        for (what, error) in &now {
+            if !self.current.contains_key(what) {
+                eprintln!("ringlog: {what} is unavailable ({error}); retrying with back-off, the other partitions go on");
+                self.current.insert(what.clone(), std::time::Instant::now());
+            }
+        }
+        let back: Vec<String> = self
+            .current
+            .keys()
+            .filter(|what| !now.contains_key(*what))
+            .cloned()
+            .collect();
+        for what in back {
+            if let Some(since) = self.current.remove(&what) {
+                let partition = what.contains('-') && !what.starts_with("group ");
+                if partition
+                    && !self.gone_elsewhere.is_empty()
+                    && !self.gone_elsewhere.contains(&what)
+                {
+                    eprintln!("ringlog: {what} went to another member of the group");
+                } else {
+                    eprintln!(
+                        "ringlog: {what} is available again after {:.1} s",
+                        since.elapsed().as_secs_f64()
+                    );
+                }
+            }
+        }
+    }
 }
 
 static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -730,6 +934,7 @@ fn groups(brokers: &str, command: GroupsCommand) -> anyhow::Result<()> {
             rows.dedup();
             // Offsets are byte positions, so the lag is in bytes.
             println!("topic\tpartition\towner\tcommitted_offset\tlog_end_offset\tlag_bytes");
+            let mut offline = Vec::new();
             for (topic, partition) in rows {
                 let info = description
                     .partitions
@@ -746,11 +951,22 @@ fn groups(brokers: &str, command: GroupsCommand) -> anyhow::Result<()> {
                 let (end_text, lag) = match (&end, committed) {
                     (Ok(end), Some(c)) => (end.to_string(), end.saturating_sub(c).to_string()),
                     (Ok(end), None) => (end.to_string(), "-".to_string()),
+                    (Err(e), _) if e.is_retriable() => {
+                        offline.push(format!("{topic}-{partition}"));
+                        ("offline".to_string(), "-".to_string())
+                    }
                     (Err(e), _) => (format!("unavailable ({e})"), "-".to_string()),
                 };
                 println!(
                     "{topic}\t{partition}\t{owner}\t{}\t{end_text}\t{lag}",
                     committed.map_or("-".to_string(), |c| c.to_string())
+                );
+            }
+            if !offline.is_empty() {
+                eprintln!(
+                    "ringlog: warning: {} offline (their broker does not answer): {}",
+                    plural(offline.len(), "partition"),
+                    offline.join(",")
                 );
             }
         }

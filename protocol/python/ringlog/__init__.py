@@ -35,6 +35,7 @@ from .errors import (
     ConnectionFailed,
     CorruptMessage,
     ErrorCode,
+    PartitionUnavailable,
     ProtocolError,
     RinglogError,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "Metadata",
     "Offsets",
     "Partition",
+    "PartitionUnavailable",
     "Producer",
     "ProtocolError",
     "RinglogError",

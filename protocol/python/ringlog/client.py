@@ -12,7 +12,7 @@ import flatbuffers
 
 from . import codec
 from .codec import Api, Message
-from .errors import BrokerError, ConnectionFailed, ProtocolError, RinglogError
+from .errors import BrokerError, ConnectionFailed, PartitionUnavailable, ProtocolError, RinglogError
 from .wire import AckMode as _AckMode
 from .wire import CreateTopicRequest, DeleteTopicRequest, ErrorResponse, FetchRequest
 from .wire import FetchResponse, HandshakeRequest, HandshakeResponse, ListOffsetsRequest
@@ -87,6 +87,8 @@ class Connection:
         self.sock.settimeout(timeout)
         self.address = address
         self.next_id = 1
+        # Set once a read or write failed: the connection is out of step.
+        self.broken = False
         b = flatbuffers.Builder(64)
         name = b.CreateString(CLIENT_NAME)
         HandshakeRequest.Start(b)
@@ -105,6 +107,7 @@ class Connection:
         try:
             self.sock.sendall(codec.frame(api, request_id, header, payload))
         except OSError as e:
+            self.broken = True
             raise ConnectionFailed(f"sending to {self.address}: {e}") from e
         return request_id
 
@@ -114,10 +117,13 @@ class Connection:
             try:
                 chunk = self.sock.recv(min(n, 1 << 20))
             except socket.timeout as e:
+                self.broken = True
                 raise ConnectionFailed(f"{self.address} did not answer in time") from e
             except OSError as e:
+                self.broken = True
                 raise ConnectionFailed(f"reading from {self.address}: {e}") from e
             if not chunk:
+                self.broken = True
                 raise ConnectionFailed(f"{self.address} closed the connection")
             chunks.append(chunk)
             n -= len(chunk)
@@ -175,23 +181,50 @@ class Client:
     def __init__(self, brokers: Union[str, Sequence[str]], timeout: float = 10.0) -> None:
         addresses = brokers.split(",") if isinstance(brokers, str) else list(brokers)
         self.timeout = timeout
+        self.bootstrap = [a.strip() for a in addresses if a.strip()]
+        # Shard 0 of every broker the last Metadata listed: where to go on
+        # when the bootstrap broker dies.
+        self.known: List[str] = []
+        self._shards: Dict[str, Connection] = {}
+        self.conn = self._connect_any()
+
+    def _connect_any(self) -> "Connection":
         failures = []
-        for address in (a.strip() for a in addresses if a.strip()):
+        for address in self.bootstrap + [a for a in self.known if a not in self.bootstrap]:
             try:
-                self.conn = Connection(address, timeout)
-                break
+                return Connection(address, self.timeout)
             except RinglogError as e:
                 failures.append(str(e))
-        else:
-            raise ConnectionFailed("no broker answered: " + "; ".join(failures or ["no address given"]))
-        self._shards: Dict[str, Connection] = {}
+        raise ConnectionFailed("no broker answered: " + "; ".join(failures or ["no address given"]))
+
+    def reconnect(self) -> None:
+        """Replaces the bootstrap connection (after it broke) with one to
+        the first broker that answers: the bootstrap addresses, then the
+        brokers the last Metadata listed."""
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        self.conn = self._connect_any()
+
+    def call(self, api: int, header: bytes, repeatable: bool = False) -> Tuple[bytes, bytes]:
+        """A request on the bootstrap connection; one that is safe to repeat
+        is sent again once on a new connection if the first one broke."""
+        try:
+            return self.conn.call(api, header)
+        except ConnectionFailed:
+            self.reconnect()
+            if not repeatable:
+                raise
+            return self.conn.call(api, header)
 
     def connection(self, address: str) -> Connection:
-        """A connection to a shard, opened once and reused."""
-        if address == self.conn.address:
+        """A connection to a shard, opened once and reused (and opened again
+        after it broke)."""
+        if address == self.conn.address and not self.conn.broken:
             return self.conn
         conn = self._shards.get(address)
-        if conn is None:
+        if conn is None or conn.broken:
             conn = Connection(address, self.timeout)
             self._shards[address] = conn
         return conn
@@ -206,8 +239,12 @@ class Client:
         vector = b.EndVector()
         MetadataRequest.Start(b)
         MetadataRequest.AddTopics(b, vector)
-        header, _ = self.conn.call(Api.METADATA, _finish(b, MetadataRequest.End(b)))
-        return _decode_metadata(header)
+        header, _ = self.call(Api.METADATA, _finish(b, MetadataRequest.End(b)), repeatable=True)
+        metadata = _decode_metadata(header)
+        known = [shards[min(shards)] for _, shards in sorted(metadata.brokers.items()) if shards]
+        if known:
+            self.known = known
+        return metadata
 
     def describe_topic(self, name: str) -> TopicMetadata:
         """One topic's partitions and settings (UNKNOWN_TOPIC if none)."""
@@ -238,7 +275,7 @@ class Client:
         CreateTopicRequest.AddName(b, n)
         CreateTopicRequest.AddPartitions(b, partitions)
         CreateTopicRequest.AddConfig(b, config)
-        self.conn.call(Api.CREATE_TOPIC, _finish(b, CreateTopicRequest.End(b)))
+        self.call(Api.CREATE_TOPIC, _finish(b, CreateTopicRequest.End(b)))
         return self.describe_topic(name)
 
     def delete_topic(self, name: str) -> None:
@@ -247,13 +284,13 @@ class Client:
         n = b.CreateString(name)
         DeleteTopicRequest.Start(b)
         DeleteTopicRequest.AddName(b, n)
-        self.conn.call(Api.DELETE_TOPIC, _finish(b, DeleteTopicRequest.End(b)))
+        self.call(Api.DELETE_TOPIC, _finish(b, DeleteTopicRequest.End(b)))
 
     def list_offsets(self, topic: str, partition: int, spec: Union[str, int] = "latest") -> Offsets:
         """``"earliest"``, ``"latest"`` (the flushed end), or a Unix time in
         milliseconds (the first offset of the earliest segment appended to
         since then: segment granularity)."""
-        address = self.metadata([topic]).owner_address(topic, partition) or self.conn.address
+        address = self.partition_address(self.metadata([topic]), topic, partition)
         b = flatbuffers.Builder(64)
         t = b.CreateString(topic)
         ListOffsetsRequest.Start(b)
@@ -271,6 +308,17 @@ class Client:
         header, _ = self.connection(address).call(Api.LIST_OFFSETS, _finish(b, ListOffsetsRequest.End(b)))
         r = ListOffsetsResponse.ListOffsetsResponse.GetRootAs(header, 0)
         return Offsets(r.Offset(), r.StartOffset(), r.FlushedOffset(), r.EndOffset())
+
+    def partition_address(self, metadata: "Metadata", topic: str, partition: int) -> str:
+        """The shard that owns a partition; :class:`PartitionUnavailable`
+        when Metadata does not list its broker (it is down)."""
+        address = metadata.owner_address(topic, partition)
+        if address is not None:
+            return address
+        info = metadata.topics.get(topic)
+        if info is not None and partition < len(info.partitions):
+            raise PartitionUnavailable(topic, partition, info.partitions[partition].broker_id)
+        return self.conn.address
 
     def close(self) -> None:
         """Closes every connection."""
@@ -511,10 +559,11 @@ class Consumer:
         self.partition = partition
         self.max_bytes = max_bytes
         self.max_wait_ms = max_wait_ms
-        address = client.metadata([topic]).owner_address(topic, partition)
-        if address is None:
+        metadata = client.metadata([topic])
+        info = metadata.topics.get(topic)
+        if info is None or partition >= len(info.partitions):
             raise BrokerError(8, f"no partition {partition} of topic {topic!r}")
-        self.conn = client.connection(address)
+        self.conn = client.connection(client.partition_address(metadata, topic, partition))
         if isinstance(offset, str):
             offset = client.list_offsets(topic, partition, offset).offset
         self.position = offset

@@ -90,6 +90,30 @@ class BrokerError(RinglogError):
 class ConnectionFailed(RinglogError):
     """A broker address could not be reached, or the connection broke."""
 
+    retriable = True
+
+
+class PartitionUnavailable(RinglogError):
+    """The broker that stores a partition is down (Metadata does not list
+    it): the partition is unavailable until that broker is back."""
+
+    retriable = True
+
+    def __init__(self, topic: str, partition: int, broker_id: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.broker_id = broker_id
+        super().__init__(
+            f"{topic}-{partition} is stored by broker {broker_id}, which is down: "
+            "the partition is unavailable until that broker is back"
+        )
+
+
+def passes(error: BaseException) -> bool:
+    """True for an error to ride out with back-off (a broker down, moving,
+    restarting or overloaded) rather than to raise."""
+    return bool(getattr(error, "retriable", False))
+
 
 class ProtocolError(RinglogError):
     """The bytes from the broker break the protocol (a bug, or not a broker)."""

@@ -6,6 +6,13 @@ partition counts), every member computes the same range assignment from it,
 releases what it no longer gets and claims what it newly gets, and resumes
 each partition at its last committed offset. A cluster is needed (a
 standalone broker answers CLUSTER_REQUIRED).
+
+A broker's death is a partial outage: a partition whose broker is down (or
+moving) is retried with back-off while the member goes on consuming its
+other partitions, and a coordinator that does not answer (the group's
+connection broke, etcd away, CLUSTER_ID_MISMATCH) is retried the same way
+while the member consumes what it owns. :meth:`GroupConsumer.outages` says
+what is unavailable, since when and why.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 import flatbuffers
 
 from .client import Client, Connection, Consumer, _finish
-from .errors import BrokerError, ErrorCode
+from .errors import BrokerError, ErrorCode, RinglogError, passes
 from .wire import ClaimPartitionsRequest, CommitOffsetsRequest, DescribeGroupRequest
 from .wire import DescribeGroupResponse, HeartbeatRequest, HeartbeatResponse
 from .wire import JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, PartitionOffset
@@ -78,6 +85,28 @@ def _decode_view(view) -> View:
     return View(view.Generation(), view.Revision(), members, partitions)
 
 
+class _Outage:
+    """Something that failed and is retried with back-off (0.1 s doubling
+    to 2 s)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.since = time.monotonic()
+        self.attempts = 1
+        self.error = error
+        self.retry_at = self.since + 0.1
+
+    def again(self, error: Exception) -> None:
+        self.error = error
+        self.retry_at = time.monotonic() + min(0.1 * 2**self.attempts, 2.0)
+        self.attempts += 1
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.retry_at
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.since
+
+
 class GroupConsumer:
     """Consumes ``topics`` as a member of ``group``; call :meth:`poll`.
 
@@ -121,7 +150,12 @@ class GroupConsumer:
         self._join()
         self.heartbeat_every = min(1.0, self.session_timeout_ms / 3000)
         self.generation = 0
-        self.owned: Dict[TopicPartition, Consumer] = {}
+        # An owned partition's consumer, or None while its broker does not
+        # answer (then ``positions`` says where it continues).
+        self.owned: Dict[TopicPartition, Optional[Consumer]] = {}
+        self.positions: Dict[TopicPartition, object] = {}
+        self.unavailable: Dict[TopicPartition, _Outage] = {}
+        self.coordinator: Optional[_Outage] = None
         self.committed: Dict[TopicPartition, int] = {}
         self._next = 0
         self._last_heartbeat = 0.0
@@ -129,6 +163,14 @@ class GroupConsumer:
         self._rebalance(self._heartbeat(0))
 
     # ---- requests ----
+
+    def _call(self, api: int, header: bytes) -> Tuple[bytes, bytes]:
+        """A group request on the group's connection; a broken connection
+        is replaced (through any broker that answers) for the next one."""
+        if self.conn.broken:
+            self.client.reconnect()
+            self.conn = Connection(self.client.conn.address, self.client.timeout)
+        return self.conn.call(api, header)
 
     def _join(self) -> None:
         b = flatbuffers.Builder(256)
@@ -143,7 +185,7 @@ class GroupConsumer:
         JoinGroupRequest.AddMemberName(b, name)
         JoinGroupRequest.AddTopics(b, topics_vector)
         JoinGroupRequest.AddSessionTimeoutMs(b, self.requested_timeout_ms)
-        header, _ = self.conn.call(JOIN_GROUP, _finish(b, JoinGroupRequest.End(b)))
+        header, _ = self._call(JOIN_GROUP, _finish(b, JoinGroupRequest.End(b)))
         joined = JoinGroupResponse.JoinGroupResponse.GetRootAs(header, 0)
         self.member_id = (joined.MemberId() or b"").decode()
         self.session_id = joined.SessionId()
@@ -154,6 +196,8 @@ class GroupConsumer:
         # partitions already went to others and its uncommitted progress is
         # theirs to redo. Start over as a new member.
         self.owned.clear()
+        self.positions.clear()
+        self.unavailable.clear()
         self.committed.clear()
         self.generation = 0
         self._join()
@@ -168,7 +212,7 @@ class GroupConsumer:
         HeartbeatRequest.AddSessionId(b, self.session_id)
         HeartbeatRequest.AddGeneration(b, generation)
         HeartbeatRequest.AddMaxWaitMs(b, 0)
-        header, _ = self.conn.call(HEARTBEAT, _finish(b, HeartbeatRequest.End(b)))
+        header, _ = self._call(HEARTBEAT, _finish(b, HeartbeatRequest.End(b)))
         self._last_heartbeat = time.monotonic()
         return _decode_view(HeartbeatResponse.HeartbeatResponse.GetRootAs(header, 0).View())
 
@@ -188,14 +232,14 @@ class GroupConsumer:
             module.AddRevision(b, revision)
         module.AddTopic(b, t)
         module.AddPartitions(b, vector)
-        self.conn.call(api, _finish(b, module.End(b)))
+        self._call(api, _finish(b, module.End(b)))
 
     def _committed_offsets(self) -> Dict[TopicPartition, int]:
         b = flatbuffers.Builder(64)
         g = b.CreateString(self.group)
         DescribeGroupRequest.Start(b)
         DescribeGroupRequest.AddGroup(b, g)
-        header, _ = self.conn.call(DESCRIBE, _finish(b, DescribeGroupRequest.End(b)))
+        header, _ = self._call(DESCRIBE, _finish(b, DescribeGroupRequest.End(b)))
         r = DescribeGroupResponse.DescribeGroupResponse.GetRootAs(header, 0)
         out = {}
         for i in range(r.PartitionsLength()):
@@ -206,9 +250,11 @@ class GroupConsumer:
 
     def commit(self) -> None:
         """Commits the position of every owned partition that moved."""
-        moved = {
-            tp: c.position for tp, c in self.owned.items() if self.committed.get(tp) != c.position
-        }
+        moved = {}
+        for tp in self.owned:
+            position = self._position(tp)
+            if isinstance(position, int) and self.committed.get(tp) != position:
+                moved[tp] = position
         if not moved:
             return
         b = flatbuffers.Builder(256)
@@ -229,7 +275,7 @@ class GroupConsumer:
         CommitOffsetsRequest.AddGroup(b, g)
         CommitOffsetsRequest.AddMemberId(b, m)
         CommitOffsetsRequest.AddOffsets(b, vector)
-        self.conn.call(COMMIT, _finish(b, CommitOffsetsRequest.End(b)))
+        self._call(COMMIT, _finish(b, CommitOffsetsRequest.End(b)))
         self.committed.update(moved)
         self._last_commit = time.monotonic()
 
@@ -243,6 +289,8 @@ class GroupConsumer:
             self._partitions_request(RELEASE, topic, sorted(p for t, p in gone if t == topic), 0)
         for tp in gone:
             self.owned.pop(tp, None)
+            self.positions.pop(tp, None)
+            self.unavailable.pop(tp, None)
             self.committed.pop(tp, None)
 
     def _rebalance(self, view: View) -> None:
@@ -267,14 +315,13 @@ class GroupConsumer:
                 view = self._heartbeat(0)
                 continue
             committed = self._committed_offsets() if new else {}
-            for topic, partition in new:
-                offset = committed.get((topic, partition), self.start)
-                consumer = Consumer(
-                    self.client, topic, partition, offset, max_bytes=self.max_bytes, max_wait_ms=0
-                )
-                self.owned[(topic, partition)] = consumer
-                if (topic, partition) in committed:
-                    self.committed[(topic, partition)] = consumer.position
+            for tp in new:
+                # Opened at the next poll: a broker that is down delays
+                # only its own partitions.
+                self.owned[tp] = None
+                self.positions[tp] = committed.get(tp, self.start)
+                if tp in committed:
+                    self.committed[tp] = committed[tp]
             self.generation = view.generation
             return
         raise BrokerError(ErrorCode.CLAIM_CONFLICT, "could not claim a share after 100 tries")
@@ -284,27 +331,102 @@ class GroupConsumer:
     def poll(self) -> List[GroupMessage]:
         """Heartbeats and rebalances when due, commits what earlier polls
         returned, and returns the messages of one fetch (from the owned
-        partitions in turn; empty when all are caught up)."""
+        partitions in turn; empty when all are caught up). Partitions whose
+        broker is down, and a coordinator that does not answer, are retried
+        with back-off while the rest goes on (see :meth:`outages`)."""
         now = time.monotonic()
-        try:
-            if now - self._last_commit >= self.commit_interval:
-                self.commit()
-            if now - self._last_heartbeat >= self.heartbeat_every:
-                view = self._heartbeat(self.generation)
-                if view.generation != self.generation:
-                    self._rebalance(view)
-        except BrokerError as e:
-            if e.code not in (ErrorCode.UNKNOWN_MEMBER, ErrorCode.NOT_PARTITION_OWNER):
-                raise
-            self._rejoin()
+        if self.coordinator is None or self.coordinator.due():
+            try:
+                if now - self._last_commit >= self.commit_interval:
+                    self.commit()
+                if now - self._last_heartbeat >= self.heartbeat_every:
+                    view = self._heartbeat(self.generation)
+                    if view.generation != self.generation:
+                        try:
+                            self._rebalance(view)
+                        except Exception:
+                            self.generation = 0  # half done: rebalance again
+                            raise
+                self.coordinator = None
+            except BrokerError as e:
+                if e.code in (ErrorCode.UNKNOWN_MEMBER, ErrorCode.NOT_PARTITION_OWNER):
+                    self._rejoin_or_wait()
+                elif e.retriable or e.code == ErrorCode.CLUSTER_ID_MISMATCH:
+                    self._coordinator_away(e)
+                else:
+                    raise
+            except RinglogError as e:
+                if not passes(e):
+                    raise
+                self._coordinator_away(e)
         owned = sorted(self.owned)
         for i in range(len(owned)):
             tp = owned[(self._next + i) % len(owned)]
-            messages = self.owned[tp].poll(max_wait_ms=0)
+            messages = self._read(tp)
             if messages:
                 self._next = (self._next + i + 1) % len(owned)
                 return [GroupMessage(tp[0], tp[1], m.offset, m.key, m.value) for m in messages]
         return []
+
+    def _rejoin_or_wait(self) -> None:
+        try:
+            self._rejoin()
+            self.coordinator = None
+        except RinglogError as e:
+            if not (passes(e) or getattr(e, "code", None) == ErrorCode.CLUSTER_ID_MISMATCH):
+                raise
+            self._coordinator_away(e)
+
+    def _coordinator_away(self, error: Exception) -> None:
+        if self.coordinator is None:
+            self.coordinator = _Outage(error)
+        else:
+            self.coordinator.again(error)
+
+    def _position(self, tp: TopicPartition) -> object:
+        consumer = self.owned.get(tp)
+        return consumer.position if consumer is not None else self.positions.get(tp)
+
+    def _read(self, tp: TopicPartition) -> list:
+        """One fetch of an owned partition, opening its consumer first if
+        needed; an outage of its broker is noted, not raised."""
+        outage = self.unavailable.get(tp)
+        if outage is not None and not outage.due():
+            return []
+        try:
+            consumer = self.owned.get(tp)
+            if consumer is None:
+                consumer = Consumer(
+                    self.client, tp[0], tp[1], self.positions[tp],
+                    max_bytes=self.max_bytes, max_wait_ms=0,
+                )
+                self.owned[tp] = consumer
+            messages = consumer.poll(max_wait_ms=0)
+            self.unavailable.pop(tp, None)
+            return messages
+        except RinglogError as e:
+            if not passes(e):
+                raise
+            consumer = self.owned.get(tp)
+            if consumer is not None:
+                self.positions[tp] = consumer.position
+                self.owned[tp] = None
+            if outage is None:
+                self.unavailable[tp] = _Outage(e)
+            else:
+                outage.again(e)
+            return []
+
+    def outages(self) -> List[Tuple[Optional[TopicPartition], float, str]]:
+        """What this member cannot reach now: ``(partition, seconds, error)``
+        for each owned partition whose broker does not answer, and
+        ``(None, seconds, error)`` for the coordinator."""
+        out: List[Tuple[Optional[TopicPartition], float, str]] = [
+            (tp, o.seconds(), str(o.error)) for tp, o in sorted(self.unavailable.items())
+        ]
+        if self.coordinator is not None:
+            out.append((None, self.coordinator.seconds(), str(self.coordinator.error)))
+        return out
 
     def assigned(self) -> List[TopicPartition]:
         """The partitions this member owns now."""
@@ -321,5 +443,5 @@ class GroupConsumer:
             LeaveGroupRequest.AddGroup(b, g)
             LeaveGroupRequest.AddMemberId(b, m)
             LeaveGroupRequest.AddSessionId(b, self.session_id)
-            self.conn.call(LEAVE, _finish(b, LeaveGroupRequest.End(b)))
+            self._call(LEAVE, _finish(b, LeaveGroupRequest.End(b)))
             self.conn.close()

@@ -67,6 +67,9 @@ pub struct Consumer {
     /// by the broker): a bad message here is damage, not a wrong offset.
     verified: bool,
     out_of_range: OutOfRange,
+    /// Overrides the client's retries for one poll (a group consumer takes
+    /// one attempt per poll and backs off across polls).
+    retries: Option<u32>,
 }
 
 impl Consumer {
@@ -79,7 +82,7 @@ impl Consumer {
         offset: u64,
     ) -> Result<Consumer, ClientError> {
         let metadata = client.metadata(&[topic])?;
-        let address = client.owner_address(&metadata, topic, partition);
+        let address = client.partition_address(&metadata, topic, partition)?;
         let mut consumer =
             Consumer::with_connection(client.open(&address)?, topic, partition, offset);
         consumer.client = Some(client.clone());
@@ -116,7 +119,7 @@ impl Consumer {
             None => Client::connect(self.conn.address())?,
         };
         let metadata = client.metadata(&[&self.topic])?;
-        let address = client.owner_address(&metadata, &self.topic, self.partition);
+        let address = client.partition_address(&metadata, &self.topic, self.partition)?;
         self.conn = client.open(&address)?;
         Ok(())
     }
@@ -125,7 +128,9 @@ impl Consumer {
     /// or timed-out connection, with the client's retries and backoff.
     fn fetch_retrying(&mut self) -> Result<(), ClientError> {
         let config = self.client.as_ref().map(|c| c.config().clone());
-        let retries = config.as_ref().map_or(1, |c| c.retries);
+        let retries = self
+            .retries
+            .unwrap_or(config.as_ref().map_or(1, |c| c.retries));
         let mut attempt = 0;
         loop {
             let error = match self.fetch_once() {
@@ -195,7 +200,14 @@ impl Consumer {
             offsets: PartitionOffsets::default(),
             verified: offset == 0,
             out_of_range: OutOfRange::Fail,
+            retries: None,
         }
+    }
+
+    /// How many times one poll reconnects or refetches after an error that
+    /// passes, instead of the client's `retries`.
+    pub fn set_retries(&mut self, retries: u32) {
+        self.retries = Some(retries);
     }
 
     /// Bytes asked for per fetch (default 256 KiB; the paper used ~200 KB).

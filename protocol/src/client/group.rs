@@ -15,6 +15,17 @@
 //! Heartbeats are sent from [`GroupConsumer::poll`]: a program that does
 //! not poll for longer than the session timeout leaves the group (its
 //! partitions go to the others) and joins again on its next poll.
+//!
+//! **A broker's death is a partial outage.** A partition whose broker is
+//! down (or moved: NOT_OWNER is followed to fresh Metadata) is retried with
+//! back-off, one attempt per poll at most, while the member goes on
+//! consuming its other partitions; [`GroupConsumer::outages`] says which
+//! are unavailable since when, and why. A heartbeat or commit that cannot
+//! reach the coordinator (the bootstrap broker down, etcd unavailable, a
+//! registry that is not the cluster's) is retried the same way while the
+//! member consumes what it owns; should the session lapse meanwhile, the
+//! member joins again once the coordinator answers (its partitions may
+//! have gone to others: at least once, as ever).
 
 use super::{Client, ClientError, Consumer};
 use crate::codec::groups::{self as codec, GroupDescription, GroupView, Joined, OffsetCommit};
@@ -263,12 +274,97 @@ pub struct GroupConsumer {
     config: GroupConfig,
     joined: Joined,
     view: GroupView,
-    owned: BTreeMap<(String, u32), Consumer>,
+    owned: BTreeMap<(String, u32), Owned>,
     committed: BTreeMap<(String, u32), u64>,
     next_heartbeat: Instant,
     last_commit: Instant,
     cursor: usize,
     rebalances: u64,
+    /// The coordinator (heartbeats, commits) did not answer: since when,
+    /// how often, and why.
+    coordinator: Option<Unavailable>,
+}
+
+/// A partition this member owns.
+struct Owned {
+    /// Open once the partition's broker answered.
+    consumer: Option<Consumer>,
+    /// Where the partition continues while there is no consumer: the
+    /// committed offset, or `None` for "where `start_from` says".
+    position: Option<u64>,
+    /// Set while the partition cannot be read.
+    unavailable: Option<Unavailable>,
+}
+
+impl Owned {
+    fn position(&self) -> Option<u64> {
+        match &self.consumer {
+            Some(consumer) => Some(consumer.position()),
+            None => self.position,
+        }
+    }
+}
+
+/// Something that failed and is retried with back-off.
+#[derive(Debug, Clone)]
+struct Unavailable {
+    since: Instant,
+    attempts: u32,
+    retry_at: Instant,
+    error: ClientError,
+}
+
+impl Unavailable {
+    fn new(error: ClientError, client: &Client) -> Unavailable {
+        let now = Instant::now();
+        Unavailable {
+            since: now,
+            attempts: 1,
+            retry_at: now + client.config().backoff(0),
+            error,
+        }
+    }
+
+    /// Another failure: the next try waits longer.
+    fn again(&mut self, error: ClientError, client: &Client) {
+        self.retry_at = Instant::now() + client.config().backoff(self.attempts);
+        self.attempts = self.attempts.saturating_add(1);
+        self.error = error;
+    }
+
+    fn due(&self) -> bool {
+        Instant::now() >= self.retry_at
+    }
+}
+
+/// A partition of a group consumer that cannot be read now (its broker is
+/// down or unreachable), or the group's coordinator when `partition` is
+/// `None`.
+#[derive(Debug, Clone)]
+pub struct Outage {
+    /// The topic, or empty for the coordinator.
+    pub topic: String,
+    /// The partition; `None` for the coordinator (heartbeats, commits).
+    pub partition: Option<u32>,
+    /// How long it has been unavailable.
+    pub since: Duration,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// The last failure.
+    pub error: ClientError,
+}
+
+/// Whether an error of a partition's fetch (or of opening it) is an outage
+/// to ride out — its broker down, moved, restarting, overloaded — rather
+/// than a failure to return.
+fn passes(error: &ClientError) -> bool {
+    error.is_retriable()
+}
+
+/// Whether an error of a heartbeat or commit means the coordinator is away
+/// (the member goes on with what it owns) rather than a failure.
+fn coordinator_away(error: &ClientError) -> bool {
+    error.is_retriable() || error.code() == Some(ErrorCode::ClusterIdMismatch)
 }
 
 impl GroupConsumer {
@@ -296,9 +392,40 @@ impl GroupConsumer {
             last_commit: Instant::now(),
             cursor: 0,
             rebalances: 0,
+            coordinator: None,
         };
         consumer.heartbeat(0)?;
         Ok(consumer)
+    }
+
+    /// What this member cannot reach now: partitions whose broker is down
+    /// (retried with back-off while the others are consumed), and the
+    /// coordinator if heartbeats or commits fail. Empty when all is well.
+    pub fn outages(&self) -> Vec<Outage> {
+        let mut outages: Vec<Outage> = self
+            .owned
+            .iter()
+            .filter_map(|((topic, partition), owned)| {
+                let u = owned.unavailable.as_ref()?;
+                Some(Outage {
+                    topic: topic.clone(),
+                    partition: Some(*partition),
+                    since: u.since.elapsed(),
+                    attempts: u.attempts,
+                    error: u.error.clone(),
+                })
+            })
+            .collect();
+        if let Some(u) = &self.coordinator {
+            outages.push(Outage {
+                topic: String::new(),
+                partition: None,
+                since: u.since.elapsed(),
+                attempts: u.attempts,
+                error: u.error.clone(),
+            });
+        }
+        outages
     }
 
     /// This member's id.
@@ -337,7 +464,12 @@ impl GroupConsumer {
         };
         self.next_heartbeat = Instant::now() + self.heartbeat_period();
         if view.generation != generation {
-            self.rebalance(view)?;
+            if let Err(error) = self.rebalance(view) {
+                // Half done (the coordinator went away mid-way): the next
+                // heartbeat must rebalance again, whatever it answers.
+                self.view.generation = 0;
+                return Err(error);
+            }
         }
         Ok(())
     }
@@ -423,8 +555,10 @@ impl GroupConsumer {
         Ok(())
     }
 
-    /// Claims `partitions` (per topic) and opens a consumer on each at its
-    /// committed offset, or where `start_from` says.
+    /// Claims `partitions` (per topic) and notes for each where it starts:
+    /// its committed offset, or where `start_from` says. Consumers open on
+    /// the partitions' brokers at the next poll; a broker that is down
+    /// delays only its own partitions.
     fn claim(&mut self, partitions: &[(String, u32)], revision: u64) -> Result<(), ClientError> {
         let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
         for (topic, partition) in partitions {
@@ -444,24 +578,46 @@ impl GroupConsumer {
                 .iter()
                 .find(|p| &p.topic == topic && p.partition == *partition)
                 .and_then(|p| p.offset);
-            let offset = match committed {
-                Some(offset) => offset,
-                None => {
-                    let spec = match self.config.start_from {
-                        StartFrom::Earliest => OffsetSpec::Earliest,
-                        StartFrom::Latest => OffsetSpec::Latest,
-                    };
-                    self.client.list_offsets(topic, *partition, spec, 0)?.0
-                }
-            };
-            let mut consumer = Consumer::new(&self.client, topic, *partition, offset)?;
-            consumer.set_max_wait_ms(0);
             if let Some(offset) = committed {
                 self.committed.insert((topic.clone(), *partition), offset);
             }
-            self.owned.insert((topic.clone(), *partition), consumer);
+            self.owned.insert(
+                (topic.clone(), *partition),
+                Owned {
+                    consumer: None,
+                    position: committed,
+                    unavailable: None,
+                },
+            );
         }
         Ok(())
+    }
+
+    /// Opens the consumer of an owned partition: at its position, or where
+    /// `start_from` says. One attempt: the caller backs off.
+    fn open(
+        &self,
+        topic: &str,
+        partition: u32,
+        position: Option<u64>,
+    ) -> Result<Consumer, ClientError> {
+        let offset = match position {
+            Some(offset) => offset,
+            None => {
+                let spec = match self.config.start_from {
+                    StartFrom::Earliest => OffsetSpec::Earliest,
+                    StartFrom::Latest => OffsetSpec::Latest,
+                };
+                self.client.list_offsets(topic, partition, spec, 0)?.0
+            }
+        };
+        let mut consumer = Consumer::new(&self.client, topic, partition, offset)?;
+        consumer.set_max_wait_ms(0);
+        // One reconnect per poll: a dead broker must not hold the member
+        // (and its other partitions, and its heartbeats) for the client's
+        // whole retry budget.
+        consumer.set_retries(1);
+        Ok(consumer)
     }
 
     /// Commits the positions of `partitions` that moved since their last
@@ -470,7 +626,7 @@ impl GroupConsumer {
         let offsets: Vec<OffsetCommit> = partitions
             .iter()
             .filter_map(|key| {
-                let position = self.owned.get(key)?.position();
+                let position = self.owned.get(key)?.position()?;
                 (self.committed.get(key) != Some(&position)).then(|| OffsetCommit {
                     topic: key.0.clone(),
                     partition: key.1,
@@ -493,8 +649,11 @@ impl GroupConsumer {
     /// Moves an owned partition's position (rewind or skip); the next poll
     /// and commit use it. Partitions not owned are ignored.
     pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) {
-        if let Some(consumer) = self.owned.get_mut(&(topic.to_string(), partition)) {
-            consumer.seek(offset);
+        if let Some(owned) = self.owned.get_mut(&(topic.to_string(), partition)) {
+            match &mut owned.consumer {
+                Some(consumer) => consumer.seek(offset),
+                None => owned.position = Some(offset),
+            }
         }
     }
 
@@ -514,34 +673,73 @@ impl GroupConsumer {
 
     /// Returns the next messages of the member's partitions (possibly none,
     /// after waiting up to `max_wait`), heartbeating, rebalancing and
-    /// auto-committing as due.
+    /// auto-committing as due. Partitions whose broker is down, and a
+    /// coordinator that does not answer, are retried with back-off (see
+    /// [`GroupConsumer::outages`]) while the rest goes on.
     pub fn poll(&mut self) -> Result<Vec<GroupMessage>, ClientError> {
-        if Instant::now() >= self.next_heartbeat {
-            self.heartbeat(0)?;
+        if Instant::now() >= self.next_heartbeat
+            && self.coordinator.as_ref().is_none_or(Unavailable::due)
+        {
+            let beat = self.heartbeat(0);
+            self.coordinator_result(beat)?;
         }
         if let Some(interval) = self.config.auto_commit_interval {
-            if self.last_commit.elapsed() >= interval {
-                self.commit()?;
+            if self.last_commit.elapsed() >= interval
+                && self.coordinator.as_ref().is_none_or(Unavailable::due)
+            {
+                let committed = self.commit();
+                self.coordinator_result(committed)?;
             }
         }
         let wait_ms = u32::try_from(self.config.max_wait.as_millis()).unwrap_or(u32::MAX);
-        if self.owned.is_empty() {
-            // Nothing to read: wait for the group to change instead.
+        let readable: Vec<(String, u32)> = self
+            .owned
+            .iter()
+            .filter(|(_, o)| o.unavailable.as_ref().is_none_or(Unavailable::due))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if readable.is_empty() {
+            // Nothing to read: wait for the group to change instead (or,
+            // with the coordinator away too, for the next retry).
             let wait = wait_ms.min(self.heartbeat_period().as_millis() as u32);
-            return self.heartbeat(wait).map(|()| Vec::new());
+            if self.coordinator.is_some() {
+                std::thread::sleep(Duration::from_millis(u64::from(wait)));
+                return Ok(Vec::new());
+            }
+            let beat = self.heartbeat(wait);
+            self.coordinator_result(beat)?;
+            return Ok(Vec::new());
         }
         let mut out = Vec::new();
-        let keys: Vec<(String, u32)> = self.owned.keys().cloned().collect();
-        for (topic, partition) in &keys {
+        for (topic, partition) in &readable {
             self.read_from(topic, *partition, 0, &mut out)?;
         }
         if out.is_empty() {
             // Long-poll one partition (in turn), so an idle group does not spin.
-            self.cursor = (self.cursor + 1) % keys.len();
-            let (topic, partition) = &keys[self.cursor];
+            self.cursor = (self.cursor + 1) % readable.len();
+            let (topic, partition) = &readable[self.cursor];
             self.read_from(topic, *partition, wait_ms, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// Lets a heartbeat's or commit's failure pass when the coordinator is
+    /// merely away (noted in `outages`, retried with back-off).
+    fn coordinator_result(&mut self, result: Result<(), ClientError>) -> Result<(), ClientError> {
+        match result {
+            Ok(()) => {
+                self.coordinator = None;
+                Ok(())
+            }
+            Err(error) if coordinator_away(&error) => {
+                match &mut self.coordinator {
+                    Some(u) => u.again(error, &self.client),
+                    None => self.coordinator = Some(Unavailable::new(error, &self.client)),
+                }
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
     }
 
     fn read_from(
@@ -551,11 +749,36 @@ impl GroupConsumer {
         wait_ms: u32,
         out: &mut Vec<GroupMessage>,
     ) -> Result<(), ClientError> {
-        let Some(consumer) = self.owned.get_mut(&(topic.to_string(), partition)) else {
+        let key = (topic.to_string(), partition);
+        let Some(owned) = self.owned.get(&key) else {
+            return Ok(());
+        };
+        if owned.consumer.is_none() {
+            let position = owned.position;
+            let opened = self.open(topic, partition, position);
+            let Some(owned) = self.owned.get_mut(&key) else {
+                return Ok(());
+            };
+            match opened {
+                Ok(consumer) => owned.consumer = Some(consumer),
+                Err(error) if passes(&error) => {
+                    match &mut owned.unavailable {
+                        Some(u) => u.again(error, &self.client),
+                        None => owned.unavailable = Some(Unavailable::new(error, &self.client)),
+                    }
+                    return Ok(());
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let Some(owned) = self.owned.get_mut(&key) else {
+            return Ok(());
+        };
+        let Some(consumer) = owned.consumer.as_mut() else {
             return Ok(());
         };
         consumer.set_max_wait_ms(wait_ms);
-        consumer.poll_with(|m| {
+        let polled = consumer.poll_with(|m| {
             out.push(GroupMessage {
                 topic: topic.to_string(),
                 partition,
@@ -563,8 +786,24 @@ impl GroupConsumer {
                 key: m.key.map(<[u8]>::to_vec),
                 value: m.value.to_vec(),
             })
-        })?;
-        Ok(())
+        });
+        match polled {
+            Ok(_) => {
+                owned.unavailable = None;
+                Ok(())
+            }
+            Err(error) if passes(&error) => {
+                // The broker went away under an open consumer: keep its
+                // position, reopen (with fresh Metadata) after a back-off.
+                owned.position = owned.consumer.take().map(|c| c.position());
+                match &mut owned.unavailable {
+                    Some(u) => u.again(error, &self.client),
+                    None => owned.unavailable = Some(Unavailable::new(error, &self.client)),
+                }
+                Ok(())
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// Commits and leaves the group (its partitions go to the others at

@@ -50,14 +50,16 @@ pub use crate::codec::{
 pub use config::ClientConfig;
 pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OutOfRange, OwnedMessage};
-pub use group::{GroupConfig, GroupConsumer, GroupMessage, StartFrom};
+pub use group::{GroupConfig, GroupConsumer, GroupMessage, Outage, StartFrom};
 pub use offset_store::OffsetStore;
 pub use prefetch::PrefetchConsumer;
 pub use producer::{
     partition_for_key, Delivery, Partitioner, Producer, ProducerConfig, Receipt, Stored,
 };
 pub use tls::{Stream, TlsConfig};
-pub use topic_consumer::{Start, TopicConsumer, TopicConsumerConfig, TopicMessage, Waker};
+pub use topic_consumer::{
+    Start, TopicConsumer, TopicConsumerConfig, TopicMessage, TopicOutage, Waker,
+};
 
 use crate::codec::{self, verify};
 use crate::frame::Api;
@@ -165,9 +167,10 @@ pub enum ClientError {
         /// The first batch's failure.
         first: Box<ClientError>,
     },
-    /// The partition's broker is not live; without replication (as in the
-    /// paper) the partition is unavailable until that broker is back.
-    #[error("{topic}-{partition} is stored by broker {broker_id}, which is down: the partition is unavailable until that broker is back (there is no replication yet)")]
+    /// The partition's broker is not live (Metadata does not list it, or it
+    /// does not answer); without another copy the partition is unavailable
+    /// until that broker is back. Retriable.
+    #[error("{topic}-{partition} is stored by broker {broker_id}, which is down: the partition is unavailable until that broker is back")]
     PartitionUnavailable {
         /// The topic.
         topic: String,
@@ -354,6 +357,8 @@ struct ClientShared {
     /// created or deleted through this client, and refreshed when a broker
     /// answers NOT_OWNER or UNKNOWN_TOPIC, or the connection fails.
     placements: Mutex<std::collections::HashMap<String, Vec<Option<String>>>>,
+    /// Shard 0 of every broker the last Metadata listed.
+    known_brokers: Mutex<Vec<String>>,
 }
 
 /// Locks a mutex, also after a panic elsewhere (the data stays usable:
@@ -391,6 +396,7 @@ impl Client {
                 bootstrap,
                 owners: Mutex::new(std::collections::HashMap::new()),
                 placements: Mutex::new(std::collections::HashMap::new()),
+                known_brokers: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -431,7 +437,7 @@ impl Client {
         let mut first_error = None;
         for _ in 0..2 {
             if slot.is_none() {
-                let conn = match connect_any(&self.shared.bootstrap, &self.shared.config) {
+                let conn = match connect_any(&self.reconnect_addresses(), &self.shared.config) {
                     Ok(conn) => conn,
                     // The request's own failure is the news; say why the
                     // reconnect failed too.
@@ -475,7 +481,17 @@ impl Client {
         )?;
         let decoded = verify::<wire::MetadataResponse>(&response.header)
             .map_err(|e| ClientError::protocol(format!("metadata: {e}")))?;
-        Ok(codec::decode_metadata(decoded))
+        let metadata = codec::decode_metadata(decoded);
+        let known: Vec<String> = metadata
+            .brokers
+            .iter()
+            .filter_map(|b| b.shards.first())
+            .map(|s| format!("{}:{}", s.host, s.port))
+            .collect();
+        if !known.is_empty() {
+            *lock(&self.shared.known_brokers) = known;
+        }
+        Ok(metadata)
     }
 
     /// Creates a topic.
@@ -550,7 +566,7 @@ impl Client {
             }
         }
         let metadata = self.metadata(&[topic])?;
-        let address = self.owner_address(&metadata, topic, partition);
+        let address = self.partition_address(&metadata, topic, partition)?;
         if let Some(described) = metadata.topics.iter().find(|t| t.name == topic) {
             let count = described
                 .partitions
@@ -620,6 +636,49 @@ impl Client {
             Some(shard) => format!("{}:{}", shard.host, shard.port),
             None => self.shared.bootstrap[0].clone(),
         }
+    }
+
+    /// The address of the shard that owns a partition, or why there is
+    /// none: [`ClientError::PartitionUnavailable`] when Metadata does not
+    /// list the broker that stores it (it is down; retriable), a usage
+    /// error for a topic or partition Metadata does not have.
+    pub fn partition_address(
+        &self,
+        metadata: &Metadata,
+        topic: &str,
+        partition: u32,
+    ) -> Result<String, ClientError> {
+        if let Some(shard) = metadata.owner_address(topic, partition) {
+            return Ok(format!("{}:{}", shard.host, shard.port));
+        }
+        let placement = metadata
+            .topics
+            .iter()
+            .find(|t| t.name == topic)
+            .and_then(|t| t.partitions.iter().find(|p| p.partition == partition));
+        match placement {
+            Some(placement) => Err(ClientError::PartitionUnavailable {
+                topic: topic.to_string(),
+                partition,
+                broker_id: placement.broker_id,
+            }),
+            // A broker that answered without the topic (UNKNOWN_TOPIC comes
+            // as an error first); nothing better to try than the bootstrap.
+            None => Ok(self.shared.bootstrap[0].clone()),
+        }
+    }
+
+    /// Addresses to reconnect to: the bootstrap list, then shard 0 of each
+    /// broker the last Metadata listed, so that a client whose bootstrap
+    /// broker died goes on through the others.
+    fn reconnect_addresses(&self) -> Vec<String> {
+        let mut addresses = self.shared.bootstrap.clone();
+        for known in lock(&self.shared.known_brokers).iter() {
+            if !addresses.contains(known) {
+                addresses.push(known.clone());
+            }
+        }
+        addresses
     }
 }
 

@@ -31,10 +31,15 @@
 //! [`Producer::flush`] (as [`ClientError::Undelivered`]), and later
 //! messages are sent as usual.
 //!
-//! In a cluster, a partition whose broker is down (not in Metadata's broker
-//! list) is unavailable, as in the paper, which has no replication: the
-//! random and round-robin partitioners skip it, and a message for it (by
-//! key or by number) fails at once with [`ClientError::PartitionUnavailable`].
+//! In a cluster, a partition whose broker is down — not in Metadata's
+//! broker list, or not answering a connect — is unavailable, as in the
+//! paper, which has no replication: the random and round-robin partitioners
+//! skip it from its first failed connect, and a new message for it (by key
+//! or by number) fails at once with [`ClientError::PartitionUnavailable`]
+//! naming the broker. Batches already sent to it keep their retries. While
+//! a partition is down the producer looks at Metadata again every second
+//! or so (backing off to 10 s) and uses the partition again as soon as its
+//! broker answers.
 
 use super::{lock, Client, ClientError, ResponseFrame};
 use crate::codec::{self, verify, AckMode, Metadata};
@@ -135,7 +140,7 @@ impl Default for ProducerConfig {
 
 /// Which message a `send` queued: the `sequence`-th message (from 0) sent
 /// to `partition` by this producer. A [`Delivery`] names the same numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Receipt {
     /// The partition it went to.
     pub partition: u32,
@@ -335,6 +340,10 @@ struct Inner {
     retry_at: Instant,
     reconnect: bool,
     reconnect_failures: u32,
+    /// When the routes were last applied.
+    routed_at: Instant,
+    /// How long after that a producer with a partition down looks again.
+    recheck: Duration,
     sent_messages: u64,
     deliveries: Vec<Delivery>,
     failures: Option<Failures>,
@@ -410,6 +419,8 @@ impl Producer {
             retry_at: Instant::now(),
             reconnect: false,
             reconnect_failures: 0,
+            routed_at: Instant::now(),
+            recheck: DOWN_RECHECK_MIN,
             sent_messages: 0,
             deliveries: Vec::new(),
             failures: None,
@@ -745,9 +756,9 @@ impl Drop for Producer {
     }
 }
 
-/// Where each partition's requests go: `Ok(address)`, or `Err(broker)` when
-/// the broker that stores it is down.
-fn routes(setup: &Setup, metadata: &Metadata) -> Result<Vec<Result<String, u32>>, ClientError> {
+/// Where each partition's requests go: `Ok((address, broker))`, or
+/// `Err(broker)` when the broker that stores it is down.
+fn routes(setup: &Setup, metadata: &Metadata) -> Result<Vec<Route>, ClientError> {
     let topic = &setup.topic;
     let topic_meta = metadata
         .topics
@@ -767,11 +778,12 @@ fn routes(setup: &Setup, metadata: &Metadata) -> Result<Vec<Result<String, u32>>
             let p = placement.partition;
             if !clustered {
                 // One broker: any of its shards forwards to the owner.
-                return Ok(if shard_aware {
+                let address = if shard_aware {
                     setup.client.owner_address(metadata, topic, p)
                 } else {
                     setup.client.bootstrap()[0].clone()
-                });
+                };
+                return Ok((address, placement.broker_id));
             }
             let broker = metadata
                 .brokers
@@ -783,32 +795,45 @@ fn routes(setup: &Setup, metadata: &Metadata) -> Result<Vec<Result<String, u32>>
                 broker.and_then(|b| b.shards.first())
             };
             shard
-                .map(|s| format!("{}:{}", s.host, s.port))
+                .map(|s| (format!("{}:{}", s.host, s.port), placement.broker_id))
                 .ok_or(placement.broker_id)
         })
         .collect())
 }
 
+/// A partition's route: its shard's address and broker, or the broker that
+/// is down.
+type Route = Result<(String, u32), u32>;
+
+/// How soon a producer with unavailable partitions looks at Metadata again,
+/// at first and at most (doubling in between while nothing changes).
+const DOWN_RECHECK_MIN: Duration = Duration::from_secs(1);
+const DOWN_RECHECK_MAX: Duration = Duration::from_secs(10);
+
 impl Inner {
     /// Points every partition at its lane, reusing live lanes to the same
     /// address and opening the others; lanes no longer needed are closed
-    /// and their unanswered batches queued to be resent. Changes nothing
-    /// if a connection cannot be opened.
+    /// and their unanswered batches queued to be resent. A partition whose
+    /// address cannot be connected to is down (its broker is named), like
+    /// one whose broker Metadata does not list. Changes nothing, and fails,
+    /// only when no address at all could be connected to.
     fn apply_routes(
         &mut self,
         setup: &Setup,
         events: &Arc<Events>,
-        routes: Vec<Result<String, u32>>,
+        mut routes: Vec<Route>,
     ) -> Result<(), ClientError> {
         let mut addresses: Vec<String> = Vec::new();
-        for address in routes.iter().flatten() {
+        for (address, _) in routes.iter().flatten() {
             if !addresses.contains(address) {
                 addresses.push(address.clone());
             }
         }
-        // Decide and open first: if an open fails, nothing has changed. A
-        // reused lane that dies meanwhile is replaced by the next reconnect.
+        // Decide and open first. A reused lane that dies meanwhile is
+        // replaced by the next reconnect.
         let mut plan: Vec<Result<usize, Lane>> = Vec::with_capacity(addresses.len());
+        let mut reachable = Vec::with_capacity(addresses.len());
+        let mut first_error = None;
         for address in &addresses {
             let live = self
                 .lanes
@@ -819,19 +844,30 @@ impl Inner {
                 None => match open_lane(setup, events, address) {
                     Ok(lane) => plan.push(Err(lane)),
                     Err(error) => {
-                        for mut lane in plan.into_iter().filter_map(Result::err) {
-                            lane.shut();
-                        }
-                        return Err(error);
+                        first_error.get_or_insert(error);
+                        continue;
                     }
                 },
+            }
+            reachable.push(address.clone());
+        }
+        if reachable.is_empty() {
+            if let Some(error) = first_error {
+                return Err(error);
+            }
+        }
+        for route in &mut routes {
+            if let Ok((address, broker_id)) = route {
+                if !reachable.contains(address) {
+                    *route = Err(*broker_id);
+                }
             }
         }
         let mut old: Vec<Option<Lane>> = std::mem::take(&mut self.lanes)
             .into_iter()
             .map(Some)
             .collect();
-        let mut lanes = Vec::with_capacity(addresses.len());
+        let mut lanes = Vec::with_capacity(reachable.len());
         for step in plan {
             match step {
                 Ok(i) => lanes.extend(old[i].take()),
@@ -851,9 +887,9 @@ impl Inner {
                 break;
             }
             match route {
-                Ok(address) => {
+                Ok((address, _)) => {
                     self.lane_of_partition[partition] =
-                        addresses.iter().position(|a| *a == address);
+                        reachable.iter().position(|a| *a == address);
                     self.down[partition] = None;
                 }
                 Err(broker_id) => {
@@ -862,7 +898,21 @@ impl Inner {
                 }
             }
         }
+        self.routed_at = Instant::now();
         Ok(())
+    }
+
+    /// True when some partition is down and it is time to look again.
+    fn recheck_due(&mut self) -> bool {
+        if self.down.iter().all(Option::is_none) {
+            self.recheck = DOWN_RECHECK_MIN;
+            return false;
+        }
+        if self.routed_at.elapsed() < self.recheck {
+            return false;
+        }
+        self.recheck = (self.recheck * 2).min(DOWN_RECHECK_MAX);
+        true
     }
 
     /// True when a batch for `index` may be sent now.
@@ -961,7 +1011,16 @@ impl Inner {
                         partition: pending.partition,
                         broker_id,
                     };
-                    self.fail(pending, error);
+                    if pending.sends == 0 {
+                        // New: fail fast, the broker is named.
+                        self.fail(pending, error);
+                    } else {
+                        // Sent before its broker went away: it keeps its
+                        // retries, and goes once the broker is back.
+                        self.reconnect = true;
+                        pending.sends += 1;
+                        self.requeue(setup, pending, || error);
+                    }
                 }
                 None => self.requeue(setup, pending, || {
                     ClientError::Usage("no route to the partition".into())
@@ -1220,6 +1279,9 @@ impl Inner {
     /// what waits to be resent once its backoff has passed.
     fn service(&mut self, setup: &Setup, events: &Arc<Events>) {
         self.collect(setup);
+        if self.recheck_due() {
+            self.reconnect = true;
+        }
         if !self.reconnect && self.retry.is_empty() {
             return;
         }

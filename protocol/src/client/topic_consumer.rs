@@ -14,10 +14,16 @@
 //! before it: the broker ends those at once, empty (PROTOCOL.md §1), and
 //! the fetcher sends them again.
 //!
-//! Broken or timed-out connections are replaced (with fresh metadata) up
-//! to the client's retries; an error that does not pass stops that shard's
-//! fetcher and is returned by the next [`TopicConsumer::poll`], after the
-//! messages received before it.
+//! **A broker's death is a partial outage.** A fetcher whose connection
+//! broke, timed out, or was answered NOT_OWNER, or whose partitions' broker
+//! is not in Metadata (down), reconnects with fresh Metadata and back-off
+//! for as long as it takes, while the other shards' fetchers go on;
+//! [`TopicConsumer::outages`] says which partitions wait, since when and
+//! why. A partition whose broker is down when the consumer starts gets its
+//! start offset once the broker answers. An error that does not pass (a
+//! deleted topic, a damaged message) stops that shard's fetcher and is
+//! returned by the next [`TopicConsumer::poll`], after the messages
+//! received before it.
 
 use super::consumer::{check_fetch_response, walk_chunk, ChunkPlace};
 use super::{lock, Client, ClientError, Connection, OutOfRange, ResponseFrame};
@@ -102,6 +108,31 @@ struct Control {
     stop: AtomicBool,
     /// Each fetcher's current socket, to unblock it on close.
     sockets: Mutex<Vec<Option<TcpStream>>>,
+    /// Each fetcher's outage: its partitions, since when, attempts, the
+    /// last error; `None` while it fetches.
+    outages: Mutex<Vec<Option<FetcherOutage>>>,
+}
+
+#[derive(Debug, Clone)]
+struct FetcherOutage {
+    partitions: Vec<u32>,
+    since: Instant,
+    attempts: u32,
+    error: ClientError,
+}
+
+/// Partitions of a [`TopicConsumer`] that cannot be read now: their broker
+/// is down, unreachable or moving; their fetcher retries with back-off.
+#[derive(Debug, Clone)]
+pub struct TopicOutage {
+    /// The partitions (those of one shard).
+    pub partitions: Vec<u32>,
+    /// How long they have been unavailable.
+    pub since: Duration,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// The last failure.
+    pub error: ClientError,
 }
 
 impl Control {
@@ -232,41 +263,46 @@ impl TopicConsumer {
             if only.is_some_and(|only| !only.contains(&partition)) {
                 continue;
             }
-            let Some(shard) = metadata.owner_address(topic, partition) else {
-                return Err(ClientError::PartitionUnavailable {
-                    topic: topic.to_string(),
-                    partition,
-                    broker_id: placement.broker_id,
-                });
+            // A partition whose broker is down now gets a fetcher of its
+            // own (per broker), which finds the shard and the start offset
+            // once the broker answers.
+            let address = match metadata.owner_address(topic, partition) {
+                Some(shard) => format!("{}:{}", shard.host, shard.port),
+                None => format!("broker {} (down)", placement.broker_id),
             };
-            let (offset, verified) = match &start {
-                Start::Earliest => (earliest(client, topic, partition)?, true),
-                Start::Latest => {
-                    let (offset, _) =
-                        client.list_offsets(topic, partition, OffsetSpec::Latest, 0)?;
-                    (offset, true)
-                }
-                Start::At(offsets) => match offsets.get(&partition) {
-                    Some(&offset) => (offset, offset == 0),
-                    None => (earliest(client, topic, partition)?, true),
+            let given = match &start {
+                Start::At(offsets) => offsets.get(&partition).copied(),
+                _ => None,
+            };
+            let mut cursor = Cursor {
+                partition,
+                offset: given.unwrap_or(0),
+                verified: given.is_none_or(|o| o == 0),
+                caught_up: false,
+                in_flight: false,
+                start: match (&start, given) {
+                    (_, Some(_)) => None,
+                    (Start::Latest, None) => Some(OffsetSpec::Latest),
+                    (_, None) => Some(OffsetSpec::Earliest),
                 },
             };
-            positions.insert(partition, offset);
-            by_address
-                .entry(format!("{}:{}", shard.host, shard.port))
-                .or_default()
-                .push(Cursor {
-                    partition,
-                    offset,
-                    verified,
-                    caught_up: false,
-                    in_flight: false,
-                });
+            if metadata.owner_address(topic, partition).is_some() {
+                match cursor.resolve_start(client, topic) {
+                    Ok(()) => {}
+                    Err(error) if error.is_retriable() => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            if cursor.start.is_none() {
+                positions.insert(partition, cursor.offset);
+            }
+            by_address.entry(address).or_default().push(cursor);
         }
         let (sender, events) = std::sync::mpsc::sync_channel(config.buffered_chunks.max(1));
         let control = Arc::new(Control {
             stop: AtomicBool::new(false),
             sockets: Mutex::new((0..by_address.len()).map(|_| None).collect()),
+            outages: Mutex::new((0..by_address.len()).map(|_| None).collect()),
         });
         let mut consumer = TopicConsumer {
             events,
@@ -356,6 +392,22 @@ impl TopicConsumer {
         self.positions.clone()
     }
 
+    /// The partitions that cannot be read now (their broker is down or
+    /// unreachable), retried with back-off while the others are read.
+    /// Empty when every partition is being fetched.
+    pub fn outages(&self) -> Vec<TopicOutage> {
+        lock(&self.control.outages)
+            .iter()
+            .flatten()
+            .map(|o| TopicOutage {
+                partitions: o.partitions.clone(),
+                since: o.since.elapsed(),
+                attempts: o.attempts,
+                error: o.error.clone(),
+            })
+            .collect()
+    }
+
     /// True once [`Waker::close`] or [`TopicConsumer::close`] was called.
     pub fn is_closed(&self) -> bool {
         self.control.stopped()
@@ -382,12 +434,6 @@ impl Drop for TopicConsumer {
     }
 }
 
-fn earliest(client: &Client, topic: &str, partition: u32) -> Result<u64, ClientError> {
-    Ok(client
-        .list_offsets(topic, partition, OffsetSpec::Earliest, 0)?
-        .0)
-}
-
 struct Cursor {
     partition: u32,
     offset: u64,
@@ -395,6 +441,23 @@ struct Cursor {
     verified: bool,
     caught_up: bool,
     in_flight: bool,
+    /// Where to start, while the start offset is not known yet (the
+    /// partition's broker was down when the consumer started).
+    start: Option<OffsetSpec>,
+}
+
+impl Cursor {
+    /// Asks the partition's broker for the start offset, if still unknown.
+    fn resolve_start(&mut self, client: &Client, topic: &str) -> Result<(), ClientError> {
+        let Some(spec) = self.start else {
+            return Ok(());
+        };
+        let (offset, _) = client.list_offsets(topic, self.partition, spec, 0)?;
+        self.offset = offset;
+        self.verified = true;
+        self.start = None;
+        Ok(())
+    }
 }
 
 /// One shard's partitions over one connection.
@@ -419,7 +482,6 @@ enum Broke {
 
 impl Fetcher {
     fn run(mut self) {
-        let retries = self.client.config().retries;
         let mut attempt = 0;
         while !self.control.stopped() {
             let error = match self.connect() {
@@ -429,25 +491,66 @@ impl Fetcher {
                 },
                 Err(error) => error,
             };
-            if attempt >= retries || !error.is_retriable() {
+            if !error.is_retriable() {
                 let _ = self.sender.send(Event::Failed(error));
                 return;
             }
+            // A broker that is down or moving: an outage of these
+            // partitions, ridden out with back-off while the other shards'
+            // fetchers go on.
+            self.note_outage(attempt, error);
             if !self.control.pause(self.client.config().backoff(attempt)) {
                 return;
             }
-            attempt += 1;
+            attempt = attempt.saturating_add(1);
         }
     }
 
-    /// A connection to the shard that owns this fetcher's partitions now.
-    fn connect(&mut self) -> Result<Connection, ClientError> {
-        if let Ok(metadata) = self.client.metadata(&[&self.topic]) {
-            if let Some(shard) = metadata.owner_address(&self.topic, self.cursors[0].partition) {
-                self.address = format!("{}:{}", shard.host, shard.port);
+    fn note_outage(&self, attempt: u32, error: ClientError) {
+        let mut outages = lock(&self.control.outages);
+        let Some(slot) = outages.get_mut(self.slot) else {
+            return;
+        };
+        match slot {
+            Some(outage) => {
+                outage.attempts = attempt + 1;
+                outage.error = error;
+            }
+            None => {
+                *slot = Some(FetcherOutage {
+                    partitions: self.cursors.iter().map(|c| c.partition).collect(),
+                    since: Instant::now(),
+                    attempts: attempt + 1,
+                    error,
+                })
             }
         }
+    }
+
+    /// A connection to the shard that owns this fetcher's partitions now,
+    /// with their start offsets known; an unavailable partition (its
+    /// broker not in Metadata) is an error that passes.
+    fn connect(&mut self) -> Result<Connection, ClientError> {
+        let metadata = self.client.metadata(&[&self.topic])?;
+        self.address =
+            self.client
+                .partition_address(&metadata, &self.topic, self.cursors[0].partition)?;
         let conn = self.client.open(&self.address)?;
+        for cursor in &mut self.cursors {
+            if cursor.start.is_none() {
+                continue;
+            }
+            cursor.resolve_start(&self.client, &self.topic)?;
+            // The consumer's positions learn where the partition starts.
+            let event = Event::Chunk {
+                partition: cursor.partition,
+                messages: Vec::new(),
+                next_offset: cursor.offset,
+            };
+            if self.sender.send(event).is_err() {
+                return Err(ClientError::Usage("the consumer is closed".into()));
+            }
+        }
         lock(&self.control.sockets)[self.slot] = Some(conn.socket()?);
         Ok(conn)
     }
@@ -543,7 +646,10 @@ impl Fetcher {
                     return Broke::Stop;
                 }
             }
-            *attempt = 0;
+            if *attempt > 0 || lock(&self.control.outages)[self.slot].is_some() {
+                *attempt = 0;
+                lock(&self.control.outages)[self.slot] = None;
+            }
             let event = match self.parse(index, &frame) {
                 Ok(event) => event,
                 Err(error) => {

@@ -74,11 +74,16 @@ pub enum ErrorCode {
     /// has, and refuses topic and group changes until an operator decides
     /// (the message says how). Not retriable by waiting alone.
     ClusterIdMismatch = 26,
+    /// A Produce or Fetch named the topic by an id it no longer has: the
+    /// topic was deleted and created again under the same name. Offsets
+    /// and batches of the old topic do not apply; nothing was read or
+    /// written.
+    UnknownTopicId = 27,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 27] = [
+    pub const ALL: [ErrorCode; 28] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -106,6 +111,7 @@ impl ErrorCode {
         ErrorCode::GroupNotEmpty,
         ErrorCode::StorageUnavailable,
         ErrorCode::ClusterIdMismatch,
+        ErrorCode::UnknownTopicId,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -147,6 +153,7 @@ impl ErrorCode {
             ErrorCode::GroupNotEmpty => "GROUP_NOT_EMPTY",
             ErrorCode::StorageUnavailable => "STORAGE_UNAVAILABLE",
             ErrorCode::ClusterIdMismatch => "CLUSTER_ID_MISMATCH",
+            ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
         }
     }
 }

@@ -36,6 +36,7 @@ pub fn handle(
         verify::<wire::FetchRequest>(header).map_err(|e| invalid_header(Api::Fetch, e))?;
     let topic_name = request.topic().unwrap_or_default();
     let partition = request.partition();
+    super::check_topic_id(shard, topic_name, request.topic_id())?;
     let log = match super::locate(shard, topic_name, partition)? {
         Owner::Here(log) => log,
         Owner::Shard(owner) => {

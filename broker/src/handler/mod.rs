@@ -237,6 +237,29 @@ impl Failure {
     }
 }
 
+/// Refuses a request that names its topic by an id the topic no longer has
+/// (deleted and created again under the name): its offsets or batches
+/// belong to the old topic. An empty or absent id checks nothing.
+pub fn check_topic_id(shard: &Shard, topic: &str, topic_id: Option<&str>) -> Result<(), Failure> {
+    let Some(wanted) = topic_id.filter(|id| !id.is_empty()) else {
+        return Ok(());
+    };
+    let Some(found) = shard.topic(topic) else {
+        return Ok(()); // locate says UNKNOWN_TOPIC
+    };
+    let found = found.borrow();
+    if found.id.is_empty() || found.id == wanted {
+        return Ok(());
+    }
+    Err(Failure::new(
+        ErrorCode::UnknownTopicId,
+        format!(
+            "topic {topic:?} is now the topic with id {}, not {wanted}: it was deleted and created again, and offsets of the old one mean nothing here",
+            found.id
+        ),
+    ))
+}
+
 /// Where a request's partition lives; an unknown topic or partition is the
 /// client's error.
 pub fn locate(shard: &Shard, topic: &str, partition: PartitionId) -> Result<Owner, Failure> {

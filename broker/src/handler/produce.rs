@@ -30,6 +30,7 @@ pub fn handle(
             format!("unknown ack mode {}", request.acks().0),
         ));
     };
+    super::check_topic_id(shard, topic_name, request.topic_id())?;
     let owner = super::locate(shard, topic_name, partition)?;
     if let Owner::Broker(broker) = owner {
         return Err(Failure::not_owner(topic_name, partition, broker));

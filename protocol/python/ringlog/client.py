@@ -38,6 +38,9 @@ class TopicMetadata(NamedTuple):
     name: str
     partitions: List[Partition]
     settings: Dict[str, int]
+    #: Unique per creation: a topic deleted and created again has another
+    #: (empty from brokers older than topic ids).
+    id: str = ""
 
 
 class Metadata(NamedTuple):
@@ -363,7 +366,7 @@ def _decode_metadata(header: bytes) -> Metadata:
                     "flush_interval_ms": c.FlushIntervalMs(),
                 }
             name = (t.Name() or b"").decode()
-            topics[name] = TopicMetadata(name, parts, settings)
+            topics[name] = TopicMetadata(name, parts, settings, (t.Id() or b"").decode())
         return Metadata(brokers, topics)
     except Exception as e:  # the Python runtime has no verifier
         raise ProtocolError(f"unreadable Metadata response: {e}") from e
@@ -417,10 +420,15 @@ class Producer:
         self.partitions = len(metadata.topics[topic].partitions)
         self._owner = [metadata.owner_address(topic, p) or client.conn.address for p in range(self.partitions)]
         self._headers = []
+        topic_id = metadata.topics[topic].id
         for p in range(self.partitions):
             b = flatbuffers.Builder(64)
             t = b.CreateString(topic)
+            i = b.CreateString(topic_id) if topic_id else None
             ProduceRequest.Start(b)
+            if i is not None:
+                # A topic of this name created since refuses the batch.
+                ProduceRequest.AddTopicId(b, i)
             ProduceRequest.AddTopic(b, t)
             ProduceRequest.AddPartition(b, p)
             ProduceRequest.AddAcks(b, _ACKS[acks])
@@ -564,6 +572,7 @@ class Consumer:
         if info is None or partition >= len(info.partitions):
             raise BrokerError(8, f"no partition {partition} of topic {topic!r}")
         self.conn = client.connection(client.partition_address(metadata, topic, partition))
+        self.topic_id = info.id
         if isinstance(offset, str):
             offset = client.list_offsets(topic, partition, offset).offset
         self.position = offset
@@ -583,7 +592,11 @@ class Consumer:
         """One fetch at :attr:`position`; the whole messages it returned."""
         b = flatbuffers.Builder(64)
         t = b.CreateString(self._topic)
+        i = b.CreateString(self.topic_id) if self.topic_id else None
         FetchRequest.Start(b)
+        if i is not None:
+            # Positions belong to this topic, not to one created since.
+            FetchRequest.AddTopicId(b, i)
         FetchRequest.AddTopic(b, t)
         FetchRequest.AddPartition(b, self.partition)
         FetchRequest.AddOffset(b, self.position)

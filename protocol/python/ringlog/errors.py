@@ -36,6 +36,7 @@ class ErrorCode(enum.IntEnum):
     GROUP_NOT_EMPTY = 24
     STORAGE_UNAVAILABLE = 25
     CLUSTER_ID_MISMATCH = 26
+    UNKNOWN_TOPIC_ID = 27
 
 
 #: Codes after which the same request may succeed later.

@@ -70,6 +70,8 @@ pub struct Consumer {
     /// Overrides the client's retries for one poll (a group consumer takes
     /// one attempt per poll and backs off across polls).
     retries: Option<u32>,
+    /// The topic's id when the consumer started (empty: unknown).
+    topic_id: String,
 }
 
 impl Consumer {
@@ -86,6 +88,7 @@ impl Consumer {
         let mut consumer =
             Consumer::with_connection(client.open(&address)?, topic, partition, offset);
         consumer.client = Some(client.clone());
+        consumer.topic_id = super::topic_id(&metadata, topic);
         Ok(consumer)
     }
 
@@ -119,6 +122,9 @@ impl Consumer {
             None => Client::connect(self.conn.address())?,
         };
         let metadata = client.metadata(&[&self.topic])?;
+        // The position belongs to the topic this consumer started on: a
+        // topic of the same name created since is another log.
+        super::check_topic_id(&metadata, &self.topic, &self.topic_id)?;
         let address = client.partition_address(&metadata, &self.topic, self.partition)?;
         self.conn = client.open(&address)?;
         Ok(())
@@ -168,9 +174,10 @@ impl Consumer {
 
     /// Sends one fetch and receives its response into `self.frame`.
     fn fetch_once(&mut self) -> Result<(), ClientError> {
-        let header = codec::fetch_request(
+        let header = codec::fetch_request_of(
             &mut self.conn.fbb,
             &self.topic,
+            &self.topic_id,
             self.partition,
             FetchArgs {
                 offset: self.offset,
@@ -201,6 +208,7 @@ impl Consumer {
             verified: offset == 0,
             out_of_range: OutOfRange::Fail,
             retries: None,
+            topic_id: String::new(),
         }
     }
 

@@ -167,6 +167,18 @@ pub enum ClientError {
         /// The first batch's failure.
         first: Box<ClientError>,
     },
+    /// The topic was deleted and created again under the same name (its id
+    /// changed): positions, placement and batches of the old topic do not
+    /// apply to the new one. Not retriable: make a new consumer or producer.
+    #[error("topic {topic:?} was deleted and created again (id {old_id} is now {new_id}): offsets of the old topic mean nothing in the new one; start a new consumer or producer")]
+    TopicRecreated {
+        /// The topic.
+        topic: String,
+        /// The id this client started with.
+        old_id: String,
+        /// The id Metadata names now.
+        new_id: String,
+    },
     /// The partition's broker is not live (Metadata does not list it, or it
     /// does not answer); without another copy the partition is unavailable
     /// until that broker is back. Retriable.
@@ -264,6 +276,15 @@ impl Clone for ClientError {
                 topic: topic.clone(),
                 partition: *partition,
                 broker_id: *broker_id,
+            },
+            ClientError::TopicRecreated {
+                topic,
+                old_id,
+                new_id,
+            } => ClientError::TopicRecreated {
+                topic: topic.clone(),
+                old_id: old_id.clone(),
+                new_id: new_id.clone(),
             },
         }
     }
@@ -680,6 +701,34 @@ impl Client {
         }
         addresses
     }
+}
+
+/// The id Metadata gives `topic` (empty if it gives none: an older broker).
+pub(crate) fn topic_id(metadata: &Metadata, topic: &str) -> String {
+    metadata
+        .topics
+        .iter()
+        .find(|t| t.name == topic)
+        .map(|t| t.id.clone())
+        .unwrap_or_default()
+}
+
+/// `Ok` unless `metadata` names `topic` under an id other than `known`
+/// (an empty id on either side checks nothing).
+pub(crate) fn check_topic_id(
+    metadata: &Metadata,
+    topic: &str,
+    known: &str,
+) -> Result<(), ClientError> {
+    let now = topic_id(metadata, topic);
+    if known.is_empty() || now.is_empty() || now == known {
+        return Ok(());
+    }
+    Err(ClientError::TopicRecreated {
+        topic: topic.to_string(),
+        old_id: known.to_string(),
+        new_id: now,
+    })
 }
 
 /// A connection to the first of `bootstrap` that answers.

@@ -316,6 +316,7 @@ impl TopicConsumer {
             let fetcher = Fetcher {
                 client: client.clone(),
                 topic: topic.to_string(),
+                topic_id: topic_meta.id.clone(),
                 address,
                 cursors,
                 config: config.clone(),
@@ -464,6 +465,8 @@ impl Cursor {
 struct Fetcher {
     client: Client,
     topic: String,
+    /// The topic's id when the consumer started.
+    topic_id: String,
     address: String,
     cursors: Vec<Cursor>,
     config: TopicConsumerConfig,
@@ -532,6 +535,7 @@ impl Fetcher {
     /// broker not in Metadata) is an error that passes.
     fn connect(&mut self) -> Result<Connection, ClientError> {
         let metadata = self.client.metadata(&[&self.topic])?;
+        super::check_topic_id(&metadata, &self.topic, &self.topic_id)?;
         self.address =
             self.client
                 .partition_address(&metadata, &self.topic, self.cursors[0].partition)?;
@@ -571,9 +575,10 @@ impl Fetcher {
             if cursor.in_flight {
                 continue;
             }
-            let header = codec::fetch_request(
+            let header = codec::fetch_request_of(
                 &mut conn.fbb,
                 &self.topic,
+                &self.topic_id,
                 cursor.partition,
                 FetchArgs {
                     offset: cursor.offset,

@@ -369,14 +369,28 @@ pub fn produce_request<'b>(
     partition: PartitionId,
     acks: AckMode,
 ) -> &'b [u8] {
+    produce_request_of(fbb, topic, "", partition, acks)
+}
+
+/// Produce request header naming the topic's id too (empty: none), so a
+/// topic deleted and created again under the name refuses it.
+pub fn produce_request_of<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    topic_id: &str,
+    partition: PartitionId,
+    acks: AckMode,
+) -> &'b [u8] {
     fbb.reset();
     let topic = fbb.create_string(topic);
+    let topic_id = (!topic_id.is_empty()).then(|| fbb.create_string(topic_id));
     let root = wire::ProduceRequest::create(
         fbb,
         &wire::ProduceRequestArgs {
             topic: Some(topic),
             partition,
             acks: acks.to_wire(),
+            topic_id,
         },
     );
     finish(fbb, root)
@@ -400,8 +414,21 @@ pub fn fetch_request<'b>(
     partition: PartitionId,
     args: FetchArgs,
 ) -> &'b [u8] {
+    fetch_request_of(fbb, topic, "", partition, args)
+}
+
+/// Fetch request header naming the topic's id too (empty: none), so a
+/// topic deleted and created again under the name refuses it.
+pub fn fetch_request_of<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    topic_id: &str,
+    partition: PartitionId,
+    args: FetchArgs,
+) -> &'b [u8] {
     fbb.reset();
     let topic = fbb.create_string(topic);
+    let topic_id = (!topic_id.is_empty()).then(|| fbb.create_string(topic_id));
     let root = wire::FetchRequest::create(
         fbb,
         &wire::FetchRequestArgs {
@@ -410,6 +437,7 @@ pub fn fetch_request<'b>(
             offset: args.offset,
             max_bytes: args.max_bytes,
             max_wait_ms: args.max_wait_ms,
+            topic_id,
         },
     );
     finish(fbb, root)

@@ -2463,6 +2463,7 @@ pub mod ringlog {
             pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
             pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
             pub const VT_ACKS: ::flatbuffers::VOffsetT = 8;
+            pub const VT_TOPIC_ID: ::flatbuffers::VOffsetT = 10;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2479,6 +2480,9 @@ pub mod ringlog {
                 args: &'args ProduceRequestArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<ProduceRequest<'bldr>> {
                 let mut builder = ProduceRequestBuilder::new(_fbb);
+                if let Some(x) = args.topic_id {
+                    builder.add_topic_id(x);
+                }
                 builder.add_partition(args.partition);
                 if let Some(x) = args.topic {
                     builder.add_topic(x);
@@ -2519,6 +2523,18 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn topic_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ProduceRequest::VT_TOPIC_ID,
+                        None,
+                    )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for ProduceRequest<'_> {
@@ -2535,6 +2551,11 @@ pub mod ringlog {
                     )?
                     .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
                     .visit_field::<AckMode>("acks", Self::VT_ACKS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic_id",
+                        Self::VT_TOPIC_ID,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -2543,6 +2564,7 @@ pub mod ringlog {
             pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub partition: u32,
             pub acks: AckMode,
+            pub topic_id: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for ProduceRequestArgs<'a> {
             #[inline]
@@ -2551,6 +2573,7 @@ pub mod ringlog {
                     topic: None,
                     partition: 0,
                     acks: AckMode::None,
+                    topic_id: None,
                 }
             }
         }
@@ -2578,6 +2601,13 @@ pub mod ringlog {
                     .push_slot::<AckMode>(ProduceRequest::VT_ACKS, acks, AckMode::None);
             }
             #[inline]
+            pub fn add_topic_id(&mut self, topic_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ProduceRequest::VT_TOPIC_ID,
+                    topic_id,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> ProduceRequestBuilder<'a, 'b, A> {
@@ -2600,6 +2630,7 @@ pub mod ringlog {
                 ds.field("topic", &self.topic());
                 ds.field("partition", &self.partition());
                 ds.field("acks", &self.acks());
+                ds.field("topic_id", &self.topic_id());
                 ds.finish()
             }
         }
@@ -2780,6 +2811,7 @@ pub mod ringlog {
             pub const VT_OFFSET: ::flatbuffers::VOffsetT = 8;
             pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 10;
             pub const VT_MAX_WAIT_MS: ::flatbuffers::VOffsetT = 12;
+            pub const VT_TOPIC_ID: ::flatbuffers::VOffsetT = 14;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2797,6 +2829,9 @@ pub mod ringlog {
             ) -> ::flatbuffers::WIPOffset<FetchRequest<'bldr>> {
                 let mut builder = FetchRequestBuilder::new(_fbb);
                 builder.add_offset(args.offset);
+                if let Some(x) = args.topic_id {
+                    builder.add_topic_id(x);
+                }
                 builder.add_max_wait_ms(args.max_wait_ms);
                 builder.add_max_bytes(args.max_bytes);
                 builder.add_partition(args.partition);
@@ -2860,6 +2895,18 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn topic_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        FetchRequest::VT_TOPIC_ID,
+                        None,
+                    )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for FetchRequest<'_> {
@@ -2878,6 +2925,11 @@ pub mod ringlog {
                     .visit_field::<u64>("offset", Self::VT_OFFSET, false)?
                     .visit_field::<u32>("max_bytes", Self::VT_MAX_BYTES, false)?
                     .visit_field::<u32>("max_wait_ms", Self::VT_MAX_WAIT_MS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic_id",
+                        Self::VT_TOPIC_ID,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -2888,6 +2940,7 @@ pub mod ringlog {
             pub offset: u64,
             pub max_bytes: u32,
             pub max_wait_ms: u32,
+            pub topic_id: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for FetchRequestArgs<'a> {
             #[inline]
@@ -2898,6 +2951,7 @@ pub mod ringlog {
                     offset: 0,
                     max_bytes: 0,
                     max_wait_ms: 0,
+                    topic_id: None,
                 }
             }
         }
@@ -2933,6 +2987,13 @@ pub mod ringlog {
                     .push_slot::<u32>(FetchRequest::VT_MAX_WAIT_MS, max_wait_ms, 0);
             }
             #[inline]
+            pub fn add_topic_id(&mut self, topic_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    FetchRequest::VT_TOPIC_ID,
+                    topic_id,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> FetchRequestBuilder<'a, 'b, A> {
@@ -2957,6 +3018,7 @@ pub mod ringlog {
                 ds.field("offset", &self.offset());
                 ds.field("max_bytes", &self.max_bytes());
                 ds.field("max_wait_ms", &self.max_wait_ms());
+                ds.field("topic_id", &self.topic_id());
                 ds.finish()
             }
         }

@@ -460,11 +460,41 @@ fn r23_a_lease_lost_to_a_restored_etcd_is_replaced_within_one_ttl() {
     let mut etcd = Etcd::start();
     let mut one = Broker::start(BrokerOptions::clustered(&etcd, "leases", 1));
     let two = Broker::start(BrokerOptions::clustered(&etcd, "leases", 2));
+    let via_two = two.client();
+    eventually("both brokers live", WAIT, || {
+        let n = via_two.metadata(&[]).map_err(|e| e.to_string())?.brokers.len();
+        if n == 2 {
+            Ok(())
+        } else {
+            Err(format!("{n}"))
+        }
+    });
+    via_two
+        .create_topic("leased", 2, &TopicSettings::default())
+        .unwrap();
     let backup = etcd.backup();
-    // A new lease for broker 1, which the backup does not have.
+    // A new lease for broker 1, and a group member's session, which the
+    // backup does not have.
     one.kill9();
     one.restart();
-    let via_two = two.client();
+    let config = protocol::client::GroupConfig {
+        session_timeout: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let mut joined = None;
+    eventually("a member joins", WAIT, || {
+        let member = protocol::client::GroupConsumer::subscribe(
+            &two.address(),
+            "g",
+            &["leased"],
+            config.clone(),
+        )
+        .map_err(|e| e.to_string())?;
+        joined = Some(member);
+        Ok(())
+    });
+    let mut member = joined.unwrap();
+    let first_id = member.member_id().to_string();
     etcd.restore(&backup);
     wait_for_log(&one, "the broker's etcd lease is gone; registering again");
     wait_for_log(&one, "registered in etcd again");
@@ -484,6 +514,77 @@ fn r23_a_lease_lost_to_a_restored_etcd_is_replaced_within_one_ttl() {
             Err(format!("{live:?}"))
         }
     });
+    // The member's session is unknown to the restored etcd: it joins again
+    // (a new member id) and owns the topic once more.
+    let rejoined = eventually("the group member joined again", WAIT, || {
+        member.poll().map_err(|e| e.to_string())?;
+        let description = via_two.describe_group("g").map_err(|e| e.to_string())?;
+        let ids: Vec<String> = description
+            .view
+            .members
+            .iter()
+            .map(|m| m.member_id.clone())
+            .collect();
+        let me = member.member_id().to_string();
+        if ids == [me.clone()] && me != first_id && member.assignment().len() == 2 {
+            Ok(me)
+        } else {
+            Err(format!("{ids:?}, {:?}", member.outages()))
+        }
+    });
+    eprintln!("member {first_id} joined again as {rejoined}");
     let lost = one.log().matches("the broker's etcd lease is gone").count();
     assert_eq!(lost, 1, "one line per change:\n{}", one.log());
+}
+
+/// Item 2, for clients: a producer and consumers made before a topic was
+/// deleted and created again are refused UNKNOWN_TOPIC_ID by the new one
+/// (their requests carry the id from Metadata), instead of writing into it
+/// or reading it at the old topic's offsets.
+#[test]
+fn r23_2_clients_of_a_topic_deleted_and_created_again_are_refused_not_mixed_up() {
+    use protocol::client::{Consumer, Start, TopicConsumer};
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    let old = client
+        .create_topic("t", 1, &TopicSettings::default())
+        .unwrap();
+    produce(&client, "t", 1, 0, 100, 32);
+    let mut producer = producer(&client, "t", AckMode::Flushed, 10);
+    let mut consumer = Consumer::new(&client, "t", 0, 0).unwrap();
+    consumer.set_max_wait_ms(0);
+    assert_eq!(consumer.poll().unwrap().len(), 100);
+    let mut topic_consumer =
+        TopicConsumer::new(&client, "t", Start::Latest, Default::default()).unwrap();
+
+    client.delete_topic("t").unwrap();
+    let new = client
+        .create_topic("t", 1, &TopicSettings::default())
+        .unwrap();
+    assert_ne!(new.id, old.id);
+    produce(&client, "t", 1, 0, 300, 32);
+
+    // Refused by the broker (UNKNOWN_TOPIC_ID), or by the client itself
+    // once fresh Metadata showed the new id: either way, named.
+    let recreated = |error: &protocol::client::ClientError| {
+        error.code() == Some(ErrorCode::UnknownTopicId)
+            || error.to_string().contains("was deleted and created again")
+    };
+    let error = producer
+        .send_to(0, None, b"for the old topic")
+        .and_then(|_| producer.flush())
+        .unwrap_err();
+    assert!(recreated(&error), "{error}");
+    consumer.seek(0);
+    let error = consumer.poll().unwrap_err();
+    assert!(recreated(&error), "{error}");
+    let error = eventually("the topic consumer refused", WAIT, || {
+        match topic_consumer.poll(Duration::from_millis(200)) {
+            Err(error) => Ok(error),
+            Ok(messages) => Err(format!("{} messages", messages.len())),
+        }
+    });
+    assert!(recreated(&error), "{error}");
+    // The new topic has exactly what was produced to it.
+    check_all(&client, "t", 1, 300, 32);
 }

@@ -59,8 +59,15 @@ class FetchRequest(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # FetchRequest
+    def TopicId(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def FetchRequestStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(6)
 
 def Start(builder):
     FetchRequestStart(builder)
@@ -94,6 +101,12 @@ def FetchRequestAddMaxWaitMs(builder, maxWaitMs):
 
 def AddMaxWaitMs(builder, maxWaitMs):
     FetchRequestAddMaxWaitMs(builder, maxWaitMs)
+
+def FetchRequestAddTopicId(builder, topicId):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(topicId), 0)
+
+def AddTopicId(builder, topicId):
+    FetchRequestAddTopicId(builder, topicId)
 
 def FetchRequestEnd(builder):
     return builder.EndObject()

@@ -45,8 +45,15 @@ class ProduceRequest(object):
             return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
         return 0
 
+    # ProduceRequest
+    def TopicId(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def ProduceRequestStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder):
     ProduceRequestStart(builder)
@@ -68,6 +75,12 @@ def ProduceRequestAddAcks(builder, acks):
 
 def AddAcks(builder, acks):
     ProduceRequestAddAcks(builder, acks)
+
+def ProduceRequestAddTopicId(builder, topicId):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(topicId), 0)
+
+def AddTopicId(builder, topicId):
+    ProduceRequestAddTopicId(builder, topicId)
 
 def ProduceRequestEnd(builder):
     return builder.EndObject()

@@ -462,7 +462,11 @@ fn r23_a_lease_lost_to_a_restored_etcd_is_replaced_within_one_ttl() {
     let two = Broker::start(BrokerOptions::clustered(&etcd, "leases", 2));
     let via_two = two.client();
     eventually("both brokers live", WAIT, || {
-        let n = via_two.metadata(&[]).map_err(|e| e.to_string())?.brokers.len();
+        let n = via_two
+            .metadata(&[])
+            .map_err(|e| e.to_string())?
+            .brokers
+            .len();
         if n == 2 {
             Ok(())
         } else {
@@ -578,11 +582,11 @@ fn r23_2_clients_of_a_topic_deleted_and_created_again_are_refused_not_mixed_up()
     consumer.seek(0);
     let error = consumer.poll().unwrap_err();
     assert!(recreated(&error), "{error}");
-    let error = eventually("the topic consumer refused", WAIT, || {
-        match topic_consumer.poll(Duration::from_millis(200)) {
-            Err(error) => Ok(error),
-            Ok(messages) => Err(format!("{} messages", messages.len())),
-        }
+    let error = eventually("the topic consumer refused", WAIT, || match topic_consumer
+        .poll(Duration::from_millis(200))
+    {
+        Err(error) => Ok(error),
+        Ok(messages) => Err(format!("{} messages", messages.len())),
     });
     assert!(recreated(&error), "{error}");
     // The new topic has exactly what was produced to it.

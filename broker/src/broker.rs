@@ -10,12 +10,12 @@
 //! point and exits; then the process exits 0.
 
 use crate::config::Config;
+use crate::control;
 use crate::control::membership::Meta;
-use crate::control::{self, ControlMsg};
 use crate::handler;
+use crate::mailbox::{ControlMsg, ShardMsg};
 use crate::metrics::{self, Published};
 use crate::notify::Notify;
-use crate::shard::forward::ShardMsg;
 use crate::shard::{self, Shard};
 use crate::storage::io::{DiskStorage, DriverSettings};
 use anyhow::{bail, Context};
@@ -402,7 +402,7 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
                 if api == protocol::frame::Api::Produce as u16 {
                     shard.unwritten.wait_for_room().await;
                 }
-                if let Some(until) = handler::serve_forwarded(&shard, msg) {
+                if let Some(until) = handler::forward::serve_forwarded(&shard, msg) {
                     until.await;
                 }
             }

@@ -17,7 +17,7 @@
 //!   memory, and nothing on the produce/fetch path locks or crosses threads.
 //! - **Routing:** Metadata names each partition's shard port, so shard-aware
 //!   clients go straight to the owner. A request that lands elsewhere is
-//!   forwarded to the owner over its inbox ([`shard::forward`]); a forwarded
+//!   forwarded to the owner over its inbox ([`handler::forward`]); a forwarded
 //!   fetch still ends in sendfile on the connection's shard.
 //! - **Storage:** the paper's append-only log of segment files; offsets are
 //!   byte positions; flushed data only is visible ([`storage`]).
@@ -47,6 +47,7 @@ pub mod faults;
 pub mod handler;
 pub mod limits;
 pub mod log_limit;
+pub mod mailbox;
 pub mod metrics;
 pub mod net;
 pub mod notify;

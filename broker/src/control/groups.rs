@@ -9,128 +9,13 @@
 //! [`GROUP_WAITERS_MAX`](crate::limits::GROUP_WAITERS_MAX); past it, a
 //! heartbeat is answered at once.
 
-use super::ControlError;
-use coordinator::groups::{GroupError, Groups};
+use crate::mailbox::{ControlError, GroupAnswer, GroupReply, GroupRequest};
+use coordinator::groups::Groups;
 use coordinator::registry::{BrokerRecord, TopicRecord};
-use protocol::codec::groups::{GroupDescription, GroupTopicInfo, GroupView, Joined, OffsetCommit};
-use protocol::types::PartitionId;
+use protocol::codec::groups::{GroupDescription, GroupTopicInfo, GroupView};
 use protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-/// A consumer group request, checked by the handler.
-#[derive(Debug)]
-pub enum GroupRequest {
-    /// JoinGroup.
-    Join {
-        /// The group.
-        group: String,
-        /// The member id's prefix.
-        member_name: String,
-        /// Subscribed topics.
-        topics: Vec<String>,
-        /// Clamped to the broker's limits.
-        session_timeout_ms: u32,
-    },
-    /// Heartbeat (a long-poll).
-    Heartbeat {
-        /// The group.
-        group: String,
-        /// The member.
-        member_id: String,
-        /// Its session.
-        session_id: u64,
-        /// The generation the member knows.
-        generation: u64,
-        /// How long to wait for a different one.
-        max_wait_ms: u32,
-    },
-    /// ClaimPartitions.
-    Claim {
-        /// The group.
-        group: String,
-        /// The member.
-        member_id: String,
-        /// Its session.
-        session_id: u64,
-        /// The view's revision.
-        revision: u64,
-        /// The topic.
-        topic: String,
-        /// The partitions.
-        partitions: Vec<PartitionId>,
-    },
-    /// ReleasePartitions.
-    Release {
-        /// The group.
-        group: String,
-        /// The member.
-        member_id: String,
-        /// The topic.
-        topic: String,
-        /// The partitions.
-        partitions: Vec<PartitionId>,
-    },
-    /// CommitOffsets (an empty member id: reset an empty group).
-    Commit {
-        /// The group.
-        group: String,
-        /// The member, or empty.
-        member_id: String,
-        /// The offsets.
-        offsets: Vec<OffsetCommit>,
-    },
-    /// LeaveGroup.
-    Leave {
-        /// The group.
-        group: String,
-        /// The member.
-        member_id: String,
-        /// Its session.
-        session_id: u64,
-    },
-    /// DescribeGroup.
-    Describe {
-        /// The group.
-        group: String,
-    },
-    /// ListGroups.
-    List,
-}
-
-/// A consumer group answer.
-#[derive(Debug)]
-pub enum GroupAnswer {
-    /// JoinGroup.
-    Joined(Joined),
-    /// Heartbeat.
-    View(GroupView),
-    /// ClaimPartitions, ReleasePartitions, LeaveGroup.
-    Done,
-    /// CommitOffsets: how many.
-    Committed(u32),
-    /// DescribeGroup.
-    Described(GroupDescription),
-    /// ListGroups.
-    Groups(Vec<String>),
-}
-
-/// Where an answer goes.
-pub type GroupReply = flume::Sender<Result<GroupAnswer, ControlError>>;
-
-impl From<GroupError> for ControlError {
-    fn from(error: GroupError) -> ControlError {
-        let code = match &error {
-            GroupError::UnknownMember { .. } => ErrorCode::UnknownMember,
-            GroupError::ClaimConflict { .. } => ErrorCode::ClaimConflict,
-            GroupError::NotPartitionOwner { .. } => ErrorCode::NotPartitionOwner,
-            GroupError::GroupNotEmpty { .. } => ErrorCode::GroupNotEmpty,
-            GroupError::ForeignCluster { .. } => ErrorCode::ClusterIdMismatch,
-            _ => ErrorCode::CoordinatorUnavailable,
-        };
-        ControlError::new(code, error.to_string())
-    }
-}
 
 /// Which parked heartbeats to look at again.
 #[derive(Debug, Clone, Copy)]

@@ -24,87 +24,17 @@ pub mod groups;
 pub mod membership;
 
 use crate::config::Config;
-use crate::shard::forward::ShardMsg;
+use crate::mailbox::{ControlError, ControlMsg, ShardMsg};
 use coordinator::placement;
 use coordinator::registry::{
     BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, TopicRecord,
 };
-use groups::{GroupPlane, GroupReply, GroupRequest, Wake};
+use groups::{GroupPlane, Wake};
 use protocol::codec::TopicSettings;
 use protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::mpsc;
-
-/// What a shard asks of the control thread.
-pub enum ControlMsg {
-    /// Register a topic and open its partitions on every shard.
-    CreateTopic {
-        /// The name (already validated by the handler).
-        name: String,
-        /// Partition count (already validated).
-        partitions: u32,
-        /// Overrides (already validated against the broker's limits).
-        overrides: TopicSettings,
-        /// The record as registered, or why not.
-        reply: flume::Sender<Result<TopicRecord, ControlError>>,
-    },
-    /// Unregister a topic and drop its partitions on every shard.
-    DeleteTopic {
-        /// The name.
-        name: String,
-        /// Done, or why not.
-        reply: flume::Sender<Result<(), ControlError>>,
-    },
-    /// Read the topic registry now and apply what changed (a request named
-    /// a topic this broker has not heard of from the watch yet).
-    Refresh {
-        /// When the request was made: a registry read that started later
-        /// answers it too, so a burst of such requests costs one read.
-        asked_at: std::time::Instant,
-        /// Done (applied, or the registry could not be read).
-        reply: flume::Sender<()>,
-    },
-    /// A consumer group request.
-    Group {
-        /// The request, checked by the handler.
-        request: GroupRequest,
-        /// The answer.
-        reply: GroupReply,
-    },
-}
-
-/// Why the control thread refused or failed an operation, as a wire code
-/// and words.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ControlError {
-    /// The code the client gets.
-    pub code: ErrorCode,
-    /// What happened.
-    pub message: String,
-}
-
-impl ControlError {
-    fn new(code: ErrorCode, message: impl Into<String>) -> ControlError {
-        ControlError {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<RegistryError> for ControlError {
-    fn from(error: RegistryError) -> ControlError {
-        let code = match &error {
-            RegistryError::TopicExists { .. } => ErrorCode::TopicAlreadyExists,
-            RegistryError::UnknownTopic { .. } => ErrorCode::UnknownTopic,
-            RegistryError::Unavailable { .. } => ErrorCode::CoordinatorUnavailable,
-            RegistryError::ClusterMismatch(_) => ErrorCode::ClusterIdMismatch,
-            _ => ErrorCode::StorageFailed,
-        };
-        ControlError::new(code, error.to_string())
-    }
-}
 
 /// The running control thread.
 pub struct Control {

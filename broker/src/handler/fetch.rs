@@ -3,8 +3,9 @@
 //! consumer is caught up (a long-poll, so tailing consumers do not spin),
 //! less when its connection has a later answer ready (see `give_way.rs`).
 
+use super::forward::forward;
 use super::give_way::GiveWay;
-use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
+use super::{invalid_header, Dispatched, Failure, Payload, Response};
 use crate::limits::{FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::shard::{Owner, Shard};
 use crate::storage::partition_log::{self, Read};

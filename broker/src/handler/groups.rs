@@ -8,12 +8,12 @@
 //! shard never waits on etcd.
 
 use super::{invalid_header, Dispatched, Failure, Payload, Response};
-use crate::control::groups::{GroupAnswer, GroupRequest};
-use crate::control::ControlMsg;
 use crate::limits::{
     GROUP_HEARTBEAT_WAIT_MS_MAX, GROUP_ITEMS_MAX, GROUP_SESSION_TIMEOUT_MS_MAX,
     GROUP_SESSION_TIMEOUT_MS_MIN,
 };
+use crate::mailbox::ControlMsg;
+use crate::mailbox::{GroupAnswer, GroupRequest};
 use crate::shard::Shard;
 use protocol::codec::groups::{self as codec, OffsetCommit};
 use protocol::codec::verify;

@@ -3,7 +3,8 @@
 //! time (segment granularity, as in the paper).
 
 use super::fetch::offsets_of;
-use super::{forward, invalid_header, Dispatched, Failure, Response};
+use super::forward::forward;
+use super::{invalid_header, Dispatched, Failure, Response};
 use crate::shard::{Owner, Shard};
 use protocol::codec::{verify, OffsetSpec};
 use protocol::frame::Api;

@@ -7,6 +7,7 @@
 //! or not at all (a successful `acks = none` produce, as in the paper).
 
 pub mod fetch;
+pub mod forward;
 pub mod give_way;
 pub mod groups;
 pub mod list_offsets;
@@ -14,7 +15,6 @@ pub mod metadata;
 pub mod produce;
 pub mod topics;
 
-use crate::shard::forward::ShardMsg;
 use crate::shard::{LocateError, Owner, Shard};
 use crate::storage::{FetchSlice, StorageError};
 use give_way::GiveWay;
@@ -22,7 +22,7 @@ use protocol::frame::{Api, API_VERSION};
 use protocol::types::{BrokerId, PartitionId};
 use protocol::ErrorCode;
 use std::future::Future;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::rc::Rc;
 
@@ -71,70 +71,6 @@ pub struct Response {
     pub header: Vec<u8>,
     /// Raw bytes after the header.
     pub payload: Payload,
-}
-
-/// A response that can cross to another shard (no `Rc`).
-#[derive(Debug)]
-pub struct SendableResponse {
-    api: u16,
-    error: u16,
-    header: Vec<u8>,
-    fd: Option<(OwnedFd, u64, u32)>,
-}
-
-impl Response {
-    /// Converts for the trip back to the requesting shard. A file range
-    /// becomes a duplicated descriptor so the requester can still sendfile.
-    pub fn into_sendable(self) -> SendableResponse {
-        let fd = match self.payload {
-            Payload::None => None,
-            Payload::Fd { fd, position, len } => Some((fd, position, len)),
-            Payload::File(slice) => {
-                // SAFETY: dup() on a descriptor the Rc keeps open; a
-                // negative result is checked before it is owned.
-                let raw = unsafe { libc::dup(slice.file.as_raw_fd()) };
-                if raw < 0 {
-                    // Out of descriptors (EMFILE, ENFILE) is the broker
-                    // being overloaded, not a bug: the client may retry.
-                    let error = std::io::Error::last_os_error();
-                    return error_response(
-                        self.api,
-                        ErrorCode::Overloaded,
-                        &format!("the broker is out of file descriptors for a forwarded fetch ({error}); retry"),
-                        None,
-                    )
-                    .into_sendable();
-                }
-                // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-                Some((
-                    unsafe { OwnedFd::from_raw_fd(raw) },
-                    slice.position,
-                    slice.len,
-                ))
-            }
-        };
-        SendableResponse {
-            api: self.api,
-            error: self.error,
-            header: self.header,
-            fd,
-        }
-    }
-}
-
-impl SendableResponse {
-    /// Back to a response on the requesting shard.
-    pub fn into_response(self) -> Response {
-        Response {
-            api: self.api,
-            error: self.error,
-            header: self.header,
-            payload: match self.fd {
-                Some((fd, position, len)) => Payload::Fd { fd, position, len },
-                None => Payload::None,
-            },
-        }
-    }
 }
 
 /// A response that is not ready yet.
@@ -349,7 +285,7 @@ fn refresh_then_retry(
         let (reply, refreshed) = flume::bounded(1);
         let asked = shard
             .control
-            .send_async(crate::control::ControlMsg::Refresh {
+            .send_async(crate::mailbox::ControlMsg::Refresh {
                 asked_at: std::time::Instant::now(),
                 reply,
             })
@@ -482,139 +418,4 @@ pub fn invalid_header(api: Api, error: impl std::fmt::Display) -> Failure {
         ErrorCode::InvalidRequest,
         format!("{api:?} header failed verification: {error}"),
     )
-}
-
-/// The owner's inbox and a copy of the request for it (counted as forwarded).
-fn forwarded_request(
-    shard: &Shard,
-    owner: u16,
-    api: u16,
-    request_id: u32,
-    header: &[u8],
-    payload: &[u8],
-    reply: flume::Sender<SendableResponse>,
-) -> Result<(flume::Sender<ShardMsg>, ShardMsg), Failure> {
-    let Some(peer) = shard.peers.get(owner as usize) else {
-        return Err(Failure::new(
-            ErrorCode::Internal,
-            format!("no shard {owner}"),
-        ));
-    };
-    crate::metrics::bump(&shard.metrics.counters.requests_forwarded_total, 1);
-    let msg = ShardMsg::Request {
-        api,
-        version: API_VERSION,
-        request_id,
-        header: header.to_vec(),
-        payload: payload.to_vec(),
-        reply,
-    };
-    Ok((peer.clone(), msg))
-}
-
-/// Sends a request to the shard that owns its partition; the response (if
-/// any) comes back through a one-shot channel.
-pub fn forward(
-    shard: &Shard,
-    owner: u16,
-    api: u16,
-    request_id: u32,
-    header: &[u8],
-    payload: &[u8],
-) -> Result<Dispatched, Failure> {
-    let (reply, response) = flume::bounded(1);
-    let (peer, msg) = forwarded_request(shard, owner, api, request_id, header, payload, reply)?;
-    // Sent now, not when the connection's writer reaches this response:
-    // behind a long-poll, a forwarded produce would otherwise sit in memory
-    // and be appended long after the client left (issue 8, item 6). Only
-    // the response waits its turn. A full inbox is waited for in order.
-    let unsent = match peer.try_send(msg) {
-        Ok(()) => None,
-        Err(flume::TrySendError::Full(msg)) => Some(msg),
-        Err(flume::TrySendError::Disconnected(_)) => {
-            return Err(Failure::new(
-                ErrorCode::ShuttingDown,
-                "the owning shard has stopped",
-            ))
-        }
-    };
-    Ok(Dispatched::Later(Box::pin(async move {
-        if let Some(msg) = unsent {
-            if peer.send_async(msg).await.is_err() {
-                return Some(error_response(
-                    api,
-                    ErrorCode::ShuttingDown,
-                    "the owning shard has stopped",
-                    None,
-                ));
-            }
-        }
-        response
-            .recv_async()
-            .await
-            .ok()
-            .map(SendableResponse::into_response)
-    })))
-}
-
-/// Runs a forwarded request on its owning shard and sends the response
-/// back. Returns the backpressure wait, if the request asked for one; the
-/// inbox loop awaits it before taking the next request.
-pub fn serve_forwarded(
-    shard: &Rc<Shard>,
-    msg: ShardMsg,
-) -> Option<Pin<Box<dyn Future<Output = ()>>>> {
-    let ShardMsg::Request {
-        api,
-        version,
-        request_id,
-        header,
-        payload,
-        reply,
-    } = msg
-    else {
-        return None;
-    };
-    let request = Request {
-        api,
-        version,
-        request_id,
-        header: &header,
-        payload: &payload,
-    };
-    // Nothing on this shard writes the answer in order with others: a
-    // forwarded fetch waits out its time (see give_way.rs).
-    let give_way = Rc::new(GiveWay::default());
-    match dispatch(shard, &give_way, request) {
-        Dispatched::Silent => {}
-        Dispatched::Throttle(until) => return Some(until),
-        Dispatched::Ready(response) => {
-            if reply.is_disconnected() {
-                // A fire-and-forget produce failed here; nobody waits for it.
-                let allowed = shard.failed_silent_produces.allow();
-                if let (Some(left_out), Ok(error)) = (
-                    allowed,
-                    protocol::codec::verify::<protocol::wire::ErrorResponse>(&response.header),
-                ) {
-                    tracing::warn!(
-                        request_id,
-                        message = error.message().unwrap_or_default(),
-                        left_out,
-                        "forwarded acks=none request failed (at most one line a second; left_out counts the others)"
-                    );
-                }
-                return None;
-            }
-            let _ = reply.try_send(response.into_sendable());
-        }
-        Dispatched::Later(later) => {
-            glommio::spawn_local(async move {
-                if let Some(response) = later.await {
-                    let _ = reply.send_async(response.into_sendable()).await;
-                }
-            })
-            .detach();
-        }
-    }
-    None
 }

@@ -2,7 +2,8 @@
 //! the partition's log, then acknowledge as the request asked: not at all
 //! (the paper's mode), once written to the page cache, or once flushed.
 
-use super::{forward, invalid_header, Dispatched, Failure, Payload, Response};
+use super::forward::forward;
+use super::{invalid_header, Dispatched, Failure, Payload, Response};
 use crate::limits::PENDING_BYTES_MAX;
 use crate::shard::{Owner, Shard};
 use crate::storage::partition_log::{self, Appended, NotStored, SharedLog};

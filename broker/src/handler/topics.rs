@@ -8,7 +8,7 @@
 //! channel; the shard's reactor never waits on the registry's fsync.
 
 use super::{invalid_header, Dispatched, Failure, Payload, Response};
-use crate::control::{ControlError, ControlMsg};
+use crate::mailbox::{ControlError, ControlMsg};
 use crate::shard::Shard;
 use protocol::codec::{verify, TopicSettings};
 use protocol::frame::Api;

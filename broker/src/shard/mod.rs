@@ -3,19 +3,17 @@
 //!
 //! Everything here is `!Send` (`Rc`, `RefCell`, `Cell`): nothing on the
 //! produce or fetch path takes a lock or touches another shard's memory.
-//! Shards talk only through their inboxes (see [`forward`]).
+//! Shards talk only through their inboxes ([`crate::mailbox::ShardMsg`]).
 
-pub mod forward;
 pub mod placement;
 
 use crate::config::Config;
-use crate::control::ControlMsg;
+use crate::mailbox::{ControlMsg, ShardMsg};
 use crate::metrics::ShardMetrics;
 use crate::storage::io::{DiskStorage, Storage};
 use crate::storage::partition_log::{self, now_ms, PartitionLog, SharedLog};
 use crate::storage::{partition_dir_name, LogSettings};
 use coordinator::registry::{BrokerRecord, TopicRecord};
-use forward::ShardMsg;
 use protocol::codec::{PartitionPlacement, TopicMetadata, TopicSettings};
 use protocol::types::{BrokerId, PartitionId, ShardId};
 use std::cell::{Cell, RefCell};

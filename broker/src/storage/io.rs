@@ -17,9 +17,11 @@
 //!   cut would. The model test (`model_test.rs`) drives the log against it
 //!   without io_uring, without a disk and without time.
 //!
-//! The seam also owns task spawning: the log starts its writer and flush
-//! tasks through [`Storage::spawn`], so a test decides when they run and can
-//! interleave them with appends at every await point.
+//! The seam also owns task spawning and time: the log starts its writer and
+//! flush tasks through [`Storage::spawn`], so a test decides when they run
+//! and can interleave them with appends at every await point, and it reads
+//! the clock and sleeps through [`Storage::now`] and [`Storage::sleep`], so
+//! a test decides when time passes.
 //!
 //! Anchors: Redpanda's `segment_appender` (the log decides, an appender
 //! does the I/O) and TigerBeetle's `testing/storage.zig` (an in-memory disk
@@ -33,7 +35,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// One open segment file.
 pub trait SegmentFile: 'static {
@@ -124,6 +126,15 @@ pub trait Storage: Clone + 'static {
     /// what it took from its pending chunks, and meanwhile later appends
     /// gather in new ones.
     fn write_slot(&self) -> impl Future<Output = Self::Slot>;
+
+    /// Now, by this disk's clock: the monotonic clock in the broker; a clock
+    /// the test moves on the memory disk, so every time-driven policy (the
+    /// flush interval, the waiting-fetch flush, refusals after a transient
+    /// failure, idle files) runs in the model test too.
+    fn now(&self) -> Instant;
+
+    /// Resolves once `delay` has passed by [`Storage::now`]'s clock.
+    fn sleep(&self, delay: Duration) -> impl Future<Output = ()>;
 }
 
 /// A turn at a [`DiskStorage`] (see [`Driver::write_slot`]); it ends when
@@ -293,6 +304,14 @@ impl Storage for DiskStorage {
 
     async fn write_slot(&self) -> WriteSlot {
         self.driver.write_slot().await
+    }
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    async fn sleep(&self, delay: Duration) {
+        glommio::timer::sleep(delay).await;
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {

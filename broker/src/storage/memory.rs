@@ -26,12 +26,15 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 
 /// Polls of a queue without progress after which [`MemoryStorage`] says the
 /// log is stuck (a task waiting for something that will never happen).
 const POLLS_MAX: usize = 100_000;
+/// Polls after which pending tasks are taken to wait for time.
+const SLEEP_CHECK_POLLS: usize = 1_000;
 
 /// What a power cut does to the bytes written but not fdatasynced.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +128,17 @@ pub struct MemoryStorage {
     tasks: Rc<RefCell<Vec<Task>>>,
     /// A writer holds the disk's one write slot.
     writing: Rc<Cell<bool>>,
+    /// The disk's clock: how far it is past its start.
+    clock: Rc<Cell<Duration>>,
+    /// The deadlines of the sleeps pending now.
+    sleepers: Rc<RefCell<Vec<Duration>>>,
+}
+
+/// Where every memory disk's clock starts (any instant will do; one for
+/// all keeps clones and restarts on one timeline).
+fn clock_base() -> Instant {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *BASE.get_or_init(Instant::now)
 }
 
 /// The turn of a [`MemoryStorage`]'s writer; released when dropped.
@@ -157,6 +171,24 @@ impl MemoryStorage {
         self.fs.borrow_mut().faults = faults;
     }
 
+    /// Moves the disk's clock forward by `by`: sleeps due by then end.
+    pub fn advance(&self, by: Duration) {
+        self.clock.set(self.clock.get() + by);
+    }
+
+    /// Moves the clock to the earliest pending sleep's deadline, if any is
+    /// ahead of it: the tasks left are all waiting for time to pass.
+    fn advance_to_next_sleeper(&self) -> bool {
+        let next = self.sleepers.borrow().iter().copied().min();
+        match next {
+            Some(deadline) if deadline > self.clock.get() => {
+                self.clock.set(deadline);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Tasks spawned and not finished.
     pub fn tasks(&self) -> usize {
         self.tasks.borrow().len()
@@ -185,9 +217,14 @@ impl MemoryStorage {
     /// # Panics
     /// If they do not finish (a task of the log waits for ever).
     pub fn run_until_idle(&self) {
-        for _ in 0..POLLS_MAX {
+        for polls in 1..=POLLS_MAX {
             if !self.poll_task(0) {
                 return;
+            }
+            // Tasks still there after many polls may all be asleep: let
+            // time pass to the first deadline, as an idle machine would.
+            if polls % SLEEP_CHECK_POLLS == 0 {
+                self.advance_to_next_sleeper();
             }
         }
         panic!("the log's tasks did not finish: {self:?}");
@@ -200,11 +237,14 @@ impl MemoryStorage {
     pub fn block_on<F: Future>(&self, future: F) -> F::Output {
         let mut future = std::pin::pin!(future);
         let mut cx = Context::from_waker(Waker::noop());
-        for _ in 0..POLLS_MAX {
+        for polls in 1..=POLLS_MAX {
             if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
                 return out;
             }
             self.poll_task(0);
+            if polls % SLEEP_CHECK_POLLS == 0 {
+                self.advance_to_next_sleeper();
+            }
         }
         panic!("a future on the memory disk never completed: {self:?}");
     }
@@ -213,6 +253,7 @@ impl MemoryStorage {
     /// was not made durable. The caller drops its logs first.
     pub fn crash(&self, power: Option<PowerCut>) {
         self.tasks.borrow_mut().clear();
+        self.sleepers.borrow_mut().clear();
         let mut fs = self.fs.borrow_mut();
         // Injected faults belong to the process that met them.
         fs.faults = MemoryFaults::default();
@@ -502,6 +543,29 @@ impl Storage for MemoryStorage {
                 return MemorySlot(self.writing.clone());
             }
             yield_once().await;
+        }
+    }
+
+    fn now(&self) -> Instant {
+        clock_base() + self.clock.get()
+    }
+
+    /// Pending until the test moves the clock past the deadline
+    /// ([`MemoryStorage::advance`]), or every other task is done.
+    async fn sleep(&self, delay: Duration) {
+        let deadline = self.clock.get() + delay;
+        self.sleepers.borrow_mut().push(deadline);
+        std::future::poll_fn(|_| {
+            if self.clock.get() >= deadline {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        let mut sleepers = self.sleepers.borrow_mut();
+        if let Some(i) = sleepers.iter().position(|d| *d == deadline) {
+            sleepers.swap_remove(i);
         }
     }
 }

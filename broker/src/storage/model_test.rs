@@ -69,6 +69,13 @@ enum Op {
     Restart,
     /// `kill -9` (None) or a power cut, then reopen.
     Crash(Option<PowerCut>),
+    /// Time passes on the disk's clock (milliseconds): the flush interval,
+    /// the waiting-fetch flush and refusals after a failure come due.
+    Advance(u64),
+    /// A consumer's fetch starts waiting at the flushed end.
+    FetchWaits,
+    /// The oldest waiting fetch is answered.
+    FetchAnswered,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -101,6 +108,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), any::<usize>()).prop_map(|(segment, at)| Op::DamageClosed { segment, at }),
         2 => Just(Op::Restart),
         3 => power.prop_map(Op::Crash),
+        4 => (1u64..300).prop_map(Op::Advance),
+        2 => Just(Op::FetchWaits),
+        2 => Just(Op::FetchAnswered),
     ]
 }
 
@@ -128,6 +138,8 @@ struct Harness {
     /// Every message in the log's lineage, in offset order.
     model: Vec<Known>,
     waiters: Vec<Waiter>,
+    /// Fetches waiting at the flushed end (dropped with their log).
+    fetches: Vec<partition_log::WaitingFetch<MemoryStorage>>,
     /// Highest end a producer was told is flushed / written.
     acked_flushed: u64,
     acked_written: u64,
@@ -159,6 +171,7 @@ impl Harness {
             log,
             model: Vec::new(),
             waiters: Vec::new(),
+            fetches: Vec::new(),
             acked_flushed: 0,
             acked_written: 0,
             damaged: BTreeSet::new(),
@@ -185,7 +198,8 @@ impl Harness {
             Op::RunAll => self.storage.run_until_idle(),
             Op::Flush => partition_log::request_sync(&self.log, true),
             Op::Tick => {
-                partition_log::tick(&self.log, std::time::Instant::now(), true);
+                let now = self.storage.now();
+                partition_log::tick(&self.log, now, true);
             }
             Op::Retention => {
                 let removed = self
@@ -199,7 +213,7 @@ impl Harness {
                 assert!(self.is_boundary(start), "retention cut inside a message");
             }
             Op::CloseIdle => {
-                let later = std::time::Instant::now() + std::time::Duration::from_secs(3600);
+                let later = self.storage.now() + std::time::Duration::from_secs(3600);
                 self.log
                     .borrow_mut()
                     .close_idle_files(later, std::time::Duration::ZERO);
@@ -237,6 +251,13 @@ impl Harness {
             Op::DamageClosed { segment, at } => self.damage_closed(*segment, *at),
             Op::Restart => self.restart(),
             Op::Crash(power) => self.crash(power.clone()),
+            Op::Advance(ms) => self.storage.advance(std::time::Duration::from_millis(*ms)),
+            Op::FetchWaits => self.fetches.push(partition_log::fetch_waits(&self.log)),
+            Op::FetchAnswered => {
+                if !self.fetches.is_empty() {
+                    self.fetches.remove(0);
+                }
+            }
         }
         self.poll_waiters();
         self.follow_rollbacks();
@@ -525,6 +546,7 @@ impl Harness {
     /// asked, opens the log again and checks what it recovered.
     fn reopen(&mut self, power: Option<PowerCut>) {
         self.waiters.clear();
+        self.fetches.clear();
         let (old_start, flushed) = {
             let l = self.log.borrow();
             (l.start_offset(), l.flushed_offset())
@@ -605,15 +627,21 @@ fn settings() -> impl Strategy<Value = LogSettings> {
         200u64..2_000,
         1u64..20,
         prop_oneof![Just(0u64), 400u64..4_000],
+        prop_oneof![Just(3_600_000u64), 1u64..100],
+        prop_oneof![Just(None), Just(Some(0u64)), (1u64..50).prop_map(Some)],
     )
         .prop_map(
-            |(segment_bytes, flush_messages, retention_bytes)| LogSettings {
-                segment_bytes,
-                flush_messages,
-                flush_interval_ms: 3_600_000,
-                retention_ms: 7 * 24 * 3_600_000,
-                retention_bytes,
-                waiting_fetch_flush: None,
+            |(segment_bytes, flush_messages, retention_bytes, flush_interval_ms, waiting)| {
+                LogSettings {
+                    segment_bytes,
+                    flush_messages,
+                    flush_interval_ms,
+                    retention_ms: 7 * 24 * 3_600_000,
+                    retention_bytes,
+                    // The clock is the disk's now, so the waiting-fetch
+                    // flush runs here too (it used glommio's timer before).
+                    waiting_fetch_flush: waiting.map(std::time::Duration::from_millis),
+                }
             },
         )
 }
@@ -644,4 +672,37 @@ proptest! {
         // Whatever happened, a graceful restart keeps what is there.
         harness.restart();
     }
+}
+
+/// The waiting-fetch flush runs on the disk's clock: nothing before the
+/// delay has passed on it, the flush once it has (it used glommio's timer,
+/// so the model test had to switch it off).
+#[test]
+fn a_waiting_fetch_flush_comes_due_on_the_disks_clock() {
+    let storage = MemoryStorage::new();
+    let log = open(
+        &storage,
+        LogSettings {
+            segment_bytes: 1 << 20,
+            flush_messages: 1_000,
+            flush_interval_ms: 3_600_000,
+            retention_ms: 7 * 24 * 3_600_000,
+            retention_bytes: 0,
+            waiting_fetch_flush: Some(std::time::Duration::from_millis(5)),
+        },
+    );
+    let mut set = Vec::new();
+    encode_message(&mut set, None, b"tail me");
+    let waiting = partition_log::fetch_waits(&log);
+    partition_log::append(&log, &set, 1, AckMode::None).unwrap();
+    for i in 0..100 {
+        storage.poll_task(i);
+    }
+    assert_eq!(log.borrow().flushed_offset(), 0, "not before the delay");
+    storage.advance(std::time::Duration::from_millis(5));
+    for i in 0..100 {
+        storage.poll_task(i);
+    }
+    assert_eq!(log.borrow().flushed_offset(), set.len() as u64);
+    drop(waiting);
 }

@@ -1,0 +1,217 @@
+//! The log's segment files: opened on demand (by the writer, or by a read
+//! of a segment whose file was closed), at most a few per partition, and
+//! closed when idle or when the shard needs descriptors.
+
+use super::*;
+
+impl<S: Storage> PartitionLog<S> {
+    /// Gives a segment the file a reader opened, unless another reader or
+    /// the writer got there first, or retention removed the segment.
+    pub(super) fn install_file(&mut self, base_offset: u64, file: Rc<S::File>) {
+        let now = self.storage.now();
+        let Some(index) = self.segments.find(base_offset) else {
+            return;
+        };
+        let Some(segment) = self.segments.get_mut(index) else {
+            return;
+        };
+        if segment.base_offset == base_offset && segment.file.is_none() {
+            segment.file = Some(file);
+            segment.last_used.set(now);
+            self.note_open(base_offset);
+        }
+    }
+
+    /// Records that a segment's file was just opened (once, whatever stale
+    /// entries say) and closes the least recently used others past the cap.
+    pub(super) fn note_open(&mut self, base_offset: u64) {
+        if !self.files_open.contains(&base_offset) {
+            self.files_open.push(base_offset);
+        }
+        self.trim_open_files(crate::limits::SEGMENT_FILES_PER_LOG_MAX, base_offset);
+    }
+
+    /// Closes the least recently used files nobody holds until at most
+    /// `keep` are open (or none is left that may be closed); never the
+    /// segment at `protect` (a file just opened for a caller).
+    pub(super) fn trim_open_files(&mut self, keep: usize, protect: u64) {
+        self.forget_closed_files();
+        if self.files_open.len() <= keep {
+            return;
+        }
+        let mut closable = self.closable_files();
+        closable.retain(|&(_, base)| base != protect);
+        closable.sort_unstable();
+        let excess = self.files_open.len() - keep;
+        for &(_, base) in closable.iter().take(excess) {
+            self.close_file(base);
+        }
+    }
+
+    /// Forgets entries whose segment is gone or whose file is closed
+    /// (retention, rollbacks): they must not count as open.
+    pub(super) fn forget_closed_files(&mut self) {
+        let segments = &self.segments;
+        let is_open = |base: u64| {
+            segments
+                .find(base)
+                .map(|i| &segments.as_slice()[i])
+                .is_some_and(|s| s.base_offset == base && s.file.is_some())
+        };
+        self.files_open.retain(|&base| is_open(base));
+    }
+
+    /// The open segment files that may be closed now — fully flushed, held
+    /// by no write, flush or fetch — with when each was last used.
+    pub fn closable_files(&self) -> Vec<(Instant, u64)> {
+        let flushed = self.flushed_offset;
+        self.files_open
+            .iter()
+            .filter_map(|&base| {
+                let segment = &self.segments.as_slice()[self.segments.find(base)?];
+                let file = segment.file.as_ref()?;
+                (segment.base_offset == base
+                    && Rc::strong_count(file) == 1
+                    && segment.end_offset() <= flushed)
+                    .then(|| (segment.last_used.get(), base))
+            })
+            .collect()
+    }
+
+    /// Closes the file of the segment at `base` if it may be closed (see
+    /// [`Self::closable_files`]); true if it did. The next read or write of
+    /// the segment opens it again.
+    pub fn close_file(&mut self, base: u64) -> bool {
+        let flushed = self.flushed_offset;
+        let Some(segment) = self
+            .segments
+            .find(base)
+            .and_then(|i| self.segments.get_mut(i))
+        else {
+            return false;
+        };
+        let closable = segment.base_offset == base
+            && segment.end_offset() <= flushed
+            && segment
+                .file
+                .as_ref()
+                .is_some_and(|f| Rc::strong_count(f) == 1);
+        if closable {
+            segment.file = None;
+            self.files_open.retain(|&b| b != base);
+        }
+        closable
+    }
+
+    /// Closes the files of segments nobody wrote or read for `idle`: fully
+    /// flushed, no write in flight, no fetch holding the file. Returns how
+    /// many it closed. Only segments with an open file are looked at.
+    pub fn close_idle_files(&mut self, now: Instant, idle: Duration) -> usize {
+        self.forget_closed_files();
+        let idle: Vec<u64> = self
+            .closable_files()
+            .into_iter()
+            .filter(|&(used, _)| now.duration_since(used) >= idle)
+            .map(|(_, base)| base)
+            .collect();
+        idle.into_iter()
+            .filter(|&base| self.close_file(base))
+            .count()
+    }
+
+    /// Segment files open now.
+    pub fn files_open(&self) -> usize {
+        self.files_open.len()
+    }
+}
+
+pub(super) async fn open_segment_file<S: Storage>(
+    storage: &S,
+    path: &Path,
+) -> Result<S::File, StorageError> {
+    storage
+        .open(path, true)
+        .await
+        .map_err(|e| StorageError::io("opening", path, e))
+}
+
+/// Describes up to `bytes_max` flushed bytes at `offset`, opening the
+/// segment's file when it was closed for idleness.
+pub async fn read<S: Storage>(
+    log: &Shared<S>,
+    offset: u64,
+    bytes_max: u32,
+) -> Result<Option<FetchSlice<S::File>>, StorageError> {
+    // The file this call opened, held until the read below has its own
+    // handle: a file nobody holds may be closed again at once by the
+    // per-partition cap, and the read would open it forever.
+    let mut opened: Option<Rc<S::File>> = None;
+    loop {
+        let found = log.borrow().try_read(offset, bytes_max)?;
+        match found {
+            Read::Slice(slice) => return Ok(Some(slice)),
+            Read::NotYet => return Ok(None),
+            Read::Closed { .. } if opened.is_some() => {
+                return Err(StorageError::io(
+                    "opening",
+                    log.borrow().dir(),
+                    std::io::Error::other("a segment file closed again while being read"),
+                ));
+            }
+            Read::Closed { base_offset, path } => {
+                // Writable, as the writer may use it too (the active
+                // segment); never created: retention may have removed it.
+                let storage = log.borrow().storage.clone();
+                let file = storage
+                    .open(&path, false)
+                    .await
+                    .map_err(|e| StorageError::io("opening", &path, e))?;
+                let file = Rc::new(file);
+                log.borrow_mut().install_file(base_offset, file.clone());
+                opened = Some(file);
+            }
+        }
+    }
+}
+
+/// The file of the segment starting at `base`, created on first use.
+pub(super) async fn segment_file<S: Storage>(
+    log: &Shared<S>,
+    base: u64,
+) -> Result<Rc<S::File>, StorageError> {
+    let (existing, path, storage) = {
+        let l = log.borrow();
+        let index = l.segments.find(base);
+        let segment = index.and_then(|i| l.segments.as_slice().get(i));
+        match segment {
+            Some(s) if s.base_offset == base => (s.file.clone(), s.path.clone(), l.storage.clone()),
+            _ => {
+                return Err(StorageError::Poisoned(format!(
+                    "{}: pending bytes for unknown segment {base}",
+                    l.label
+                )))
+            }
+        }
+    };
+    if let Some(file) = existing {
+        return Ok(file);
+    }
+    let file = Rc::new(open_segment_file(&storage, &path).await?);
+    let mut l = log.borrow_mut();
+    // Maybe created just now: its name is durable only once the directory
+    // is synced, which the next flush round does.
+    l.dir_unsynced = true;
+    let Some(segment) = l.segments.find(base).and_then(|i| l.segments.get_mut(i)) else {
+        return Ok(file);
+    };
+    match &segment.file {
+        // A reader opened it meanwhile: use that one.
+        Some(theirs) => Ok(theirs.clone()),
+        None => {
+            segment.file = Some(file.clone());
+            segment.last_used.set(storage.now());
+            l.note_open(base);
+            Ok(file)
+        }
+    }
+}

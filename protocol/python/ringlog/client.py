@@ -420,15 +420,10 @@ class Producer:
         self.partitions = len(metadata.topics[topic].partitions)
         self._owner = [metadata.owner_address(topic, p) or client.conn.address for p in range(self.partitions)]
         self._headers = []
-        topic_id = metadata.topics[topic].id
         for p in range(self.partitions):
             b = flatbuffers.Builder(64)
             t = b.CreateString(topic)
-            i = b.CreateString(topic_id) if topic_id else None
             ProduceRequest.Start(b)
-            if i is not None:
-                # A topic of this name created since refuses the batch.
-                ProduceRequest.AddTopicId(b, i)
             ProduceRequest.AddTopic(b, t)
             ProduceRequest.AddPartition(b, p)
             ProduceRequest.AddAcks(b, _ACKS[acks])

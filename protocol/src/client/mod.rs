@@ -170,7 +170,7 @@ pub enum ClientError {
     /// The topic was deleted and created again under the same name (its id
     /// changed): positions, placement and batches of the old topic do not
     /// apply to the new one. Not retriable: make a new consumer or producer.
-    #[error("topic {topic:?} was deleted and created again (id {old_id} is now {new_id}): offsets of the old topic mean nothing in the new one; start a new consumer or producer")]
+    #[error("topic {topic:?} was deleted and created again (id {old_id} is now {new_id}): offsets of the old topic mean nothing in the new one; start a new consumer")]
     TopicRecreated {
         /// The topic.
         topic: String,

@@ -314,8 +314,6 @@ struct Batch {
 /// What a producer was made with; shared with the linger thread.
 struct Setup {
     topic: String,
-    /// The topic's id when the producer started (empty: unknown).
-    topic_id: String,
     config: ProducerConfig,
     client: Client,
 }
@@ -346,9 +344,7 @@ struct Inner {
     routed_at: Instant,
     /// How long after that a producer with a partition down looks again.
     recheck: Duration,
-    /// Set once Metadata named the topic under another id: every send
-    /// fails with it from then on.
-    recreated: Option<ClientError>,
+
     sent_messages: u64,
     deliveries: Vec<Delivery>,
     failures: Option<Failures>,
@@ -399,7 +395,6 @@ impl Producer {
         let metadata = client.metadata(&[topic])?;
         let setup = Setup {
             topic: topic.to_string(),
-            topic_id: super::topic_id(&metadata, topic),
             config,
             client: client.clone(),
         };
@@ -427,7 +422,7 @@ impl Producer {
             reconnect_failures: 0,
             routed_at: Instant::now(),
             recheck: DOWN_RECHECK_MIN,
-            recreated: None,
+
             sent_messages: 0,
             deliveries: Vec::new(),
             failures: None,
@@ -581,9 +576,6 @@ impl Producer {
         let mut inner = self.shared.lock();
         if inner.closed {
             return Err(ClientError::Usage("the producer is closed".into()));
-        }
-        if let Some(error) = &inner.recreated {
-            return Err(error.clone());
         }
         if let Some(broker_id) = inner.down[index] {
             return Err(ClientError::PartitionUnavailable {
@@ -770,9 +762,6 @@ impl Drop for Producer {
 /// `Err(broker)` when the broker that stores it is down.
 fn routes(setup: &Setup, metadata: &Metadata) -> Result<Vec<Route>, ClientError> {
     let topic = &setup.topic;
-    // Batches of the topic this producer started on never go to a topic
-    // of the same name created since.
-    super::check_topic_id(metadata, topic, &setup.topic_id)?;
     let topic_meta = metadata
         .topics
         .iter()
@@ -1050,13 +1039,7 @@ impl Inner {
             return None;
         }
         let acks = setup.config.acks;
-        let header = codec::produce_request_of(
-            &mut lane.fbb,
-            &setup.topic,
-            &setup.topic_id,
-            pending.partition,
-            acks,
-        );
+        let header = codec::produce_request(&mut lane.fbb, &setup.topic, pending.partition, acks);
         let mut prefix = Vec::with_capacity(frame::FRAME_PREFIX_BYTES);
         frame::write_prefix(
             &mut prefix,
@@ -1319,9 +1302,6 @@ impl Inner {
                     self.reconnect_failures = 0;
                 }
                 Err(error) => {
-                    if matches!(error, ClientError::TopicRecreated { .. }) {
-                        self.recreated = Some(error.clone());
-                    }
                     self.reconnect_failures += 1;
                     let config = setup.client.config();
                     self.retry_at = Instant::now() + config.backoff(self.reconnect_failures - 1);

@@ -48,6 +48,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         .iter()
         .map(|l| l.local_addr())
         .collect::<Result<_, _>>()?;
+    let incarnation = coordinator::registry::random_id();
     let (senders, inboxes): (Vec<_>, Vec<_>) = (0..config.shards)
         .map(|_| flume::bounded::<ShardMsg>(crate::limits::FORWARD_QUEUE_MAX))
         .unzip();
@@ -66,6 +67,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             })
             .collect(),
         version: crate::VERSION.to_string(),
+        incarnation: incarnation.clone(),
         // Only a cluster member needs it (to recognise its own earlier
         // registration in etcd); a standalone data dir stays as it was.
         data_dir_id: if config.clustered() {
@@ -93,6 +95,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     } else {
         None
     };
+    config.fresh_data_dir = config.clustered() && meta.is_none();
     let me_alone = me.clone();
     let (control, loaded) = if config.clustered() {
         let options = EtcdOptions {
@@ -221,6 +224,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             peers: senders.clone(),
             control: control.requests.clone(),
             brokers: brokers.clone(),
+            incarnation: incarnation.clone(),
             orphaned_at_start: if id == 0 {
                 swept.orphans_moved.len() as u64
             } else {
@@ -310,6 +314,8 @@ struct ShardContext {
     /// Partition directories the start-up sweep moved aside (shard 0
     /// counts them).
     orphaned_at_start: u64,
+    /// This run's incarnation.
+    incarnation: String,
     inbox: flume::Receiver<ShardMsg>,
     listener_fd: i32,
     topics: Vec<TopicRecord>,
@@ -362,6 +368,8 @@ async fn shard_main(context: ShardContext) {
         fbb: RefCell::new(protocol::flatbuffers::FlatBufferBuilder::with_capacity(
             1024,
         )),
+        incarnation: context.incarnation,
+        links: RefCell::new(std::collections::HashSet::new()),
     });
     shard
         .storage
@@ -384,6 +392,7 @@ async fn shard_main(context: ShardContext) {
     glommio::spawn_local(shard::run_flusher(shard.clone())).detach();
     glommio::spawn_local(shard::run_file_closer(shard.clone())).detach();
     glommio::spawn_local(shard::run_retention(shard.clone())).detach();
+    glommio::spawn_local(crate::replica::run_leaders(shard.clone())).detach();
     glommio::spawn_local(publish_metrics(shard.clone(), context.published.clone())).detach();
     glommio::spawn_local(inbox_loop(shard.clone(), context.inbox, stop.clone())).detach();
     let _ = context.ready.send(Ok(()));
@@ -421,6 +430,10 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
             ShardMsg::Brokers(brokers) => {
                 *shard.brokers.borrow_mut() = brokers;
                 shard.metadata_changed();
+                crate::replica::follower::reconcile(&shard);
+            }
+            ShardMsg::PartitionStates { topic_id, states } => {
+                shard.learn_states(&topic_id, &states);
             }
             ShardMsg::Stop => {
                 shard.stopping.set(true);

@@ -135,6 +135,20 @@ pub struct Config {
     pub etcd_lease_ttl_s: u32,
     /// Deadline of every etcd request.
     pub etcd_timeout_ms: u64,
+    /// Copies of each partition of a topic that does not say (1: the
+    /// paper's one copy).
+    pub default_replication_factor: u32,
+    /// Fewest in-sync replicas an acks=all produce accepts, for a topic that
+    /// does not say (at most its replication factor).
+    pub default_min_insync_replicas: u32,
+    /// A follower not caught up with its leader for this long leaves the
+    /// ISR (its broker leaving the registry takes it out at once).
+    pub replica_lag_time_max_ms: u64,
+    /// Not a setting: the data directory had never joined a cluster before
+    /// this start (a new disk), so its replicas hold nothing and leave the
+    /// ISRs they were in.
+    #[serde(skip)]
+    pub fresh_data_dir: bool,
     /// Adopt the cluster id etcd holds (creating one if it holds none)
     /// even though the data directory belongs to another cluster, and
     /// register the topics found on disk there again. Not a setting: the
@@ -180,6 +194,10 @@ impl Default for Config {
             etcd_lease_ttl_s: 10,
             etcd_timeout_ms: 5_000,
             join_new_cluster: false,
+            default_replication_factor: 1,
+            default_min_insync_replicas: 1,
+            replica_lag_time_max_ms: 20_000,
+            fresh_data_dir: false,
         }
     }
 }

@@ -51,5 +51,6 @@ pub mod mailbox;
 pub mod metrics;
 pub mod net;
 pub mod notify;
+pub mod replica;
 pub mod shard;
 pub mod storage;

@@ -11,6 +11,7 @@
 
 use coordinator::groups::GroupError;
 use coordinator::registry::{BrokerRecord, RegistryError, TopicRecord};
+use coordinator::replicas::{PartitionUpdate, UpdateOutcome, Versioned};
 use protocol::codec::groups::{GroupDescription, GroupView, Joined, OffsetCommit};
 use protocol::codec::TopicSettings;
 use protocol::types::PartitionId;
@@ -76,6 +77,13 @@ pub enum ShardMsg {
     },
     /// The live brokers changed; here they are, sorted by id.
     Brokers(Vec<BrokerRecord>),
+    /// Replicated partitions' states, newer than the shard may know.
+    PartitionStates {
+        /// Their topic's id.
+        topic_id: String,
+        /// By partition.
+        states: Vec<(PartitionId, Versioned)>,
+    },
     /// Graceful stop: stop accepting, flush everything, exit.
     Stop,
 }
@@ -108,6 +116,15 @@ pub enum ControlMsg {
         asked_at: std::time::Instant,
         /// Done (applied, or the registry could not be read).
         reply: flume::Sender<()>,
+    },
+    /// A leader's ISR change (a compare-and-set on the partition's state).
+    UpdatePartition {
+        /// The topic's id.
+        topic_id: String,
+        /// The change.
+        update: PartitionUpdate,
+        /// Written, or someone else's change came first.
+        reply: flume::Sender<Result<UpdateOutcome, ControlError>>,
     },
     /// A consumer group request.
     Group {

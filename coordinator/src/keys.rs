@@ -9,6 +9,7 @@
 //! | `cluster-id`               | the cluster's id, 32 hex digits (not JSON)    | the first broker of the cluster (create-if-absent); never changed | none: persistent. Every broker keeps the id it joined in its data directory (`meta.toml`) and applies nothing from a prefix whose id differs or is missing; its registrations and topic changes are transactions that compare it |
 //! | `brokers/<id:010>`         | [`BrokerRecord`]: id, shard hosts and ports, build | that broker, at start (create-if-absent) | the broker's own lease: gone ≤ TTL after it dies |
 //! | `topics/<name>`            | [`TopicRecord`]: partitions, overrides, broker of each partition | the broker that served CreateTopic (create-if-absent txn); deleted by DeleteTopic | none: persistent |
+//! | `partitions/<topic-id>/<partition:010>` | [`PartitionState`]: leader, leader epoch, ISR (with the members' incarnations) of a replicated partition | its leader (ISR shrink and expand) and the ISR member that wins an election: transactions comparing the key's `mod_revision` (0: absent, the initial state); deleted with the topic | none: persistent |
 //! | `groups/<group>/members/<member>` | [`MemberRecord`]: member id, subscribed topics, session timeout | the broker that served JoinGroup | the member's session lease, kept alive by its heartbeats through any broker |
 //! | `groups/<group>/owners/<topic>/<partition:010>` | the owning member's id | the broker that served ClaimPartitions: a txn that succeeds only if no member joined since the claimer's view, the claimer's session is live, and no owner exists | the owner's session lease: a dead member's partitions are free when its session expires |
 //! | `groups/<group>/offsets/<topic>/<partition:010>` | the committed offset, decimal | CommitOffsets: a txn that succeeds only if the committer owns the partition (or, for a reset, the group has no member) | none: persistent |
@@ -20,6 +21,7 @@
 //! [`BrokerRecord`]: crate::registry::BrokerRecord
 //! [`TopicRecord`]: crate::registry::TopicRecord
 //! [`MemberRecord`]: crate::groups::MemberRecord
+//! [`PartitionState`]: crate::replicas::PartitionState
 
 use protocol::types::BrokerId;
 
@@ -65,6 +67,21 @@ impl Keys {
     /// One topic.
     pub fn topic(&self, name: &str) -> String {
         format!("{}topics/{name}", self.prefix)
+    }
+
+    /// The prefix of every replicated partition's state.
+    pub fn partitions(&self) -> String {
+        format!("{}partitions/", self.prefix)
+    }
+
+    /// The prefix of one topic's partition states.
+    pub fn partitions_of(&self, topic_id: &str) -> String {
+        format!("{}partitions/{topic_id}/", self.prefix)
+    }
+
+    /// One partition's state.
+    pub fn partition(&self, topic_id: &str, partition: u32) -> String {
+        format!("{}partitions/{topic_id}/{partition:010}", self.prefix)
     }
 
     /// The prefix of every group.
@@ -117,6 +134,13 @@ impl Keys {
         if let Some(id) = rest.strip_prefix("brokers/") {
             return id.parse().ok().map(Key::Broker);
         }
+        if let Some(partition) = rest.strip_prefix("partitions/") {
+            let (topic_id, p) = partition.split_once('/')?;
+            if topic_id.is_empty() || p.contains('/') {
+                return None;
+            }
+            return p.parse().ok().map(|p| Key::Partition(topic_id, p));
+        }
         if let Some(name) = rest.strip_prefix("topics/") {
             return (!name.is_empty() && !name.contains('/')).then_some(Key::Topic(name));
         }
@@ -151,6 +175,8 @@ pub enum Key<'k> {
     Broker(BrokerId),
     /// `topics/<name>`.
     Topic(&'k str),
+    /// `partitions/<topic-id>/<partition>`.
+    Partition(&'k str, u32),
     /// `groups/<group>/members/<member>`.
     GroupMember(&'k str, &'k str),
     /// `groups/<group>/owners/<topic>/<partition>`.
@@ -172,6 +198,11 @@ mod tests {
         assert_eq!(keys.cluster_id(), "/ringlog/prod/cluster-id");
         assert_eq!(keys.parse(&keys.cluster_id()), Some(Key::ClusterId));
         assert_eq!(keys.parse("/ringlog/other/cluster-id"), None);
+        let state = keys.partition("00ab", 7);
+        assert_eq!(state, "/ringlog/prod/partitions/00ab/0000000007");
+        assert_eq!(keys.parse(&state), Some(Key::Partition("00ab", 7)));
+        assert!(state.starts_with(&keys.partitions_of("00ab")));
+        assert_eq!(keys.parse("/ringlog/prod/partitions/00ab"), None);
         assert_eq!(keys.parse(&keys.topic("a.b-c")), Some(Key::Topic("a.b-c")));
         assert_eq!(keys.parse("/ringlog/other/topics/x"), None);
         assert_eq!(keys.parse("/ringlog/prod/topics/"), None);

@@ -9,12 +9,15 @@
 //!   pure function every broker computes alike.
 //! - [`rebalance`]: the paper's range assignment every consumer of a group
 //!   computes identically.
+//! - [`replicas`]: a replicated partition's leader, epoch and in-sync
+//!   replicas, changed only by compare-and-set.
 #![deny(missing_docs)]
 
 pub mod groups;
 pub mod keys;
 pub mod placement;
 pub mod registry;
+pub mod replicas;
 
 /// The paper's range rebalance (it lives in `protocol`, since every client
 /// runs it).

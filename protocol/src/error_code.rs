@@ -79,11 +79,23 @@ pub enum ErrorCode {
     /// and batches of the old topic do not apply; nothing was read or
     /// written.
     UnknownTopicId = 27,
+    /// This broker holds a copy of the partition but is not its leader:
+    /// refresh Metadata (the leader is in `owner_broker_id` when known).
+    NotLeader = 28,
+    /// The request's leader epoch is older than the partition's: a new
+    /// leader was elected since. Refresh Metadata and send it there.
+    FencedLeaderEpoch = 29,
+    /// An acks=all produce while fewer replicas than the topic's
+    /// `min_insync_replicas` are in sync; nothing was appended. Retriable.
+    NotEnoughReplicas = 30,
+    /// The request's leader epoch is newer than this broker knows: it has
+    /// not heard of the election yet. Retry.
+    UnknownLeaderEpoch = 31,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 28] = [
+    pub const ALL: [ErrorCode; 32] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -112,6 +124,10 @@ impl ErrorCode {
         ErrorCode::StorageUnavailable,
         ErrorCode::ClusterIdMismatch,
         ErrorCode::UnknownTopicId,
+        ErrorCode::NotLeader,
+        ErrorCode::FencedLeaderEpoch,
+        ErrorCode::NotEnoughReplicas,
+        ErrorCode::UnknownLeaderEpoch,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -154,6 +170,10 @@ impl ErrorCode {
             ErrorCode::StorageUnavailable => "STORAGE_UNAVAILABLE",
             ErrorCode::ClusterIdMismatch => "CLUSTER_ID_MISMATCH",
             ErrorCode::UnknownTopicId => "UNKNOWN_TOPIC_ID",
+            ErrorCode::NotLeader => "NOT_LEADER",
+            ErrorCode::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            ErrorCode::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
+            ErrorCode::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
         }
     }
 }

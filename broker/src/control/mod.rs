@@ -29,8 +29,10 @@ use coordinator::placement;
 use coordinator::registry::{
     BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, TopicRecord,
 };
+use coordinator::replicas::{PartitionState, PartitionUpdate, UpdateOutcome, Versioned};
 use groups::{GroupPlane, Wake};
 use protocol::codec::TopicSettings;
+use protocol::types::BrokerId;
 use protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -90,6 +92,11 @@ where
     // A clustered broker keeps the topics it applied in its data directory.
     let data_dir = config.clustered().then(|| config.data_dir.clone());
     let join_new_cluster = config.join_new_cluster;
+    let fresh = config.fresh_data_dir;
+    let replication = ReplicationDefaults {
+        default_factor: config.default_replication_factor.max(1),
+        default_min_insync: config.default_min_insync_replicas.max(1),
+    };
     let thread = std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
@@ -166,8 +173,23 @@ where
                     data_dir,
                     foreign,
                     reminded_at: std::time::Instant::now(),
+                    states: BTreeMap::new(),
+                    replication,
                 };
                 plane.remember_topics();
+                // The shards opened the topics from `Loaded`; now their
+                // copies learn who leads, and this run takes its place.
+                let replicated: Vec<TopicRecord> = plane
+                    .known
+                    .values()
+                    .filter(|t| t.is_replicated())
+                    .cloned()
+                    .collect();
+                for record in &replicated {
+                    plane.learn_topic_states(record).await;
+                }
+                plane.restart_replicas(fresh).await;
+                plane.elect_where_leaderless().await;
                 plane.serve(inbox, stopped).await;
             });
         })?;
@@ -211,6 +233,18 @@ struct ControlPlane<R> {
     foreign: Option<Foreign>,
     /// When the operator was last told about `foreign`.
     reminded_at: std::time::Instant,
+    /// Replicated partitions' states as last learned, by (topic id,
+    /// partition); one missing is in its initial state.
+    states: BTreeMap<(String, u32), Versioned>,
+    /// The replication defaults.
+    replication: ReplicationDefaults,
+}
+
+/// The broker's replication defaults, for topics that do not say.
+#[derive(Debug, Clone, Copy)]
+struct ReplicationDefaults {
+    default_factor: u32,
+    default_min_insync: u32,
 }
 
 /// The topics this broker last applied (empty when none were kept).
@@ -375,6 +409,9 @@ impl<R: Registry> ControlPlane<R> {
                 ControlMsg::Group { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
+                ControlMsg::UpdatePartition { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
             }
             return;
         }
@@ -408,6 +445,42 @@ impl<R: Registry> ControlPlane<R> {
                 }
                 let _ = reply.send_async(()).await;
             }
+            ControlMsg::UpdatePartition {
+                topic_id,
+                update,
+                reply,
+            } => {
+                let result = self
+                    .registry
+                    .update_partitions(&topic_id, vec![update.clone()])
+                    .await;
+                let answer = match result {
+                    Ok(mut outcomes) => {
+                        let outcome = outcomes.pop().unwrap_or(UpdateOutcome::Conflict(None));
+                        match &outcome {
+                            UpdateOutcome::Done(revision) => {
+                                let state = Versioned {
+                                    state: update.state.clone(),
+                                    revision: *revision,
+                                };
+                                self.states
+                                    .insert((topic_id.clone(), update.partition), state.clone());
+                                // The other shards (Metadata) learn it too.
+                                self.tell_states(&topic_id, vec![(update.partition, state)])
+                                    .await;
+                            }
+                            UpdateOutcome::Conflict(Some(current)) => {
+                                self.learn_state(&topic_id, update.partition, current.clone())
+                                    .await;
+                            }
+                            UpdateOutcome::Conflict(None) => {}
+                        }
+                        Ok(outcome)
+                    }
+                    Err(error) => Err(ControlError::from(error)),
+                };
+                let _ = reply.send_async(answer).await;
+            }
             ControlMsg::Group { request, reply } => {
                 self.groups
                     .handle(request, reply, &self.known, &self.brokers)
@@ -438,12 +511,46 @@ impl<R: Registry> ControlPlane<R> {
                 ),
             ));
         }
-        let owners = placement::spread(name, partitions, &brokers);
-        let mut record = TopicRecord::new(name, overrides, owners);
+        let factor = match overrides.replication_factor {
+            0 => self.replication.default_factor,
+            n => n,
+        };
+        let mut record = if factor > 1 {
+            if self.data_dir.is_none() {
+                return Err(ControlError::new(
+                    ErrorCode::InvalidConfig,
+                    "replication needs a cluster: start the brokers with --etcd",
+                ));
+            }
+            let Some(replicas) = placement::assign(name, partitions, factor, &brokers) else {
+                return Err(ControlError::new(
+                    ErrorCode::InvalidConfig,
+                    format!(
+                        "replication factor {factor} needs {factor} live brokers; {} are live ({brokers:?})",
+                        brokers.len()
+                    ),
+                ));
+            };
+            let min_insync =
+                match overrides.min_insync_replicas {
+                    0 => self.replication.default_min_insync.min(factor),
+                    n if n > factor => return Err(ControlError::new(
+                        ErrorCode::InvalidConfig,
+                        format!(
+                            "min_insync_replicas {n} is more than the replication factor {factor}"
+                        ),
+                    )),
+                    n => n,
+                };
+            TopicRecord::replicated(name, overrides, replicas, min_insync)
+        } else {
+            let owners = placement::spread(name, partitions, &brokers);
+            TopicRecord::new(name, overrides, owners)
+        };
         record.id = coordinator::registry::new_topic_id();
         self.registry.create_topic(record.clone()).await?;
         let result = self.open_everywhere(&record).await;
-        tracing::info!(topic = %name, partitions, "created topic");
+        tracing::info!(topic = %name, partitions, replication_factor = factor.max(1), "created topic");
         result.map(|()| record)
     }
 
@@ -482,6 +589,9 @@ impl<R: Registry> ControlPlane<R> {
                 Ok(Err(error)) => failures.push(error),
                 Err(_) => failures.push("a shard has stopped".to_string()),
             }
+        }
+        if record.is_replicated() {
+            self.learn_topic_states(record).await;
         }
         if failures.is_empty() {
             return Ok(());
@@ -549,6 +659,217 @@ impl<R: Registry> ControlPlane<R> {
         );
     }
 
+    /// Reads a replicated topic's partition states (those without a key are
+    /// in their initial state) and tells every shard.
+    async fn learn_topic_states(&mut self, record: &TopicRecord) {
+        let stored = match self.registry.partition_states(&record.id).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                // The watch's resync brings them later.
+                tracing::warn!(topic = %record.name, %error, "reading the partitions' states");
+                BTreeMap::new()
+            }
+        };
+        let states: Vec<(u32, Versioned)> = (0..record.partitions)
+            .map(|p| {
+                let state = stored.get(&p).cloned().unwrap_or_else(|| Versioned {
+                    state: PartitionState::initial(&record.replicas_of(p)),
+                    revision: 0,
+                });
+                (p, state)
+            })
+            .collect();
+        for (p, state) in &states {
+            self.states.insert((record.id.clone(), *p), state.clone());
+        }
+        self.tell_states(&record.id, states).await;
+    }
+
+    /// Tells every shard partition states of a topic.
+    async fn tell_states(&self, topic_id: &str, states: Vec<(u32, Versioned)>) {
+        for shard in &self.shards {
+            let msg = ShardMsg::PartitionStates {
+                topic_id: topic_id.to_string(),
+                states: states.clone(),
+            };
+            let _ = shard.send_async(msg).await;
+        }
+    }
+
+    /// Takes a partition state from the registry (newer revisions only)
+    /// and tells the shards.
+    async fn learn_state(&mut self, topic_id: &str, partition: u32, state: Versioned) {
+        let key = (topic_id.to_string(), partition);
+        if self
+            .states
+            .get(&key)
+            .is_some_and(|known| known.revision >= state.revision)
+        {
+            return;
+        }
+        self.states.insert(key, state.clone());
+        self.tell_states(topic_id, vec![(partition, state)]).await;
+    }
+
+    /// Every replicated partition's state as this broker knows it.
+    fn state_of(&self, record: &TopicRecord, partition: u32) -> Versioned {
+        self.states
+            .get(&(record.id.clone(), partition))
+            .cloned()
+            .unwrap_or_else(|| Versioned {
+                state: PartitionState::initial(&record.replicas_of(partition)),
+                revision: 0,
+            })
+    }
+
+    /// Elections: for every replicated partition whose leader's broker is
+    /// not live and whose ISR has this broker, this broker tries to take
+    /// over (epoch + 1, the old leader out of the ISR). Of the ISR members
+    /// that try, the registry's compare-and-set lets one win; the others
+    /// learn the winner. A partition whose whole ISR is gone stays offline
+    /// (no unclean election).
+    async fn elect_where_leaderless(&mut self) {
+        if self.foreign.is_some() {
+            return;
+        }
+        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
+        let records: Vec<TopicRecord> = self
+            .known
+            .values()
+            .filter(|t| t.is_replicated())
+            .cloned()
+            .collect();
+        for record in records {
+            let mut updates = Vec::new();
+            for p in 0..record.partitions {
+                let current = self.state_of(&record, p);
+                if live.contains(&current.state.leader) {
+                    continue;
+                }
+                if let Some(next) = current.state.elect(self.me) {
+                    updates.push(PartitionUpdate {
+                        partition: p,
+                        expected: current.revision,
+                        state: next,
+                    });
+                }
+            }
+            if updates.is_empty() {
+                continue;
+            }
+            self.write_states(&record.id, updates, "elected the leader")
+                .await;
+        }
+    }
+
+    /// Writes partition state changes; what was written and what another
+    /// broker wrote first are learned alike.
+    async fn write_states(&mut self, topic_id: &str, updates: Vec<PartitionUpdate>, what: &str) {
+        let outcomes = match self
+            .registry
+            .update_partitions(topic_id, updates.clone())
+            .await
+        {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                tracing::warn!(%error, topic_id, "writing partition states; retried at the next change of the live brokers");
+                return;
+            }
+        };
+        for (update, outcome) in updates.into_iter().zip(outcomes) {
+            match outcome {
+                UpdateOutcome::Done(revision) => {
+                    tracing::info!(
+                        topic_id,
+                        partition = update.partition,
+                        leader = update.state.leader,
+                        epoch = update.state.leader_epoch,
+                        isr = ?update.state.isr,
+                        "{what}"
+                    );
+                    let state = Versioned {
+                        state: update.state,
+                        revision,
+                    };
+                    self.learn_state(topic_id, update.partition, state).await;
+                }
+                UpdateOutcome::Conflict(Some(current)) => {
+                    self.learn_state(topic_id, update.partition, current).await;
+                }
+                UpdateOutcome::Conflict(None) => {}
+            }
+        }
+    }
+
+    /// A new run of this broker: partitions it led get a new epoch (another
+    /// live ISR member takes over, or it leads again in a new epoch, so a
+    /// follower never mistakes the new run's log for the old one's), and a
+    /// data directory that is new (a lost disk) leaves every ISR: its copies
+    /// hold nothing and must not be elected.
+    async fn restart_replicas(&mut self, fresh: bool) {
+        if self.foreign.is_some() {
+            return;
+        }
+        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
+        let records: Vec<TopicRecord> = self
+            .known
+            .values()
+            .filter(|t| t.is_replicated())
+            .cloned()
+            .collect();
+        for record in records {
+            let mut updates = Vec::new();
+            for p in 0..record.partitions {
+                if !record.has_replica(p, self.me) {
+                    continue;
+                }
+                let current = self.state_of(&record, p);
+                let state = &current.state;
+                let next = if state.leader == self.me {
+                    let other = state
+                        .isr
+                        .iter()
+                        .copied()
+                        .find(|b| *b != self.me && live.contains(b));
+                    match other {
+                        Some(other) => state.elect(other),
+                        None if fresh => {
+                            tracing::error!(
+                                topic = %record.name,
+                                partition = p,
+                                "this broker led the partition, its data directory is new, and no other in-sync replica is live: the partition stays offline until one returns (or `ringlog partitions elect --unclean`)"
+                            );
+                            None
+                        }
+                        None => {
+                            let mut again = state.clone();
+                            again.leader_epoch += 1;
+                            Some(again)
+                        }
+                    }
+                } else if fresh && state.in_sync(self.me) {
+                    let mut out = state.clone();
+                    out.isr.retain(|b| *b != self.me);
+                    out.incarnations.remove(&self.me);
+                    Some(out)
+                } else {
+                    None
+                };
+                if let Some(next) = next {
+                    updates.push(PartitionUpdate {
+                        partition: p,
+                        expected: current.revision,
+                        state: next,
+                    });
+                }
+            }
+            if !updates.is_empty() {
+                self.write_states(&record.id, updates, "restarted: a new epoch")
+                    .await;
+            }
+        }
+    }
+
     /// Keeps the topics as applied in the data directory (clustered only),
     /// for a start against a registry that is not this broker's cluster.
     fn remember_topics(&self) {
@@ -611,6 +932,11 @@ impl<R: Registry> ControlPlane<R> {
         }
         match event {
             RegistryEvent::ForeignCluster(_) | RegistryEvent::GroupMembers(_) => {}
+            RegistryEvent::PartitionState {
+                topic_id,
+                partition,
+                state,
+            } => self.learn_state(&topic_id, partition, state).await,
             RegistryEvent::TopicPut(record) => self.apply_topic(record).await,
             RegistryEvent::TopicDeleted { name, id } => {
                 if self.known.contains_key(&name) {
@@ -618,8 +944,18 @@ impl<R: Registry> ControlPlane<R> {
                     let _ = self.drop_everywhere(&name, &id).await;
                 }
             }
-            RegistryEvent::Brokers(brokers) => self.publish_brokers(brokers).await,
-            RegistryEvent::Resync { topics, brokers } => {
+            RegistryEvent::Brokers(brokers) => {
+                self.publish_brokers(brokers).await;
+                self.elect_where_leaderless().await;
+            }
+            RegistryEvent::Resync {
+                topics,
+                brokers,
+                partitions,
+            } => {
+                for (topic_id, partition, state) in partitions {
+                    self.learn_state(&topic_id, partition, state).await;
+                }
                 // A snapshot is not a list of deletes: a topic it lacks may
                 // have been deleted, or the snapshot may be an older backup.
                 // Its data is moved aside, never removed. And the snapshot
@@ -649,6 +985,7 @@ impl<R: Registry> ControlPlane<R> {
                     self.apply_topic(record).await;
                 }
                 self.publish_brokers(brokers).await;
+                self.elect_where_leaderless().await;
             }
         }
     }

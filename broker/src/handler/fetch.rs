@@ -21,7 +21,7 @@ pub fn offsets_of(log: &SharedLog) -> PartitionOffsets {
     let l = log.borrow();
     PartitionOffsets {
         start_offset: l.start_offset(),
-        flushed_offset: l.flushed_offset(),
+        flushed_offset: l.visible_offset(),
         end_offset: l.end_offset(),
     }
 }
@@ -45,6 +45,13 @@ pub fn handle(
         }
         Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
+    if let Some(replica) = shard.replica(topic_name, partition) {
+        super::replicated::check_leader(&replica, request.leader_epoch())?;
+        if request.replica_id() >= 0 {
+            let fetch = super::replicated::FollowerFetch::of(&request);
+            return super::replicated::serve_follower(shard, give_way, request_id, &replica, fetch);
+        }
+    }
     let offset = request.offset();
     let bytes_max = request.max_bytes().min(FETCH_BYTES_MAX);
     let wait_ms = request.max_wait_ms().min(FETCH_WAIT_MS_MAX);
@@ -77,7 +84,7 @@ pub fn handle(
         let watermarks = log.borrow().watermarks();
         let caught_up = watermarks.wait_until(|| {
             let l = log.borrow();
-            l.flushed_offset() > offset || l.poisoned().is_some()
+            l.visible_offset() > offset || l.poisoned().is_some()
         });
         let timed_out = glommio::timer::sleep(Duration::from_millis(u64::from(wait_ms)));
         futures_lite::future::or(

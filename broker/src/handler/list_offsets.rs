@@ -31,6 +31,9 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
         }
         Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
+    if let Some(replica) = shard.replica(topic_name, partition) {
+        super::replicated::check_leader(&replica, -1)?;
+    }
     let offsets = offsets_of(&log);
     let offset = match OffsetSpec::from_wire(request.spec()) {
         Some(OffsetSpec::Earliest) => offsets.start_offset,

@@ -13,6 +13,7 @@ pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod replicated;
 pub mod topics;
 
 use crate::shard::{LocateError, Owner, Shard};

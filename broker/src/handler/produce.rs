@@ -71,10 +71,24 @@ pub fn handle(
         }
         Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
+    let replica = shard.replica(topic_name, partition);
+    if let Some(replica) = &replica {
+        super::replicated::check_leader(replica, request.leader_epoch())?;
+        if acks == AckMode::All {
+            super::replicated::check_insync(replica)?;
+        }
+    }
     let started = Instant::now();
+    // acks=all is a flushed produce here, then a wait for the copies; on one
+    // copy it is just that.
+    let local_acks = if acks == AckMode::All {
+        AckMode::Flushed
+    } else {
+        acks
+    };
     // The log starts the writer or a flush as `acks` and the topic's flush
     // policy require (storage owns the policy, issue 8, item 18).
-    let appended = partition_log::append(&log, payload, summary.count, acks)?;
+    let appended = partition_log::append(&log, payload, summary.count, local_acks)?;
     shard.needs_timer(&log);
     let counters = &shard.metrics.counters;
     crate::metrics::bump(&counters.produce_messages_total, u64::from(summary.count));
@@ -98,7 +112,13 @@ pub fn handle(
     let shard = shard.clone();
     let count = summary.count;
     Ok(Dispatched::Later(Box::pin(async move {
-        Some(await_ack(&shard, &log, acks, appended, count, started).await)
+        let replicated = replica.filter(|_| acks == AckMode::All);
+        Some(
+            await_ack(
+                &shard, &log, local_acks, appended, count, started, replicated,
+            )
+            .await,
+        )
     })))
 }
 
@@ -109,6 +129,7 @@ async fn await_ack(
     appended: Appended,
     count: u32,
     started: Instant,
+    replicated: Option<crate::replica::SharedReplica>,
 ) -> Response {
     let Appended { base, end, .. } = appended;
     if let Err(not_stored) = partition_log::stored(log, appended, acks).await {
@@ -129,6 +150,12 @@ async fn await_ack(
             NotStored::Failed(reason) => Failure::new(ErrorCode::StorageFailed, reason),
         };
         return failure.response(Api::Produce as u16);
+    }
+    if let Some(replica) = replicated {
+        if let Err(failure) = super::replicated::await_replicated(&replica, end).await {
+            crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
+            return failure.response(Api::Produce as u16);
+        }
     }
     crate::metrics::record_us(
         &shard.metrics.produce_latency_us,

@@ -10,10 +10,13 @@ pub mod placement;
 use crate::config::Config;
 use crate::mailbox::{ControlMsg, ShardMsg};
 use crate::metrics::ShardMetrics;
+use crate::replica::epochs::Epochs;
+use crate::replica::{Replica, SharedReplica};
 use crate::storage::io::{DiskStorage, Storage};
 use crate::storage::partition_log::{self, now_ms, PartitionLog, SharedLog};
 use crate::storage::{partition_dir_name, LogSettings};
 use coordinator::registry::{BrokerRecord, TopicRecord};
+use coordinator::replicas::{PartitionState, Versioned};
 use protocol::codec::{PartitionPlacement, TopicMetadata, TopicSettings};
 use protocol::types::{BrokerId, PartitionId, ShardId};
 use std::cell::{Cell, RefCell};
@@ -36,8 +39,34 @@ pub struct Topic {
     pub brokers: Vec<BrokerId>,
     /// The effective settings.
     pub settings: LogSettings,
-    /// Logs of the partitions this shard owns.
+    /// Logs of the partitions this shard owns (on a replicated topic: the
+    /// partitions this broker holds a copy of).
     pub logs: HashMap<PartitionId, SharedLog>,
+    /// The brokers of each partition's copies, the preferred leader first
+    /// (empty: one copy, on `brokers[p]`).
+    pub replica_sets: Vec<Vec<BrokerId>>,
+    /// Each partition's replication state (replicated topics only).
+    pub states: Vec<Versioned>,
+    /// This shard's copies of replicated partitions.
+    pub replicas: HashMap<PartitionId, SharedReplica>,
+    /// Fewest in-sync replicas acks=all accepts.
+    pub min_insync: u32,
+}
+
+impl Topic {
+    /// True when its partitions have more than one copy.
+    pub fn is_replicated(&self) -> bool {
+        !self.replica_sets.is_empty()
+    }
+
+    /// The broker that takes `partition`'s requests: its leader, or its
+    /// one broker.
+    pub fn leader_of(&self, partition: PartitionId) -> Option<BrokerId> {
+        match self.states.get(partition as usize) {
+            Some(state) => Some(state.state.leader),
+            None => self.brokers.get(partition as usize).copied(),
+        }
+    }
 }
 
 /// Where a partition lives, seen from one shard: three different answers,
@@ -101,6 +130,11 @@ pub struct Shard {
     pub timer_work: RefCell<Vec<SharedLog>>,
     /// A reusable flatbuffers builder for response headers.
     pub fbb: RefCell<protocol::flatbuffers::FlatBufferBuilder<'static>>,
+    /// This process's incarnation (its registration's): a follower's
+    /// fetches carry it, so a leader sees a restart (KIP-903).
+    pub incarnation: String,
+    /// The follower links running, by (leader broker, leader shard).
+    pub links: RefCell<std::collections::HashSet<crate::replica::follower::LinkKey>>,
 }
 
 impl Shard {
@@ -121,11 +155,22 @@ impl Shard {
             return Err(LocateError::UnknownTopic);
         };
         let topic = topic.borrow();
-        let Some(&broker) = topic.brokers.get(partition as usize) else {
+        let Some(broker) = topic.leader_of(partition) else {
             return Err(LocateError::UnknownPartition {
                 partitions: topic.partitions,
             });
         };
+        if topic.is_replicated() {
+            let holds = topic
+                .replica_sets
+                .get(partition as usize)
+                .is_some_and(|set| set.contains(&self.config.broker_id));
+            return Ok(match topic.logs.get(&partition) {
+                Some(log) => Owner::Here(log.clone()),
+                None if holds => Owner::Shard(self.owner_of(topic_name, partition)),
+                None => Owner::Broker(broker),
+            });
+        }
         if broker != self.config.broker_id {
             return Ok(Owner::Broker(broker));
         }
@@ -138,6 +183,69 @@ impl Shard {
     /// The topic, if it exists.
     pub fn topic(&self, name: &str) -> Option<Rc<RefCell<Topic>>> {
         self.topics.borrow().get(name).cloned()
+    }
+
+    /// This shard's copy of a replicated partition, if it holds one.
+    pub fn replica(&self, topic: &str, partition: PartitionId) -> Option<SharedReplica> {
+        self.topic(topic)?
+            .borrow()
+            .replicas
+            .get(&partition)
+            .cloned()
+    }
+
+    /// Every copy of a replicated partition this shard holds.
+    pub fn all_replicas(&self) -> Vec<SharedReplica> {
+        self.topics
+            .borrow()
+            .values()
+            .flat_map(|t| t.borrow().replicas.values().cloned().collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// Takes newer replication states of a topic's partitions: each copy
+    /// here learns its role, Metadata changes, and the follower links
+    /// follow the leaders.
+    pub fn learn_states(self: &Rc<Self>, topic_id: &str, states: &[(PartitionId, Versioned)]) {
+        let Some(topic) = self
+            .topics
+            .borrow()
+            .values()
+            .find(|t| t.borrow().id == topic_id)
+            .cloned()
+        else {
+            return;
+        };
+        let mut changed = false;
+        {
+            let mut t = topic.borrow_mut();
+            for (partition, state) in states {
+                let Some(slot) = t.states.get_mut(*partition as usize) else {
+                    continue;
+                };
+                let newer = state.revision > slot.revision
+                    || (state.revision == slot.revision && state.state != slot.state);
+                if newer {
+                    *slot = state.clone();
+                    changed = true;
+                }
+                if let Some(replica) = t.replicas.get(partition) {
+                    if !newer && replica.borrow().known {
+                        continue;
+                    }
+                    changed = true;
+                    let was_leader = replica.borrow().leads();
+                    replica.borrow_mut().learn(state.clone());
+                    if !was_leader && replica.borrow().leads() {
+                        crate::metrics::bump(&self.metrics.counters.leader_elections_total, 1);
+                    }
+                }
+            }
+        }
+        if changed {
+            self.metadata_changed();
+            crate::replica::follower::reconcile(self);
+        }
     }
 
     /// Invalidates the cached Metadata (topics or brokers changed).
@@ -165,13 +273,23 @@ impl Shard {
         TopicMetadata {
             name: topic.name.clone(),
             partitions: (0..topic.partitions)
-                .zip(&topic.brokers)
-                .map(|(p, &broker_id)| PartitionPlacement {
-                    partition: p,
-                    broker_id,
-                    shard_id: self
-                        .shard_count_of(broker_id)
-                        .map_or(0, |count| placement::owner_shard(&topic.name, p, count)),
+                .map(|p| {
+                    let broker_id = topic.leader_of(p).unwrap_or(0);
+                    let state = topic.states.get(p as usize);
+                    PartitionPlacement {
+                        partition: p,
+                        broker_id,
+                        shard_id: self
+                            .shard_count_of(broker_id)
+                            .map_or(0, |count| placement::owner_shard(&topic.name, p, count)),
+                        leader_epoch: state.map_or(-1, |s| s.state.leader_epoch as i32),
+                        replicas: topic
+                            .replica_sets
+                            .get(p as usize)
+                            .cloned()
+                            .unwrap_or_default(),
+                        isr: state.map(|s| s.state.isr.clone()).unwrap_or_default(),
+                    }
                 })
                 .collect(),
             settings: TopicSettings {
@@ -180,6 +298,8 @@ impl Shard {
                 segment_bytes: topic.settings.segment_bytes,
                 flush_messages: topic.settings.flush_messages,
                 flush_interval_ms: topic.settings.flush_interval_ms,
+                replication_factor: topic.replica_sets.first().map_or(1, |s| s.len() as u32),
+                min_insync_replicas: topic.min_insync,
             },
             id: topic.id.clone(),
         }
@@ -191,8 +311,10 @@ impl Shard {
         stored.check()?;
         let settings = self.config.stored_topic_settings(&stored.overrides())?;
         let mut logs = HashMap::new();
-        for (partition, &broker) in (0..stored.partitions).zip(&stored.brokers) {
-            if broker != self.config.broker_id || self.owner_of(&stored.name, partition) != self.id
+        let mut replicas = HashMap::new();
+        for partition in 0..stored.partitions {
+            if !stored.has_replica(partition, self.config.broker_id)
+                || self.owner_of(&stored.name, partition) != self.id
             {
                 continue;
             }
@@ -241,14 +363,42 @@ impl Shard {
                     "recovered partition"
                 );
             }
+            if stored.is_replicated() {
+                // Nothing is visible until the leader says what is committed.
+                log.set_high_watermark(0);
+            }
             let log = Rc::new(RefCell::new(log));
             // A recovered tail above the recovery point gets its new
             // recovery point from the timer.
             if log.borrow().has_timer_work() {
                 self.needs_timer(&log);
             }
+            if stored.is_replicated() {
+                let epochs = Epochs::load(&self.storage, &dir);
+                let replica = Replica::new(
+                    &stored.name,
+                    &stored.id,
+                    partition,
+                    stored.replicas_of(partition),
+                    stored.min_insync_replicas,
+                    self.config.broker_id,
+                    log.clone(),
+                    epochs,
+                );
+                replicas.insert(partition, Rc::new(RefCell::new(replica)));
+            }
             logs.insert(partition, log);
         }
+        let states = if stored.is_replicated() {
+            (0..stored.partitions)
+                .map(|p| Versioned {
+                    state: PartitionState::initial(&stored.replicas_of(p)),
+                    revision: 0,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let topic = Topic {
             name: stored.name.clone(),
             id: stored.id.clone(),
@@ -256,6 +406,10 @@ impl Shard {
             brokers: stored.brokers.clone(),
             settings,
             logs,
+            replica_sets: stored.replicas.clone(),
+            states,
+            replicas,
+            min_insync: stored.min_insync_replicas.max(1),
         };
         self.topics
             .borrow_mut()

@@ -39,9 +39,10 @@
 
 use super::{BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, TopicRecord};
 use crate::keys::{Key, Keys};
+use crate::replicas::{PartitionState, PartitionUpdate, UpdateOutcome, Versioned};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
-    WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, PutOptions,
+    Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -141,13 +142,27 @@ fn parse_topic(key: &[u8], value: &[u8]) -> Option<TopicRecord> {
     }
 }
 
-/// Every topic and live broker, the cluster id, and the revision they
-/// were read at.
+/// Every topic and live broker, the replicated partitions' states, the
+/// cluster id, and the revision they were read at.
 struct Snapshot {
     topics: Vec<TopicRecord>,
     brokers: Vec<BrokerRecord>,
+    partitions: Vec<(String, u32, Versioned)>,
     cluster_id: Option<String>,
     revision: i64,
+}
+
+/// Updates per transaction: each is a nested transaction of a compare, a
+/// put and a get, within etcd's default `--max-txn-ops` of 128.
+const UPDATES_PER_TXN: usize = 40;
+
+/// A partition state record, skipped loudly when unreadable.
+fn parse_partition(key: &[u8], kv: &etcd_client::KeyValue) -> Option<Versioned> {
+    let state: PartitionState = parse_record(key, kv.value())?;
+    Some(Versioned {
+        state,
+        revision: kv.mod_revision(),
+    })
 }
 
 async fn snapshot(
@@ -163,6 +178,7 @@ async fn snapshot(
     let revision = response.header().map_or(0, |h| h.revision());
     let mut topics = Vec::new();
     let mut brokers = Vec::new();
+    let mut partitions = Vec::new();
     let mut cluster_id = None;
     for kv in response.kvs() {
         let Ok(key) = std::str::from_utf8(kv.key()) else {
@@ -171,6 +187,11 @@ async fn snapshot(
         match keys.parse(key) {
             Some(Key::ClusterId) => {
                 cluster_id = Some(String::from_utf8_lossy(kv.value()).into_owned())
+            }
+            Some(Key::Partition(topic_id, p)) => {
+                if let Some(state) = parse_partition(kv.key(), kv) {
+                    partitions.push((topic_id.to_string(), p, state));
+                }
             }
             Some(Key::Topic(_)) => topics.extend(parse_topic(kv.key(), kv.value())),
             Some(Key::Broker(_)) => {
@@ -184,6 +205,7 @@ async fn snapshot(
     Ok(Snapshot {
         topics,
         brokers,
+        partitions,
         cluster_id,
         revision,
     })
@@ -777,6 +799,13 @@ impl Watcher {
                     (Some(Key::GroupMember(group, _)), _) => {
                         Some(RegistryEvent::GroupMembers(group.to_string()))
                     }
+                    (Some(Key::Partition(topic_id, partition)), EventType::Put) => {
+                        parse_partition(kv.key(), kv).map(|state| RegistryEvent::PartitionState {
+                            topic_id: topic_id.to_string(),
+                            partition,
+                            state,
+                        })
+                    }
                     _ => None,
                 };
                 if let Some(change) = change {
@@ -859,6 +888,7 @@ async fn watch(mut watcher: Watcher, start: Option<(Vec<BrokerRecord>, i64)>) {
                     let resync = RegistryEvent::Resync {
                         topics: now.topics,
                         brokers: now.brokers,
+                        partitions: now.partitions,
                     };
                     if watcher.events.send(resync).await.is_err() {
                         return;
@@ -875,6 +905,18 @@ async fn watch(mut watcher: Watcher, start: Option<(Vec<BrokerRecord>, i64)>) {
             }
         }
     }
+}
+
+/// Deleting a topic: its record, and its partitions' states.
+fn delete_topic_ops(keys: &Keys, key: &str, record: &TopicRecord) -> Vec<TxnOp> {
+    let mut ops = vec![TxnOp::delete(key, None)];
+    if !record.id.is_empty() {
+        ops.push(TxnOp::delete(
+            keys.partitions_of(&record.id),
+            Some(DeleteOptions::new().with_prefix()),
+        ));
+    }
+    ops
 }
 
 /// A capped exponential back-off that also rate-limits the warning logged
@@ -992,7 +1034,7 @@ impl Registry for Etcd {
                     ),
                     Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
                 ])
-                .and_then([TxnOp::delete(key.clone(), None)])
+                .and_then(delete_topic_ops(&self.keys, &key, &record))
                 .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
             let response = deadline(timeout, self.client.txn(txn)).await?;
             if response.succeeded() {
@@ -1004,6 +1046,94 @@ impl Registry for Etcd {
             }
             // Rewritten (or deleted) in between: read it again.
         }
+    }
+
+    async fn partition_states(
+        &mut self,
+        topic_id: &str,
+    ) -> Result<BTreeMap<u32, Versioned>, RegistryError> {
+        self.check_identity()?;
+        let response = deadline(
+            self.options.request_timeout,
+            self.client.get(
+                self.keys.partitions_of(topic_id),
+                Some(GetOptions::new().with_prefix()),
+            ),
+        )
+        .await?;
+        let mut states = BTreeMap::new();
+        for kv in response.kvs() {
+            let Ok(key) = std::str::from_utf8(kv.key()) else {
+                continue;
+            };
+            if let Some(Key::Partition(_, p)) = self.keys.parse(key) {
+                if let Some(state) = parse_partition(kv.key(), kv) {
+                    states.insert(p, state);
+                }
+            }
+        }
+        Ok(states)
+    }
+
+    async fn update_partitions(
+        &mut self,
+        topic_id: &str,
+        updates: Vec<PartitionUpdate>,
+    ) -> Result<Vec<UpdateOutcome>, RegistryError> {
+        self.check_identity()?;
+        let mut outcomes = Vec::with_capacity(updates.len());
+        for batch in updates.chunks(UPDATES_PER_TXN) {
+            let mut ops = Vec::with_capacity(batch.len());
+            for update in batch {
+                let key = self.keys.partition(topic_id, update.partition);
+                let value = serde_json::to_vec(&update.state).map_err(unavailable)?;
+                ops.push(TxnOp::txn(
+                    Txn::new()
+                        .when([Compare::mod_revision(
+                            key.clone(),
+                            CompareOp::Equal,
+                            update.expected,
+                        )])
+                        .and_then([TxnOp::put(key.clone(), value, None)])
+                        .or_else([TxnOp::get(key, None)]),
+                ));
+            }
+            // Each update stands or falls on its own; all of them only in
+            // this cluster.
+            let txn = Txn::new()
+                .when([Compare::value(
+                    self.keys.cluster_id(),
+                    CompareOp::Equal,
+                    self.cluster_id.as_str(),
+                )])
+                .and_then(ops)
+                .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
+            let response = deadline(self.options.request_timeout, self.client.txn(txn)).await?;
+            if !response.succeeded() {
+                let found = got(&response).first().and_then(value_of);
+                return Err(self.foreign(found));
+            }
+            let revision = response.header().map_or(0, |h| h.revision());
+            for op in response.op_responses() {
+                let TxnOpResponse::Txn(inner) = op else {
+                    continue;
+                };
+                if inner.succeeded() {
+                    outcomes.push(UpdateOutcome::Done(revision));
+                    continue;
+                }
+                let current = inner.op_responses().into_iter().find_map(|op| match op {
+                    TxnOpResponse::Get(get) => Some(
+                        get.kvs()
+                            .first()
+                            .and_then(|kv| parse_partition(kv.key(), kv)),
+                    ),
+                    _ => None,
+                });
+                outcomes.push(UpdateOutcome::Conflict(current.flatten()));
+            }
+        }
+        Ok(outcomes)
     }
 
     fn identity(&self) -> Option<Identity> {

@@ -28,9 +28,11 @@ pub use etcd::{Etcd, EtcdOptions};
 pub use memory::Memory;
 pub use standalone::{Standalone, TOPICS_FILE};
 
+use crate::replicas::{PartitionUpdate, UpdateOutcome, Versioned};
 use protocol::codec::TopicSettings;
 use protocol::types::{BrokerId, PartitionId, ShardId};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 
@@ -68,6 +70,22 @@ pub struct TopicRecord {
     /// Empty in registries written before it existed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub id: String,
+    /// Copies of each partition (0 or 1: one, on `brokers[p]`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub replication_factor: u32,
+    /// Fewest in-sync replicas an acks=all produce accepts.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min_insync_replicas: u32,
+    /// The brokers of each partition's copies, the preferred leader first
+    /// (`brokers[p] == replicas[p][0]`); empty for one copy. Chosen at
+    /// creation; who leads now and who is in sync is the partition's state
+    /// ([`PartitionState`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<Vec<BrokerId>>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl TopicRecord {
@@ -83,6 +101,52 @@ impl TopicRecord {
             flush_interval_ms: overrides.flush_interval_ms,
             brokers,
             id: String::new(),
+            replication_factor: 0,
+            min_insync_replicas: 0,
+            replicas: Vec::new(),
+        }
+    }
+
+    /// A record for a new replicated topic: `replicas[p]` holds partition
+    /// `p`'s copies, the preferred leader first.
+    pub fn replicated(
+        name: &str,
+        overrides: TopicSettings,
+        replicas: Vec<Vec<BrokerId>>,
+        min_insync_replicas: u32,
+    ) -> TopicRecord {
+        let brokers = replicas
+            .iter()
+            .map(|r| r.first().copied().unwrap_or(0))
+            .collect();
+        let factor = replicas.first().map_or(1, |r| r.len() as u32);
+        let mut record = TopicRecord::new(name, overrides, brokers);
+        if factor > 1 {
+            record.replication_factor = factor;
+            record.min_insync_replicas = min_insync_replicas.clamp(1, factor);
+            record.replicas = replicas;
+        }
+        record
+    }
+
+    /// True when its partitions have more than one copy.
+    pub fn is_replicated(&self) -> bool {
+        self.replication_factor > 1
+    }
+
+    /// The brokers of a partition's copies, the preferred leader first.
+    pub fn replicas_of(&self, partition: PartitionId) -> Vec<BrokerId> {
+        match self.replicas.get(partition as usize) {
+            Some(replicas) => replicas.clone(),
+            None => self.broker_of(partition).into_iter().collect(),
+        }
+    }
+
+    /// True when `broker` holds a copy of `partition`.
+    pub fn has_replica(&self, partition: PartitionId, broker: BrokerId) -> bool {
+        match self.replicas.get(partition as usize) {
+            Some(replicas) => replicas.contains(&broker),
+            None => self.broker_of(partition) == Some(broker),
         }
     }
 
@@ -94,6 +158,8 @@ impl TopicRecord {
             segment_bytes: self.segment_bytes,
             flush_messages: self.flush_messages,
             flush_interval_ms: self.flush_interval_ms,
+            replication_factor: self.replication_factor,
+            min_insync_replicas: self.min_insync_replicas,
         }
     }
 
@@ -120,6 +186,43 @@ impl TopicRecord {
                 self.brokers.len()
             ));
         }
+        if self.is_replicated() {
+            if self.replicas.len() != self.partitions as usize {
+                return Err(format!(
+                    "topic {:?} has {} partitions but {} replica sets",
+                    self.name,
+                    self.partitions,
+                    self.replicas.len()
+                ));
+            }
+            for (p, set) in self.replicas.iter().enumerate() {
+                let mut distinct = set.clone();
+                distinct.sort_unstable();
+                distinct.dedup();
+                if set.len() != self.replication_factor as usize
+                    || distinct.len() != set.len()
+                    || set.first() != self.brokers.get(p)
+                {
+                    return Err(format!(
+                        "topic {:?} partition {p}: replicas {set:?} are not {} distinct brokers led by {:?}",
+                        self.name,
+                        self.replication_factor,
+                        self.brokers.get(p)
+                    ));
+                }
+            }
+            if self.min_insync_replicas == 0 || self.min_insync_replicas > self.replication_factor {
+                return Err(format!(
+                    "topic {:?}: min_insync_replicas {} is not 1..={}",
+                    self.name, self.min_insync_replicas, self.replication_factor
+                ));
+            }
+        } else if !self.replicas.is_empty() {
+            return Err(format!(
+                "topic {:?} has replica sets but one copy",
+                self.name
+            ));
+        }
         Ok(())
     }
 }
@@ -139,6 +242,10 @@ pub struct BrokerRecord {
     /// broker recognises the registration its killed predecessor left.
     #[serde(default)]
     pub data_dir_id: String,
+    /// A random id of this run of the broker: a follower's fetches carry
+    /// it, so its leader sees a restart (KIP-903).
+    #[serde(default)]
+    pub incarnation: String,
 }
 
 /// One shard's address.
@@ -170,6 +277,15 @@ pub enum RegistryEvent {
     Brokers(Vec<BrokerRecord>),
     /// A member joined or left this group.
     GroupMembers(String),
+    /// A replicated partition's state changed (an election, an ISR change).
+    PartitionState {
+        /// Its topic's id.
+        topic_id: String,
+        /// The partition.
+        partition: u32,
+        /// The state now.
+        state: Versioned,
+    },
     /// The watch was lost (etcd unreachable) and is back: the whole state,
     /// for the receiver to reconcile with what it knew. A topic missing
     /// from it was not seen deleted: the snapshot may come from an etcd
@@ -180,6 +296,9 @@ pub enum RegistryEvent {
         topics: Vec<TopicRecord>,
         /// Every live broker.
         brokers: Vec<BrokerRecord>,
+        /// Every replicated partition's state that has a key, by topic id
+        /// and partition (one without a key is in its initial state).
+        partitions: Vec<(String, u32, Versioned)>,
     },
     /// The registry no longer holds this broker's cluster (a new, empty
     /// etcd behind the same address, another cluster's data, the id key
@@ -346,6 +465,33 @@ pub trait Registry {
     /// loses no event. Never resolves for a single-broker store.
     fn next_event(&mut self) -> impl Future<Output = RegistryEvent>;
 
+    /// The states of `topic_id`'s replicated partitions that have a key
+    /// (one without is in its initial state). A single-broker store has no
+    /// replicated topics.
+    fn partition_states(
+        &mut self,
+        topic_id: &str,
+    ) -> impl Future<Output = Result<BTreeMap<u32, Versioned>, RegistryError>> {
+        let _ = topic_id;
+        async { Ok(BTreeMap::new()) }
+    }
+
+    /// Applies each update whose partition is still at its expected
+    /// revision; each succeeds or fails on its own (batched within etcd's
+    /// limit on operations per transaction).
+    fn update_partitions(
+        &mut self,
+        topic_id: &str,
+        updates: Vec<PartitionUpdate>,
+    ) -> impl Future<Output = Result<Vec<UpdateOutcome>, RegistryError>> {
+        let _ = (topic_id, updates);
+        async {
+            Err(RegistryError::Unavailable {
+                reason: "a single-broker registry keeps no replicated partitions".into(),
+            })
+        }
+    }
+
     /// Which cluster the registry holds, for a store shared by a cluster
     /// (etcd); `None` for a single-broker store.
     fn identity(&self) -> Option<Identity> {
@@ -392,6 +538,7 @@ pub mod conformance {
             }],
             version: "test".into(),
             data_dir_id: format!("test-{id}"),
+            incarnation: format!("run-{id}"),
         }
     }
 

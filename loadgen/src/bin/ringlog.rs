@@ -153,6 +153,13 @@ enum TopicCommand {
         /// Flush this long after the oldest unflushed message (0 = broker default).
         #[arg(long, default_value_t = 0)]
         flush_interval_ms: u64,
+        /// Copies of each partition, on as many brokers (0 = broker default,
+        /// `default_replication_factor`).
+        #[arg(long, default_value_t = 0)]
+        replication_factor: u32,
+        /// Fewest in-sync replicas acks=all accepts (0 = broker default).
+        #[arg(long, default_value_t = 0)]
+        min_insync_replicas: u32,
     },
     /// List topics.
     List,
@@ -176,6 +183,8 @@ enum Acks {
     Written,
     /// Flushed to disk and visible to consumers.
     Flushed,
+    /// Flushed by every in-sync replica (as flushed on one copy).
+    All,
 }
 
 #[derive(Args, Debug)]
@@ -297,6 +306,8 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
             segment_bytes,
             flush_messages,
             flush_interval_ms,
+            replication_factor,
+            min_insync_replicas,
         } => {
             let settings = TopicSettings {
                 retention_ms,
@@ -304,6 +315,8 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                 segment_bytes,
                 flush_messages,
                 flush_interval_ms,
+                replication_factor,
+                min_insync_replicas,
             };
             let topic = client.create_topic(&name, partitions, &settings)?;
             println!(
@@ -339,7 +352,14 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                 s.flush_messages,
                 s.flush_interval_ms
             );
-            println!("partition\tbroker\tshard\taddress\tstart_offset\tflushed_offset\tend_offset");
+            println!("partition\tleader\treplicas\tisr\tepoch\tshard\taddress\tstart_offset\tflushed_offset\tend_offset");
+            let ids = |ids: &[u32], fallback: u32| {
+                if ids.is_empty() {
+                    fallback.to_string()
+                } else {
+                    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                }
+            };
             // Every partition, whether its broker answers or not: a broker
             // that is down makes its rows offline, not the command fail.
             let mut offline = std::collections::BTreeMap::<u32, Vec<u32>>::new();
@@ -347,11 +367,21 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                 let address = client
                     .partition_address(&metadata, &name, p.partition)
                     .unwrap_or_else(|_| "-".to_string());
+                let replication = format!(
+                    "{}\t{}\t{}\t{}",
+                    p.broker_id,
+                    ids(&p.replicas, p.broker_id),
+                    ids(&p.isr, p.broker_id),
+                    if p.leader_epoch < 0 {
+                        "-".to_string()
+                    } else {
+                        p.leader_epoch.to_string()
+                    }
+                );
                 match client.list_offsets(&name, p.partition, OffsetSpec::Earliest, 0) {
                     Ok((_, offsets)) => println!(
-                        "{}\t{}\t{}\t{address}\t{}\t{}\t{}",
+                        "{}\t{replication}\t{}\t{address}\t{}\t{}\t{}",
                         p.partition,
-                        p.broker_id,
                         p.shard_id,
                         offsets.start_offset,
                         offsets.flushed_offset,
@@ -360,8 +390,8 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                     Err(error) if error.is_retriable() => {
                         offline.entry(p.broker_id).or_default().push(p.partition);
                         println!(
-                            "{}\t{}\t{}\t{address}\toffline\toffline\toffline",
-                            p.partition, p.broker_id, p.shard_id
+                            "{}\t{replication}\t{}\t{address}\toffline\toffline\toffline",
+                            p.partition, p.shard_id
                         );
                     }
                     Err(error) => return Err(error.into()),
@@ -393,6 +423,7 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
         Acks::None => AckMode::None,
         Acks::Written => AckMode::Written,
         Acks::Flushed => AckMode::Flushed,
+        Acks::All => AckMode::All,
     };
     let mut producer = Producer::new(
         &client,

@@ -21,7 +21,13 @@ from .wire import ProduceRequest, ProduceResponse, TopicConfig
 
 CLIENT_NAME = "ringlog-python/0.1.0"
 
-_ACKS = {"none": _AckMode.AckMode.None_, "written": _AckMode.AckMode.Written, "flushed": _AckMode.AckMode.Flushed}
+_ACKS = {
+    "none": _AckMode.AckMode.None_,
+    "written": _AckMode.AckMode.Written,
+    "flushed": _AckMode.AckMode.Flushed,
+    # Every in-sync replica has flushed it (as "flushed" on one copy).
+    "all": _AckMode.AckMode.All,
+}
 
 
 class Partition(NamedTuple):
@@ -263,6 +269,8 @@ class Client:
         segment_bytes: int = 0,
         flush_messages: int = 0,
         flush_interval_ms: int = 0,
+        replication_factor: int = 0,
+        min_insync_replicas: int = 0,
     ) -> TopicMetadata:
         """Creates a topic; 0 for a setting means the broker's default."""
         b = flatbuffers.Builder(128)
@@ -273,6 +281,8 @@ class Client:
         TopicConfig.AddSegmentBytes(b, segment_bytes)
         TopicConfig.AddFlushMessages(b, flush_messages)
         TopicConfig.AddFlushIntervalMs(b, flush_interval_ms)
+        TopicConfig.AddReplicationFactor(b, replication_factor)
+        TopicConfig.AddMinInsyncReplicas(b, min_insync_replicas)
         config = TopicConfig.End(b)
         CreateTopicRequest.Start(b)
         CreateTopicRequest.AddName(b, n)

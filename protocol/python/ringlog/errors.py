@@ -37,6 +37,10 @@ class ErrorCode(enum.IntEnum):
     STORAGE_UNAVAILABLE = 25
     CLUSTER_ID_MISMATCH = 26
     UNKNOWN_TOPIC_ID = 27
+    NOT_LEADER = 28
+    FENCED_LEADER_EPOCH = 29
+    NOT_ENOUGH_REPLICAS = 30
+    UNKNOWN_LEADER_EPOCH = 31
 
 
 #: Codes after which the same request may succeed later.
@@ -47,6 +51,10 @@ RETRIABLE = frozenset(
         ErrorCode.NOT_OWNER,
         ErrorCode.COORDINATOR_UNAVAILABLE,
         ErrorCode.STORAGE_UNAVAILABLE,
+        ErrorCode.NOT_LEADER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
     }
 )
 

@@ -314,7 +314,11 @@ fn broker_error(code: u16, header: &[u8]) -> ClientError {
             message: error.message().unwrap_or_default().to_string(),
             range: (code == ErrorCode::OffsetOutOfRange)
                 .then(|| (error.start_offset(), error.end_offset())),
-            owner_broker_id: (code == ErrorCode::NotOwner).then(|| error.owner_broker_id()),
+            owner_broker_id: matches!(
+                code,
+                ErrorCode::NotOwner | ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch
+            )
+            .then(|| error.owner_broker_id()),
         },
         Err(e) => ClientError::Broker {
             code,

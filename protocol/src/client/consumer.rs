@@ -143,7 +143,7 @@ impl Consumer {
                 Ok(()) => return Ok(()),
                 Err(error) => error,
             };
-            let not_owner = error.code() == Some(ErrorCode::NotOwner);
+            let not_owner = error.moved();
             let passes = not_owner
                 || error.is_connection_error()
                 || (error.is_retriable() && error.code().is_some());

@@ -305,6 +305,16 @@ impl ClientError {
         }
     }
 
+    /// True when the broker says the partition is served elsewhere now
+    /// (NOT_OWNER, NOT_LEADER, FENCED_LEADER_EPOCH): refresh Metadata and go
+    /// there.
+    pub fn moved(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(ErrorCode::NotOwner | ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch)
+        )
+    }
+
     /// True when the connection the error happened on is no longer
     /// usable (broken, timed out, out of step), as opposed to an answer
     /// from the broker on a healthy connection.
@@ -339,6 +349,10 @@ impl ClientError {
                 ErrorCode::Overloaded
                     | ErrorCode::ShuttingDown
                     | ErrorCode::NotOwner
+                    | ErrorCode::NotLeader
+                    | ErrorCode::FencedLeaderEpoch
+                    | ErrorCode::UnknownLeaderEpoch
+                    | ErrorCode::NotEnoughReplicas
                     | ErrorCode::CoordinatorUnavailable
                     | ErrorCode::StorageUnavailable
             ),
@@ -563,7 +577,12 @@ impl Client {
             Err(error)
                 if matches!(
                     error.code(),
-                    Some(ErrorCode::NotOwner | ErrorCode::UnknownTopic)
+                    Some(
+                        ErrorCode::NotOwner
+                            | ErrorCode::UnknownTopic
+                            | ErrorCode::NotLeader
+                            | ErrorCode::FencedLeaderEpoch
+                    )
                 ) =>
             {
                 // The placement this client remembered is stale (the topic

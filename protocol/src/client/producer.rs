@@ -1190,7 +1190,7 @@ impl Inner {
                         owner_broker_id: None,
                     };
                     if error.is_retriable() && pending.sends <= setup.client.config().retries {
-                        if code == ErrorCode::NotOwner {
+                        if error.moved() {
                             self.reconnect = true;
                         }
                         let why = || error.clone();

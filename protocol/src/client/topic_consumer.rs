@@ -643,7 +643,7 @@ impl Fetcher {
                 Err(error) if error.is_connection_error() => {
                     return Broke::Connection(error);
                 }
-                Err(error) if error.code() == Some(ErrorCode::NotOwner) => {
+                Err(error) if error.moved() => {
                     return Broke::Connection(error);
                 }
                 Err(error) => {

@@ -24,6 +24,12 @@ pub enum AckMode {
     /// The produce starts the flush (group commit), so it waits about one
     /// fdatasync.
     Flushed,
+    /// Once every in-sync replica has flushed the set (the topic may relax
+    /// it to written): it survives the loss of any replica but the last.
+    /// Refused with NOT_ENOUGH_REPLICAS, before appending, while fewer than
+    /// the topic's `min_insync_replicas` are in sync. On a partition with
+    /// one copy it is `Flushed`.
+    All,
 }
 
 impl AckMode {
@@ -33,6 +39,7 @@ impl AckMode {
             AckMode::None => wire::AckMode::None,
             AckMode::Written => wire::AckMode::Written,
             AckMode::Flushed => wire::AckMode::Flushed,
+            AckMode::All => wire::AckMode::All,
         }
     }
 
@@ -42,6 +49,7 @@ impl AckMode {
             wire::AckMode::None => Some(AckMode::None),
             wire::AckMode::Written => Some(AckMode::Written),
             wire::AckMode::Flushed => Some(AckMode::Flushed),
+            wire::AckMode::All => Some(AckMode::All),
             _ => None,
         }
     }
@@ -113,6 +121,10 @@ pub struct TopicSettings {
     pub flush_messages: u64,
     /// ...or this long after the first unflushed message, whichever is first.
     pub flush_interval_ms: u64,
+    /// Copies of each partition (0 = the broker's default).
+    pub replication_factor: u32,
+    /// Fewest in-sync replicas acks=all accepts (0 = the broker's default).
+    pub min_insync_replicas: u32,
 }
 
 impl TopicSettings {
@@ -125,6 +137,8 @@ impl TopicSettings {
                 segment_bytes: self.segment_bytes,
                 flush_messages: self.flush_messages,
                 flush_interval_ms: self.flush_interval_ms,
+                replication_factor: self.replication_factor,
+                min_insync_replicas: self.min_insync_replicas,
             },
         )
     }
@@ -137,19 +151,29 @@ impl TopicSettings {
             segment_bytes: c.segment_bytes(),
             flush_messages: c.flush_messages(),
             flush_interval_ms: c.flush_interval_ms(),
+            replication_factor: c.replication_factor(),
+            min_insync_replicas: c.min_insync_replicas(),
         })
     }
 }
 
 /// One partition's placement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PartitionPlacement {
     /// The partition.
     pub partition: PartitionId,
-    /// The broker that stores it.
+    /// The broker to send its Produce and Fetch to: the one that stores it,
+    /// or, replicated, its leader.
     pub broker_id: BrokerId,
     /// The shard that owns it.
     pub shard_id: ShardId,
+    /// The leader's epoch; -1 for a partition with one copy.
+    pub leader_epoch: i32,
+    /// The brokers with a copy, the preferred leader first (empty: one copy,
+    /// on `broker_id`).
+    pub replicas: Vec<BrokerId>,
+    /// Those in sync with the leader.
+    pub isr: Vec<BrokerId>,
 }
 
 /// A topic as Metadata describes it.
@@ -225,12 +249,17 @@ fn encode_topic<'b>(
         .partitions
         .iter()
         .map(|p| {
+            let replicas = (!p.replicas.is_empty()).then(|| fbb.create_vector(&p.replicas));
+            let isr = (!p.isr.is_empty()).then(|| fbb.create_vector(&p.isr));
             wire::PartitionInfo::create(
                 fbb,
                 &wire::PartitionInfoArgs {
                     partition: p.partition,
                     broker_id: p.broker_id,
                     shard_id: p.shard_id,
+                    leader_epoch: p.leader_epoch,
+                    replicas,
+                    isr,
                 },
             )
         })
@@ -261,6 +290,9 @@ pub fn decode_topic(info: wire::TopicInfo<'_>) -> TopicMetadata {
                         partition: p.partition(),
                         broker_id: p.broker_id(),
                         shard_id: p.shard_id(),
+                        leader_epoch: p.leader_epoch(),
+                        replicas: p.replicas().map(|r| r.iter().collect()).unwrap_or_default(),
+                        isr: p.isr().map(|r| r.iter().collect()).unwrap_or_default(),
                     })
                     .collect()
             })
@@ -381,6 +413,19 @@ pub fn produce_request_of<'b>(
     partition: PartitionId,
     acks: AckMode,
 ) -> &'b [u8] {
+    produce_request_at(fbb, topic, topic_id, partition, acks, -1)
+}
+
+/// Produce request header naming the topic's id and the leader epoch the
+/// client knows (-1: unchecked).
+pub fn produce_request_at<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    topic_id: &str,
+    partition: PartitionId,
+    acks: AckMode,
+    leader_epoch: i32,
+) -> &'b [u8] {
     fbb.reset();
     let topic = fbb.create_string(topic);
     let topic_id = (!topic_id.is_empty()).then(|| fbb.create_string(topic_id));
@@ -391,6 +436,7 @@ pub fn produce_request_of<'b>(
             partition,
             acks: acks.to_wire(),
             topic_id,
+            leader_epoch,
         },
     );
     finish(fbb, root)
@@ -426,9 +472,58 @@ pub fn fetch_request_of<'b>(
     partition: PartitionId,
     args: FetchArgs,
 ) -> &'b [u8] {
+    replica_fetch_request(
+        fbb,
+        topic,
+        topic_id,
+        partition,
+        args,
+        &ReplicaFetch::consumer(),
+    )
+}
+
+/// Who fetches, and what a follower knows of its own copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaFetch {
+    /// The leader epoch the fetcher knows (-1: unchecked).
+    pub leader_epoch: i32,
+    /// A follower's broker id; -1 for a consumer.
+    pub replica_id: i32,
+    /// The follower's incarnation (its registration's).
+    pub incarnation: String,
+    /// The epoch of the last message the follower has (-1: none).
+    pub last_fetched_epoch: i32,
+    /// How far the follower's copy is flushed.
+    pub flushed_offset: u64,
+}
+
+impl ReplicaFetch {
+    /// A consumer's fetch: no replica, no epoch check.
+    pub fn consumer() -> ReplicaFetch {
+        ReplicaFetch {
+            leader_epoch: -1,
+            replica_id: -1,
+            incarnation: String::new(),
+            last_fetched_epoch: -1,
+            flushed_offset: 0,
+        }
+    }
+}
+
+/// Fetch request header with the fetcher's replica fields.
+pub fn replica_fetch_request<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    topic_id: &str,
+    partition: PartitionId,
+    args: FetchArgs,
+    replica: &ReplicaFetch,
+) -> &'b [u8] {
     fbb.reset();
     let topic = fbb.create_string(topic);
     let topic_id = (!topic_id.is_empty()).then(|| fbb.create_string(topic_id));
+    let incarnation =
+        (!replica.incarnation.is_empty()).then(|| fbb.create_string(&replica.incarnation));
     let root = wire::FetchRequest::create(
         fbb,
         &wire::FetchRequestArgs {
@@ -438,6 +533,11 @@ pub fn fetch_request_of<'b>(
             max_bytes: args.max_bytes,
             max_wait_ms: args.max_wait_ms,
             topic_id,
+            leader_epoch: replica.leader_epoch,
+            replica_id: replica.replica_id,
+            replica_incarnation: incarnation,
+            last_fetched_epoch: replica.last_fetched_epoch,
+            replica_flushed_offset: replica.flushed_offset,
         },
     );
     finish(fbb, root)
@@ -631,7 +731,43 @@ pub fn fetch_response<'b>(
     length: u32,
     offsets: PartitionOffsets,
 ) -> &'b [u8] {
+    replica_fetch_response(fbb, offset, length, offsets, &FetchedReplica::default())
+}
+
+/// What a follower's fetch answer tells it besides the bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchedReplica {
+    /// The leader's epoch (-1: not replicated).
+    pub leader_epoch: i32,
+    /// The epoch every byte of the chunk was written in.
+    pub chunk_epoch: i32,
+    /// The base offset of the leader's segment the chunk lies in.
+    pub segment_base: u64,
+    /// When the follower diverged: the epoch and the offset to truncate to.
+    pub diverging: Option<(i32, u64)>,
+}
+
+impl Default for FetchedReplica {
+    fn default() -> Self {
+        FetchedReplica {
+            leader_epoch: -1,
+            chunk_epoch: -1,
+            segment_base: 0,
+            diverging: None,
+        }
+    }
+}
+
+/// Fetch response header with the replica fields.
+pub fn replica_fetch_response<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    offset: u64,
+    length: u32,
+    offsets: PartitionOffsets,
+    replica: &FetchedReplica,
+) -> &'b [u8] {
     fbb.reset();
+    let (diverging_epoch, diverging_end_offset) = replica.diverging.unwrap_or((-1, 0));
     let root = wire::FetchResponse::create(
         fbb,
         &wire::FetchResponseArgs {
@@ -639,6 +775,11 @@ pub fn fetch_response<'b>(
             length,
             start_offset: offsets.start_offset,
             flushed_offset: offsets.flushed_offset,
+            leader_epoch: replica.leader_epoch,
+            chunk_epoch: replica.chunk_epoch,
+            segment_base: replica.segment_base,
+            diverging_epoch,
+            diverging_end_offset,
         },
     );
     finish(fbb, root)
@@ -684,6 +825,9 @@ mod tests {
                     partition: 0,
                     broker_id: 3,
                     shard_id: 1,
+                    leader_epoch: 4,
+                    replicas: vec![3, 1, 2],
+                    isr: vec![1, 3],
                 }],
                 settings: TopicSettings {
                     retention_ms: 5,

@@ -17,14 +17,18 @@ pub mod ringlog {
             since = "2.0.0",
             note = "Use associated constants instead. This will no longer be generated in 2021."
         )]
-        pub const ENUM_MAX_ACK_MODE: u8 = 2;
+        pub const ENUM_MAX_ACK_MODE: u8 = 3;
         #[deprecated(
             since = "2.0.0",
             note = "Use associated constants instead. This will no longer be generated in 2021."
         )]
         #[allow(non_camel_case_types)]
-        pub const ENUM_VALUES_ACK_MODE: [AckMode; 3] =
-            [AckMode::None, AckMode::Written, AckMode::Flushed];
+        pub const ENUM_VALUES_ACK_MODE: [AckMode; 4] = [
+            AckMode::None,
+            AckMode::Written,
+            AckMode::Flushed,
+            AckMode::All,
+        ];
 
         #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
         #[repr(transparent)]
@@ -34,16 +38,19 @@ pub mod ringlog {
             pub const None: Self = Self(0);
             pub const Written: Self = Self(1);
             pub const Flushed: Self = Self(2);
+            pub const All: Self = Self(3);
 
             pub const ENUM_MIN: u8 = 0;
-            pub const ENUM_MAX: u8 = 2;
-            pub const ENUM_VALUES: &'static [Self] = &[Self::None, Self::Written, Self::Flushed];
+            pub const ENUM_MAX: u8 = 3;
+            pub const ENUM_VALUES: &'static [Self] =
+                &[Self::None, Self::Written, Self::Flushed, Self::All];
             /// Returns the variant's name or "" if unknown.
             pub fn variant_name(self) -> Option<&'static str> {
                 match self {
                     Self::None => Some("None"),
                     Self::Written => Some("Written"),
                     Self::Flushed => Some("Flushed"),
+                    Self::All => Some("All"),
                     _ => None,
                 }
             }
@@ -780,6 +787,8 @@ pub mod ringlog {
             pub const VT_SEGMENT_BYTES: ::flatbuffers::VOffsetT = 8;
             pub const VT_FLUSH_MESSAGES: ::flatbuffers::VOffsetT = 10;
             pub const VT_FLUSH_INTERVAL_MS: ::flatbuffers::VOffsetT = 12;
+            pub const VT_REPLICATION_FACTOR: ::flatbuffers::VOffsetT = 14;
+            pub const VT_MIN_INSYNC_REPLICAS: ::flatbuffers::VOffsetT = 16;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -801,6 +810,8 @@ pub mod ringlog {
                 builder.add_segment_bytes(args.segment_bytes);
                 builder.add_retention_bytes(args.retention_bytes);
                 builder.add_retention_ms(args.retention_ms);
+                builder.add_min_insync_replicas(args.min_insync_replicas);
+                builder.add_replication_factor(args.replication_factor);
                 builder.finish()
             }
 
@@ -859,6 +870,28 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn replication_factor(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(TopicConfig::VT_REPLICATION_FACTOR, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn min_insync_replicas(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(TopicConfig::VT_MIN_INSYNC_REPLICAS, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for TopicConfig<'_> {
@@ -873,6 +906,8 @@ pub mod ringlog {
                     .visit_field::<u64>("segment_bytes", Self::VT_SEGMENT_BYTES, false)?
                     .visit_field::<u64>("flush_messages", Self::VT_FLUSH_MESSAGES, false)?
                     .visit_field::<u64>("flush_interval_ms", Self::VT_FLUSH_INTERVAL_MS, false)?
+                    .visit_field::<u32>("replication_factor", Self::VT_REPLICATION_FACTOR, false)?
+                    .visit_field::<u32>("min_insync_replicas", Self::VT_MIN_INSYNC_REPLICAS, false)?
                     .finish();
                 Ok(())
             }
@@ -883,6 +918,8 @@ pub mod ringlog {
             pub segment_bytes: u64,
             pub flush_messages: u64,
             pub flush_interval_ms: u64,
+            pub replication_factor: u32,
+            pub min_insync_replicas: u32,
         }
         impl<'a> Default for TopicConfigArgs {
             #[inline]
@@ -893,6 +930,8 @@ pub mod ringlog {
                     segment_bytes: 0,
                     flush_messages: 0,
                     flush_interval_ms: 0,
+                    replication_factor: 0,
+                    min_insync_replicas: 0,
                 }
             }
         }
@@ -928,6 +967,22 @@ pub mod ringlog {
                     .push_slot::<u64>(TopicConfig::VT_FLUSH_INTERVAL_MS, flush_interval_ms, 0);
             }
             #[inline]
+            pub fn add_replication_factor(&mut self, replication_factor: u32) {
+                self.fbb_.push_slot::<u32>(
+                    TopicConfig::VT_REPLICATION_FACTOR,
+                    replication_factor,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn add_min_insync_replicas(&mut self, min_insync_replicas: u32) {
+                self.fbb_.push_slot::<u32>(
+                    TopicConfig::VT_MIN_INSYNC_REPLICAS,
+                    min_insync_replicas,
+                    0,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> TopicConfigBuilder<'a, 'b, A> {
@@ -952,6 +1007,8 @@ pub mod ringlog {
                 ds.field("segment_bytes", &self.segment_bytes());
                 ds.field("flush_messages", &self.flush_messages());
                 ds.field("flush_interval_ms", &self.flush_interval_ms());
+                ds.field("replication_factor", &self.replication_factor());
+                ds.field("min_insync_replicas", &self.min_insync_replicas());
                 ds.finish()
             }
         }
@@ -1404,6 +1461,9 @@ pub mod ringlog {
             pub const VT_PARTITION: ::flatbuffers::VOffsetT = 4;
             pub const VT_BROKER_ID: ::flatbuffers::VOffsetT = 6;
             pub const VT_SHARD_ID: ::flatbuffers::VOffsetT = 8;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 10;
+            pub const VT_REPLICAS: ::flatbuffers::VOffsetT = 12;
+            pub const VT_ISR: ::flatbuffers::VOffsetT = 14;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1417,9 +1477,16 @@ pub mod ringlog {
                 A: ::flatbuffers::Allocator + 'bldr,
             >(
                 _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
-                args: &'args PartitionInfoArgs,
+                args: &'args PartitionInfoArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<PartitionInfo<'bldr>> {
                 let mut builder = PartitionInfoBuilder::new(_fbb);
+                if let Some(x) = args.isr {
+                    builder.add_isr(x);
+                }
+                if let Some(x) = args.replicas {
+                    builder.add_replicas(x);
+                }
+                builder.add_leader_epoch(args.leader_epoch);
                 builder.add_broker_id(args.broker_id);
                 builder.add_partition(args.partition);
                 builder.add_shard_id(args.shard_id);
@@ -1459,6 +1526,43 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn leader_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(PartitionInfo::VT_LEADER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn replicas(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            PartitionInfo::VT_REPLICAS,
+                            None,
+                        )
+                }
+            }
+            #[inline]
+            pub fn isr(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            PartitionInfo::VT_ISR,
+                            None,
+                        )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for PartitionInfo<'_> {
@@ -1471,22 +1575,39 @@ pub mod ringlog {
                     .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
                     .visit_field::<u32>("broker_id", Self::VT_BROKER_ID, false)?
                     .visit_field::<u16>("shard_id", Self::VT_SHARD_ID, false)?
+                    .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "replicas",
+                        Self::VT_REPLICAS,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "isr",
+                        Self::VT_ISR,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
         }
-        pub struct PartitionInfoArgs {
+        pub struct PartitionInfoArgs<'a> {
             pub partition: u32,
             pub broker_id: u32,
             pub shard_id: u16,
+            pub leader_epoch: i32,
+            pub replicas: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+            pub isr: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
         }
-        impl<'a> Default for PartitionInfoArgs {
+        impl<'a> Default for PartitionInfoArgs<'a> {
             #[inline]
             fn default() -> Self {
                 PartitionInfoArgs {
                     partition: 0,
                     broker_id: 0,
                     shard_id: 0,
+                    leader_epoch: -1,
+                    replicas: None,
+                    isr: None,
                 }
             }
         }
@@ -1512,6 +1633,29 @@ pub mod ringlog {
                     .push_slot::<u16>(PartitionInfo::VT_SHARD_ID, shard_id, 0);
             }
             #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(PartitionInfo::VT_LEADER_EPOCH, leader_epoch, -1);
+            }
+            #[inline]
+            pub fn add_replicas(
+                &mut self,
+                replicas: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    PartitionInfo::VT_REPLICAS,
+                    replicas,
+                );
+            }
+            #[inline]
+            pub fn add_isr(
+                &mut self,
+                isr: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(PartitionInfo::VT_ISR, isr);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> PartitionInfoBuilder<'a, 'b, A> {
@@ -1534,6 +1678,9 @@ pub mod ringlog {
                 ds.field("partition", &self.partition());
                 ds.field("broker_id", &self.broker_id());
                 ds.field("shard_id", &self.shard_id());
+                ds.field("leader_epoch", &self.leader_epoch());
+                ds.field("replicas", &self.replicas());
+                ds.field("isr", &self.isr());
                 ds.finish()
             }
         }
@@ -2464,6 +2611,7 @@ pub mod ringlog {
             pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
             pub const VT_ACKS: ::flatbuffers::VOffsetT = 8;
             pub const VT_TOPIC_ID: ::flatbuffers::VOffsetT = 10;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 12;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2480,6 +2628,7 @@ pub mod ringlog {
                 args: &'args ProduceRequestArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<ProduceRequest<'bldr>> {
                 let mut builder = ProduceRequestBuilder::new(_fbb);
+                builder.add_leader_epoch(args.leader_epoch);
                 if let Some(x) = args.topic_id {
                     builder.add_topic_id(x);
                 }
@@ -2535,6 +2684,17 @@ pub mod ringlog {
                     )
                 }
             }
+            #[inline]
+            pub fn leader_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(ProduceRequest::VT_LEADER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for ProduceRequest<'_> {
@@ -2556,6 +2716,7 @@ pub mod ringlog {
                         Self::VT_TOPIC_ID,
                         false,
                     )?
+                    .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
                     .finish();
                 Ok(())
             }
@@ -2565,6 +2726,7 @@ pub mod ringlog {
             pub partition: u32,
             pub acks: AckMode,
             pub topic_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub leader_epoch: i32,
         }
         impl<'a> Default for ProduceRequestArgs<'a> {
             #[inline]
@@ -2574,6 +2736,7 @@ pub mod ringlog {
                     partition: 0,
                     acks: AckMode::None,
                     topic_id: None,
+                    leader_epoch: -1,
                 }
             }
         }
@@ -2608,6 +2771,11 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(ProduceRequest::VT_LEADER_EPOCH, leader_epoch, -1);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> ProduceRequestBuilder<'a, 'b, A> {
@@ -2631,6 +2799,7 @@ pub mod ringlog {
                 ds.field("partition", &self.partition());
                 ds.field("acks", &self.acks());
                 ds.field("topic_id", &self.topic_id());
+                ds.field("leader_epoch", &self.leader_epoch());
                 ds.finish()
             }
         }
@@ -2812,6 +2981,11 @@ pub mod ringlog {
             pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 10;
             pub const VT_MAX_WAIT_MS: ::flatbuffers::VOffsetT = 12;
             pub const VT_TOPIC_ID: ::flatbuffers::VOffsetT = 14;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 16;
+            pub const VT_REPLICA_ID: ::flatbuffers::VOffsetT = 18;
+            pub const VT_REPLICA_INCARNATION: ::flatbuffers::VOffsetT = 20;
+            pub const VT_LAST_FETCHED_EPOCH: ::flatbuffers::VOffsetT = 22;
+            pub const VT_REPLICA_FLUSHED_OFFSET: ::flatbuffers::VOffsetT = 24;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2828,7 +3002,14 @@ pub mod ringlog {
                 args: &'args FetchRequestArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<FetchRequest<'bldr>> {
                 let mut builder = FetchRequestBuilder::new(_fbb);
+                builder.add_replica_flushed_offset(args.replica_flushed_offset);
                 builder.add_offset(args.offset);
+                builder.add_last_fetched_epoch(args.last_fetched_epoch);
+                if let Some(x) = args.replica_incarnation {
+                    builder.add_replica_incarnation(x);
+                }
+                builder.add_replica_id(args.replica_id);
+                builder.add_leader_epoch(args.leader_epoch);
                 if let Some(x) = args.topic_id {
                     builder.add_topic_id(x);
                 }
@@ -2907,6 +3088,62 @@ pub mod ringlog {
                     )
                 }
             }
+            #[inline]
+            pub fn leader_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchRequest::VT_LEADER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn replica_id(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchRequest::VT_REPLICA_ID, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn replica_incarnation(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        FetchRequest::VT_REPLICA_INCARNATION,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn last_fetched_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchRequest::VT_LAST_FETCHED_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn replica_flushed_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchRequest::VT_REPLICA_FLUSHED_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for FetchRequest<'_> {
@@ -2930,6 +3167,19 @@ pub mod ringlog {
                         Self::VT_TOPIC_ID,
                         false,
                     )?
+                    .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
+                    .visit_field::<i32>("replica_id", Self::VT_REPLICA_ID, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "replica_incarnation",
+                        Self::VT_REPLICA_INCARNATION,
+                        false,
+                    )?
+                    .visit_field::<i32>("last_fetched_epoch", Self::VT_LAST_FETCHED_EPOCH, false)?
+                    .visit_field::<u64>(
+                        "replica_flushed_offset",
+                        Self::VT_REPLICA_FLUSHED_OFFSET,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -2941,6 +3191,11 @@ pub mod ringlog {
             pub max_bytes: u32,
             pub max_wait_ms: u32,
             pub topic_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub leader_epoch: i32,
+            pub replica_id: i32,
+            pub replica_incarnation: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub last_fetched_epoch: i32,
+            pub replica_flushed_offset: u64,
         }
         impl<'a> Default for FetchRequestArgs<'a> {
             #[inline]
@@ -2952,6 +3207,11 @@ pub mod ringlog {
                     max_bytes: 0,
                     max_wait_ms: 0,
                     topic_id: None,
+                    leader_epoch: -1,
+                    replica_id: -1,
+                    replica_incarnation: None,
+                    last_fetched_epoch: -1,
+                    replica_flushed_offset: 0,
                 }
             }
         }
@@ -2994,6 +3254,42 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(FetchRequest::VT_LEADER_EPOCH, leader_epoch, -1);
+            }
+            #[inline]
+            pub fn add_replica_id(&mut self, replica_id: i32) {
+                self.fbb_
+                    .push_slot::<i32>(FetchRequest::VT_REPLICA_ID, replica_id, -1);
+            }
+            #[inline]
+            pub fn add_replica_incarnation(
+                &mut self,
+                replica_incarnation: ::flatbuffers::WIPOffset<&'b str>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    FetchRequest::VT_REPLICA_INCARNATION,
+                    replica_incarnation,
+                );
+            }
+            #[inline]
+            pub fn add_last_fetched_epoch(&mut self, last_fetched_epoch: i32) {
+                self.fbb_.push_slot::<i32>(
+                    FetchRequest::VT_LAST_FETCHED_EPOCH,
+                    last_fetched_epoch,
+                    -1,
+                );
+            }
+            #[inline]
+            pub fn add_replica_flushed_offset(&mut self, replica_flushed_offset: u64) {
+                self.fbb_.push_slot::<u64>(
+                    FetchRequest::VT_REPLICA_FLUSHED_OFFSET,
+                    replica_flushed_offset,
+                    0,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> FetchRequestBuilder<'a, 'b, A> {
@@ -3019,6 +3315,11 @@ pub mod ringlog {
                 ds.field("max_bytes", &self.max_bytes());
                 ds.field("max_wait_ms", &self.max_wait_ms());
                 ds.field("topic_id", &self.topic_id());
+                ds.field("leader_epoch", &self.leader_epoch());
+                ds.field("replica_id", &self.replica_id());
+                ds.field("replica_incarnation", &self.replica_incarnation());
+                ds.field("last_fetched_epoch", &self.last_fetched_epoch());
+                ds.field("replica_flushed_offset", &self.replica_flushed_offset());
                 ds.finish()
             }
         }
@@ -3044,6 +3345,11 @@ pub mod ringlog {
             pub const VT_LENGTH: ::flatbuffers::VOffsetT = 6;
             pub const VT_START_OFFSET: ::flatbuffers::VOffsetT = 8;
             pub const VT_FLUSHED_OFFSET: ::flatbuffers::VOffsetT = 10;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 12;
+            pub const VT_CHUNK_EPOCH: ::flatbuffers::VOffsetT = 14;
+            pub const VT_SEGMENT_BASE: ::flatbuffers::VOffsetT = 16;
+            pub const VT_DIVERGING_EPOCH: ::flatbuffers::VOffsetT = 18;
+            pub const VT_DIVERGING_END_OFFSET: ::flatbuffers::VOffsetT = 20;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3060,9 +3366,14 @@ pub mod ringlog {
                 args: &'args FetchResponseArgs,
             ) -> ::flatbuffers::WIPOffset<FetchResponse<'bldr>> {
                 let mut builder = FetchResponseBuilder::new(_fbb);
+                builder.add_diverging_end_offset(args.diverging_end_offset);
+                builder.add_segment_base(args.segment_base);
                 builder.add_flushed_offset(args.flushed_offset);
                 builder.add_start_offset(args.start_offset);
                 builder.add_offset(args.offset);
+                builder.add_diverging_epoch(args.diverging_epoch);
+                builder.add_chunk_epoch(args.chunk_epoch);
+                builder.add_leader_epoch(args.leader_epoch);
                 builder.add_length(args.length);
                 builder.finish()
             }
@@ -3111,6 +3422,61 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn leader_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchResponse::VT_LEADER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn chunk_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchResponse::VT_CHUNK_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn segment_base(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchResponse::VT_SEGMENT_BASE, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn diverging_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchResponse::VT_DIVERGING_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn diverging_end_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchResponse::VT_DIVERGING_END_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for FetchResponse<'_> {
@@ -3124,6 +3490,15 @@ pub mod ringlog {
                     .visit_field::<u32>("length", Self::VT_LENGTH, false)?
                     .visit_field::<u64>("start_offset", Self::VT_START_OFFSET, false)?
                     .visit_field::<u64>("flushed_offset", Self::VT_FLUSHED_OFFSET, false)?
+                    .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
+                    .visit_field::<i32>("chunk_epoch", Self::VT_CHUNK_EPOCH, false)?
+                    .visit_field::<u64>("segment_base", Self::VT_SEGMENT_BASE, false)?
+                    .visit_field::<i32>("diverging_epoch", Self::VT_DIVERGING_EPOCH, false)?
+                    .visit_field::<u64>(
+                        "diverging_end_offset",
+                        Self::VT_DIVERGING_END_OFFSET,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -3133,6 +3508,11 @@ pub mod ringlog {
             pub length: u32,
             pub start_offset: u64,
             pub flushed_offset: u64,
+            pub leader_epoch: i32,
+            pub chunk_epoch: i32,
+            pub segment_base: u64,
+            pub diverging_epoch: i32,
+            pub diverging_end_offset: u64,
         }
         impl<'a> Default for FetchResponseArgs {
             #[inline]
@@ -3142,6 +3522,11 @@ pub mod ringlog {
                     length: 0,
                     start_offset: 0,
                     flushed_offset: 0,
+                    leader_epoch: -1,
+                    chunk_epoch: -1,
+                    segment_base: 0,
+                    diverging_epoch: -1,
+                    diverging_end_offset: 0,
                 }
             }
         }
@@ -3172,6 +3557,34 @@ pub mod ringlog {
                     .push_slot::<u64>(FetchResponse::VT_FLUSHED_OFFSET, flushed_offset, 0);
             }
             #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(FetchResponse::VT_LEADER_EPOCH, leader_epoch, -1);
+            }
+            #[inline]
+            pub fn add_chunk_epoch(&mut self, chunk_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(FetchResponse::VT_CHUNK_EPOCH, chunk_epoch, -1);
+            }
+            #[inline]
+            pub fn add_segment_base(&mut self, segment_base: u64) {
+                self.fbb_
+                    .push_slot::<u64>(FetchResponse::VT_SEGMENT_BASE, segment_base, 0);
+            }
+            #[inline]
+            pub fn add_diverging_epoch(&mut self, diverging_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(FetchResponse::VT_DIVERGING_EPOCH, diverging_epoch, -1);
+            }
+            #[inline]
+            pub fn add_diverging_end_offset(&mut self, diverging_end_offset: u64) {
+                self.fbb_.push_slot::<u64>(
+                    FetchResponse::VT_DIVERGING_END_OFFSET,
+                    diverging_end_offset,
+                    0,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> FetchResponseBuilder<'a, 'b, A> {
@@ -3195,6 +3608,11 @@ pub mod ringlog {
                 ds.field("length", &self.length());
                 ds.field("start_offset", &self.start_offset());
                 ds.field("flushed_offset", &self.flushed_offset());
+                ds.field("leader_epoch", &self.leader_epoch());
+                ds.field("chunk_epoch", &self.chunk_epoch());
+                ds.field("segment_base", &self.segment_base());
+                ds.field("diverging_epoch", &self.diverging_epoch());
+                ds.field("diverging_end_offset", &self.diverging_end_offset());
                 ds.finish()
             }
         }

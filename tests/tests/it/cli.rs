@@ -101,7 +101,7 @@ fn the_cli_says_what_is_wrong_in_one_line_and_prints_keys() {
     // Usage errors are clap's (exit 2), as the README says.
     for args in [
         vec!["consume"],
-        vec!["produce", "cli", "--acks", "all"],
+        vec!["produce", "cli", "--acks", "most"],
         vec!["topci", "list"],
     ] {
         let out = ringlog(&broker, &args, "");

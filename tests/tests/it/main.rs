@@ -25,6 +25,7 @@ mod peers;
 mod prefetch;
 mod produce_consume;
 mod python;
+mod replication;
 mod retention;
 mod stalled_consumer;
 mod tls;

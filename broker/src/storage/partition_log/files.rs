@@ -142,12 +142,27 @@ pub async fn read<S: Storage>(
     offset: u64,
     bytes_max: u32,
 ) -> Result<Option<FetchSlice<S::File>>, StorageError> {
+    read_below(log, offset, bytes_max, None).await
+}
+
+/// [`read`] up to `limit` (a follower's fetch: what is written) instead of
+/// the visible end.
+pub async fn read_below<S: Storage>(
+    log: &Shared<S>,
+    offset: u64,
+    bytes_max: u32,
+    limit: Option<u64>,
+) -> Result<Option<FetchSlice<S::File>>, StorageError> {
     // The file this call opened, held until the read below has its own
     // handle: a file nobody holds may be closed again at once by the
     // per-partition cap, and the read would open it forever.
     let mut opened: Option<Rc<S::File>> = None;
     loop {
-        let found = log.borrow().try_read(offset, bytes_max)?;
+        let found = {
+            let l = log.borrow();
+            let limit = limit.unwrap_or_else(|| l.visible_offset());
+            l.try_read_below(offset, bytes_max, limit)?
+        };
         match found {
             Read::Slice(slice) => return Ok(Some(slice)),
             Read::NotYet => return Ok(None),

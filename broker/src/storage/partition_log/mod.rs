@@ -227,6 +227,10 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     /// Set when its topic was deleted (it also counts as poisoned, so
     /// nothing more is written; waiting requests learn UNKNOWN_TOPIC).
     deleted: bool,
+    /// A replicated partition's high watermark: consumers see nothing at
+    /// or past it (nor past the flushed offset). `None`: one copy, the
+    /// flushed offset alone bounds what is visible.
+    high_watermark: Option<u64>,
     poisoned: Option<String>,
     checkpointed_offset: u64,
     /// On its shard's list of logs with work for the flush timer.
@@ -353,6 +357,7 @@ impl<S: Storage> PartitionLog<S> {
             flush_wanted: 0,
             poisoned: None,
             deleted: false,
+            high_watermark: None,
             checkpointed_offset: checkpoint,
             listed: false,
             epoch: 0,
@@ -469,6 +474,18 @@ impl<S: Storage> PartitionLog<S> {
     /// CRCs checked). Returns the offsets `[base, end)` it was given. Never
     /// waits: the bytes are written later by the sync task.
     pub fn append(&mut self, bytes: &[u8], messages: u32) -> Result<(u64, u64), StorageError> {
+        self.append_in(bytes, messages, None)
+    }
+
+    /// [`Self::append`], rolling by size (`follow: None`) or, on a
+    /// follower, exactly where the leader rolled: to a new segment at
+    /// `follow` when the active one is older.
+    fn append_in(
+        &mut self,
+        bytes: &[u8],
+        messages: u32,
+        follow: Option<u64>,
+    ) -> Result<(u64, u64), StorageError> {
         if let Some(reason) = &self.poisoned {
             return Err(StorageError::Poisoned(reason.clone()));
         }
@@ -483,10 +500,12 @@ impl<S: Storage> PartitionLog<S> {
             self.refusing = None;
         }
         let len = bytes.len() as u64;
-        let needs_roll = self
-            .segments
-            .active()
-            .is_none_or(|a| a.size_bytes > 0 && a.size_bytes + len > self.settings.segment_bytes);
+        let needs_roll = match follow {
+            None => self.segments.active().is_none_or(|a| {
+                a.size_bytes > 0 && a.size_bytes + len > self.settings.segment_bytes
+            }),
+            Some(base) => self.segments.active().is_none_or(|a| a.base_offset < base),
+        };
         if needs_roll {
             self.segments
                 .push(Segment::new(&self.dir, self.end_offset, now_ms()));
@@ -633,6 +652,19 @@ impl<S: Storage> PartitionLog<S> {
     /// A segment whose file was closed for idleness yields [`Read::Closed`]:
     /// [`read`] opens it and asks again.
     pub fn try_read(&self, offset: u64, bytes_max: u32) -> Result<Read<S::File>, StorageError> {
+        self.try_read_below(offset, bytes_max, self.visible_offset())
+    }
+
+    /// [`Self::try_read`] up to `limit` instead of the visible end (a
+    /// follower's fetch reads up to what the leader has written).
+    pub fn try_read_below(
+        &self,
+        offset: u64,
+        bytes_max: u32,
+        limit: u64,
+    ) -> Result<Read<S::File>, StorageError> {
+        // Bytes past the written offset are not in the file yet.
+        let limit = limit.min(self.written_offset);
         if offset < self.start_offset || offset > self.end_offset {
             return Err(StorageError::OffsetOutOfRange {
                 requested: offset,
@@ -640,7 +672,7 @@ impl<S: Storage> PartitionLog<S> {
                 end: self.end_offset,
             });
         }
-        if offset >= self.flushed_offset || bytes_max == 0 {
+        if offset >= limit || bytes_max == 0 {
             return Ok(Read::NotYet);
         }
         let index = self
@@ -652,7 +684,7 @@ impl<S: Storage> PartitionLog<S> {
                 end: self.end_offset,
             })?;
         let segment = &self.segments.as_slice()[index];
-        let visible_end = segment.end_offset().min(self.flushed_offset);
+        let visible_end = segment.end_offset().min(limit);
         let len = (visible_end - offset).min(u64::from(bytes_max)) as u32;
         let Some(file) = segment.file.clone() else {
             return Ok(Read::Closed {
@@ -664,7 +696,7 @@ impl<S: Storage> PartitionLog<S> {
         let position = offset - segment.base_offset;
         // Pair assertion: the slice lies inside the segment and below the flush.
         assert!(position + u64::from(len) <= segment.size_bytes);
-        assert!(offset + u64::from(len) <= self.flushed_offset);
+        assert!(offset + u64::from(len) <= limit);
         Ok(Read::Slice(FetchSlice {
             file,
             position,
@@ -790,14 +822,16 @@ thread_local! {
 
 mod fetch_wait;
 mod files;
+mod replica;
 mod retention;
 mod writer;
 
 use fetch_wait::flush_for_waiting_fetches;
 pub use fetch_wait::{fetch_waits, WaitingFetch};
-pub use files::read;
 use files::{open_segment_file, segment_file};
-pub use writer::{append, request_sync, stored, sync_all, tick};
+pub use files::{read, read_below};
+pub use replica::truncate;
+pub use writer::{append, append_replica, request_sync, stored, sync_all, tick};
 
 #[cfg(test)]
 mod tests;

@@ -48,6 +48,26 @@ pub fn append<S: Storage>(
     Ok(Appended { base, end, epoch })
 }
 
+/// A follower's append (see [`PartitionLog::append_replica`]): written and
+/// flushed at once, as a flushed produce is (acks=all counts flushed
+/// copies); [`stored`] with `AckMode::Flushed` waits for it.
+pub fn append_replica<S: Storage>(
+    log: &Shared<S>,
+    offset: u64,
+    bytes: &[u8],
+    messages: u32,
+    segment_base: u64,
+) -> Result<Appended, StorageError> {
+    let (base, end, epoch) = {
+        let mut l = log.borrow_mut();
+        let (base, end) = l.append_replica(offset, bytes, messages, segment_base)?;
+        l.flush_wanted = l.flush_wanted.max(end);
+        (base, end, l.epoch())
+    };
+    request_sync(log, true);
+    Ok(Appended { base, end, epoch })
+}
+
 /// Waits until what [`append`] assigned is written (`acks = written`) or
 /// flushed (`acks = flushed`), or will never be. `acks = none` waits like
 /// `written`.

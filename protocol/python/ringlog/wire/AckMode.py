@@ -6,3 +6,4 @@ class AckMode(object):
     None_ = 0
     Written = 1
     Flushed = 2
+    All = 3

@@ -66,8 +66,43 @@ class FetchRequest(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # FetchRequest
+    def LeaderEpoch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+    # FetchRequest
+    def ReplicaId(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+    # FetchRequest
+    def ReplicaIncarnation(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # FetchRequest
+    def LastFetchedEpoch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+    # FetchRequest
+    def ReplicaFlushedOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def FetchRequestStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(11)
 
 def Start(builder):
     FetchRequestStart(builder)
@@ -107,6 +142,36 @@ def FetchRequestAddTopicId(builder, topicId):
 
 def AddTopicId(builder, topicId):
     FetchRequestAddTopicId(builder, topicId)
+
+def FetchRequestAddLeaderEpoch(builder, leaderEpoch):
+    builder.PrependInt32Slot(6, leaderEpoch, -1)
+
+def AddLeaderEpoch(builder, leaderEpoch):
+    FetchRequestAddLeaderEpoch(builder, leaderEpoch)
+
+def FetchRequestAddReplicaId(builder, replicaId):
+    builder.PrependInt32Slot(7, replicaId, -1)
+
+def AddReplicaId(builder, replicaId):
+    FetchRequestAddReplicaId(builder, replicaId)
+
+def FetchRequestAddReplicaIncarnation(builder, replicaIncarnation):
+    builder.PrependUOffsetTRelativeSlot(8, flatbuffers.number_types.UOffsetTFlags.py_type(replicaIncarnation), 0)
+
+def AddReplicaIncarnation(builder, replicaIncarnation):
+    FetchRequestAddReplicaIncarnation(builder, replicaIncarnation)
+
+def FetchRequestAddLastFetchedEpoch(builder, lastFetchedEpoch):
+    builder.PrependInt32Slot(9, lastFetchedEpoch, -1)
+
+def AddLastFetchedEpoch(builder, lastFetchedEpoch):
+    FetchRequestAddLastFetchedEpoch(builder, lastFetchedEpoch)
+
+def FetchRequestAddReplicaFlushedOffset(builder, replicaFlushedOffset):
+    builder.PrependUint64Slot(10, replicaFlushedOffset, 0)
+
+def AddReplicaFlushedOffset(builder, replicaFlushedOffset):
+    FetchRequestAddReplicaFlushedOffset(builder, replicaFlushedOffset)
 
 def FetchRequestEnd(builder):
     return builder.EndObject()

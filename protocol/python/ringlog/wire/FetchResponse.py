@@ -52,8 +52,43 @@ class FetchResponse(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # FetchResponse
+    def LeaderEpoch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+    # FetchResponse
+    def ChunkEpoch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+    # FetchResponse
+    def SegmentBase(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # FetchResponse
+    def DivergingEpoch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+    # FetchResponse
+    def DivergingEndOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def FetchResponseStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(9)
 
 def Start(builder):
     FetchResponseStart(builder)
@@ -81,6 +116,36 @@ def FetchResponseAddFlushedOffset(builder, flushedOffset):
 
 def AddFlushedOffset(builder, flushedOffset):
     FetchResponseAddFlushedOffset(builder, flushedOffset)
+
+def FetchResponseAddLeaderEpoch(builder, leaderEpoch):
+    builder.PrependInt32Slot(4, leaderEpoch, -1)
+
+def AddLeaderEpoch(builder, leaderEpoch):
+    FetchResponseAddLeaderEpoch(builder, leaderEpoch)
+
+def FetchResponseAddChunkEpoch(builder, chunkEpoch):
+    builder.PrependInt32Slot(5, chunkEpoch, -1)
+
+def AddChunkEpoch(builder, chunkEpoch):
+    FetchResponseAddChunkEpoch(builder, chunkEpoch)
+
+def FetchResponseAddSegmentBase(builder, segmentBase):
+    builder.PrependUint64Slot(6, segmentBase, 0)
+
+def AddSegmentBase(builder, segmentBase):
+    FetchResponseAddSegmentBase(builder, segmentBase)
+
+def FetchResponseAddDivergingEpoch(builder, divergingEpoch):
+    builder.PrependInt32Slot(7, divergingEpoch, -1)
+
+def AddDivergingEpoch(builder, divergingEpoch):
+    FetchResponseAddDivergingEpoch(builder, divergingEpoch)
+
+def FetchResponseAddDivergingEndOffset(builder, divergingEndOffset):
+    builder.PrependUint64Slot(8, divergingEndOffset, 0)
+
+def AddDivergingEndOffset(builder, divergingEndOffset):
+    FetchResponseAddDivergingEndOffset(builder, divergingEndOffset)
 
 def FetchResponseEnd(builder):
     return builder.EndObject()

@@ -45,8 +45,69 @@ class PartitionInfo(object):
             return self._tab.Get(flatbuffers.number_types.Uint16Flags, o + self._tab.Pos)
         return 0
 
+    # PartitionInfo
+    def LeaderEpoch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
+    # PartitionInfo
+    def Replicas(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # PartitionInfo
+    def ReplicasAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # PartitionInfo
+    def ReplicasLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # PartitionInfo
+    def ReplicasIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        return o == 0
+
+    # PartitionInfo
+    def Isr(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # PartitionInfo
+    def IsrAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # PartitionInfo
+    def IsrLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # PartitionInfo
+    def IsrIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
 def PartitionInfoStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(6)
 
 def Start(builder):
     PartitionInfoStart(builder)
@@ -68,6 +129,36 @@ def PartitionInfoAddShardId(builder, shardId):
 
 def AddShardId(builder, shardId):
     PartitionInfoAddShardId(builder, shardId)
+
+def PartitionInfoAddLeaderEpoch(builder, leaderEpoch):
+    builder.PrependInt32Slot(3, leaderEpoch, -1)
+
+def AddLeaderEpoch(builder, leaderEpoch):
+    PartitionInfoAddLeaderEpoch(builder, leaderEpoch)
+
+def PartitionInfoAddReplicas(builder, replicas):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(replicas), 0)
+
+def AddReplicas(builder, replicas):
+    PartitionInfoAddReplicas(builder, replicas)
+
+def PartitionInfoStartReplicasVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartReplicasVector(builder, numElems):
+    return PartitionInfoStartReplicasVector(builder, numElems)
+
+def PartitionInfoAddIsr(builder, isr):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(isr), 0)
+
+def AddIsr(builder, isr):
+    PartitionInfoAddIsr(builder, isr)
+
+def PartitionInfoStartIsrVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartIsrVector(builder, numElems):
+    return PartitionInfoStartIsrVector(builder, numElems)
 
 def PartitionInfoEnd(builder):
     return builder.EndObject()

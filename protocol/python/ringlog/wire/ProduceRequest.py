@@ -52,8 +52,15 @@ class ProduceRequest(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # ProduceRequest
+    def LeaderEpoch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
 def ProduceRequestStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(5)
 
 def Start(builder):
     ProduceRequestStart(builder)
@@ -81,6 +88,12 @@ def ProduceRequestAddTopicId(builder, topicId):
 
 def AddTopicId(builder, topicId):
     ProduceRequestAddTopicId(builder, topicId)
+
+def ProduceRequestAddLeaderEpoch(builder, leaderEpoch):
+    builder.PrependInt32Slot(4, leaderEpoch, -1)
+
+def AddLeaderEpoch(builder, leaderEpoch):
+    ProduceRequestAddLeaderEpoch(builder, leaderEpoch)
 
 def ProduceRequestEnd(builder):
     return builder.EndObject()

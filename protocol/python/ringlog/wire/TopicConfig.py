@@ -59,8 +59,22 @@ class TopicConfig(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # TopicConfig
+    def ReplicationFactor(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # TopicConfig
+    def MinInsyncReplicas(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def TopicConfigStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(7)
 
 def Start(builder):
     TopicConfigStart(builder)
@@ -94,6 +108,18 @@ def TopicConfigAddFlushIntervalMs(builder, flushIntervalMs):
 
 def AddFlushIntervalMs(builder, flushIntervalMs):
     TopicConfigAddFlushIntervalMs(builder, flushIntervalMs)
+
+def TopicConfigAddReplicationFactor(builder, replicationFactor):
+    builder.PrependUint32Slot(5, replicationFactor, 0)
+
+def AddReplicationFactor(builder, replicationFactor):
+    TopicConfigAddReplicationFactor(builder, replicationFactor)
+
+def TopicConfigAddMinInsyncReplicas(builder, minInsyncReplicas):
+    builder.PrependUint32Slot(6, minInsyncReplicas, 0)
+
+def AddMinInsyncReplicas(builder, minInsyncReplicas):
+    TopicConfigAddMinInsyncReplicas(builder, minInsyncReplicas)
 
 def TopicConfigEnd(builder):
     return builder.EndObject()

@@ -1,0 +1,290 @@
+//! Replication: every partition of a topic with `replication_factor` R has
+//! a copy on R brokers; one leads it (takes produces, serves fetches), the
+//! others follow (fetch the leader's bytes and append them verbatim, at
+//! the same offsets). Kafka's in-sync replicas, with etcd instead of a
+//! controller ([`coordinator::replicas`]) and byte offsets that mean the
+//! same on every replica.
+//!
+//! | file | what |
+//! |------|------|
+//! | `mod.rs` | [`Replica`]: one partition's copy on this shard, its role and the transitions between roles |
+//! | `epochs.rs` | the leader-epoch file (epoch → start offset) and the divergence rule |
+//! | `leader.rs` | the leader's side: followers' progress, the high watermark, ISR shrink and expand, answering a follower's fetch |
+//! | `follower.rs` | the follower's side: one connection per leader shard, pipelined fetches, verbatim appends, truncation by epoch |
+//!
+//! The rules, from the anchors' bugs (`shared/REPLICATION.md`): a follower
+//! appends only whole, CRC-valid messages and rolls where the leader
+//! rolled; truncation is by leader epoch, never by high watermark; a new
+//! leader records its epoch's start before its first write; the high
+//! watermark is the least flushed offset over the ISR and does not move
+//! while the ISR is smaller than `min_insync_replicas`; a restarted
+//! follower (a new incarnation) leaves the ISR until it has caught up.
+//! Not `Send`: a shard's, like the log it replicates.
+
+pub mod epochs;
+pub mod follower;
+pub mod leader;
+
+use crate::storage::partition_log::SharedLog;
+use coordinator::replicas::{PartitionState, Versioned};
+use epochs::Epochs;
+use protocol::types::{BrokerId, PartitionId};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// A replica shared within its shard.
+pub type SharedReplica = Rc<RefCell<Replica>>;
+
+/// What this copy does now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// It leads the partition in this epoch: produces and fetches come here.
+    Leader(u32),
+    /// It follows `leader` in this epoch.
+    Follower {
+        /// The leader.
+        leader: BrokerId,
+        /// Its epoch.
+        epoch: u32,
+    },
+}
+
+/// One partition's copy on this shard.
+#[derive(Debug)]
+pub struct Replica {
+    /// `topic-partition`, for logs.
+    pub label: String,
+    /// The topic.
+    pub topic: String,
+    /// The topic's id (the partition state's key).
+    pub topic_id: String,
+    /// The partition.
+    pub partition: PartitionId,
+    /// The brokers with a copy, the preferred leader first.
+    pub replicas: Vec<BrokerId>,
+    /// Fewest in-sync replicas an acks=all produce accepts.
+    pub min_insync: u32,
+    /// This broker.
+    pub me: BrokerId,
+    /// The partition's state as last learned, with its revision.
+    pub state: Versioned,
+    /// Which epoch wrote which bytes of this copy.
+    pub epochs: Epochs,
+    /// The log.
+    pub log: SharedLog,
+    /// The leader's view of each follower (empty on a follower).
+    pub followers: BTreeMap<BrokerId, leader::Progress>,
+    /// An ISR change sent to the control thread and not answered yet:
+    /// the state it proposes.
+    pub proposed: Option<PartitionState>,
+    /// The epoch this copy has recorded its leadership for (its start is
+    /// in `epochs`): it takes writes only in this epoch.
+    pub leading: Option<u32>,
+    /// Bumped whenever the role or the leader changes: a follower's
+    /// fetch answered in an older generation is dropped.
+    pub generation: u64,
+    /// When this copy began leading in its epoch.
+    pub leading_since: std::time::Instant,
+    /// The state came from the registry (until then the copy neither
+    /// leads nor follows: after a restart the initial state may be stale).
+    pub known: bool,
+}
+
+impl Replica {
+    /// A copy of `partition` in its initial state (the registry's own
+    /// state follows in [`Replica::learn`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        topic: &str,
+        topic_id: &str,
+        partition: PartitionId,
+        replicas: Vec<BrokerId>,
+        min_insync: u32,
+        me: BrokerId,
+        log: SharedLog,
+        epochs: Epochs,
+    ) -> Replica {
+        let state = Versioned {
+            state: PartitionState::initial(&replicas),
+            revision: 0,
+        };
+        let label = log.borrow().label().to_string();
+        Replica {
+            label,
+            topic: topic.to_string(),
+            topic_id: topic_id.to_string(),
+            partition,
+            replicas,
+            min_insync,
+            me,
+            state,
+            epochs,
+            log,
+            followers: BTreeMap::new(),
+            proposed: None,
+            leading: None,
+            generation: 0,
+            leading_since: std::time::Instant::now(),
+            known: false,
+        }
+    }
+
+    /// What this copy does in the state it knows.
+    pub fn role(&self) -> Role {
+        let s = &self.state.state;
+        if s.leader == self.me {
+            Role::Leader(s.leader_epoch)
+        } else {
+            Role::Follower {
+                leader: s.leader,
+                epoch: s.leader_epoch,
+            }
+        }
+    }
+
+    /// The leader this copy knows.
+    pub fn leader(&self) -> BrokerId {
+        self.state.state.leader
+    }
+
+    /// The leader epoch this copy knows.
+    pub fn epoch(&self) -> u32 {
+        self.state.state.leader_epoch
+    }
+
+    /// True when this copy leads and has recorded its epoch: it may take
+    /// writes and answer fetches.
+    pub fn leads(&self) -> bool {
+        self.known && self.state.state.leader == self.me && self.leading == Some(self.epoch())
+    }
+
+    /// Takes a newer state of the partition (an older revision is
+    /// ignored, so a late answer never undoes a newer change). Becoming the
+    /// leader records the epoch's start — the log's end now — before
+    /// anything else can be written in it. Returns true when it changed.
+    pub fn learn(&mut self, state: Versioned) -> bool {
+        if self.known
+            && (state.revision < self.state.revision
+                || (state.revision == self.state.revision && state.state == self.state.state))
+        {
+            return false;
+        }
+        self.known = true;
+        let before = (self.leader(), self.epoch());
+        self.state = state;
+        if let Some(proposed) = &self.proposed {
+            // Answered (ours or someone else's change): propose again later
+            // from what is there now.
+            if *proposed == self.state.state || self.epoch() != before.1 {
+                self.proposed = None;
+            }
+        }
+        if (self.leader(), self.epoch()) != before {
+            self.generation += 1;
+            self.followers.clear();
+            self.proposed = None;
+        }
+        if self.state.state.leader == self.me && self.leading != Some(self.epoch()) {
+            self.start_leading();
+        }
+        true
+    }
+
+    /// Records `(epoch, log end)` durably, then takes writes in the epoch.
+    fn start_leading(&mut self) {
+        let epoch = self.epoch();
+        let end = self.log.borrow().end_offset();
+        if self.epochs.assign(epoch, end) {
+            let (storage, dir) = {
+                let l = self.log.borrow();
+                (l.storage().clone(), l.dir().to_path_buf())
+            };
+            if let Err(error) = self.epochs.store(&storage, &dir) {
+                // Not leading without it: a follower could not be told where
+                // this epoch began.
+                tracing::error!(partition = %self.label, epoch, %error, "recording the leader epoch failed; not leading");
+                return;
+            }
+        }
+        tracing::info!(partition = %self.label, epoch, start_offset = end, isr = ?self.state.state.isr, "leading");
+        self.leading = Some(epoch);
+        self.leading_since = std::time::Instant::now();
+        self.followers.clear();
+    }
+}
+
+/// How often a shard's leaders look at their followers: the high watermark
+/// (a leader's own flush may have moved it) and the ISR.
+const LEADER_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A shard's leaders, checked every [`LEADER_CHECK`]: each moves its high
+/// watermark, and proposes the ISR change it calls for (one at a time per
+/// partition) to the control thread, which writes it to the registry as a
+/// compare-and-set; the answer (or someone else's change) comes back as the
+/// partition's new state.
+pub async fn run_leaders(shard: Rc<crate::shard::Shard>) {
+    let lag_max = std::time::Duration::from_millis(shard.config.replica_lag_time_max_ms);
+    while !shard.stopping.get() {
+        glommio::timer::sleep(LEADER_CHECK).await;
+        let now = std::time::Instant::now();
+        let live = |broker: BrokerId| {
+            broker == shard.config.broker_id
+                || shard.brokers.borrow().iter().any(|b| b.broker_id == broker)
+        };
+        for replica in shard.all_replicas() {
+            let change = {
+                let mut r = replica.borrow_mut();
+                if !r.leads() {
+                    continue;
+                }
+                r.update_high_watermark();
+                let Some(change) = r.isr_change(now, lag_max, &live) else {
+                    continue;
+                };
+                r.proposed = Some(change.clone());
+                (r.topic_id.clone(), r.partition, r.state.revision, change)
+            };
+            let (topic_id, partition, expected, state) = change;
+            let shrink = state.isr.len() < replica.borrow().state.state.isr.len();
+            tracing::info!(
+                partition = %replica.borrow().label,
+                from = ?replica.borrow().state.state.isr,
+                to = ?state.isr,
+                "ISR change"
+            );
+            let (reply, answer) = flume::bounded(1);
+            let msg = crate::mailbox::ControlMsg::UpdatePartition {
+                topic_id: topic_id.clone(),
+                update: coordinator::replicas::PartitionUpdate {
+                    partition,
+                    expected,
+                    state: state.clone(),
+                },
+                reply,
+            };
+            if shard.control.send_async(msg).await.is_err() {
+                replica.borrow_mut().proposed = None;
+                continue;
+            }
+            let outcome = answer.recv_async().await;
+            let learned = match outcome {
+                Ok(Ok(coordinator::replicas::UpdateOutcome::Done(revision))) => {
+                    let counter = if shrink {
+                        &shard.metrics.counters.isr_shrinks_total
+                    } else {
+                        &shard.metrics.counters.isr_expands_total
+                    };
+                    crate::metrics::bump(counter, 1);
+                    Some(Versioned { state, revision })
+                }
+                Ok(Ok(coordinator::replicas::UpdateOutcome::Conflict(current))) => current,
+                _ => None,
+            };
+            replica.borrow_mut().proposed = None;
+            if let Some(learned) = learned {
+                shard.learn_states(&topic_id, &[(partition, learned)]);
+            }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! A replicated partition's state: who leads it, in which epoch, and which
+//! replicas are in sync — the one record every replica acts on, kept in the
+//! registry (`partitions/<topic-id>/<partition>` in etcd, see
+//! [`crate::keys`]) and changed only by compare-and-set on its revision.
+//!
+//! There is no controller. The state's changes are made by the brokers it
+//! names, each a transaction that succeeds only if the state is still the
+//! one the broker read:
+//!
+//! | change | made by | when |
+//! |--------|---------|------|
+//! | [`PartitionState::shrink`] | the leader | a follower fell behind for `replica_lag_time_max_ms`, its broker left, or it restarted (a new incarnation) |
+//! | [`PartitionState::expand`] | the leader | a follower outside the ISR caught up to the high watermark |
+//! | [`PartitionState::elect`]  | an ISR member | the leader's broker left the registry; of the members that race, one wins (epoch + 1) |
+//!
+//! A partition whose key does not exist is in its [`PartitionState::initial`]
+//! state (revision 0): creating a topic writes no per-partition keys, so a
+//! topic of 10,000 partitions stays one transaction.
+//!
+//! Leases are liveness, epochs are safety: a broker that lost its lease
+//! stops accepting writes, but what fences a deposed leader is the epoch
+//! every replica and client checks, not the lease.
+
+use protocol::types::BrokerId;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One partition's replication state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionState {
+    /// The broker that leads it (serves produce and fetch).
+    pub leader: BrokerId,
+    /// Bumped by every election: requests and fetches carry it, and a
+    /// replica refuses an older one.
+    pub leader_epoch: u32,
+    /// The replicas in sync with the leader, the leader among them.
+    pub isr: Vec<BrokerId>,
+    /// The incarnation each ISR member had when it joined (KIP-903): a
+    /// member that restarted since (and may have lost what it had not
+    /// flushed) is out of the ISR until it catches up again. Absent for
+    /// the initial ISR, whose members all start empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub incarnations: BTreeMap<BrokerId, String>,
+}
+
+/// A state and the revision of its key (0: no key yet, the initial state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The state.
+    pub state: PartitionState,
+    /// Its key's `mod_revision`; the next change compares it.
+    pub revision: i64,
+}
+
+/// A change to make if the state is still at `expected` (0: no key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionUpdate {
+    /// The partition.
+    pub partition: u32,
+    /// The revision the change was computed from.
+    pub expected: i64,
+    /// The new state.
+    pub state: PartitionState,
+}
+
+/// How one update of a batch ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpdateOutcome {
+    /// Written: the key's new revision.
+    Done(i64),
+    /// Someone else changed it first: the state now (`None`: its key is
+    /// gone, the topic was deleted).
+    Conflict(Option<Versioned>),
+}
+
+impl PartitionState {
+    /// A new partition's state: the preferred leader leads in epoch 0 and
+    /// every replica is in sync (all are empty).
+    pub fn initial(replicas: &[BrokerId]) -> PartitionState {
+        PartitionState {
+            leader: replicas.first().copied().unwrap_or(0),
+            leader_epoch: 0,
+            isr: replicas.to_vec(),
+            incarnations: BTreeMap::new(),
+        }
+    }
+
+    /// True when `broker` is in sync.
+    pub fn in_sync(&self, broker: BrokerId) -> bool {
+        self.isr.contains(&broker)
+    }
+
+    /// The leader removes `gone` from the ISR (never itself).
+    pub fn shrink(&self, gone: &[BrokerId]) -> PartitionState {
+        let mut next = self.clone();
+        next.isr.retain(|b| *b == self.leader || !gone.contains(b));
+        next.incarnations.retain(|b, _| next.isr.contains(b));
+        next
+    }
+
+    /// The leader adds `broker` (in its `incarnation`) to the ISR.
+    pub fn expand(&self, broker: BrokerId, incarnation: &str) -> PartitionState {
+        let mut next = self.clone();
+        if !next.isr.contains(&broker) {
+            next.isr.push(broker);
+            next.isr.sort_unstable();
+        }
+        next.incarnations.insert(broker, incarnation.to_string());
+        next
+    }
+
+    /// `candidate`, an ISR member, takes over from a leader that is gone:
+    /// epoch + 1, the old leader out of the ISR. `None` when the candidate
+    /// is not in sync (an unclean election is [`Self::elect_unclean`]).
+    pub fn elect(&self, candidate: BrokerId) -> Option<PartitionState> {
+        if !self.in_sync(candidate) || candidate == self.leader {
+            return None;
+        }
+        let mut next = self.clone();
+        next.leader = candidate;
+        next.leader_epoch = self.leader_epoch + 1;
+        next.isr.retain(|b| *b != self.leader);
+        next.incarnations.remove(&self.leader);
+        Some(next)
+    }
+
+    /// `candidate` takes over although it is not in sync (the operator's
+    /// `partitions elect --unclean`): what only the lost ISR had is lost.
+    pub fn elect_unclean(&self, candidate: BrokerId) -> PartitionState {
+        PartitionState {
+            leader: candidate,
+            leader_epoch: self.leader_epoch + 1,
+            isr: vec![candidate],
+            incarnations: BTreeMap::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elections_shrinks_and_expands_keep_the_leader_in_sync() {
+        let start = PartitionState::initial(&[2, 1, 3]);
+        assert_eq!((start.leader, start.leader_epoch), (2, 0));
+        let shrunk = start.shrink(&[3, 2]);
+        assert_eq!(shrunk.isr, vec![2, 1], "the leader stays");
+        let elected = shrunk.elect(1).unwrap();
+        assert_eq!((elected.leader, elected.leader_epoch), (1, 1));
+        assert_eq!(elected.isr, vec![1]);
+        assert_eq!(elected.elect(3), None, "3 is not in sync");
+        assert_eq!(elected.elect(1), None, "already the leader");
+        let back = elected.expand(3, "inc-a");
+        assert_eq!(back.isr, vec![1, 3]);
+        assert_eq!(back.incarnations.get(&3).map(String::as_str), Some("inc-a"));
+        let unclean = back.shrink(&[3]).elect_unclean(2);
+        assert_eq!(
+            (unclean.leader, unclean.leader_epoch, unclean.isr),
+            (2, 2, vec![2])
+        );
+        let json = serde_json::to_string(&back).unwrap();
+        assert_eq!(serde_json::from_str::<PartitionState>(&json).unwrap(), back);
+    }
+}

@@ -1,0 +1,301 @@
+//! Issue 20: replicated partitions on real brokers and a real etcd — copies
+//! byte-identical to the leader's, acks=all, a leader's kill -9 and the
+//! election that follows, a follower that catches up after a restart, and
+//! the refusals (NOT_ENOUGH_REPLICAS, NOT_LEADER).
+
+use super::util::read_all;
+use harness::etcd::Etcd;
+use harness::{check_numbered_payload, eventually, numbered_payload, Broker, BrokerOptions};
+use protocol::client::{AckMode, Client, Metadata, Producer, ProducerConfig, TopicSettings};
+use protocol::ErrorCode;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+const SIZE: usize = 64;
+
+fn options(etcd: &Etcd, cluster: &str, id: u32) -> BrokerOptions {
+    BrokerOptions {
+        shards: 1,
+        config_toml:
+            "etcd_lease_ttl_s = 2\netcd_timeout_ms = 2000\nreplica_lag_time_max_ms = 4000\n".into(),
+        ..BrokerOptions::clustered(etcd, cluster, id)
+    }
+}
+
+fn cluster(etcd: &Etcd, name: &str, size: u32) -> Vec<Broker> {
+    let brokers: Vec<Broker> = (1..=size)
+        .map(|id| Broker::start(options(etcd, name, id)))
+        .collect();
+    let client = brokers[0].client();
+    eventually("every broker live", WAIT, || {
+        let n = client
+            .metadata(&[])
+            .map_err(|e| e.to_string())?
+            .brokers
+            .len();
+        if n == size as usize {
+            Ok(())
+        } else {
+            Err(format!("{n}"))
+        }
+    });
+    brokers
+}
+
+fn replicated(factor: u32, min_insync: u32) -> TopicSettings {
+    TopicSettings {
+        replication_factor: factor,
+        min_insync_replicas: min_insync,
+        ..TopicSettings::default()
+    }
+}
+
+fn all_producer(client: &Client, topic: &str) -> Producer {
+    Producer::new(
+        client,
+        topic,
+        ProducerConfig {
+            acks: AckMode::All,
+            batch_messages: 50,
+            linger: Duration::from_millis(5),
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap()
+}
+
+/// The segment files of `topic-partition` on a broker, by name.
+fn files(broker: &Broker, topic: &str, partition: u32) -> BTreeMap<String, Vec<u8>> {
+    let dir = broker.data_dir().join(format!("{topic}-{partition}"));
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".log") {
+            files.insert(name, std::fs::read(entry.path()).unwrap());
+        }
+    }
+    files
+}
+
+fn metadata(client: &Client, topic: &str) -> Metadata {
+    client.metadata(&[topic]).unwrap()
+}
+
+/// Waits until every copy of the partition holds the same bytes as the
+/// leader's, file by file (the follower rolls where the leader rolled).
+fn wait_identical(brokers: &[&Broker], topic: &str, partition: u32) {
+    eventually("the copies byte-identical", WAIT, || {
+        let copies: Vec<BTreeMap<String, Vec<u8>>> =
+            brokers.iter().map(|b| files(b, topic, partition)).collect();
+        let sizes: Vec<Vec<(String, usize)>> = copies
+            .iter()
+            .map(|c| c.iter().map(|(k, v)| (k.clone(), v.len())).collect())
+            .collect();
+        if copies.windows(2).all(|w| w[0] == w[1]) {
+            Ok(())
+        } else {
+            Err(format!("{sizes:?}"))
+        }
+    });
+}
+
+fn ids(replicas: &[u32]) -> Vec<u32> {
+    let mut v = replicas.to_vec();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn r20_three_copies_are_byte_identical_and_acks_all_survives_the_leaders_kill_9() {
+    let etcd = Etcd::start();
+    let mut brokers = cluster(&etcd, "r3", 3);
+    let client = brokers[0].client();
+    let created = client.create_topic("orders", 2, &replicated(3, 2)).unwrap();
+    for p in &created.partitions {
+        assert_eq!(ids(&p.replicas), vec![1, 2, 3], "{p:?}");
+        assert_eq!(p.leader_epoch, 0);
+    }
+    let mut producer = all_producer(&client, "orders");
+    for i in 0..2_000u64 {
+        producer
+            .send_to((i % 2) as u32, None, &numbered_payload(i, SIZE))
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    assert_eq!(producer.acked_messages(), 2_000);
+    let all: Vec<&Broker> = brokers.iter().collect();
+    for p in 0..2 {
+        assert_eq!(read_all(&client, "orders", p, 0).len(), 1_000);
+        wait_identical(&all, "orders", p);
+    }
+
+    // Kill partition 0's leader: another ISR member takes over (epoch 1)
+    // within about the lease TTL, and acks=all goes on.
+    let before = metadata(&client, "orders");
+    let leader = before.topics[0].partitions[0].broker_id;
+    let victim = brokers
+        .iter()
+        .position(|b| b.options().broker_id == leader)
+        .unwrap();
+    brokers[victim].kill9();
+    let survivor = brokers
+        .iter()
+        .position(|b| b.options().broker_id != leader)
+        .unwrap();
+    let client = brokers[survivor].client();
+    let after = eventually("a new leader for partition 0", WAIT, || {
+        let m = client.metadata(&["orders"]).map_err(|e| e.to_string())?;
+        let p = &m.topics[0].partitions[0];
+        if p.broker_id != leader && p.leader_epoch >= 1 {
+            Ok(m)
+        } else {
+            Err(format!("{p:?}"))
+        }
+    });
+    let p0 = &after.topics[0].partitions[0];
+    assert!(!p0.isr.contains(&leader), "{p0:?}");
+    let mut producer = all_producer(&client, "orders");
+    for i in 2_000..3_000u64 {
+        producer
+            .send_to((i % 2) as u32, None, &numbered_payload(i, SIZE))
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    assert_eq!(producer.acked_messages(), 1_000);
+    for p in 0..2u32 {
+        let messages = read_all(&client, "orders", p, 0);
+        assert_eq!(
+            messages.len(),
+            1_500,
+            "partition {p}: no acknowledged message lost"
+        );
+        for (n, m) in messages.iter().enumerate() {
+            assert_eq!(
+                check_numbered_payload(&m.value, SIZE),
+                u64::from(p) + 2 * n as u64
+            );
+        }
+    }
+
+    // The old leader comes back, truncates where its log diverged (if it
+    // did), catches up as a follower, and its copies are the leader's again.
+    brokers[victim].restart();
+    for p in 0..2 {
+        wait_identical(&all_refs(&brokers), "orders", p);
+    }
+    let back = eventually("the old leader back in the ISR", WAIT, || {
+        let m = client.metadata(&["orders"]).map_err(|e| e.to_string())?;
+        let p = &m.topics[0].partitions[0];
+        if p.isr.contains(&leader) {
+            Ok(m)
+        } else {
+            Err(format!("{p:?}"))
+        }
+    });
+    eprintln!("after the restart: {:?}", back.topics[0].partitions);
+}
+
+fn all_refs(brokers: &[Broker]) -> Vec<&Broker> {
+    brokers.iter().collect()
+}
+
+#[test]
+fn r20_acks_all_is_refused_before_appending_when_the_isr_is_below_min_insync() {
+    let etcd = Etcd::start();
+    let mut brokers = cluster(&etcd, "minisr", 2);
+    let client = brokers[0].client();
+    client.create_topic("strict", 1, &replicated(2, 2)).unwrap();
+    let mut producer = all_producer(&client, "strict");
+    producer.send_to(0, None, b"both copies").unwrap();
+    producer.flush().unwrap();
+    let leader = metadata(&client, "strict").topics[0].partitions[0].broker_id;
+    let follower = brokers
+        .iter()
+        .position(|b| b.options().broker_id != leader)
+        .unwrap();
+    brokers[follower].kill9();
+    let via_leader = brokers
+        .iter()
+        .find(|b| b.options().broker_id == leader)
+        .unwrap()
+        .client();
+    // Its lease runs out, the leader shrinks the ISR to itself.
+    eventually("the ISR shrunk to the leader", WAIT, || {
+        let m = via_leader
+            .metadata(&["strict"])
+            .map_err(|e| e.to_string())?;
+        let isr = m.topics[0].partitions[0].isr.clone();
+        if isr == [leader] {
+            Ok(())
+        } else {
+            Err(format!("{isr:?}"))
+        }
+    });
+    let before = read_all(&via_leader, "strict", 0, 0).len();
+    let mut conn = via_leader.open(&via_leader.bootstrap()[0]).unwrap();
+    let mut set = Vec::new();
+    protocol::message::encode_message(&mut set, None, b"one copy only");
+    let header =
+        protocol::codec::produce_request(&mut conn.fbb, "strict", 0, AckMode::All).to_vec();
+    let error = conn
+        .call(protocol::frame::Api::Produce, &header, &set)
+        .unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::NotEnoughReplicas), "{error}");
+    // Nothing was appended; acks=flushed still works on the leader alone.
+    let header =
+        protocol::codec::produce_request(&mut conn.fbb, "strict", 0, AckMode::Flushed).to_vec();
+    conn.call(protocol::frame::Api::Produce, &header, &set)
+        .unwrap();
+    assert_eq!(
+        read_all(&via_leader, "strict", 0, 0).len(),
+        before,
+        "not committed: one copy"
+    );
+    // The follower comes back, catches up and rejoins: committed again.
+    brokers[follower].restart();
+    eventually("the follower back in the ISR", WAIT, || {
+        let m = via_leader
+            .metadata(&["strict"])
+            .map_err(|e| e.to_string())?;
+        let isr = ids(&m.topics[0].partitions[0].isr);
+        if isr.len() == 2 {
+            Ok(())
+        } else {
+            Err(format!("{isr:?}"))
+        }
+    });
+    eventually("the set committed", WAIT, || {
+        let n = read_all(&via_leader, "strict", 0, 0).len();
+        if n == before + 1 {
+            Ok(())
+        } else {
+            Err(format!("{n}"))
+        }
+    });
+    // A fetch sent to the follower is told who leads.
+    let follower_client = brokers[follower].client();
+    let mut conn = follower_client.open(&brokers[follower].address()).unwrap();
+    let header = protocol::codec::fetch_request(
+        &mut conn.fbb,
+        "strict",
+        0,
+        protocol::codec::FetchArgs {
+            offset: 0,
+            max_bytes: 4096,
+            max_wait_ms: 0,
+        },
+    )
+    .to_vec();
+    match conn.call(protocol::frame::Api::Fetch, &header, &[]) {
+        Err(protocol::client::ClientError::Broker {
+            code,
+            owner_broker_id,
+            ..
+        }) => {
+            assert_eq!(code, ErrorCode::NotLeader);
+            assert_eq!(owner_broker_id, Some(leader));
+        }
+        other => panic!("expected NOT_LEADER, got {other:?}"),
+    }
+}

@@ -172,7 +172,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         crate::storage::sweep::sweep(&config.data_dir, |name, partition| {
             topics
                 .iter()
-                .any(|t| t.name == name && t.broker_of(partition) == Some(me))
+                .any(|t| t.name == name && t.has_replica(partition, me))
         })
         .with_context(|| format!("sweeping {}", config.data_dir.display()))?
     };

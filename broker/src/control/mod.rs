@@ -531,17 +531,18 @@ impl<R: Registry> ControlPlane<R> {
                     ),
                 ));
             };
-            let min_insync =
-                match overrides.min_insync_replicas {
-                    0 => self.replication.default_min_insync.min(factor),
-                    n if n > factor => return Err(ControlError::new(
+            let min_insync = match overrides.min_insync_replicas {
+                0 => self.replication.default_min_insync.min(factor),
+                n if n > factor => {
+                    return Err(ControlError::new(
                         ErrorCode::InvalidConfig,
                         format!(
                             "min_insync_replicas {n} is more than the replication factor {factor}"
                         ),
-                    )),
-                    n => n,
-                };
+                    ))
+                }
+                n => n,
+            };
             TopicRecord::replicated(name, overrides, replicas, min_insync)
         } else {
             let owners = placement::spread(name, partitions, &brokers);

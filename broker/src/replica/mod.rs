@@ -185,6 +185,13 @@ impl Replica {
             self.followers.clear();
             self.proposed = None;
         }
+        // A follower that rejoined in its new incarnation is not a restart
+        // any more.
+        for (broker, progress) in self.followers.iter_mut() {
+            if self.state.state.incarnations.get(broker) == Some(&progress.incarnation) {
+                progress.restarted = false;
+            }
+        }
         if self.state.state.leader == self.me && self.leading != Some(self.epoch()) {
             self.start_leading();
         }

@@ -344,6 +344,10 @@ struct Inner {
     routed_at: Instant,
     /// How long after that a producer with a partition down looks again.
     recheck: Duration,
+    /// The topic has copies on several brokers: a partition whose leader
+    /// is down gets a new one within about the lease TTL, so its batches
+    /// wait (with their retries) instead of failing fast.
+    replicated: bool,
 
     sent_messages: u64,
     deliveries: Vec<Delivery>,
@@ -422,6 +426,11 @@ impl Producer {
             reconnect_failures: 0,
             routed_at: Instant::now(),
             recheck: DOWN_RECHECK_MIN,
+            replicated: metadata
+                .topics
+                .iter()
+                .find(|t| t.name == topic)
+                .is_some_and(|t| t.partitions.iter().any(|p| p.replicas.len() > 1)),
 
             sent_messages: 0,
             deliveries: Vec::new(),
@@ -1013,8 +1022,9 @@ impl Inner {
                         partition: pending.partition,
                         broker_id,
                     };
-                    if pending.sends == 0 {
-                        // New: fail fast, the broker is named.
+                    if pending.sends == 0 && !self.replicated {
+                        // New: fail fast, the broker is named (one copy:
+                        // nobody else will take it).
                         self.fail(pending, error);
                     } else {
                         // Sent before its broker went away: it keeps its

@@ -225,6 +225,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             control: control.requests.clone(),
             brokers: brokers.clone(),
             incarnation: incarnation.clone(),
+            lease: loaded.lease.clone(),
             orphaned_at_start: if id == 0 {
                 swept.orphans_moved.len() as u64
             } else {
@@ -316,6 +317,8 @@ struct ShardContext {
     orphaned_at_start: u64,
     /// This run's incarnation.
     incarnation: String,
+    /// This broker's lease (clustered).
+    lease: Option<Arc<coordinator::registry::LeaseClock>>,
     inbox: flume::Receiver<ShardMsg>,
     listener_fd: i32,
     topics: Vec<TopicRecord>,
@@ -369,6 +372,7 @@ async fn shard_main(context: ShardContext) {
             1024,
         )),
         incarnation: context.incarnation,
+        lease: context.lease,
         links: RefCell::new(std::collections::HashSet::new()),
     });
     shard

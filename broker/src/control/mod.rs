@@ -68,6 +68,8 @@ pub struct Loaded {
     pub brokers: Vec<BrokerRecord>,
     /// Which cluster the registry holds (`None` standalone).
     pub identity: Option<Identity>,
+    /// This broker's lease (clustered).
+    pub lease: Option<std::sync::Arc<coordinator::registry::LeaseClock>>,
 }
 
 /// How often a broker whose registry is not its cluster says so again.
@@ -120,12 +122,14 @@ where
                         // Nothing from this registry applies: serve what
                         // this broker last applied, as it was.
                         let topics = applied_topics(data_dir.as_deref());
+                        let lease = registry.lease_clock();
                         return Ok((
                             registry,
                             Loaded {
                                 topics,
                                 brokers: Vec::new(),
                                 identity,
+                                lease,
                             },
                         ));
                     }
@@ -134,12 +138,14 @@ where
                     }
                     let topics = registry.topics().await?;
                     let brokers = registry.brokers().await?;
+                    let lease = registry.lease_clock();
                     Ok::<_, RegistryError>((
                         registry,
                         Loaded {
                             topics,
                             brokers,
                             identity,
+                            lease,
                         },
                     ))
                 };

@@ -74,6 +74,7 @@ pub fn handle(
     let replica = shard.replica(topic_name, partition);
     if let Some(replica) = &replica {
         super::replicated::check_leader(replica, request.leader_epoch())?;
+        super::replicated::check_lease(shard, replica)?;
         if acks == AckMode::All {
             super::replicated::check_insync(replica)?;
         }

@@ -68,6 +68,24 @@ pub fn check_leader(replica: &SharedReplica, requested_epoch: i32) -> Result<(),
     Ok(())
 }
 
+/// Refuses writes while this broker's etcd lease may have expired: another
+/// broker may have been elected meanwhile (its epoch fences this one at
+/// the followers, but a write here must not even be acknowledged on this
+/// copy alone).
+pub fn check_lease(shard: &Shard, replica: &SharedReplica) -> Result<(), Failure> {
+    if shard.lease.as_ref().is_none_or(|lease| lease.live()) {
+        return Ok(());
+    }
+    let r = replica.borrow();
+    Err(Failure::new(
+        ErrorCode::NotLeader,
+        format!(
+            "{}: this broker's etcd lease may have expired, so it takes no writes until the lease is renewed (another broker may lead now): refresh metadata",
+            r.label
+        ),
+    ))
+}
+
 /// Refuses acks=all before anything is appended while fewer replicas than
 /// the topic's `min_insync_replicas` are in sync.
 pub fn check_insync(replica: &SharedReplica) -> Result<(), Failure> {

@@ -133,6 +133,9 @@ pub struct Shard {
     /// This process's incarnation (its registration's): a follower's
     /// fetches carry it, so a leader sees a restart (KIP-903).
     pub incarnation: String,
+    /// This broker's etcd lease (clustered): a leader that may have lost
+    /// it takes no writes.
+    pub lease: Option<std::sync::Arc<coordinator::registry::LeaseClock>>,
     /// The follower links running, by (leader broker, leader shard).
     pub links: RefCell<std::collections::HashSet<crate::replica::follower::LinkKey>>,
 }

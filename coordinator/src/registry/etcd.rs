@@ -37,7 +37,11 @@
 //! it is [`RegistryError::Unavailable`]. The background tasks never give up:
 //! they retry with a capped back-off and log a change of state once.
 
-use super::{BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, TopicRecord};
+use super::{
+    BrokerRecord, Foreign, Identity, LeaseClock, Registry, RegistryError, RegistryEvent,
+    TopicRecord,
+};
+use std::sync::Arc;
 use crate::keys::{Key, Keys};
 use crate::replicas::{PartitionState, PartitionUpdate, UpdateOutcome, Versioned};
 use etcd_client::{
@@ -89,6 +93,8 @@ pub struct Etcd {
     cluster_id: String,
     /// Which cluster the prefix holds, as the watch last saw.
     identity: tokio::sync::watch::Receiver<Identity>,
+    /// Until when the lease is known to be live.
+    lease_clock: Arc<LeaseClock>,
     events: mpsc::Receiver<RegistryEvent>,
     lease: tokio::sync::watch::Receiver<i64>,
     tasks: Vec<JoinHandle<()>>,
@@ -238,8 +244,12 @@ impl Etcd {
         let (identity, cluster_id) = resolve_identity(&mut client, &keys, &options).await?;
         let mut start = None;
         let mut lease = 0;
+        let lease_clock = Arc::new(LeaseClock::default());
+        let ttl = Duration::from_secs(options.lease_ttl_s.max(1) as u64);
         if matches!(identity, Identity::Joined { .. }) {
+            let sent = std::time::Instant::now();
             lease = register(&mut client, &keys, &options, &cluster_id, &me).await?;
+            lease_clock.renewed(sent, ttl);
             let first = snapshot(&mut client, &keys, timeout).await?;
             start = Some((first.brokers, first.revision));
         }
@@ -252,7 +262,7 @@ impl Etcd {
             options.clone(),
             cluster_id.clone(),
             me,
-            lease_tx,
+            (lease_tx, lease_clock.clone()),
             identity_rx.clone(),
         ));
         let watcher = tokio::spawn(watch(
@@ -272,6 +282,7 @@ impl Etcd {
             options,
             cluster_id,
             identity: identity_rx,
+            lease_clock,
             events,
             lease: lease_rx,
             tasks: vec![keeper, watcher],
@@ -530,7 +541,7 @@ async fn keep_alive(
     options: EtcdOptions,
     cluster_id: String,
     me: BrokerRecord,
-    lease: tokio::sync::watch::Sender<i64>,
+    (lease, clock): (tokio::sync::watch::Sender<i64>, Arc<LeaseClock>),
     mut identity: tokio::sync::watch::Receiver<Identity>,
 ) {
     let ttl = Duration::from_secs(options.lease_ttl_s.max(1) as u64);
@@ -568,8 +579,11 @@ async fn keep_alive(
             }
         }
         if state != LeaseState::Alive && state != LeaseState::Retrying {
+            clock.lost();
+            let sent = std::time::Instant::now();
             match register(&mut client, &keys, &options, &cluster_id, &me).await {
                 Ok(new) => {
+                    clock.renewed(sent, ttl);
                     let _ = lease.send(new);
                     last_register_log = None;
                     last_answer = tokio::time::Instant::now();
@@ -601,11 +615,14 @@ async fn keep_alive(
                     Err(error) => return Ended::Failed(error),
                 };
             loop {
+                let sent = std::time::Instant::now();
                 if let Err(error) = keeper.keep_alive().await {
                     return Ended::Failed(unavailable(error));
                 }
                 match deadline(options.request_timeout, stream.message()).await {
-                    Ok(Some(response)) if response.ttl() > 0 => {}
+                    Ok(Some(response)) if response.ttl() > 0 => {
+                        clock.renewed(sent, Duration::from_secs(response.ttl() as u64));
+                    }
                     Ok(Some(_)) => return Ended::Lost,
                     Ok(None) => return Ended::Failed(unavailable("the keep-alive stream ended")),
                     Err(error) => return Ended::Failed(error),
@@ -630,8 +647,12 @@ async fn keep_alive(
             }
         };
         match futures_lite::future::or(round, watching).await {
-            Ended::Lost => change(&mut state, LeaseState::Lost, "etcd does not know the lease"),
+            Ended::Lost => {
+                clock.lost();
+                change(&mut state, LeaseState::Lost, "etcd does not know the lease")
+            }
             Ended::Foreign => {
+                clock.lost();
                 // Registered in what is no longer our cluster: leave it.
                 let _ = deadline(options.request_timeout, client.lease_revoke(id)).await;
                 change(&mut state, LeaseState::Foreign, "");
@@ -1138,6 +1159,10 @@ impl Registry for Etcd {
 
     fn identity(&self) -> Option<Identity> {
         Some(self.identity.borrow().clone())
+    }
+
+    fn lease_clock(&self) -> Option<Arc<LeaseClock>> {
+        Some(self.lease_clock.clone())
     }
 
     fn groups(&self) -> Option<crate::groups::Groups> {

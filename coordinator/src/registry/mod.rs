@@ -397,6 +397,49 @@ pub enum RegistryError {
     },
 }
 
+/// Until when this broker's lease is known to be live, by the local
+/// monotonic clock: the time taken *before* the keep-alive that etcd last
+/// answered was sent, plus the TTL, less a margin. A leader whose lease may
+/// have expired takes no writes (it may have been replaced: leases are
+/// liveness, epochs are safety, and this is the liveness half).
+#[derive(Debug)]
+pub struct LeaseClock {
+    base: std::time::Instant,
+    /// Milliseconds after `base`; 0: never live.
+    until_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for LeaseClock {
+    fn default() -> Self {
+        LeaseClock {
+            base: std::time::Instant::now(),
+            until_ms: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl LeaseClock {
+    /// The lease is live until `sent + ttl − margin` (`sent`: when the
+    /// request etcd answered was sent).
+    pub fn renewed(&self, sent: std::time::Instant, ttl: std::time::Duration) {
+        let margin = (ttl / 5).min(std::time::Duration::from_millis(500));
+        let until = sent.saturating_duration_since(self.base) + ttl.saturating_sub(margin);
+        self.until_ms
+            .fetch_max(until.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The lease is gone (revoked, lost, or the registry is foreign).
+    pub fn lost(&self) {
+        self.until_ms.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// True while the lease is known to be live.
+    pub fn live(&self) -> bool {
+        let now = self.base.elapsed().as_millis() as u64;
+        now < self.until_ms.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 /// 128 random bits, in hex: a cluster's or a topic's id.
 pub fn random_id() -> String {
     let mut bytes = [0u8; 16];
@@ -495,6 +538,11 @@ pub trait Registry {
     /// Which cluster the registry holds, for a store shared by a cluster
     /// (etcd); `None` for a single-broker store.
     fn identity(&self) -> Option<Identity> {
+        None
+    }
+
+    /// This broker's lease, for a store that has one (etcd).
+    fn lease_clock(&self) -> Option<std::sync::Arc<LeaseClock>> {
         None
     }
 

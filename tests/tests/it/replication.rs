@@ -419,3 +419,47 @@ fn r20_6_leader_kill_9_in_a_loop_under_acks_all_loses_nothing_and_copies_stay_id
         stored.len()
     );
 }
+
+/// A leader whose etcd lease may have expired takes no writes on its
+/// replicated partitions (another broker may lead them by now), while its
+/// partitions of one copy go on as ever; once etcd is back, writes resume.
+#[test]
+fn r20_a_leader_that_lost_its_lease_takes_no_writes_until_it_is_renewed() {
+    let mut etcd = Etcd::start();
+    let brokers = cluster(&etcd, "fenced", 2);
+    let client = brokers[0].client();
+    client.create_topic("two", 1, &replicated(2, 1)).unwrap();
+    client
+        .create_topic("one", 1, &TopicSettings::default())
+        .unwrap();
+    let leader = metadata(&client, "two").topics[0].partitions[0].broker_id;
+    let via = brokers
+        .iter()
+        .find(|b| b.options().broker_id == leader)
+        .unwrap()
+        .client();
+    let mut set = Vec::new();
+    protocol::message::encode_message(&mut set, None, b"m");
+    let produce = |topic: &str, acks: AckMode| {
+        let mut conn = via.open(&via.bootstrap()[0]).unwrap();
+        let header = protocol::codec::produce_request(&mut conn.fbb, topic, 0, acks).to_vec();
+        conn.call(protocol::frame::Api::Produce, &header, &set)
+    };
+    produce("two", AckMode::All).unwrap();
+    etcd.kill();
+    let error = eventually("the leader refuses writes", WAIT, || {
+        match produce("two", AckMode::Flushed) {
+            Err(error) => Ok(error),
+            Ok(_) => Err("still takes them".to_string()),
+        }
+    });
+    assert_eq!(error.code(), Some(ErrorCode::NotLeader), "{error}");
+    assert!(error.to_string().contains("lease"), "{error}");
+    produce("one", AckMode::Flushed).unwrap();
+    etcd.restart();
+    eventually("writes again once the lease is renewed", WAIT, || {
+        produce("two", AckMode::All)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+}

@@ -448,12 +448,45 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
     }
 }
 
+/// The shard's replicated partitions, counted for the metrics.
+fn replication_of(shard: &Shard) -> metrics::Replication {
+    let mut counts = metrics::Replication::default();
+    let live = |broker: protocol::types::BrokerId| {
+        broker == shard.config.broker_id
+            || shard.brokers.borrow().iter().any(|b| b.broker_id == broker)
+    };
+    for replica in shard.all_replicas() {
+        let r = replica.borrow();
+        if r.leads() {
+            counts.leaders += 1;
+            if r.state.state.isr.len() < r.replicas.len() {
+                counts.under_replicated += 1;
+            }
+            let end = r.log.borrow().end_offset();
+            counts.follower_lag_bytes += r
+                .replicas
+                .iter()
+                .filter(|b| **b != r.me)
+                .map(|b| {
+                    r.followers
+                        .get(b)
+                        .map_or(end, |p| end.saturating_sub(p.end))
+                })
+                .sum::<u64>();
+        } else if !live(r.leader()) {
+            counts.offline += 1;
+        }
+    }
+    counts
+}
+
 fn publish_once(shard: &Shard, published: &Published) {
     let driver = shard.storage.driver();
     shard.metrics.absorb_driver(driver.stats());
     shard
         .metrics
         .absorb_files(driver.files_open(), driver.files_max());
+    shard.metrics.absorb_replication(replication_of(shard));
     let snapshot = shard.metrics.snapshot();
     let mut slots = match published.lock() {
         Ok(guard) => guard,

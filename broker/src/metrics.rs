@@ -106,6 +106,8 @@ pub struct ShardMetrics {
     pub fetch_latency_us: RefCell<Histogram<u64>>,
     /// Segment files open now, and the most the shard keeps (0 = no limit).
     pub segment_files: Cell<(u64, u64)>,
+    /// The shard's replicated partitions.
+    pub replication: Cell<Replication>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -122,6 +124,7 @@ impl Default for ShardMetrics {
             produce_latency_us: RefCell::new(histogram()),
             fetch_latency_us: RefCell::new(histogram()),
             segment_files: Cell::new((0, 0)),
+            replication: Cell::new(Replication::default()),
         }
     }
 }
@@ -167,6 +170,20 @@ pub struct Snapshot {
     fetch: Percentiles,
     flush: Percentiles,
     segment_files: (u64, u64),
+    replication: Replication,
+}
+
+/// A shard's replicated partitions at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replication {
+    /// Partitions this shard leads.
+    pub leaders: u64,
+    /// Of those, the ones with fewer replicas in sync than they have.
+    pub under_replicated: u64,
+    /// Copies here whose partition has no live leader.
+    pub offline: u64,
+    /// Bytes this shard's followers lack of its leaders' logs, summed.
+    pub follower_lag_bytes: u64,
 }
 
 impl ShardMetrics {
@@ -186,6 +203,11 @@ impl ShardMetrics {
         self.segment_files.set((open as u64, max as u64));
     }
 
+    /// Takes the state of the shard's replicated partitions.
+    pub fn absorb_replication(&self, replication: Replication) {
+        self.replication.set(replication);
+    }
+
     /// Copies the current values.
     pub fn snapshot(&self) -> Snapshot {
         let counters = self.counters.values();
@@ -196,6 +218,7 @@ impl ShardMetrics {
             fetch: Percentiles::of(&self.fetch_latency_us.borrow()),
             flush: Percentiles::of(&self.flush.latency_us.borrow()),
             segment_files: self.segment_files.get(),
+            replication: self.replication.get(),
         }
     }
 }
@@ -226,7 +249,27 @@ pub fn render(published: &Published) -> String {
         );
     }
     type Gauge = fn(&Snapshot) -> u64;
-    let gauges: [(&str, &str, Gauge); 2] = [
+    let gauges: [(&str, &str, Gauge); 6] = [
+        (
+            "partitions_leader",
+            "Replicated partitions the shard leads",
+            |s| s.replication.leaders,
+        ),
+        (
+            "partitions_under_replicated",
+            "Partitions the shard leads with fewer replicas in sync than they have",
+            |s| s.replication.under_replicated,
+        ),
+        (
+            "partitions_offline",
+            "Partitions the shard holds a copy of whose leader is not live",
+            |s| s.replication.offline,
+        ),
+        (
+            "follower_lag_bytes",
+            "Bytes the followers of the shard's leaders lack, summed",
+            |s| s.replication.follower_lag_bytes,
+        ),
         (
             "segment_files_open",
             "Segment files the shard holds open",

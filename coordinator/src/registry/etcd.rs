@@ -41,7 +41,6 @@ use super::{
     BrokerRecord, Foreign, Identity, LeaseClock, Registry, RegistryError, RegistryEvent,
     TopicRecord,
 };
-use std::sync::Arc;
 use crate::keys::{Key, Keys};
 use crate::replicas::{PartitionState, PartitionUpdate, UpdateOutcome, Versioned};
 use etcd_client::{
@@ -50,6 +49,7 @@ use etcd_client::{
 };
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;

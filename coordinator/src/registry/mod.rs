@@ -424,8 +424,10 @@ impl LeaseClock {
     pub fn renewed(&self, sent: std::time::Instant, ttl: std::time::Duration) {
         let margin = (ttl / 5).min(std::time::Duration::from_millis(500));
         let until = sent.saturating_duration_since(self.base) + ttl.saturating_sub(margin);
-        self.until_ms
-            .fetch_max(until.as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.until_ms.fetch_max(
+            until.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// The lease is gone (revoked, lost, or the registry is foreign).

@@ -102,6 +102,20 @@ enum Command {
     Groups(GroupsCommand),
     /// The live brokers and their shard addresses.
     Brokers,
+    /// Partitions' leaders, replicas and in-sync replicas.
+    Partitions(PartitionsArgs),
+}
+
+#[derive(Args, Debug)]
+struct PartitionsArgs {
+    /// Only these topics (default: every topic).
+    topics: Vec<String>,
+    /// Only partitions with fewer replicas in sync than they have.
+    #[arg(long)]
+    under_replicated: bool,
+    /// Only partitions whose leader is not live.
+    #[arg(long)]
+    offline: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -292,6 +306,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Offsets(args) => offsets(&cli.brokers, args),
         Command::Groups(command) => groups(&cli.brokers, command),
         Command::Brokers => brokers(&cli.brokers),
+        Command::Partitions(args) => partitions(&cli.brokers, args),
     }
 }
 
@@ -1032,6 +1047,54 @@ fn groups(brokers: &str, command: GroupsCommand) -> anyhow::Result<()> {
                 println!("{}\t{}\t{}", o.topic, o.partition, o.offset);
             }
             eprintln!("reset {reset} offsets of group {group}");
+        }
+    }
+    Ok(())
+}
+
+/// `ringlog partitions`: every partition's leader, replicas and ISR, from
+/// Metadata; `--under-replicated` and `--offline` filter.
+fn partitions(brokers: &str, args: PartitionsArgs) -> anyhow::Result<()> {
+    let client = connect(brokers)?;
+    let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
+    let metadata = client.metadata(&topics)?;
+    let live: Vec<u32> = metadata.brokers.iter().map(|b| b.broker_id).collect();
+    let ids = |ids: &[u32], fallback: u32| {
+        if ids.is_empty() {
+            fallback.to_string()
+        } else {
+            ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+        }
+    };
+    println!("topic\tpartition\tleader\treplicas\tisr\tepoch\tstatus");
+    for topic in &metadata.topics {
+        for p in &topic.partitions {
+            let offline = !live.contains(&p.broker_id);
+            let copies = p.replicas.len().max(1);
+            let under = p.isr.len().max(1) < copies;
+            if (args.offline && !offline) || (args.under_replicated && !under) {
+                continue;
+            }
+            let status = if offline {
+                "offline"
+            } else if under {
+                "under-replicated"
+            } else {
+                "ok"
+            };
+            println!(
+                "{}\t{}\t{}\t{}\t{}\t{}\t{status}",
+                topic.name,
+                p.partition,
+                p.broker_id,
+                ids(&p.replicas, p.broker_id),
+                ids(&p.isr, p.broker_id),
+                if p.leader_epoch < 0 {
+                    "-".to_string()
+                } else {
+                    p.leader_epoch.to_string()
+                },
+            );
         }
     }
     Ok(())

@@ -225,7 +225,7 @@ impl Replica {
 /// (a leader's own flush may have moved it) and the ISR.
 const LEADER_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// A shard's leaders, checked every [`LEADER_CHECK`]: each moves its high
+/// A shard's leaders, checked every 100 ms: each moves its high
 /// watermark, and proposes the ISR change it calls for (one at a time per
 /// partition) to the control thread, which writes it to the registry as a
 /// compare-and-set; the answer (or someone else's change) comes back as the

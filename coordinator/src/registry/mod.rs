@@ -79,7 +79,7 @@ pub struct TopicRecord {
     /// The brokers of each partition's copies, the preferred leader first
     /// (`brokers[p] == replicas[p][0]`); empty for one copy. Chosen at
     /// creation; who leads now and who is in sync is the partition's state
-    /// ([`PartitionState`]).
+    /// ([`crate::replicas::PartitionState`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<Vec<BrokerId>>,
 }

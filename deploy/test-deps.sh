@@ -3,7 +3,8 @@
 # packages: etcd (the cluster tests start a real one on free loopback
 # ports), the paper's competitors RabbitMQ and ActiveMQ and today's peers
 # NATS and Redis (the peer test drives them through loadgen), and a C++
-# compiler for the fuzz targets. The tests start and stop every one of them
+# compiler for the fuzz targets, and iproute2 (`ip`: the fault harness puts
+# etcd and each broker in its own network namespace). The tests start and stop every one of them
 # themselves; nothing is left running. Idempotent: a machine that has them
 # all runs no package manager. Needs root (or sudo) the first time.
 set -euo pipefail
@@ -17,8 +18,9 @@ missing=()
 # The fuzz targets link libFuzzer, which the libfuzzer-sys crate compiles
 # from C++ source.
 command -v c++ >/dev/null || missing+=(g++)
+command -v ip >/dev/null || missing+=(iproute2)
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis and a C++ compiler are installed"
+    echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis, a C++ compiler and iproute2 are installed"
     exit 0
 fi
 

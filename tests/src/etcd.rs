@@ -18,6 +18,8 @@ pub struct Etcd {
     client_port: u16,
     peer_port: u16,
     starts: u32,
+    /// Run in this network namespace, on this address.
+    place: Option<(String, String)>,
 }
 
 /// The etcd binary: `$RINGLOG_ETCD`, else `etcd` on PATH, else Debian's.
@@ -61,6 +63,7 @@ impl Etcd {
                 client_port: free_port(),
                 peer_port: free_port(),
                 starts: 0,
+                place: None,
             };
             match etcd.try_launch() {
                 Ok(()) => return etcd,
@@ -71,9 +74,41 @@ impl Etcd {
         unreachable!("the loop returns or panics")
     }
 
+    /// etcd in network namespace `ns` on `address` (the caller's thread
+    /// must reach it: it checks etcd's health over the network).
+    pub fn start_in(ns: &str, address: &str) -> Etcd {
+        let mut etcd = Etcd {
+            child: None,
+            dir: TempDir::new("etcd"),
+            client_port: 2379,
+            peer_port: 2380,
+            starts: 0,
+            place: Some((ns.to_string(), address.to_string())),
+        };
+        etcd.launch();
+        etcd
+    }
+
+    fn host(&self) -> &str {
+        self.place.as_ref().map_or("127.0.0.1", |(_, a)| a.as_str())
+    }
+
     /// The client URL, as `broker --etcd` takes it.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}:{}", self.host(), self.client_port)
+    }
+
+    /// Pauses etcd (SIGSTOP) or lets it go on (SIGCONT).
+    pub fn pause(&mut self, paused: bool) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on a child we started and have not reaped.
+            unsafe {
+                libc::kill(
+                    child.id() as i32,
+                    if paused { libc::SIGSTOP } else { libc::SIGCONT },
+                );
+            }
+        }
     }
 
     /// What etcd wrote to stderr, across all its runs.
@@ -97,8 +132,16 @@ impl Etcd {
         let log = std::fs::File::create(&log_path)
             .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
         let client = self.endpoint();
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(binary())
+        let peer = format!("http://{}:{}", self.host(), self.peer_port);
+        let mut command = match &self.place {
+            Some((ns, _)) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns]).arg(binary());
+                command
+            }
+            None => Command::new(binary()),
+        };
+        let child = command
             .arg("--name")
             .arg("it")
             .arg("--data-dir")
@@ -138,7 +181,7 @@ impl Etcd {
 
     /// True when etcd answers its health endpoint with `"health":"true"`.
     fn healthy(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.client_port)) else {
+        let Ok(mut stream) = TcpStream::connect((self.host(), self.client_port)) else {
             return false;
         };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));

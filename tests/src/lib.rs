@@ -9,6 +9,7 @@
 
 pub mod crash;
 pub mod etcd;
+pub mod netns;
 pub mod python;
 pub mod tls;
 
@@ -115,6 +116,8 @@ pub struct BrokerOptions {
     pub nofile: Option<u64>,
     /// More command-line arguments (e.g. `--join-new-cluster`).
     pub args: Vec<String>,
+    /// Run in this network namespace (`ip netns exec`).
+    pub netns: Option<String>,
 }
 
 impl Default for BrokerOptions {
@@ -131,6 +134,7 @@ impl Default for BrokerOptions {
             tmpfs_bytes: None,
             nofile: None,
             args: Vec::new(),
+            netns: None,
         }
     }
 }
@@ -207,7 +211,14 @@ impl Broker {
         let stderr_path = self.data.path().join(format!("stderr-{}.log", self.starts));
         let stderr = std::fs::File::create(&stderr_path)
             .unwrap_or_else(|e| panic!("creating {}: {e}", stderr_path.display()));
-        let mut command = Command::new(binary("broker"));
+        let mut command = match &self.options.netns {
+            Some(ns) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns]).arg(binary("broker"));
+                command
+            }
+            None => Command::new(binary("broker")),
+        };
         command
             .arg("--data-dir")
             .arg(self.data_dir())
@@ -295,6 +306,14 @@ impl Broker {
                 "broker exited with {status} after SIGTERM; stderr:\n{}",
                 self.log()
             );
+        }
+    }
+
+    /// Stops the process with SIGSTOP (a long pause) or lets it go on
+    /// with SIGCONT.
+    pub fn pause(&mut self, paused: bool) {
+        if let Some(child) = &self.child {
+            signal(child, if paused { libc::SIGSTOP } else { libc::SIGCONT });
         }
     }
 

@@ -427,6 +427,19 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
                 let result = shard.drop_topic(&name, &id);
                 let _ = done.send_async(result).await;
             }
+            ShardMsg::TopicChanged { topic, done } => {
+                let result = shard.change_topic(&topic).await;
+                let _ = done.send_async(result).await;
+            }
+            ShardMsg::ReplicaPositions {
+                topic_id,
+                partitions,
+                reply,
+            } => {
+                let _ = reply
+                    .send_async(shard.replica_positions(&topic_id, &partitions))
+                    .await;
+            }
             ShardMsg::TopicOrphaned { name, done } => {
                 let moved = shard.orphan_topic(&name);
                 let _ = done.send_async(moved).await;

@@ -13,8 +13,9 @@ use coordinator::groups::GroupError;
 use coordinator::registry::{BrokerRecord, RegistryError, TopicRecord};
 use coordinator::replicas::{PartitionUpdate, UpdateOutcome, Versioned};
 use protocol::codec::groups::{GroupDescription, GroupView, Joined, OffsetCommit};
+use protocol::codec::operations::{ElectLeaders, Elected, Reassigned};
 use protocol::codec::TopicSettings;
-use protocol::types::PartitionId;
+use protocol::types::{BrokerId, PartitionId};
 use protocol::ErrorCode;
 use std::os::fd::OwnedFd;
 
@@ -75,6 +76,25 @@ pub enum ShardMsg {
         /// Done: how many directories were moved aside.
         done: flume::Sender<usize>,
     },
+    /// A topic's record changed (a reassignment began or ended): open the
+    /// copies newly assigned to you, delete those no longer, and take the
+    /// new replica sets (a topic with one copy becomes replicated).
+    TopicChanged {
+        /// The record now.
+        topic: TopicRecord,
+        /// Done (or why not).
+        done: flume::Sender<Result<(), String>>,
+    },
+    /// Where your copies of a topic's partitions end, and the high
+    /// watermark each last learned (an unclean election's report).
+    ReplicaPositions {
+        /// The topic's id.
+        topic_id: String,
+        /// The partitions asked about.
+        partitions: Vec<PartitionId>,
+        /// Those held here: partition, log end, high watermark.
+        reply: flume::Sender<Vec<(PartitionId, u64, u64)>>,
+    },
     /// The live brokers changed; here they are, sorted by id.
     Brokers(Vec<BrokerRecord>),
     /// Replicated partitions' states, newer than the shard may know.
@@ -125,6 +145,37 @@ pub enum ControlMsg {
         update: PartitionUpdate,
         /// Written, or someone else's change came first.
         reply: flume::Sender<Result<UpdateOutcome, ControlError>>,
+    },
+    /// Preferred or unclean leader elections (`ringlog partitions
+    /// elect-leaders`, `elect --unclean`).
+    ElectLeaders {
+        /// What to elect (checked by the handler).
+        request: ElectLeaders,
+        /// Each partition's outcome, or why none.
+        reply: flume::Sender<Result<Vec<Elected>, ControlError>>,
+    },
+    /// Start moving a partition's copies (`ringlog partitions reassign`).
+    Reassign {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: PartitionId,
+        /// The target replicas, the preferred leader first.
+        replicas: Vec<BrokerId>,
+        /// The move as begun, or why not.
+        reply: flume::Sender<Result<Reassigned, ControlError>>,
+    },
+    /// A leader found every replica of its partition's target in sync:
+    /// finish the move (the record's replicas become the target).
+    CompleteReassignment {
+        /// The topic.
+        topic: String,
+        /// Its id (a topic created again since is not finished).
+        topic_id: String,
+        /// The partition.
+        partition: PartitionId,
+        /// The target the leader saw.
+        target: Vec<BrokerId>,
     },
     /// A consumer group request.
     Group {

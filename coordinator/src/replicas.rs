@@ -12,6 +12,9 @@
 //! | [`PartitionState::shrink`] | the leader | a follower fell behind for `replica_lag_time_max_ms`, its broker left, or it restarted (a new incarnation) |
 //! | [`PartitionState::expand`] | the leader | a follower outside the ISR caught up to the high watermark |
 //! | [`PartitionState::elect`]  | an ISR member | the leader's broker left the registry; of the members that race, one wins (epoch + 1) |
+//! | [`PartitionState::ask_transfer`] | any broker | `ringlog partitions elect-leaders`: the preferred leader is in sync but does not lead |
+//! | [`PartitionState::transfer`] | the leader | a transfer was asked for, or a reassignment moves the partition off the leader, and the new leader has caught up (epoch + 1) |
+//! | [`PartitionState::elect_unclean`] | a replica outside the ISR | `ringlog partitions elect --unclean` on an offline partition |
 //!
 //! A partition whose key does not exist is in its [`PartitionState::initial`]
 //! state (revision 0): creating a topic writes no per-partition keys, so a
@@ -41,6 +44,12 @@ pub struct PartitionState {
     /// the initial ISR, whose members all start empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub incarnations: BTreeMap<BrokerId, String>,
+    /// A leadership transfer asked for (`ringlog partitions
+    /// elect-leaders`): the leader hands over to this ISR member once it
+    /// has caught up, refusing writes meanwhile, so that not even an
+    /// acks=written message is lost to the change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_to: Option<BrokerId>,
 }
 
 /// A state and the revision of its key (0: no key yet, the initial state).
@@ -82,6 +91,7 @@ impl PartitionState {
             leader_epoch: 0,
             isr: replicas.to_vec(),
             incarnations: BTreeMap::new(),
+            transfer_to: None,
         }
     }
 
@@ -95,6 +105,9 @@ impl PartitionState {
         let mut next = self.clone();
         next.isr.retain(|b| *b == self.leader || !gone.contains(b));
         next.incarnations.retain(|b, _| next.isr.contains(b));
+        if next.transfer_to.is_some_and(|to| !next.isr.contains(&to)) {
+            next.transfer_to = None;
+        }
         next
     }
 
@@ -121,7 +134,39 @@ impl PartitionState {
         next.leader_epoch = self.leader_epoch + 1;
         next.isr.retain(|b| *b != self.leader);
         next.incarnations.remove(&self.leader);
+        next.transfer_to = None;
         Some(next)
+    }
+
+    /// Asks the leader to hand over to `to`, an ISR member that does not
+    /// lead. `None` when `to` leads already or is not in sync.
+    pub fn ask_transfer(&self, to: BrokerId) -> Option<PartitionState> {
+        if to == self.leader || !self.in_sync(to) {
+            return None;
+        }
+        let mut next = self.clone();
+        next.transfer_to = Some(to);
+        Some(next)
+    }
+
+    /// The leader hands over to `to`, an ISR member that has everything it
+    /// has: epoch + 1, the ISR unchanged (the old leader follows, in sync).
+    pub fn transfer(&self, to: BrokerId) -> Option<PartitionState> {
+        if to == self.leader || !self.in_sync(to) {
+            return None;
+        }
+        let mut next = self.clone();
+        next.leader = to;
+        next.leader_epoch = self.leader_epoch + 1;
+        next.transfer_to = None;
+        Some(next)
+    }
+
+    /// The state without a transfer asked for (it could not be done).
+    pub fn without_transfer(&self) -> PartitionState {
+        let mut next = self.clone();
+        next.transfer_to = None;
+        next
     }
 
     /// `candidate` takes over although it is not in sync (the operator's
@@ -132,6 +177,7 @@ impl PartitionState {
             leader_epoch: self.leader_epoch + 1,
             isr: vec![candidate],
             incarnations: BTreeMap::new(),
+            transfer_to: None,
         }
     }
 }
@@ -158,6 +204,21 @@ mod tests {
         assert_eq!(
             (unclean.leader, unclean.leader_epoch, unclean.isr),
             (2, 2, vec![2])
+        );
+        let asked = back.ask_transfer(3).unwrap();
+        assert_eq!(asked.transfer_to, Some(3));
+        assert_eq!(back.ask_transfer(1), None, "leads already");
+        assert_eq!(back.ask_transfer(2), None, "not in sync");
+        assert_eq!(asked.shrink(&[3]).transfer_to, None, "left the ISR");
+        let moved = asked.transfer(3).unwrap();
+        assert_eq!(
+            (
+                moved.leader,
+                moved.leader_epoch,
+                &moved.isr,
+                moved.transfer_to
+            ),
+            (3, 2, &vec![1, 3], None)
         );
         let json = serde_json::to_string(&back).unwrap();
         assert_eq!(serde_json::from_str::<PartitionState>(&json).unwrap(), back);

@@ -91,11 +91,18 @@ pub enum ErrorCode {
     /// The request's leader epoch is newer than this broker knows: it has
     /// not heard of the election yet. Retry.
     UnknownLeaderEpoch = 31,
+    /// An election that cannot be held: the preferred replica is not live
+    /// or not in sync, or (unclean) the partition still has a live leader
+    /// or in-sync replica, or this broker holds no copy.
+    ElectionNotPossible = 32,
+    /// A reassignment's replica set is not a set of distinct live brokers,
+    /// or is smaller than the topic's `min_insync_replicas`.
+    InvalidReplicas = 33,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 32] = [
+    pub const ALL: [ErrorCode; 34] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -128,6 +135,8 @@ impl ErrorCode {
         ErrorCode::FencedLeaderEpoch,
         ErrorCode::NotEnoughReplicas,
         ErrorCode::UnknownLeaderEpoch,
+        ErrorCode::ElectionNotPossible,
+        ErrorCode::InvalidReplicas,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -174,6 +183,8 @@ impl ErrorCode {
             ErrorCode::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
             ErrorCode::NotEnoughReplicas => "NOT_ENOUGH_REPLICAS",
             ErrorCode::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
+            ErrorCode::ElectionNotPossible => "ELECTION_NOT_POSSIBLE",
+            ErrorCode::InvalidReplicas => "INVALID_REPLICAS",
         }
     }
 }

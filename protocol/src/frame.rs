@@ -54,6 +54,10 @@ pub enum Api {
     DescribeGroup = 13,
     /// Every consumer group.
     ListGroups = 14,
+    /// Preferred or unclean leader elections of replicated partitions.
+    ElectLeaders = 15,
+    /// Move a partition's copies to other brokers.
+    ReassignPartition = 16,
 }
 
 impl Api {
@@ -75,6 +79,8 @@ impl Api {
             12 => Api::LeaveGroup,
             13 => Api::DescribeGroup,
             14 => Api::ListGroups,
+            15 => Api::ElectLeaders,
+            16 => Api::ReassignPartition,
             _ => return None,
         })
     }

@@ -113,6 +113,25 @@ fn main() {
             groups::list_groups_request(&mut fbb).to_vec(),
             vec![],
         ),
+        (
+            Api::ElectLeaders,
+            protocol::codec::operations::elect_leaders_request(
+                &mut fbb,
+                &protocol::codec::operations::ElectLeaders {
+                    topic: "a".into(),
+                    partitions: vec![0, 2],
+                    unclean: true,
+                    dry_run: true,
+                },
+            )
+            .to_vec(),
+            vec![],
+        ),
+        (
+            Api::ReassignPartition,
+            protocol::codec::operations::reassign_request(&mut fbb, "a", 1, &[2, 3, 1]).to_vec(),
+            vec![],
+        ),
     ];
     let frames = root.join("frame");
     std::fs::create_dir_all(&frames).unwrap_or_else(|e| panic!("{}: {e}", frames.display()));

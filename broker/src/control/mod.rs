@@ -21,7 +21,9 @@
 //! fetch.
 
 pub mod groups;
+mod leadership;
 pub mod membership;
+mod reassign;
 
 use crate::config::Config;
 use crate::mailbox::{ControlError, ControlMsg, ShardMsg};
@@ -29,10 +31,9 @@ use coordinator::placement;
 use coordinator::registry::{
     BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, TopicRecord,
 };
-use coordinator::replicas::{PartitionState, PartitionUpdate, UpdateOutcome, Versioned};
+use coordinator::replicas::{UpdateOutcome, Versioned};
 use groups::{GroupPlane, Wake};
 use protocol::codec::TopicSettings;
-use protocol::types::BrokerId;
 use protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -418,6 +419,13 @@ impl<R: Registry> ControlPlane<R> {
                 ControlMsg::UpdatePartition { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
+                ControlMsg::ElectLeaders { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
+                ControlMsg::Reassign { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
+                ControlMsg::CompleteReassignment { .. } => {}
             }
             return;
         }
@@ -490,6 +498,28 @@ impl<R: Registry> ControlPlane<R> {
             ControlMsg::Group { request, reply } => {
                 self.groups
                     .handle(request, reply, &self.known, &self.brokers)
+                    .await;
+            }
+            ControlMsg::ElectLeaders { request, reply } => {
+                let result = self.elect_leaders(request).await;
+                let _ = reply.send_async(result).await;
+            }
+            ControlMsg::Reassign {
+                topic,
+                partition,
+                replicas,
+                reply,
+            } => {
+                let result = self.reassign(&topic, partition, replicas).await;
+                let _ = reply.send_async(result).await;
+            }
+            ControlMsg::CompleteReassignment {
+                topic,
+                topic_id,
+                partition,
+                target,
+            } => {
+                self.complete_reassignment(&topic, &topic_id, partition, &target)
                     .await;
             }
         }
@@ -666,217 +696,6 @@ impl<R: Registry> ControlPlane<R> {
         );
     }
 
-    /// Reads a replicated topic's partition states (those without a key are
-    /// in their initial state) and tells every shard.
-    async fn learn_topic_states(&mut self, record: &TopicRecord) {
-        let stored = match self.registry.partition_states(&record.id).await {
-            Ok(stored) => stored,
-            Err(error) => {
-                // The watch's resync brings them later.
-                tracing::warn!(topic = %record.name, %error, "reading the partitions' states");
-                BTreeMap::new()
-            }
-        };
-        let states: Vec<(u32, Versioned)> = (0..record.partitions)
-            .map(|p| {
-                let state = stored.get(&p).cloned().unwrap_or_else(|| Versioned {
-                    state: PartitionState::initial(&record.replicas_of(p)),
-                    revision: 0,
-                });
-                (p, state)
-            })
-            .collect();
-        for (p, state) in &states {
-            self.states.insert((record.id.clone(), *p), state.clone());
-        }
-        self.tell_states(&record.id, states).await;
-    }
-
-    /// Tells every shard partition states of a topic.
-    async fn tell_states(&self, topic_id: &str, states: Vec<(u32, Versioned)>) {
-        for shard in &self.shards {
-            let msg = ShardMsg::PartitionStates {
-                topic_id: topic_id.to_string(),
-                states: states.clone(),
-            };
-            let _ = shard.send_async(msg).await;
-        }
-    }
-
-    /// Takes a partition state from the registry (newer revisions only)
-    /// and tells the shards.
-    async fn learn_state(&mut self, topic_id: &str, partition: u32, state: Versioned) {
-        let key = (topic_id.to_string(), partition);
-        if self
-            .states
-            .get(&key)
-            .is_some_and(|known| known.revision >= state.revision)
-        {
-            return;
-        }
-        self.states.insert(key, state.clone());
-        self.tell_states(topic_id, vec![(partition, state)]).await;
-    }
-
-    /// Every replicated partition's state as this broker knows it.
-    fn state_of(&self, record: &TopicRecord, partition: u32) -> Versioned {
-        self.states
-            .get(&(record.id.clone(), partition))
-            .cloned()
-            .unwrap_or_else(|| Versioned {
-                state: PartitionState::initial(&record.replicas_of(partition)),
-                revision: 0,
-            })
-    }
-
-    /// Elections: for every replicated partition whose leader's broker is
-    /// not live and whose ISR has this broker, this broker tries to take
-    /// over (epoch + 1, the old leader out of the ISR). Of the ISR members
-    /// that try, the registry's compare-and-set lets one win; the others
-    /// learn the winner. A partition whose whole ISR is gone stays offline
-    /// (no unclean election).
-    async fn elect_where_leaderless(&mut self) {
-        if self.foreign.is_some() {
-            return;
-        }
-        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
-        let records: Vec<TopicRecord> = self
-            .known
-            .values()
-            .filter(|t| t.is_replicated())
-            .cloned()
-            .collect();
-        for record in records {
-            let mut updates = Vec::new();
-            for p in 0..record.partitions {
-                let current = self.state_of(&record, p);
-                if live.contains(&current.state.leader) {
-                    continue;
-                }
-                if let Some(next) = current.state.elect(self.me) {
-                    updates.push(PartitionUpdate {
-                        partition: p,
-                        expected: current.revision,
-                        state: next,
-                    });
-                }
-            }
-            if updates.is_empty() {
-                continue;
-            }
-            self.write_states(&record.id, updates, "elected the leader")
-                .await;
-        }
-    }
-
-    /// Writes partition state changes; what was written and what another
-    /// broker wrote first are learned alike.
-    async fn write_states(&mut self, topic_id: &str, updates: Vec<PartitionUpdate>, what: &str) {
-        let outcomes = match self
-            .registry
-            .update_partitions(topic_id, updates.clone())
-            .await
-        {
-            Ok(outcomes) => outcomes,
-            Err(error) => {
-                tracing::warn!(%error, topic_id, "writing partition states; retried at the next change of the live brokers");
-                return;
-            }
-        };
-        for (update, outcome) in updates.into_iter().zip(outcomes) {
-            match outcome {
-                UpdateOutcome::Done(revision) => {
-                    tracing::info!(
-                        topic_id,
-                        partition = update.partition,
-                        leader = update.state.leader,
-                        epoch = update.state.leader_epoch,
-                        isr = ?update.state.isr,
-                        "{what}"
-                    );
-                    let state = Versioned {
-                        state: update.state,
-                        revision,
-                    };
-                    self.learn_state(topic_id, update.partition, state).await;
-                }
-                UpdateOutcome::Conflict(Some(current)) => {
-                    self.learn_state(topic_id, update.partition, current).await;
-                }
-                UpdateOutcome::Conflict(None) => {}
-            }
-        }
-    }
-
-    /// A new run of this broker: partitions it led get a new epoch (another
-    /// live ISR member takes over, or it leads again in a new epoch, so a
-    /// follower never mistakes the new run's log for the old one's), and a
-    /// data directory that is new (a lost disk) leaves every ISR: its copies
-    /// hold nothing and must not be elected.
-    async fn restart_replicas(&mut self, fresh: bool) {
-        if self.foreign.is_some() {
-            return;
-        }
-        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
-        let records: Vec<TopicRecord> = self
-            .known
-            .values()
-            .filter(|t| t.is_replicated())
-            .cloned()
-            .collect();
-        for record in records {
-            let mut updates = Vec::new();
-            for p in 0..record.partitions {
-                if !record.has_replica(p, self.me) {
-                    continue;
-                }
-                let current = self.state_of(&record, p);
-                let state = &current.state;
-                let next = if state.leader == self.me {
-                    let other = state
-                        .isr
-                        .iter()
-                        .copied()
-                        .find(|b| *b != self.me && live.contains(b));
-                    match other {
-                        Some(other) => state.elect(other),
-                        None if fresh => {
-                            tracing::error!(
-                                topic = %record.name,
-                                partition = p,
-                                "this broker led the partition, its data directory is new, and no other in-sync replica is live: the partition stays offline until one returns (or `ringlog partitions elect --unclean`)"
-                            );
-                            None
-                        }
-                        None => {
-                            let mut again = state.clone();
-                            again.leader_epoch += 1;
-                            Some(again)
-                        }
-                    }
-                } else if fresh && state.in_sync(self.me) {
-                    let mut out = state.clone();
-                    out.isr.retain(|b| *b != self.me);
-                    out.incarnations.remove(&self.me);
-                    Some(out)
-                } else {
-                    None
-                };
-                if let Some(next) = next {
-                    updates.push(PartitionUpdate {
-                        partition: p,
-                        expected: current.revision,
-                        state: next,
-                    });
-                }
-            }
-            if !updates.is_empty() {
-                self.write_states(&record.id, updates, "restarted: a new epoch")
-                    .await;
-            }
-        }
-    }
-
     /// Keeps the topics as applied in the data directory (clustered only),
     /// for a start against a registry that is not this broker's cluster.
     fn remember_topics(&self) {
@@ -1007,12 +826,10 @@ impl<R: Registry> ControlPlane<R> {
                 let old = known.id.clone();
                 let _ = self.drop_everywhere(&record.name, &old).await;
             }
-            // The same topic, its record rewritten: nothing writes records
-            // after creation yet, so nothing here moves partitions.
+            // The same topic, its record rewritten: a reassignment began
+            // or ended.
             Some(_) => {
-                tracing::warn!(topic = %record.name, id = %record.id, "the topic's record changed in the registry; the change is recorded, the partitions stay as they are");
-                self.known.insert(record.name.clone(), record);
-                self.remember_topics();
+                self.change_everywhere(&record).await;
                 return;
             }
             None => {}

@@ -12,6 +12,7 @@ pub mod give_way;
 pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod operations;
 pub mod produce;
 pub mod replicated;
 pub mod topics;
@@ -374,6 +375,8 @@ fn dispatch_once(
         Api::Metadata => metadata::handle(shard, header),
         Api::CreateTopic => topics::handle_create(shard, header),
         Api::DeleteTopic => topics::handle_delete(shard, header),
+        Api::ElectLeaders => operations::handle_elect(shard, header),
+        Api::ReassignPartition => operations::handle_reassign(shard, header),
         Api::JoinGroup
         | Api::Heartbeat
         | Api::ClaimPartitions

@@ -75,6 +75,7 @@ pub fn handle(
     if let Some(replica) = &replica {
         super::replicated::check_leader(replica, request.leader_epoch())?;
         super::replicated::check_lease(shard, replica)?;
+        super::replicated::check_transfer(replica)?;
         if acks == AckMode::All {
             super::replicated::check_insync(replica)?;
         }

@@ -86,6 +86,26 @@ pub fn check_lease(shard: &Shard, replica: &SharedReplica) -> Result<(), Failure
     ))
 }
 
+/// Refuses writes while the leader hands its partition over (a preferred
+/// election, a move off this broker): they go to the new leader, which has
+/// everything this one took, once it leads — within a few seconds.
+pub fn check_transfer(replica: &SharedReplica) -> Result<(), Failure> {
+    let r = replica.borrow();
+    match r.transfer {
+        None => Ok(()),
+        Some(t) => Err(Failure {
+            owner_broker_id: Some(t.to),
+            ..Failure::new(
+                ErrorCode::NotLeader,
+                format!(
+                    "{}: leadership is being handed over to broker {}; nothing was appended: refresh metadata and retry",
+                    r.label, t.to
+                ),
+            )
+        }),
+    }
+}
+
 /// Refuses acks=all before anything is appended while fewer replicas than
 /// the topic's `min_insync_replicas` are in sync.
 pub fn check_insync(replica: &SharedReplica) -> Result<(), Failure> {

@@ -104,7 +104,7 @@ pub fn handle_delete(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Fai
 
 /// Sends `msg` to the control thread and awaits its answer. A control
 /// thread that has stopped (the broker is stopping) is SHUTTING_DOWN.
-async fn ask_control<T>(
+pub(super) async fn ask_control<T>(
     shard: &Shard,
     msg: ControlMsg,
     answer: flume::Receiver<Result<T, ControlError>>,

@@ -10,8 +10,9 @@
 //! for the leader's end as it was at the fetch before (Kafka's rule: under
 //! steady produce no fetch ever asks for the end as it is). One that has
 //! not been caught up for `replica_lag_time_max_ms`, whose broker left the
-//! registry, or that restarted (a new incarnation, KIP-903) leaves the ISR;
-//! one outside that has everything committed in this epoch joins again.
+//! registry, or that restarted (a new incarnation, KIP-903) leaves the ISR,
+//! as does one a finished move took out of the replicas; one outside that
+//! has everything committed in this epoch joins again.
 
 use super::Replica;
 use coordinator::replicas::PartitionState;
@@ -156,7 +157,9 @@ impl Replica {
         }
         let mut hw = self.log.borrow().flushed_offset();
         for member in members {
-            if member == self.me {
+            // A member a finished move removed leaves the ISR next; it no
+            // longer fetches, and the target's members all count.
+            if member == self.me || !self.replicas.contains(&member) {
                 continue;
             }
             match self.followers.get(&member) {
@@ -188,7 +191,9 @@ impl Replica {
             .copied()
             .filter(|&member| member != self.me)
             .filter(|&member| {
-                if !live(member) {
+                // Gone from the registry, or from the replicas (a move
+                // ended without it).
+                if !live(member) || !self.replicas.contains(&member) {
                     return true;
                 }
                 match self.followers.get(&member) {

@@ -11,6 +11,7 @@
 //! | `epochs.rs` | the leader-epoch file (epoch → start offset) and the divergence rule |
 //! | `leader.rs` | the leader's side: followers' progress, the high watermark, ISR shrink and expand, answering a follower's fetch |
 //! | `follower.rs` | the follower's side: one connection per leader shard, pipelined fetches, verbatim appends, truncation by epoch |
+//! | `transfer.rs` | leadership handed over on purpose (a preferred election, a move off the leader) and a reassignment's end |
 //!
 //! The rules, from the anchors' bugs (`shared/REPLICATION.md`): a follower
 //! appends only whole, CRC-valid messages and rolls where the leader
@@ -24,6 +25,7 @@
 pub mod epochs;
 pub mod follower;
 pub mod leader;
+pub mod transfer;
 
 use crate::storage::partition_log::SharedLog;
 use coordinator::replicas::{PartitionState, Versioned};
@@ -63,6 +65,14 @@ pub struct Replica {
     pub partition: PartitionId,
     /// The brokers with a copy, the preferred leader first.
     pub replicas: Vec<BrokerId>,
+    /// While the partition moves: the replica set it moves to.
+    pub moving_to: Option<Vec<BrokerId>>,
+    /// A leadership handover under way (writes wait for it).
+    pub transfer: Option<transfer::Transfer>,
+    /// A handover that timed out is not tried again before this.
+    pub transfer_retry_at: Option<std::time::Instant>,
+    /// When this leader last asked the control thread to finish the move.
+    pub completing_at: Option<std::time::Instant>,
     /// Fewest in-sync replicas an acks=all produce accepts.
     pub min_insync: u32,
     /// This broker.
@@ -116,6 +126,10 @@ impl Replica {
             topic_id: topic_id.to_string(),
             partition,
             replicas,
+            moving_to: None,
+            transfer: None,
+            transfer_retry_at: None,
+            completing_at: None,
             min_insync,
             me,
             state,
@@ -184,6 +198,8 @@ impl Replica {
             self.generation += 1;
             self.followers.clear();
             self.proposed = None;
+            self.transfer = None;
+            self.completing_at = None;
         }
         // A follower that rejoined in its new incarnation is not a restart
         // any more.
@@ -202,7 +218,15 @@ impl Replica {
     fn start_leading(&mut self) {
         let epoch = self.epoch();
         let end = self.log.borrow().end_offset();
-        if self.epochs.assign(epoch, end) {
+        // Epoch 0 is the first leader's, the only one there has been: a copy
+        // that knows no epoch yet holds only its bytes (a topic with one copy
+        // that a reassignment made replicated has bytes from before).
+        let start = if epoch == 0 && self.epochs.last().is_none() {
+            self.log.borrow().start_offset()
+        } else {
+            end
+        };
+        if self.epochs.assign(epoch, start) {
             let (storage, dir) = {
                 let l = self.log.borrow();
                 (l.storage().clone(), l.dir().to_path_buf())
@@ -214,7 +238,7 @@ impl Replica {
                 return;
             }
         }
-        tracing::info!(partition = %self.label, epoch, start_offset = end, isr = ?self.state.state.isr, "leading");
+        tracing::info!(partition = %self.label, epoch, start_offset = start, isr = ?self.state.state.isr, "leading");
         self.leading = Some(epoch);
         self.leading_since = std::time::Instant::now();
         self.followers.clear();
@@ -222,14 +246,16 @@ impl Replica {
 }
 
 /// How often a shard's leaders look at their followers: the high watermark
-/// (a leader's own flush may have moved it) and the ISR.
+/// (a leader's own flush may have moved it), the ISR, handovers and moves.
 const LEADER_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A shard's leaders, checked every 100 ms: each moves its high
-/// watermark, and proposes the ISR change it calls for (one at a time per
-/// partition) to the control thread, which writes it to the registry as a
-/// compare-and-set; the answer (or someone else's change) comes back as the
-/// partition's new state.
+/// watermark, and proposes the ISR change it calls for — else the handover
+/// it is due ([`transfer`]) — one at a time per partition, to the control
+/// thread, which writes it to the registry as a compare-and-set; the answer
+/// (or someone else's change) comes back as the partition's new state. A
+/// move whose target is all in sync is handed to the control thread to
+/// finish.
 pub async fn run_leaders(shard: Rc<crate::shard::Shard>) {
     let lag_max = std::time::Duration::from_millis(shard.config.replica_lag_time_max_ms);
     while !shard.stopping.get() {
@@ -240,58 +266,90 @@ pub async fn run_leaders(shard: Rc<crate::shard::Shard>) {
                 || shard.brokers.borrow().iter().any(|b| b.broker_id == broker)
         };
         for replica in shard.all_replicas() {
-            let change = {
+            let step = {
                 let mut r = replica.borrow_mut();
                 if !r.leads() {
                     continue;
                 }
                 r.update_high_watermark();
-                let Some(change) = r.isr_change(now, lag_max, &live) else {
-                    continue;
-                };
-                r.proposed = Some(change.clone());
-                (r.topic_id.clone(), r.partition, r.state.revision, change)
-            };
-            let (topic_id, partition, expected, state) = change;
-            let shrink = state.isr.len() < replica.borrow().state.state.isr.len();
-            tracing::info!(
-                partition = %replica.borrow().label,
-                from = ?replica.borrow().state.state.isr,
-                to = ?state.isr,
-                "ISR change"
-            );
-            let (reply, answer) = flume::bounded(1);
-            let msg = crate::mailbox::ControlMsg::UpdatePartition {
-                topic_id: topic_id.clone(),
-                update: coordinator::replicas::PartitionUpdate {
-                    partition,
-                    expected,
-                    state: state.clone(),
-                },
-                reply,
-            };
-            if shard.control.send_async(msg).await.is_err() {
-                replica.borrow_mut().proposed = None;
-                continue;
-            }
-            let outcome = answer.recv_async().await;
-            let learned = match outcome {
-                Ok(Ok(coordinator::replicas::UpdateOutcome::Done(revision))) => {
-                    let counter = if shrink {
-                        &shard.metrics.counters.isr_shrinks_total
-                    } else {
-                        &shard.metrics.counters.isr_expands_total
-                    };
-                    crate::metrics::bump(counter, 1);
-                    Some(Versioned { state, revision })
+                match r.isr_change(now, lag_max, &live) {
+                    Some(change) => transfer::Step::Propose(change),
+                    None => r.transfer_step(now, &live),
                 }
-                Ok(Ok(coordinator::replicas::UpdateOutcome::Conflict(current))) => current,
-                _ => None,
             };
-            replica.borrow_mut().proposed = None;
-            if let Some(learned) = learned {
-                shard.learn_states(&topic_id, &[(partition, learned)]);
+            match step {
+                transfer::Step::Wait => {}
+                transfer::Step::Propose(state) => propose(&shard, &replica, state).await,
+                transfer::Step::Complete(target) => {
+                    let msg = {
+                        let r = replica.borrow();
+                        tracing::info!(partition = %r.label, ?target, "every replica of the move's target is in sync: finishing the move");
+                        crate::mailbox::ControlMsg::CompleteReassignment {
+                            topic: r.topic.clone(),
+                            topic_id: r.topic_id.clone(),
+                            partition: r.partition,
+                            target,
+                        }
+                    };
+                    let _ = shard.control.send_async(msg).await;
+                }
             }
         }
+    }
+}
+
+/// Sends a leader's change of its partition's state to the control thread
+/// and learns the outcome (written, or someone else's change first).
+async fn propose(shard: &Rc<crate::shard::Shard>, replica: &SharedReplica, state: PartitionState) {
+    let (topic_id, partition, expected, before) = {
+        let mut r = replica.borrow_mut();
+        r.proposed = Some(state.clone());
+        (
+            r.topic_id.clone(),
+            r.partition,
+            r.state.revision,
+            r.state.state.clone(),
+        )
+    };
+    let shrink = state.isr.len() < before.isr.len();
+    let expand = state.isr.len() > before.isr.len();
+    if shrink || expand {
+        tracing::info!(
+            partition = %replica.borrow().label,
+            from = ?before.isr,
+            to = ?state.isr,
+            "ISR change"
+        );
+    }
+    let (reply, answer) = flume::bounded(1);
+    let msg = crate::mailbox::ControlMsg::UpdatePartition {
+        topic_id: topic_id.clone(),
+        update: coordinator::replicas::PartitionUpdate {
+            partition,
+            expected,
+            state: state.clone(),
+        },
+        reply,
+    };
+    if shard.control.send_async(msg).await.is_err() {
+        replica.borrow_mut().proposed = None;
+        return;
+    }
+    let outcome = answer.recv_async().await;
+    let learned = match outcome {
+        Ok(Ok(coordinator::replicas::UpdateOutcome::Done(revision))) => {
+            if shrink {
+                crate::metrics::bump(&shard.metrics.counters.isr_shrinks_total, 1);
+            } else if expand {
+                crate::metrics::bump(&shard.metrics.counters.isr_expands_total, 1);
+            }
+            Some(Versioned { state, revision })
+        }
+        Ok(Ok(coordinator::replicas::UpdateOutcome::Conflict(current))) => current,
+        _ => None,
+    };
+    replica.borrow_mut().proposed = None;
+    if let Some(learned) = learned {
+        shard.learn_states(&topic_id, &[(partition, learned)]);
     }
 }

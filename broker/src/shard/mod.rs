@@ -6,6 +6,7 @@
 //! Shards talk only through their inboxes ([`crate::mailbox::ShardMsg`]).
 
 pub mod placement;
+mod topic_change;
 
 use crate::config::Config;
 use crate::mailbox::{ControlMsg, ShardMsg};
@@ -51,6 +52,8 @@ pub struct Topic {
     pub replicas: HashMap<PartitionId, SharedReplica>,
     /// Fewest in-sync replicas acks=all accepts.
     pub min_insync: u32,
+    /// Partitions moving, and the replica set each moves to.
+    pub reassigning: BTreeMap<PartitionId, Vec<BrokerId>>,
 }
 
 impl Topic {
@@ -292,6 +295,7 @@ impl Shard {
                             .cloned()
                             .unwrap_or_default(),
                         isr: state.map(|s| s.state.isr.clone()).unwrap_or_default(),
+                        moving_to: topic.reassigning.get(&p).cloned().unwrap_or_default(),
                     }
                 })
                 .collect(),
@@ -321,74 +325,9 @@ impl Shard {
             {
                 continue;
             }
-            let label = partition_dir_name(&stored.name, partition);
-            let dir = self.config.data_dir.join(&label);
-            // A directory of another topic of this name (deleted while this
-            // broker was down, or during a crash) is never opened as this one.
-            let claim = crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
-                .await
-                .map_err(|e| format!("opening partition {label}: {e}"))?;
-            if let crate::storage::topic_id::Claim::Other(old) = claim {
-                crate::storage::sweep::move_aside(
-                    &dir,
-                    &format!(
-                        "it belongs to an earlier topic {:?} (id {old}), not to the one with id {}",
-                        stored.name, stored.id
-                    ),
-                )
-                .map_err(|e| format!("moving aside partition {label} of an earlier topic: {e}"))?;
-                crate::metrics::bump(&self.metrics.counters.partitions_orphaned_total, 1);
-                crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
-                    .await
-                    .map_err(|e| format!("opening partition {label}: {e}"))?;
-            }
-            let (mut log, recovered) =
-                PartitionLog::open(self.storage.clone(), &dir, &label, settings)
-                    .await
-                    .map_err(|e| format!("opening partition {label}: {e}"))?;
-            log.set_flush_stats(self.metrics.flush.clone());
-            log.set_budget(self.unwritten.clone());
-            let counters = &self.metrics.counters;
-            crate::metrics::bump(&counters.segments_damaged_total, recovered.damaged_segments);
-            crate::metrics::bump(&counters.recovery_bytes_cut_total, recovered.bytes_cut);
-            if recovered.bytes_cut > 0
-                || recovered.bytes_scanned > 0
-                || recovered.bytes_synced > 0
-                || recovered.damaged_segments > 0
-            {
-                tracing::info!(
-                    partition = %label,
-                    bytes_scanned = recovered.bytes_scanned,
-                    bytes_cut = recovered.bytes_cut,
-                    bytes_synced = recovered.bytes_synced,
-                    damaged_segments = recovered.damaged_segments,
-                    end_offset = log.end_offset(),
-                    "recovered partition"
-                );
-            }
-            if stored.is_replicated() {
-                // Nothing is visible until the leader says what is committed.
-                log.set_high_watermark(0);
-            }
-            let log = Rc::new(RefCell::new(log));
-            // A recovered tail above the recovery point gets its new
-            // recovery point from the timer.
-            if log.borrow().has_timer_work() {
-                self.needs_timer(&log);
-            }
-            if stored.is_replicated() {
-                let epochs = Epochs::load(&self.storage, &dir);
-                let replica = Replica::new(
-                    &stored.name,
-                    &stored.id,
-                    partition,
-                    stored.replicas_of(partition),
-                    stored.min_insync_replicas,
-                    self.config.broker_id,
-                    log.clone(),
-                    epochs,
-                );
-                replicas.insert(partition, Rc::new(RefCell::new(replica)));
+            let (log, replica) = self.open_partition(stored, partition, settings).await?;
+            if let Some(replica) = replica {
+                replicas.insert(partition, replica);
             }
             logs.insert(partition, log);
         }
@@ -413,12 +352,106 @@ impl Shard {
             states,
             replicas,
             min_insync: stored.min_insync_replicas.max(1),
+            reassigning: stored.reassigning.clone(),
         };
         self.topics
             .borrow_mut()
             .insert(stored.name.clone(), Rc::new(RefCell::new(topic)));
         self.metadata_changed();
         Ok(())
+    }
+
+    /// Opens one partition of `stored` in its directory (claimed for the
+    /// topic's id; one of an earlier topic of the name is moved aside
+    /// first), recovering its tail; on a replicated topic with its copy's
+    /// replica, which takes no role until the registry's state arrives.
+    pub async fn open_partition(
+        &self,
+        stored: &TopicRecord,
+        partition: PartitionId,
+        settings: LogSettings,
+    ) -> Result<(SharedLog, Option<SharedReplica>), String> {
+        let label = partition_dir_name(&stored.name, partition);
+        let dir = self.config.data_dir.join(&label);
+        // A directory of another topic of this name (deleted while this
+        // broker was down, or during a crash) is never opened as this one.
+        let claim = crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
+            .await
+            .map_err(|e| format!("opening partition {label}: {e}"))?;
+        if let crate::storage::topic_id::Claim::Other(old) = claim {
+            crate::storage::sweep::move_aside(
+                &dir,
+                &format!(
+                    "it belongs to an earlier topic {:?} (id {old}), not to the one with id {}",
+                    stored.name, stored.id
+                ),
+            )
+            .map_err(|e| format!("moving aside partition {label} of an earlier topic: {e}"))?;
+            crate::metrics::bump(&self.metrics.counters.partitions_orphaned_total, 1);
+            crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
+                .await
+                .map_err(|e| format!("opening partition {label}: {e}"))?;
+        }
+        let (mut log, recovered) = PartitionLog::open(self.storage.clone(), &dir, &label, settings)
+            .await
+            .map_err(|e| format!("opening partition {label}: {e}"))?;
+        log.set_flush_stats(self.metrics.flush.clone());
+        log.set_budget(self.unwritten.clone());
+        let counters = &self.metrics.counters;
+        crate::metrics::bump(&counters.segments_damaged_total, recovered.damaged_segments);
+        crate::metrics::bump(&counters.recovery_bytes_cut_total, recovered.bytes_cut);
+        if recovered.bytes_cut > 0
+            || recovered.bytes_scanned > 0
+            || recovered.bytes_synced > 0
+            || recovered.damaged_segments > 0
+        {
+            tracing::info!(
+                partition = %label,
+                bytes_scanned = recovered.bytes_scanned,
+                bytes_cut = recovered.bytes_cut,
+                bytes_synced = recovered.bytes_synced,
+                damaged_segments = recovered.damaged_segments,
+                end_offset = log.end_offset(),
+                "recovered partition"
+            );
+        }
+        if stored.is_replicated() {
+            // Nothing is visible until the leader says what is committed.
+            log.set_high_watermark(0);
+        }
+        let log = Rc::new(RefCell::new(log));
+        // A recovered tail above the recovery point gets its new
+        // recovery point from the timer.
+        if log.borrow().has_timer_work() {
+            self.needs_timer(&log);
+        }
+        let replica = stored
+            .is_replicated()
+            .then(|| self.new_replica(stored, partition, &log));
+        Ok((log, replica))
+    }
+
+    /// The replica of a copy of `stored`'s `partition` kept in `log`.
+    pub fn new_replica(
+        &self,
+        stored: &TopicRecord,
+        partition: PartitionId,
+        log: &SharedLog,
+    ) -> SharedReplica {
+        let dir = log.borrow().dir().to_path_buf();
+        let epochs = Epochs::load(&self.storage, &dir);
+        let mut replica = Replica::new(
+            &stored.name,
+            &stored.id,
+            partition,
+            stored.replicas_of(partition),
+            stored.min_insync_replicas,
+            self.config.broker_id,
+            log.clone(),
+            epochs,
+        );
+        replica.moving_to = stored.moving_to(partition).map(<[BrokerId]>::to_vec);
+        Rc::new(RefCell::new(replica))
     }
 
     /// Forgets a topic and deletes this shard's partition directories,

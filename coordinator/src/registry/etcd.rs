@@ -1069,6 +1069,55 @@ impl Registry for Etcd {
         }
     }
 
+    async fn topic(&mut self, name: &str) -> Result<Option<(TopicRecord, i64)>, RegistryError> {
+        self.check_identity()?;
+        let key = self.keys.topic(name);
+        let response = deadline(
+            self.options.request_timeout,
+            self.client.get(key.clone(), None),
+        )
+        .await?;
+        let Some(kv) = response.kvs().first() else {
+            return Ok(None);
+        };
+        let record: TopicRecord =
+            serde_json::from_slice(kv.value()).map_err(|e| RegistryError::Corrupt {
+                path: key,
+                reason: e.to_string(),
+            })?;
+        Ok(Some((record, kv.mod_revision())))
+    }
+
+    async fn replace_topic(
+        &mut self,
+        record: TopicRecord,
+        expected: i64,
+    ) -> Result<bool, RegistryError> {
+        self.check_identity()?;
+        let key = self.keys.topic(&record.name);
+        let value = serde_json::to_vec(&record).map_err(unavailable)?;
+        let txn = Txn::new()
+            .when([
+                Compare::value(
+                    self.keys.cluster_id(),
+                    CompareOp::Equal,
+                    self.cluster_id.as_str(),
+                ),
+                Compare::mod_revision(key.clone(), CompareOp::Equal, expected),
+            ])
+            .and_then([TxnOp::put(key, value, None)])
+            .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
+        let response = deadline(self.options.request_timeout, self.client.txn(txn)).await?;
+        if response.succeeded() {
+            return Ok(true);
+        }
+        let found = got(&response).first().and_then(value_of);
+        if found.as_deref() != Some(self.cluster_id.as_str()) {
+            return Err(self.foreign(found));
+        }
+        Ok(false)
+    }
+
     async fn partition_states(
         &mut self,
         topic_id: &str,

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 #[derive(Debug)]
 pub struct Memory {
     me: BrokerRecord,
-    topics: BTreeMap<String, TopicRecord>,
+    topics: BTreeMap<String, (TopicRecord, i64)>,
+    revision: i64,
 }
 
 impl Memory {
@@ -16,13 +17,14 @@ impl Memory {
         Memory {
             me,
             topics: BTreeMap::new(),
+            revision: 0,
         }
     }
 }
 
 impl Registry for Memory {
     async fn topics(&mut self) -> Result<Vec<TopicRecord>, RegistryError> {
-        Ok(self.topics.values().cloned().collect())
+        Ok(self.topics.values().map(|(t, _)| t.clone()).collect())
     }
 
     async fn brokers(&mut self) -> Result<Vec<BrokerRecord>, RegistryError> {
@@ -33,16 +35,39 @@ impl Registry for Memory {
         if self.topics.contains_key(&topic.name) {
             return Err(RegistryError::TopicExists { name: topic.name });
         }
-        self.topics.insert(topic.name.clone(), topic);
+        self.revision += 1;
+        self.topics
+            .insert(topic.name.clone(), (topic, self.revision));
         Ok(())
     }
 
     async fn delete_topic(&mut self, name: &str) -> Result<TopicRecord, RegistryError> {
         self.topics
             .remove(name)
+            .map(|(t, _)| t)
             .ok_or_else(|| RegistryError::UnknownTopic {
                 name: name.to_string(),
             })
+    }
+
+    async fn topic(&mut self, name: &str) -> Result<Option<(TopicRecord, i64)>, RegistryError> {
+        Ok(self.topics.get(name).cloned())
+    }
+
+    async fn replace_topic(
+        &mut self,
+        record: TopicRecord,
+        expected: i64,
+    ) -> Result<bool, RegistryError> {
+        match self.topics.get(&record.name) {
+            Some((_, revision)) if *revision == expected => {
+                self.revision += 1;
+                self.topics
+                    .insert(record.name.clone(), (record, self.revision));
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn next_event(&mut self) -> RegistryEvent {
@@ -57,6 +82,8 @@ mod tests {
     #[test]
     fn memory_registry_conforms() {
         let me = super::super::conformance::broker(4);
-        futures_lite::future::block_on(super::super::conformance::check(&mut Memory::new(me), 4));
+        let mut registry = Memory::new(me);
+        futures_lite::future::block_on(super::super::conformance::check(&mut registry, 4));
+        futures_lite::future::block_on(super::super::conformance::check_replace(&mut registry, 4));
     }
 }

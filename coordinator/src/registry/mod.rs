@@ -82,6 +82,13 @@ pub struct TopicRecord {
     /// ([`crate::replicas::PartitionState`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<Vec<BrokerId>>,
+    /// Partitions being moved (`ringlog partitions reassign`): the replica
+    /// set each is moving to. While a partition moves, `replicas[p]` holds
+    /// its old copies and its new ones; once every new one is in sync its
+    /// leader makes `replicas[p]` the target and removes the entry
+    /// ([`TopicRecord::complete_reassignment`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reassigning: BTreeMap<PartitionId, Vec<BrokerId>>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -104,6 +111,7 @@ impl TopicRecord {
             replication_factor: 0,
             min_insync_replicas: 0,
             replicas: Vec::new(),
+            reassigning: BTreeMap::new(),
         }
     }
 
@@ -129,9 +137,95 @@ impl TopicRecord {
         record
     }
 
-    /// True when its partitions have more than one copy.
+    /// True when its partitions are replicated: they have leaders,
+    /// epochs and an ISR. A topic created with one copy is not (it keeps
+    /// the paper's one-broker path) until a reassignment moves or copies
+    /// one of its partitions ([`TopicRecord::start_reassignment`]).
     pub fn is_replicated(&self) -> bool {
-        self.replication_factor > 1
+        !self.replicas.is_empty()
+    }
+
+    /// The replica set `partition` is moving to, if it is moving.
+    pub fn moving_to(&self, partition: PartitionId) -> Option<&[BrokerId]> {
+        self.reassigning.get(&partition).map(Vec::as_slice)
+    }
+
+    /// The record with `partition` moving to `target` (distinct brokers,
+    /// the preferred leader first): its replicas become the old ones and
+    /// the new ones, and a topic with one copy becomes replicated (each
+    /// partition's one broker its only replica, in sync, leading in epoch
+    /// 0). A target equal to the current replicas ends a move in progress.
+    /// `None` (no change) when the partition is already there.
+    pub fn start_reassignment(
+        &self,
+        partition: PartitionId,
+        target: &[BrokerId],
+    ) -> Result<Option<TopicRecord>, String> {
+        if partition >= self.partitions {
+            return Err(format!(
+                "topic {:?} has {} partitions, not {partition}",
+                self.name, self.partitions
+            ));
+        }
+        let mut distinct = target.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if target.is_empty() || distinct.len() != target.len() {
+            return Err(format!(
+                "replicas {target:?} are not one or more distinct brokers"
+            ));
+        }
+        let mut next = self.clone();
+        if !next.is_replicated() {
+            next.replicas = next.brokers.iter().map(|b| vec![*b]).collect();
+            next.replication_factor = 1;
+            next.min_insync_replicas = 1;
+        }
+        if (target.len() as u32) < next.min_insync_replicas {
+            return Err(format!(
+                "{} replicas are fewer than the topic's min_insync_replicas {}: acks=all produces would be refused",
+                target.len(),
+                next.min_insync_replicas
+            ));
+        }
+        // Every copy it has now stays until the move completes (a move in
+        // progress may be redirected: the copies its target added go then).
+        let now = next.replicas_of(partition);
+        if next.moving_to(partition).is_none() && now == target {
+            return Ok(if next == *self { None } else { Some(next) });
+        }
+        let mut set = now;
+        for b in target {
+            if !set.contains(b) {
+                set.push(*b);
+            }
+        }
+        next.replicas[partition as usize] = set;
+        // Even a target that adds copies at the end of the list, or only
+        // drops or reorders them, is a move: new copies join the ISR before
+        // the record names them as the replicas, and a leader left out
+        // hands over first.
+        next.reassigning.insert(partition, target.to_vec());
+        Ok(Some(next))
+    }
+
+    /// The record with `partition`'s move finished: its replicas are the
+    /// target (whose first is the preferred leader), and the topic's
+    /// replication factor is its largest replica set. `None` when it is
+    /// not moving.
+    pub fn complete_reassignment(&self, partition: PartitionId) -> Option<TopicRecord> {
+        let target = self.moving_to(partition)?.to_vec();
+        let mut next = self.clone();
+        next.reassigning.remove(&partition);
+        next.brokers[partition as usize] = target[0];
+        next.replicas[partition as usize] = target;
+        next.replication_factor = next
+            .replicas
+            .iter()
+            .map(|r| r.len() as u32)
+            .max()
+            .unwrap_or(1);
+        Some(next)
     }
 
     /// The brokers of a partition's copies, the preferred leader first.
@@ -195,31 +289,42 @@ impl TopicRecord {
                     self.replicas.len()
                 ));
             }
-            for (p, set) in self.replicas.iter().enumerate() {
-                let mut distinct = set.clone();
+            let distinct_brokers = |set: &[BrokerId]| {
+                let mut distinct = set.to_vec();
                 distinct.sort_unstable();
                 distinct.dedup();
-                if set.len() != self.replication_factor as usize
-                    || distinct.len() != set.len()
-                    || set.first() != self.brokers.get(p)
-                {
+                !set.is_empty() && distinct.len() == set.len()
+            };
+            for (p, set) in self.replicas.iter().enumerate() {
+                if !distinct_brokers(set) || set.first() != self.brokers.get(p) {
                     return Err(format!(
-                        "topic {:?} partition {p}: replicas {set:?} are not {} distinct brokers led by {:?}",
+                        "topic {:?} partition {p}: replicas {set:?} are not distinct brokers led by {:?}",
                         self.name,
-                        self.replication_factor,
                         self.brokers.get(p)
                     ));
                 }
             }
-            if self.min_insync_replicas == 0 || self.min_insync_replicas > self.replication_factor {
+            for (p, target) in &self.reassigning {
+                let moving = self.replicas.get(*p as usize);
+                if !distinct_brokers(target)
+                    || !moving.is_some_and(|set| target.iter().all(|b| set.contains(b)))
+                {
+                    return Err(format!(
+                        "topic {:?} partition {p}: moving to {target:?}, which its replicas {moving:?} do not hold",
+                        self.name
+                    ));
+                }
+            }
+            let largest = self.replicas.iter().map(Vec::len).max().unwrap_or(0) as u32;
+            if self.min_insync_replicas == 0 || self.min_insync_replicas > largest {
                 return Err(format!(
-                    "topic {:?}: min_insync_replicas {} is not 1..={}",
-                    self.name, self.min_insync_replicas, self.replication_factor
+                    "topic {:?}: min_insync_replicas {} is not 1..={largest}",
+                    self.name, self.min_insync_replicas
                 ));
             }
-        } else if !self.replicas.is_empty() {
+        } else if !self.reassigning.is_empty() {
             return Err(format!(
-                "topic {:?} has replica sets but one copy",
+                "topic {:?} has one copy per partition but partitions moving",
                 self.name
             ));
         }
@@ -506,6 +611,36 @@ pub trait Registry {
         name: &str,
     ) -> impl Future<Output = Result<TopicRecord, RegistryError>>;
 
+    /// One topic's record and its revision (the next
+    /// [`Registry::replace_topic`] compares it); `None` when there is none.
+    fn topic(
+        &mut self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<(TopicRecord, i64)>, RegistryError>> {
+        let _ = name;
+        async {
+            Err(RegistryError::Unavailable {
+                reason: "a single-broker registry does not move partitions".into(),
+            })
+        }
+    }
+
+    /// Rewrites a topic's record (a reassignment) if it is still at
+    /// `expected`, its revision when read; false when it changed since (or
+    /// is gone): read it again.
+    fn replace_topic(
+        &mut self,
+        record: TopicRecord,
+        expected: i64,
+    ) -> impl Future<Output = Result<bool, RegistryError>> {
+        let _ = (record, expected);
+        async {
+            Err(RegistryError::Unavailable {
+                reason: "a single-broker registry does not move partitions".into(),
+            })
+        }
+    }
+
     /// The next change made elsewhere. Cancel-safe: dropping the future
     /// loses no event. Never resolves for a single-broker store.
     fn next_event(&mut self) -> impl Future<Output = RegistryEvent>;
@@ -617,5 +752,33 @@ pub mod conformance {
             );
             assert_eq!(registry.topics().await.unwrap(), vec![b]);
         }
+    }
+
+    /// Reads a record with its revision and rewrites it only at that
+    /// revision. For the stores that move partitions (not the
+    /// single-broker one). Expects a registry without a topic `moving`.
+    pub async fn check_replace(registry: &mut impl Registry, me: BrokerId) {
+        assert_eq!(registry.topic("moving").await.unwrap(), None);
+        let first = record("moving", vec![me; 2]);
+        registry.create_topic(first.clone()).await.unwrap();
+        let (read, revision) = registry.topic("moving").await.unwrap().unwrap();
+        assert_eq!(read, first);
+        let moved = first.start_reassignment(1, &[me + 1]).unwrap().unwrap();
+        assert!(registry
+            .replace_topic(moved.clone(), revision)
+            .await
+            .unwrap());
+        assert!(
+            !registry
+                .replace_topic(first.clone(), revision)
+                .await
+                .unwrap(),
+            "a stale revision is refused"
+        );
+        let (now, newer) = registry.topic("moving").await.unwrap().unwrap();
+        assert_eq!(now, moved);
+        assert!(newer > revision);
+        registry.delete_topic("moving").await.unwrap();
+        assert!(!registry.replace_topic(moved, newer).await.unwrap(), "gone");
     }
 }

@@ -41,6 +41,8 @@ class ErrorCode(enum.IntEnum):
     FENCED_LEADER_EPOCH = 29
     NOT_ENOUGH_REPLICAS = 30
     UNKNOWN_LEADER_EPOCH = 31
+    ELECTION_NOT_POSSIBLE = 32
+    INVALID_REPLICAS = 33
 
 
 #: Codes after which the same request may succeed later.

@@ -563,6 +563,54 @@ impl Client {
         Ok(())
     }
 
+    /// Leader elections of a topic's replicated partitions
+    /// ([`ElectLeaders`](codec::operations::ElectLeaders)): each
+    /// partition's outcome. Sent to `at` (a broker's address) when given —
+    /// an unclean election elects the broker that receives it — else on the
+    /// bootstrap connection.
+    pub fn elect_leaders(
+        &self,
+        request: &codec::operations::ElectLeaders,
+        at: Option<&str>,
+    ) -> Result<Vec<codec::operations::Elected>, ClientError> {
+        let response = match at {
+            Some(address) => {
+                let mut conn = self.open(address)?;
+                let header =
+                    codec::operations::elect_leaders_request(&mut conn.fbb, request).to_vec();
+                conn.call(Api::ElectLeaders, &header, &[])?
+            }
+            None => self.request(
+                Api::ElectLeaders,
+                |fbb| codec::operations::elect_leaders_request(fbb, request).to_vec(),
+                std::time::Duration::ZERO,
+                true,
+            )?,
+        };
+        codec::operations::decode_elect_leaders(&response.header)
+            .map_err(|e| ClientError::protocol(format!("elect leaders: {e}")))
+    }
+
+    /// Starts moving a partition's copies to `replicas` (the preferred
+    /// leader first); Metadata's `moving_to` shows the move until it is
+    /// done.
+    pub fn reassign_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        replicas: &[crate::types::BrokerId],
+    ) -> Result<codec::operations::Reassigned, ClientError> {
+        lock(&self.shared.placements).remove(topic);
+        let response = self.request(
+            Api::ReassignPartition,
+            |fbb| codec::operations::reassign_request(fbb, topic, partition, replicas).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        codec::operations::decode_reassign(&response.header)
+            .map_err(|e| ClientError::protocol(format!("reassign partition: {e}")))
+    }
+
     /// An offset of a partition (earliest, latest, or before a time), with
     /// the partition's current offsets. Asks the shard that owns the
     /// partition, on whichever broker stores it.

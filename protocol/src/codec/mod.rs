@@ -89,6 +89,7 @@ impl OffsetSpec {
 }
 
 pub mod groups;
+pub mod operations;
 
 /// Verifies `bytes` as a flatbuffer whose root is `T` and returns the root.
 ///
@@ -174,6 +175,8 @@ pub struct PartitionPlacement {
     pub replicas: Vec<BrokerId>,
     /// Those in sync with the leader.
     pub isr: Vec<BrokerId>,
+    /// While it moves, the replica set it is moving to (empty otherwise).
+    pub moving_to: Vec<BrokerId>,
 }
 
 /// A topic as Metadata describes it.
@@ -251,6 +254,7 @@ fn encode_topic<'b>(
         .map(|p| {
             let replicas = (!p.replicas.is_empty()).then(|| fbb.create_vector(&p.replicas));
             let isr = (!p.isr.is_empty()).then(|| fbb.create_vector(&p.isr));
+            let moving_to = (!p.moving_to.is_empty()).then(|| fbb.create_vector(&p.moving_to));
             wire::PartitionInfo::create(
                 fbb,
                 &wire::PartitionInfoArgs {
@@ -260,6 +264,7 @@ fn encode_topic<'b>(
                     leader_epoch: p.leader_epoch,
                     replicas,
                     isr,
+                    moving_to,
                 },
             )
         })
@@ -293,6 +298,10 @@ pub fn decode_topic(info: wire::TopicInfo<'_>) -> TopicMetadata {
                         leader_epoch: p.leader_epoch(),
                         replicas: p.replicas().map(|r| r.iter().collect()).unwrap_or_default(),
                         isr: p.isr().map(|r| r.iter().collect()).unwrap_or_default(),
+                        moving_to: p
+                            .moving_to()
+                            .map(|r| r.iter().collect())
+                            .unwrap_or_default(),
                     })
                     .collect()
             })
@@ -826,8 +835,9 @@ mod tests {
                     broker_id: 3,
                     shard_id: 1,
                     leader_epoch: 4,
-                    replicas: vec![3, 1, 2],
+                    replicas: vec![3, 1, 2, 4],
                     isr: vec![1, 3],
+                    moving_to: vec![3, 2, 4],
                 }],
                 settings: TopicSettings {
                     retention_ms: 5,

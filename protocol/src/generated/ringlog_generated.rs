@@ -1464,6 +1464,7 @@ pub mod ringlog {
             pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 10;
             pub const VT_REPLICAS: ::flatbuffers::VOffsetT = 12;
             pub const VT_ISR: ::flatbuffers::VOffsetT = 14;
+            pub const VT_MOVING_TO: ::flatbuffers::VOffsetT = 16;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1480,6 +1481,9 @@ pub mod ringlog {
                 args: &'args PartitionInfoArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<PartitionInfo<'bldr>> {
                 let mut builder = PartitionInfoBuilder::new(_fbb);
+                if let Some(x) = args.moving_to {
+                    builder.add_moving_to(x);
+                }
                 if let Some(x) = args.isr {
                     builder.add_isr(x);
                 }
@@ -1563,6 +1567,19 @@ pub mod ringlog {
                         )
                 }
             }
+            #[inline]
+            pub fn moving_to(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            PartitionInfo::VT_MOVING_TO,
+                            None,
+                        )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for PartitionInfo<'_> {
@@ -1586,6 +1603,11 @@ pub mod ringlog {
                         Self::VT_ISR,
                         false,
                     )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "moving_to",
+                        Self::VT_MOVING_TO,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -1597,6 +1619,7 @@ pub mod ringlog {
             pub leader_epoch: i32,
             pub replicas: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
             pub isr: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+            pub moving_to: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
         }
         impl<'a> Default for PartitionInfoArgs<'a> {
             #[inline]
@@ -1608,6 +1631,7 @@ pub mod ringlog {
                     leader_epoch: -1,
                     replicas: None,
                     isr: None,
+                    moving_to: None,
                 }
             }
         }
@@ -1656,6 +1680,16 @@ pub mod ringlog {
                     .push_slot_always::<::flatbuffers::WIPOffset<_>>(PartitionInfo::VT_ISR, isr);
             }
             #[inline]
+            pub fn add_moving_to(
+                &mut self,
+                moving_to: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    PartitionInfo::VT_MOVING_TO,
+                    moving_to,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> PartitionInfoBuilder<'a, 'b, A> {
@@ -1681,6 +1715,7 @@ pub mod ringlog {
                 ds.field("leader_epoch", &self.leader_epoch());
                 ds.field("replicas", &self.replicas());
                 ds.field("isr", &self.isr());
+                ds.field("moving_to", &self.moving_to());
                 ds.finish()
             }
         }
@@ -7395,6 +7430,1002 @@ pub mod ringlog {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 let mut ds = f.debug_struct("ListGroupsResponse");
                 ds.field("groups", &self.groups());
+                ds.finish()
+            }
+        }
+        pub enum ElectLeadersRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ElectLeadersRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ElectLeadersRequest<'a> {
+            type Inner = ElectLeadersRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ElectLeadersRequest<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
+            pub const VT_UNCLEAN: ::flatbuffers::VOffsetT = 8;
+            pub const VT_DRY_RUN: ::flatbuffers::VOffsetT = 10;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ElectLeadersRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ElectLeadersRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ElectLeadersRequest<'bldr>> {
+                let mut builder = ElectLeadersRequestBuilder::new(_fbb);
+                if let Some(x) = args.partitions {
+                    builder.add_partitions(x);
+                }
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.add_dry_run(args.dry_run);
+                builder.add_unclean(args.unclean);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ElectLeadersRequest::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partitions(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            ElectLeadersRequest::VT_PARTITIONS,
+                            None,
+                        )
+                }
+            }
+            #[inline]
+            pub fn unclean(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(ElectLeadersRequest::VT_UNCLEAN, Some(false))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn dry_run(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(ElectLeadersRequest::VT_DRY_RUN, Some(false))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ElectLeadersRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "partitions",
+                        Self::VT_PARTITIONS,
+                        false,
+                    )?
+                    .visit_field::<bool>("unclean", Self::VT_UNCLEAN, false)?
+                    .visit_field::<bool>("dry_run", Self::VT_DRY_RUN, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ElectLeadersRequestArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partitions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+            pub unclean: bool,
+            pub dry_run: bool,
+        }
+        impl<'a> Default for ElectLeadersRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ElectLeadersRequestArgs {
+                    topic: None,
+                    partitions: None,
+                    unclean: false,
+                    dry_run: false,
+                }
+            }
+        }
+
+        pub struct ElectLeadersRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ElectLeadersRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ElectLeadersRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partitions(
+                &mut self,
+                partitions: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ElectLeadersRequest::VT_PARTITIONS,
+                    partitions,
+                );
+            }
+            #[inline]
+            pub fn add_unclean(&mut self, unclean: bool) {
+                self.fbb_
+                    .push_slot::<bool>(ElectLeadersRequest::VT_UNCLEAN, unclean, false);
+            }
+            #[inline]
+            pub fn add_dry_run(&mut self, dry_run: bool) {
+                self.fbb_
+                    .push_slot::<bool>(ElectLeadersRequest::VT_DRY_RUN, dry_run, false);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ElectLeadersRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ElectLeadersRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ElectLeadersRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ElectLeadersRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ElectLeadersRequest");
+                ds.field("topic", &self.topic());
+                ds.field("partitions", &self.partitions());
+                ds.field("unclean", &self.unclean());
+                ds.field("dry_run", &self.dry_run());
+                ds.finish()
+            }
+        }
+        pub enum ElectedPartitionOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ElectedPartition<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ElectedPartition<'a> {
+            type Inner = ElectedPartition<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ElectedPartition<'a> {
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 4;
+            pub const VT_ERROR: ::flatbuffers::VOffsetT = 6;
+            pub const VT_MESSAGE: ::flatbuffers::VOffsetT = 8;
+            pub const VT_LEADER: ::flatbuffers::VOffsetT = 10;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 12;
+            pub const VT_END_OFFSET: ::flatbuffers::VOffsetT = 14;
+            pub const VT_HIGH_WATERMARK: ::flatbuffers::VOffsetT = 16;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ElectedPartition { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ElectedPartitionArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ElectedPartition<'bldr>> {
+                let mut builder = ElectedPartitionBuilder::new(_fbb);
+                builder.add_high_watermark(args.high_watermark);
+                builder.add_end_offset(args.end_offset);
+                builder.add_leader_epoch(args.leader_epoch);
+                builder.add_leader(args.leader);
+                if let Some(x) = args.message {
+                    builder.add_message(x);
+                }
+                builder.add_partition(args.partition);
+                builder.add_error(args.error);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(ElectedPartition::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn error(&self) -> u16 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u16>(ElectedPartition::VT_ERROR, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn message(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ElectedPartition::VT_MESSAGE,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn leader(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(ElectedPartition::VT_LEADER, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn leader_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(ElectedPartition::VT_LEADER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn end_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(ElectedPartition::VT_END_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn high_watermark(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(ElectedPartition::VT_HIGH_WATERMARK, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ElectedPartition<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<u16>("error", Self::VT_ERROR, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "message",
+                        Self::VT_MESSAGE,
+                        false,
+                    )?
+                    .visit_field::<u32>("leader", Self::VT_LEADER, false)?
+                    .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
+                    .visit_field::<u64>("end_offset", Self::VT_END_OFFSET, false)?
+                    .visit_field::<u64>("high_watermark", Self::VT_HIGH_WATERMARK, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ElectedPartitionArgs<'a> {
+            pub partition: u32,
+            pub error: u16,
+            pub message: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub leader: u32,
+            pub leader_epoch: i32,
+            pub end_offset: u64,
+            pub high_watermark: u64,
+        }
+        impl<'a> Default for ElectedPartitionArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ElectedPartitionArgs {
+                    partition: 0,
+                    error: 0,
+                    message: None,
+                    leader: 0,
+                    leader_epoch: -1,
+                    end_offset: 0,
+                    high_watermark: 0,
+                }
+            }
+        }
+
+        pub struct ElectedPartitionBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ElectedPartitionBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(ElectedPartition::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_error(&mut self, error: u16) {
+                self.fbb_
+                    .push_slot::<u16>(ElectedPartition::VT_ERROR, error, 0);
+            }
+            #[inline]
+            pub fn add_message(&mut self, message: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ElectedPartition::VT_MESSAGE,
+                    message,
+                );
+            }
+            #[inline]
+            pub fn add_leader(&mut self, leader: u32) {
+                self.fbb_
+                    .push_slot::<u32>(ElectedPartition::VT_LEADER, leader, 0);
+            }
+            #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(ElectedPartition::VT_LEADER_EPOCH, leader_epoch, -1);
+            }
+            #[inline]
+            pub fn add_end_offset(&mut self, end_offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(ElectedPartition::VT_END_OFFSET, end_offset, 0);
+            }
+            #[inline]
+            pub fn add_high_watermark(&mut self, high_watermark: u64) {
+                self.fbb_
+                    .push_slot::<u64>(ElectedPartition::VT_HIGH_WATERMARK, high_watermark, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ElectedPartitionBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ElectedPartitionBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ElectedPartition<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ElectedPartition<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ElectedPartition");
+                ds.field("partition", &self.partition());
+                ds.field("error", &self.error());
+                ds.field("message", &self.message());
+                ds.field("leader", &self.leader());
+                ds.field("leader_epoch", &self.leader_epoch());
+                ds.field("end_offset", &self.end_offset());
+                ds.field("high_watermark", &self.high_watermark());
+                ds.finish()
+            }
+        }
+        pub enum ElectLeadersResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ElectLeadersResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ElectLeadersResponse<'a> {
+            type Inner = ElectLeadersResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ElectLeadersResponse<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ElectLeadersResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ElectLeadersResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ElectLeadersResponse<'bldr>> {
+                let mut builder = ElectLeadersResponseBuilder::new(_fbb);
+                if let Some(x) = args.partitions {
+                    builder.add_partitions(x);
+                }
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ElectLeadersResponse::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partitions(
+                &self,
+            ) -> Option<
+                ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ElectedPartition<'a>>>,
+            > {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ElectedPartition>>,
+                    >>(ElectLeadersResponse::VT_PARTITIONS, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ElectLeadersResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<ElectedPartition>>,
+                    >>("partitions", Self::VT_PARTITIONS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ElectLeadersResponseArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partitions: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ElectedPartition<'a>>>,
+                >,
+            >,
+        }
+        impl<'a> Default for ElectLeadersResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ElectLeadersResponseArgs {
+                    topic: None,
+                    partitions: None,
+                }
+            }
+        }
+
+        pub struct ElectLeadersResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ElectLeadersResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ElectLeadersResponse::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partitions(
+                &mut self,
+                partitions: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<ElectedPartition<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ElectLeadersResponse::VT_PARTITIONS,
+                    partitions,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ElectLeadersResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ElectLeadersResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ElectLeadersResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ElectLeadersResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ElectLeadersResponse");
+                ds.field("topic", &self.topic());
+                ds.field("partitions", &self.partitions());
+                ds.finish()
+            }
+        }
+        pub enum ReassignPartitionRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ReassignPartitionRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ReassignPartitionRequest<'a> {
+            type Inner = ReassignPartitionRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ReassignPartitionRequest<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_REPLICAS: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ReassignPartitionRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ReassignPartitionRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ReassignPartitionRequest<'bldr>> {
+                let mut builder = ReassignPartitionRequestBuilder::new(_fbb);
+                if let Some(x) = args.replicas {
+                    builder.add_replicas(x);
+                }
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ReassignPartitionRequest::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(ReassignPartitionRequest::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn replicas(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            ReassignPartitionRequest::VT_REPLICAS,
+                            None,
+                        )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ReassignPartitionRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "replicas",
+                        Self::VT_REPLICAS,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ReassignPartitionRequestArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub replicas: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+        }
+        impl<'a> Default for ReassignPartitionRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ReassignPartitionRequestArgs {
+                    topic: None,
+                    partition: 0,
+                    replicas: None,
+                }
+            }
+        }
+
+        pub struct ReassignPartitionRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ReassignPartitionRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReassignPartitionRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(ReassignPartitionRequest::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_replicas(
+                &mut self,
+                replicas: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReassignPartitionRequest::VT_REPLICAS,
+                    replicas,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ReassignPartitionRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ReassignPartitionRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ReassignPartitionRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ReassignPartitionRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ReassignPartitionRequest");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("replicas", &self.replicas());
+                ds.finish()
+            }
+        }
+        pub enum ReassignPartitionResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ReassignPartitionResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ReassignPartitionResponse<'a> {
+            type Inner = ReassignPartitionResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ReassignPartitionResponse<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_REPLICAS: ::flatbuffers::VOffsetT = 8;
+            pub const VT_MOVING_TO: ::flatbuffers::VOffsetT = 10;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ReassignPartitionResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ReassignPartitionResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ReassignPartitionResponse<'bldr>> {
+                let mut builder = ReassignPartitionResponseBuilder::new(_fbb);
+                if let Some(x) = args.moving_to {
+                    builder.add_moving_to(x);
+                }
+                if let Some(x) = args.replicas {
+                    builder.add_replicas(x);
+                }
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ReassignPartitionResponse::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(ReassignPartitionResponse::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn replicas(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            ReassignPartitionResponse::VT_REPLICAS,
+                            None,
+                        )
+                }
+            }
+            #[inline]
+            pub fn moving_to(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            ReassignPartitionResponse::VT_MOVING_TO,
+                            None,
+                        )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ReassignPartitionResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "replicas",
+                        Self::VT_REPLICAS,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "moving_to",
+                        Self::VT_MOVING_TO,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ReassignPartitionResponseArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub replicas: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+            pub moving_to: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+        }
+        impl<'a> Default for ReassignPartitionResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ReassignPartitionResponseArgs {
+                    topic: None,
+                    partition: 0,
+                    replicas: None,
+                    moving_to: None,
+                }
+            }
+        }
+
+        pub struct ReassignPartitionResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ReassignPartitionResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReassignPartitionResponse::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(ReassignPartitionResponse::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_replicas(
+                &mut self,
+                replicas: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReassignPartitionResponse::VT_REPLICAS,
+                    replicas,
+                );
+            }
+            #[inline]
+            pub fn add_moving_to(
+                &mut self,
+                moving_to: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ReassignPartitionResponse::VT_MOVING_TO,
+                    moving_to,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ReassignPartitionResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ReassignPartitionResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ReassignPartitionResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ReassignPartitionResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ReassignPartitionResponse");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("replicas", &self.replicas());
+                ds.field("moving_to", &self.moving_to());
                 ds.finish()
             }
         }

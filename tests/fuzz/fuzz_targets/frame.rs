@@ -62,7 +62,13 @@ fn request(api: u16, header: &[u8], payload: &[u8]) {
         }
         4 => {
             if let Ok(r) = verify::<wire::ProduceRequest>(header) {
-                let _ = (r.topic(), r.partition(), r.acks());
+                let _ = (
+                    r.topic(),
+                    r.partition(),
+                    r.acks(),
+                    r.topic_id(),
+                    r.leader_epoch(),
+                );
                 if let Ok(summary) = protocol::message::validate_message_set(payload) {
                     assert!(summary.count > 0 || payload.is_empty());
                 }
@@ -77,11 +83,35 @@ fn request(api: u16, header: &[u8], payload: &[u8]) {
                     r.max_bytes(),
                     r.max_wait_ms(),
                 );
+                // The replica fields a follower's fetch carries.
+                let _ = (
+                    r.topic_id(),
+                    r.leader_epoch(),
+                    r.replica_id(),
+                    r.replica_incarnation(),
+                    r.last_fetched_epoch(),
+                    r.replica_flushed_offset(),
+                );
             }
         }
         6 => {
             if let Ok(r) = verify::<wire::ListOffsetsRequest>(header) {
                 let _ = (r.topic(), r.partition(), r.spec(), r.timestamp_ms());
+            }
+        }
+        15 => {
+            if let Ok(r) = verify::<wire::ElectLeadersRequest>(header) {
+                let partitions: Vec<u32> = r
+                    .partitions()
+                    .map(|p| p.iter().collect())
+                    .unwrap_or_default();
+                let _ = (r.topic(), partitions, r.unclean(), r.dry_run());
+            }
+        }
+        16 => {
+            if let Ok(r) = verify::<wire::ReassignPartitionRequest>(header) {
+                let replicas: Vec<u32> = r.replicas().map(|p| p.iter().collect()).unwrap_or_default();
+                let _ = (r.topic(), r.partition(), replicas);
             }
         }
         _ => group_request(api, header),
@@ -187,8 +217,29 @@ fn response(api: u16, header: &[u8]) {
                 }
             }
         }
+        5 => {
+            if let Ok(r) = verify::<wire::FetchResponse>(header) {
+                let _ = (
+                    r.offset(),
+                    r.length(),
+                    r.start_offset(),
+                    r.flushed_offset(),
+                    r.leader_epoch(),
+                    r.chunk_epoch(),
+                    r.segment_base(),
+                    r.diverging_epoch(),
+                    r.diverging_end_offset(),
+                );
+            }
+        }
         8 => {
             let _ = codec::groups::decode_heartbeat(header);
+        }
+        15 => {
+            let _ = codec::operations::decode_elect_leaders(header);
+        }
+        16 => {
+            let _ = codec::operations::decode_reassign(header);
         }
         7 => {
             let _ = codec::groups::decode_joined(header);

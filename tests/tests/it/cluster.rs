@@ -368,6 +368,7 @@ fn the_etcd_registry_behaves_like_the_standalone_and_memory_ones() {
             .await
             .unwrap();
         conformance::check(&mut registry, 7).await;
+        conformance::check_replace(&mut registry, 7).await;
     });
 }
 

@@ -26,6 +26,7 @@ mod peers;
 mod prefetch;
 mod produce_consume;
 mod python;
+mod replica_operations;
 mod replication;
 mod retention;
 mod stalled_consumer;

@@ -11,10 +11,10 @@ use protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(60);
-const SIZE: usize = 64;
+pub(super) const WAIT: Duration = Duration::from_secs(60);
+pub(super) const SIZE: usize = 64;
 
-fn options(etcd: &Etcd, cluster: &str, id: u32) -> BrokerOptions {
+pub(super) fn options(etcd: &Etcd, cluster: &str, id: u32) -> BrokerOptions {
     BrokerOptions {
         shards: 1,
         config_toml:
@@ -23,7 +23,7 @@ fn options(etcd: &Etcd, cluster: &str, id: u32) -> BrokerOptions {
     }
 }
 
-fn cluster(etcd: &Etcd, name: &str, size: u32) -> Vec<Broker> {
+pub(super) fn cluster(etcd: &Etcd, name: &str, size: u32) -> Vec<Broker> {
     let brokers: Vec<Broker> = (1..=size)
         .map(|id| Broker::start(options(etcd, name, id)))
         .collect();
@@ -43,7 +43,7 @@ fn cluster(etcd: &Etcd, name: &str, size: u32) -> Vec<Broker> {
     brokers
 }
 
-fn replicated(factor: u32, min_insync: u32) -> TopicSettings {
+pub(super) fn replicated(factor: u32, min_insync: u32) -> TopicSettings {
     TopicSettings {
         replication_factor: factor,
         min_insync_replicas: min_insync,
@@ -51,7 +51,7 @@ fn replicated(factor: u32, min_insync: u32) -> TopicSettings {
     }
 }
 
-fn all_producer(client: &Client, topic: &str) -> Producer {
+pub(super) fn all_producer(client: &Client, topic: &str) -> Producer {
     Producer::new(
         client,
         topic,
@@ -66,7 +66,7 @@ fn all_producer(client: &Client, topic: &str) -> Producer {
 }
 
 /// The segment files of `topic-partition` on a broker, by name.
-fn files(broker: &Broker, topic: &str, partition: u32) -> BTreeMap<String, Vec<u8>> {
+pub(super) fn files(broker: &Broker, topic: &str, partition: u32) -> BTreeMap<String, Vec<u8>> {
     let dir = broker.data_dir().join(format!("{topic}-{partition}"));
     let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
@@ -78,13 +78,13 @@ fn files(broker: &Broker, topic: &str, partition: u32) -> BTreeMap<String, Vec<u
     files
 }
 
-fn metadata(client: &Client, topic: &str) -> Metadata {
+pub(super) fn metadata(client: &Client, topic: &str) -> Metadata {
     client.metadata(&[topic]).unwrap()
 }
 
 /// Waits until every copy of the partition holds the same bytes as the
 /// leader's, file by file (the follower rolls where the leader rolled).
-fn wait_identical(brokers: &[&Broker], topic: &str, partition: u32) {
+pub(super) fn wait_identical(brokers: &[&Broker], topic: &str, partition: u32) {
     eventually("the copies byte-identical", WAIT, || {
         let copies: Vec<BTreeMap<String, Vec<u8>>> =
             brokers.iter().map(|b| files(b, topic, partition)).collect();
@@ -100,7 +100,7 @@ fn wait_identical(brokers: &[&Broker], topic: &str, partition: u32) {
     });
 }
 
-fn ids(replicas: &[u32]) -> Vec<u32> {
+pub(super) fn ids(replicas: &[u32]) -> Vec<u32> {
     let mut v = replicas.to_vec();
     v.sort_unstable();
     v

@@ -106,8 +106,35 @@ class PartitionInfo(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
         return o == 0
 
+    # PartitionInfo
+    def MovingTo(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # PartitionInfo
+    def MovingToAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # PartitionInfo
+    def MovingToLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # PartitionInfo
+    def MovingToIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        return o == 0
+
 def PartitionInfoStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def Start(builder):
     PartitionInfoStart(builder)
@@ -159,6 +186,18 @@ def PartitionInfoStartIsrVector(builder, numElems):
 
 def StartIsrVector(builder, numElems):
     return PartitionInfoStartIsrVector(builder, numElems)
+
+def PartitionInfoAddMovingTo(builder, movingTo):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(movingTo), 0)
+
+def AddMovingTo(builder, movingTo):
+    PartitionInfoAddMovingTo(builder, movingTo)
+
+def PartitionInfoStartMovingToVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartMovingToVector(builder, numElems):
+    return PartitionInfoStartMovingToVector(builder, numElems)
 
 def PartitionInfoEnd(builder):
     return builder.EndObject()

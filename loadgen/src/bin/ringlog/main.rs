@@ -11,6 +11,8 @@ use protocol::client::{
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
+mod operations;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "ringlog",
@@ -100,10 +102,97 @@ enum Command {
     /// List, describe or reset consumer groups (cluster only).
     #[command(subcommand)]
     Groups(GroupsCommand),
-    /// The live brokers and their shard addresses.
-    Brokers,
-    /// Partitions' leaders, replicas and in-sync replicas.
-    Partitions(PartitionsArgs),
+    /// The live brokers and their shard addresses; decommission one.
+    Brokers {
+        #[command(subcommand)]
+        command: Option<BrokersCommand>,
+    },
+    /// Partitions' leaders, replicas and in-sync replicas; elections and
+    /// moves.
+    #[command(args_conflicts_with_subcommands = true)]
+    Partitions {
+        #[command(subcommand)]
+        command: Option<PartitionsCommand>,
+        #[command(flatten)]
+        args: PartitionsArgs,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum BrokersCommand {
+    /// The live brokers and their shard addresses (the default).
+    List,
+    /// Move every copy a broker holds to the other live brokers, and wait
+    /// until they are in sync there; then the broker can be stopped.
+    Decommission {
+        /// The broker.
+        broker: u32,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+}
+
+#[derive(Args, Debug)]
+struct WaitArgs {
+    /// Answer once the change has begun; do not wait for it.
+    #[arg(long)]
+    no_wait: bool,
+    /// Give up waiting after this many seconds (the change goes on).
+    #[arg(long, default_value_t = 600)]
+    timeout_s: u64,
+}
+
+impl WaitArgs {
+    fn wait(&self) -> Option<Duration> {
+        (!self.no_wait).then(|| Duration::from_secs(self.timeout_s))
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum PartitionsCommand {
+    /// Give each partition back to its preferred replica (the first in its
+    /// replica list) where that one is in sync: the leader hands over once
+    /// it has caught up, so nothing acknowledged is lost.
+    ElectLeaders {
+        /// Only these topics (default: every topic).
+        topics: Vec<String>,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+    /// A leader for an offline partition (its leader and every in-sync
+    /// replica gone). Refused unless --unclean: that elects a replica that
+    /// is not in sync, and what only the lost ones held is lost.
+    Elect {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        #[arg(long)]
+        partition: u32,
+        /// Elect a replica that is not in sync (data loss; the warning
+        /// says how much at least).
+        #[arg(long)]
+        unclean: bool,
+        /// Elect this broker [default: the live replica whose copy ends
+        /// last].
+        #[arg(long)]
+        broker: Option<u32>,
+    },
+    /// Move a partition's copies to these brokers (the preferred leader
+    /// first): new copies catch up and join the in-sync replicas, then the
+    /// old ones leave and delete their data. Also raises or lowers the
+    /// replication factor.
+    Reassign {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        #[arg(long)]
+        partition: u32,
+        /// The brokers, comma-separated, e.g. 1,2,3.
+        #[arg(long, value_parser = operations::parse_ids)]
+        replicas: std::vec::Vec<u32>,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -305,8 +394,42 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Consume(args) => consume(&cli.brokers, args),
         Command::Offsets(args) => offsets(&cli.brokers, args),
         Command::Groups(command) => groups(&cli.brokers, command),
-        Command::Brokers => brokers(&cli.brokers),
-        Command::Partitions(args) => partitions(&cli.brokers, args),
+        Command::Brokers { command } => match command {
+            None | Some(BrokersCommand::List) => brokers(&cli.brokers),
+            Some(BrokersCommand::Decommission { broker, wait }) => {
+                operations::decommission(&connect(&cli.brokers)?, broker, wait.wait())
+            }
+        },
+        Command::Partitions { command, args } => match command {
+            None => partitions(&cli.brokers, args),
+            Some(PartitionsCommand::ElectLeaders { topics, wait }) => {
+                operations::elect_leaders(&connect(&cli.brokers)?, &topics, wait.wait())
+            }
+            Some(PartitionsCommand::Elect {
+                topic,
+                partition,
+                unclean,
+                broker,
+            }) => operations::elect_offline(
+                &connect(&cli.brokers)?,
+                &topic,
+                partition,
+                unclean,
+                broker,
+            ),
+            Some(PartitionsCommand::Reassign {
+                topic,
+                partition,
+                replicas,
+                wait,
+            }) => operations::reassign(
+                &connect(&cli.brokers)?,
+                &topic,
+                partition,
+                &replicas,
+                wait.wait(),
+            ),
+        },
     }
 }
 
@@ -1075,6 +1198,11 @@ fn partitions(brokers: &str, args: PartitionsArgs) -> anyhow::Result<()> {
             if (args.offline && !offline) || (args.under_replicated && !under) {
                 continue;
             }
+            let moving = if p.moving_to.is_empty() {
+                String::new()
+            } else {
+                format!(", moving to {}", operations::ids(&p.moving_to))
+            };
             let status = if offline {
                 "offline"
             } else if under {
@@ -1082,6 +1210,7 @@ fn partitions(brokers: &str, args: PartitionsArgs) -> anyhow::Result<()> {
             } else {
                 "ok"
             };
+            let status = format!("{status}{moving}");
             println!(
                 "{}\t{}\t{}\t{}\t{}\t{}\t{status}",
                 topic.name,

@@ -1,0 +1,467 @@
+//! Who leads each replicated partition, as the control thread changes it:
+//! the states it learns and tells the shards, elections when a leader's
+//! broker is gone, a new epoch for the partitions a restarted broker led,
+//! and the operator's elections — preferred (`ringlog partitions
+//! elect-leaders`: the leader is asked to hand over, see
+//! `replica::transfer`) and unclean (`ringlog partitions elect --unclean`:
+//! this broker takes over an offline partition although it is not in
+//! sync). Every change is a compare-and-set on the partition's state key;
+//! of brokers that race, one wins and the others learn its state.
+
+use super::ControlPlane;
+use crate::mailbox::{ControlError, ShardMsg};
+use coordinator::registry::{Registry, TopicRecord};
+use coordinator::replicas::{PartitionState, PartitionUpdate, UpdateOutcome, Versioned};
+use protocol::codec::operations::{ElectLeaders, Elected};
+use protocol::types::BrokerId;
+use protocol::ErrorCode;
+use std::collections::BTreeMap;
+
+impl<R: Registry> ControlPlane<R> {
+    /// Reads a replicated topic's partition states (those without a key are
+    /// in their initial state) and tells every shard.
+    pub(super) async fn learn_topic_states(&mut self, record: &TopicRecord) {
+        let stored = match self.registry.partition_states(&record.id).await {
+            Ok(stored) => stored,
+            Err(error) => {
+                // The watch's resync brings them later.
+                tracing::warn!(topic = %record.name, %error, "reading the partitions' states");
+                BTreeMap::new()
+            }
+        };
+        let states: Vec<(u32, Versioned)> = (0..record.partitions)
+            .map(|p| {
+                let state = stored.get(&p).cloned().unwrap_or_else(|| Versioned {
+                    state: PartitionState::initial(&record.replicas_of(p)),
+                    revision: 0,
+                });
+                (p, state)
+            })
+            .collect();
+        for (p, state) in &states {
+            self.states.insert((record.id.clone(), *p), state.clone());
+        }
+        self.tell_states(&record.id, states).await;
+    }
+
+    /// Tells every shard partition states of a topic.
+    pub(super) async fn tell_states(&self, topic_id: &str, states: Vec<(u32, Versioned)>) {
+        for shard in &self.shards {
+            let msg = ShardMsg::PartitionStates {
+                topic_id: topic_id.to_string(),
+                states: states.clone(),
+            };
+            let _ = shard.send_async(msg).await;
+        }
+    }
+
+    /// Takes a partition state from the registry (newer revisions only)
+    /// and tells the shards.
+    pub(super) async fn learn_state(&mut self, topic_id: &str, partition: u32, state: Versioned) {
+        let key = (topic_id.to_string(), partition);
+        if self
+            .states
+            .get(&key)
+            .is_some_and(|known| known.revision >= state.revision)
+        {
+            return;
+        }
+        self.states.insert(key, state.clone());
+        self.tell_states(topic_id, vec![(partition, state)]).await;
+    }
+
+    /// Every replicated partition's state as this broker knows it.
+    pub(super) fn state_of(&self, record: &TopicRecord, partition: u32) -> Versioned {
+        self.states
+            .get(&(record.id.clone(), partition))
+            .cloned()
+            .unwrap_or_else(|| Versioned {
+                state: PartitionState::initial(&record.replicas_of(partition)),
+                revision: 0,
+            })
+    }
+
+    /// Elections: for every replicated partition whose leader's broker is
+    /// not live and whose ISR has this broker, this broker tries to take
+    /// over (epoch + 1, the old leader out of the ISR). Of the ISR members
+    /// that try, the registry's compare-and-set lets one win; the others
+    /// learn the winner. A partition whose whole ISR is gone stays offline
+    /// (no unclean election).
+    pub(super) async fn elect_where_leaderless(&mut self) {
+        if self.foreign.is_some() {
+            return;
+        }
+        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
+        let records: Vec<TopicRecord> = self
+            .known
+            .values()
+            .filter(|t| t.is_replicated())
+            .cloned()
+            .collect();
+        for record in records {
+            let mut updates = Vec::new();
+            for p in 0..record.partitions {
+                let current = self.state_of(&record, p);
+                // Only a broker that holds the partition: one a finished move
+                // took out may still be listed in the ISR for a moment.
+                if live.contains(&current.state.leader) || !record.has_replica(p, self.me) {
+                    continue;
+                }
+                if let Some(next) = current.state.elect(self.me) {
+                    updates.push(PartitionUpdate {
+                        partition: p,
+                        expected: current.revision,
+                        state: next,
+                    });
+                }
+            }
+            if updates.is_empty() {
+                continue;
+            }
+            self.write_states(&record.id, updates, "elected the leader")
+                .await;
+        }
+    }
+
+    /// Writes partition state changes; what was written and what another
+    /// broker wrote first are learned alike.
+    /// True for each update that was written.
+    pub(super) async fn write_states(
+        &mut self,
+        topic_id: &str,
+        updates: Vec<PartitionUpdate>,
+        what: &str,
+    ) -> Vec<bool> {
+        let outcomes = match self
+            .registry
+            .update_partitions(topic_id, updates.clone())
+            .await
+        {
+            Ok(outcomes) => outcomes,
+            Err(error) => {
+                tracing::warn!(%error, topic_id, "writing partition states; retried at the next change of the live brokers");
+                return vec![false; updates.len()];
+            }
+        };
+        let mut written = Vec::with_capacity(updates.len());
+        for (update, outcome) in updates.into_iter().zip(outcomes) {
+            written.push(matches!(outcome, UpdateOutcome::Done(_)));
+            match outcome {
+                UpdateOutcome::Done(revision) => {
+                    tracing::info!(
+                        topic_id,
+                        partition = update.partition,
+                        leader = update.state.leader,
+                        epoch = update.state.leader_epoch,
+                        isr = ?update.state.isr,
+                        "{what}"
+                    );
+                    let state = Versioned {
+                        state: update.state,
+                        revision,
+                    };
+                    self.learn_state(topic_id, update.partition, state).await;
+                }
+                UpdateOutcome::Conflict(Some(current)) => {
+                    self.learn_state(topic_id, update.partition, current).await;
+                }
+                UpdateOutcome::Conflict(None) => {}
+            }
+        }
+        written
+    }
+
+    /// A new run of this broker: partitions it led get a new epoch (another
+    /// live ISR member takes over, or it leads again in a new epoch, so a
+    /// follower never mistakes the new run's log for the old one's), and a
+    /// data directory that is new (a lost disk) leaves every ISR: its copies
+    /// hold nothing and must not be elected.
+    pub(super) async fn restart_replicas(&mut self, fresh: bool) {
+        if self.foreign.is_some() {
+            return;
+        }
+        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
+        let records: Vec<TopicRecord> = self
+            .known
+            .values()
+            .filter(|t| t.is_replicated())
+            .cloned()
+            .collect();
+        for record in records {
+            let mut updates = Vec::new();
+            for p in 0..record.partitions {
+                if !record.has_replica(p, self.me) {
+                    continue;
+                }
+                let current = self.state_of(&record, p);
+                let state = &current.state;
+                let next = if state.leader == self.me {
+                    let other = state
+                        .isr
+                        .iter()
+                        .copied()
+                        .find(|b| *b != self.me && live.contains(b));
+                    match other {
+                        Some(other) => state.elect(other),
+                        None if fresh => {
+                            tracing::error!(
+                                topic = %record.name,
+                                partition = p,
+                                "this broker led the partition, its data directory is new, and no other in-sync replica is live: the partition stays offline until one returns (or `ringlog partitions elect --unclean`)"
+                            );
+                            None
+                        }
+                        None => {
+                            let mut again = state.clone();
+                            again.leader_epoch += 1;
+                            Some(again)
+                        }
+                    }
+                } else if fresh && state.in_sync(self.me) {
+                    let mut out = state.clone();
+                    out.isr.retain(|b| *b != self.me);
+                    out.incarnations.remove(&self.me);
+                    Some(out)
+                } else {
+                    None
+                };
+                if let Some(next) = next {
+                    updates.push(PartitionUpdate {
+                        partition: p,
+                        expected: current.revision,
+                        state: next,
+                    });
+                }
+            }
+            if !updates.is_empty() {
+                self.write_states(&record.id, updates, "restarted: a new epoch")
+                    .await;
+            }
+        }
+    }
+
+    /// The operator's elections of a topic's partitions; each partition's
+    /// outcome.
+    pub(super) async fn elect_leaders(
+        &mut self,
+        request: ElectLeaders,
+    ) -> Result<Vec<Elected>, ControlError> {
+        let Some(record) = self.known.get(&request.topic).cloned() else {
+            return Err(ControlError::new(
+                ErrorCode::UnknownTopic,
+                format!("no topic {:?}", request.topic),
+            ));
+        };
+        if !record.is_replicated() {
+            return Err(ControlError::new(
+                ErrorCode::ElectionNotPossible,
+                format!(
+                    "topic {:?} has one copy per partition: it has no leaders to elect",
+                    record.name
+                ),
+            ));
+        }
+        let partitions: Vec<u32> = if request.partitions.is_empty() {
+            (0..record.partitions).collect()
+        } else {
+            request.partitions.clone()
+        };
+        if let Some(p) = partitions.iter().find(|p| **p >= record.partitions) {
+            return Err(ControlError::new(
+                ErrorCode::UnknownPartition,
+                format!(
+                    "topic {:?} has {} partitions, not {p}",
+                    record.name, record.partitions
+                ),
+            ));
+        }
+        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
+        let positions = if request.unclean {
+            self.replica_positions(&record.id, &partitions).await
+        } else {
+            BTreeMap::new()
+        };
+        let mut answers = Vec::new();
+        let mut updates = Vec::new();
+        for &p in &partitions {
+            let current = self.state_of(&record, p);
+            let position = positions.get(&p).copied();
+            let planned = if request.unclean {
+                self.plan_unclean(&record, p, &current.state, &live, position)
+            } else {
+                plan_preferred(&record, p, &current.state, &live)
+            };
+            let mut answer = Elected {
+                partition: p,
+                error: ErrorCode::None,
+                message: String::new(),
+                leader: current.state.leader,
+                leader_epoch: current.state.leader_epoch as i32,
+                end_offset: position.map_or(0, |(end, _)| end),
+                high_watermark: position.map_or(0, |(_, hw)| hw),
+            };
+            match planned {
+                Err(why) => {
+                    answer.error = ErrorCode::ElectionNotPossible;
+                    answer.message = why;
+                }
+                Ok(None) => {
+                    answer.message = format!("broker {} leads already", current.state.leader);
+                }
+                Ok(Some((next, what))) => {
+                    answer.message = what;
+                    if !request.dry_run {
+                        updates.push(PartitionUpdate {
+                            partition: p,
+                            expected: current.revision,
+                            state: next,
+                        });
+                    }
+                }
+            }
+            answers.push(answer);
+        }
+        if !updates.is_empty() {
+            let what = if request.unclean {
+                "unclean election: this broker leads, although it was not in sync"
+            } else {
+                "asked the leader to hand over to the preferred replica"
+            };
+            let written = self.write_states(&record.id, updates.clone(), what).await;
+            for (update, ok) in updates.iter().zip(written) {
+                let Some(answer) = answers.iter_mut().find(|a| a.partition == update.partition)
+                else {
+                    continue;
+                };
+                let now = self.state_of(&record, update.partition).state;
+                answer.leader = now.leader;
+                answer.leader_epoch = now.leader_epoch as i32;
+                if !ok {
+                    answer.error = ErrorCode::ElectionNotPossible;
+                    answer.message = format!(
+                        "the partition's state changed meanwhile (broker {} leads in epoch {}): ask again",
+                        now.leader, now.leader_epoch
+                    );
+                } else if request.unclean {
+                    tracing::warn!(
+                        topic = %record.name,
+                        partition = update.partition,
+                        epoch = now.leader_epoch,
+                        end_offset = answer.end_offset,
+                        high_watermark_seen = answer.high_watermark,
+                        bytes_lost_at_least = answer.high_watermark.saturating_sub(answer.end_offset),
+                        "unclean election: what only the lost in-sync replicas held is lost"
+                    );
+                }
+            }
+        }
+        Ok(answers)
+    }
+
+    /// An unclean election of this broker for `p`, or why not: the
+    /// partition must be offline (its leader gone, no in-sync replica live)
+    /// and this broker must hold a copy.
+    fn plan_unclean(
+        &self,
+        record: &TopicRecord,
+        p: u32,
+        state: &PartitionState,
+        live: &[BrokerId],
+        position: Option<(u64, u64)>,
+    ) -> Result<Option<(PartitionState, String)>, String> {
+        if live.contains(&state.leader) {
+            return Err(format!(
+                "broker {} leads it and is live: an unclean election is only for an offline partition",
+                state.leader
+            ));
+        }
+        if let Some(member) = state.isr.iter().find(|b| live.contains(b)) {
+            return Err(format!(
+                "broker {member} is in sync and live: it takes over by itself, losing nothing"
+            ));
+        }
+        if !record.has_replica(p, self.me) || position.is_none() {
+            return Err(format!(
+                "broker {} holds no copy of it (its replicas: {:?}): send the election to one that does",
+                self.me,
+                record.replicas_of(p)
+            ));
+        }
+        let (end, hw) = position.unwrap_or_default();
+        Ok(Some((
+            state.elect_unclean(self.me),
+            format!(
+                "broker {} leads, unclean: its copy ends at {end}; the high watermark it last saw was {hw}, so at least {} committed bytes are lost, and whatever the in-sync replicas {:?} held past it",
+                self.me,
+                hw.saturating_sub(end),
+                state.isr
+            ),
+        )))
+    }
+
+    /// Where this broker's copies of `partitions` end, and the high
+    /// watermark each last learned, from the shards that hold them.
+    async fn replica_positions(
+        &self,
+        topic_id: &str,
+        partitions: &[u32],
+    ) -> BTreeMap<u32, (u64, u64)> {
+        let mut positions = BTreeMap::new();
+        for shard in &self.shards {
+            let (reply, answer) = flume::bounded(1);
+            let msg = ShardMsg::ReplicaPositions {
+                topic_id: topic_id.to_string(),
+                partitions: partitions.to_vec(),
+                reply,
+            };
+            if shard.send_async(msg).await.is_err() {
+                continue;
+            }
+            if let Ok(held) = answer.recv_async().await {
+                for (p, end, hw) in held {
+                    positions.insert(p, (end, hw));
+                }
+            }
+        }
+        positions
+    }
+}
+
+/// A preferred election for `p`, or why not: its first replica must be
+/// live and in sync, and the leader live (to hand over; a partition without
+/// one gets a leader by itself).
+fn plan_preferred(
+    record: &TopicRecord,
+    p: u32,
+    state: &PartitionState,
+    live: &[BrokerId],
+) -> Result<Option<(PartitionState, String)>, String> {
+    let preferred = record.replicas_of(p).first().copied().unwrap_or(0);
+    if state.leader == preferred {
+        return Ok(None);
+    }
+    if !live.contains(&preferred) {
+        return Err(format!(
+            "the preferred replica, broker {preferred}, is not live"
+        ));
+    }
+    if !live.contains(&state.leader) {
+        return Err(format!(
+            "its leader, broker {}, is not live: an in-sync replica takes over by itself",
+            state.leader
+        ));
+    }
+    match state.ask_transfer(preferred) {
+        Some(next) => Ok(Some((
+            next,
+            format!(
+                "broker {} hands over to broker {preferred} once it has caught up",
+                state.leader
+            ),
+        ))),
+        None => Err(format!(
+            "the preferred replica, broker {preferred}, is not in sync (ISR {:?}); it is elected once it is",
+            state.isr
+        )),
+    }
+}

@@ -5,7 +5,10 @@
 //! kills a leader (SIGKILL), pauses one past its lease (SIGSTOP), cuts a
 //! leader from its followers, cuts a leader from etcd, isolates one broker
 //! from everyone, or removes a follower's data directory before its
-//! restart — then heals. At the end the history is checked:
+//! restart — then heals; and now and then an operator rotates a
+//! partition's replica list and holds a preferred election, so leadership
+//! is also handed over on purpose amid the faults. At the end the history
+//! is checked:
 //!
 //! - **lost**: every acknowledged message is in the final log;
 //! - **acked-offset mismatch**: each acknowledged batch is where its answer
@@ -32,6 +35,7 @@ use protocol::client::{
     AckMode, Client, ClientConfig, Producer, ProducerConfig, Receipt, Start, TopicConsumer,
     TopicConsumerConfig, TopicSettings,
 };
+use protocol::codec::operations::ElectLeaders;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -80,15 +84,20 @@ enum Fault {
     LeaderFromEtcd,
     IsolateOne,
     WipeFollower,
+    /// Not a fault, an operator: the partition's replica list rotated by
+    /// one (a move that changes its preferred leader), then a preferred
+    /// election of the topic — handovers amid the faults.
+    Rotate,
 }
 
-const FAULTS: [Fault; 6] = [
+const FAULTS: [Fault; 7] = [
     Fault::KillLeader,
     Fault::PauseLeader,
     Fault::LeaderFromFollowers,
     Fault::LeaderFromEtcd,
     Fault::IsolateOne,
     Fault::WipeFollower,
+    Fault::Rotate,
 ];
 
 fn client_config() -> ClientConfig {
@@ -535,6 +544,31 @@ fn r20_5_jepsen_style_faults_lose_nothing_acknowledged_and_keep_the_copies_ident
                 // broker is not the old one's to take over.
                 std::thread::sleep(hold.max(Duration::from_secs(3)));
                 brokers[i].restart();
+            }
+            Fault::Rotate => {
+                if let Some(c) = connect(&addresses) {
+                    if let Ok(m) = c.metadata(&[TOPIC]) {
+                        let mut replicas =
+                            m.topics[0].partitions[partition as usize].replicas.clone();
+                        replicas.rotate_left(1);
+                        let moved = c.reassign_partition(TOPIC, partition, &replicas);
+                        std::thread::sleep(hold / 2);
+                        let elect = ElectLeaders {
+                            topic: TOPIC.into(),
+                            ..ElectLeaders::default()
+                        };
+                        let elected = c.elect_leaders(&elect, None);
+                        eprintln!(
+                            "        reassign to {replicas:?}: {:?}; elect-leaders: {:?}",
+                            moved.map(|r| r.moving_to),
+                            elected.map(|e| e
+                                .iter()
+                                .map(|p| (p.partition, p.leader, p.error))
+                                .collect::<Vec<_>>())
+                        );
+                    }
+                }
+                std::thread::sleep(hold / 2);
             }
         }
     }

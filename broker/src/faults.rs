@@ -42,6 +42,9 @@ pub struct Faults {
     pub syncfs_errno: Option<i32>,
     /// Delay between a delete's registry change and its directories' removal.
     pub delete_delay: Option<Duration>,
+    /// Delay before a follower link's first fetch (a follower slow to
+    /// start fetching after it registered).
+    pub follower_start_delay: Option<Duration>,
 }
 
 static FAULTS: OnceLock<Faults> = OnceLock::new();
@@ -61,6 +64,9 @@ impl Faults {
                 "sync_delay_ms" => faults.sync_delay = Some(Duration::from_millis(number)),
                 "write_delay_ms" => faults.write_delay = Some(Duration::from_millis(number)),
                 "delete_delay_ms" => faults.delete_delay = Some(Duration::from_millis(number)),
+                "follower_start_delay_ms" => {
+                    faults.follower_start_delay = Some(Duration::from_millis(number))
+                }
                 "cold_read_delay_ms" => {
                     faults.cold_read_delay = Some(Duration::from_millis(number))
                 }

@@ -100,6 +100,9 @@ fn followed(shard: &Shard, key: LinkKey) -> Vec<SharedReplica> {
 async fn run(shard: Rc<Shard>, key: LinkKey) {
     let mut backoff = Duration::from_millis(50);
     let quiet = crate::log_limit::LogLimit::new(Duration::from_secs(10));
+    if let Some(delay) = crate::faults::Faults::get().follower_start_delay {
+        glommio::timer::sleep(delay).await;
+    }
     loop {
         if shard.stopping.get() || followed(&shard, key).is_empty() {
             break;

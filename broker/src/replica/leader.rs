@@ -174,12 +174,14 @@ impl Replica {
 
     /// The ISR change this leader calls for now, if any: who leaves (lagging
     /// longer than `lag_max`, gone from the registry, or restarted), else
-    /// who joins (has everything committed in this epoch). One at a time.
+    /// who joins (has everything committed in this epoch, as fetched by the
+    /// incarnation the registry lists for it now). One at a time.
     pub fn isr_change(
         &self,
         now: Instant,
         lag_max: Duration,
         live: &dyn Fn(BrokerId) -> bool,
+        registered: &dyn Fn(BrokerId) -> Option<String>,
     ) -> Option<PartitionState> {
         if !self.leads() || self.proposed.is_some() {
             return None;
@@ -210,6 +212,12 @@ impl Replica {
         self.followers
             .iter()
             .filter(|(b, _)| !state.in_sync(**b) && self.replicas.contains(b) && live(**b))
+            // A progress recorded by an earlier run of the follower's
+            // broker says nothing of its disk now: a follower killed and
+            // restarted on an empty data directory rejoined the ISR within
+            // 0.1 s on its predecessor's progress (before its own first
+            // fetch), holding nothing.
+            .filter(|(b, p)| registered(**b).is_some_and(|now| now == p.incarnation))
             .find(|(_, p)| p.end >= hw.max(epoch_start) && p.flushed >= hw)
             .map(|(b, p)| state.expand(*b, &p.incarnation))
     }

@@ -265,6 +265,14 @@ pub async fn run_leaders(shard: Rc<crate::shard::Shard>) {
             broker == shard.config.broker_id
                 || shard.brokers.borrow().iter().any(|b| b.broker_id == broker)
         };
+        let registered = |broker: BrokerId| {
+            shard
+                .brokers
+                .borrow()
+                .iter()
+                .find(|b| b.broker_id == broker)
+                .map(|b| b.incarnation.clone())
+        };
         for replica in shard.all_replicas() {
             let step = {
                 let mut r = replica.borrow_mut();
@@ -272,7 +280,7 @@ pub async fn run_leaders(shard: Rc<crate::shard::Shard>) {
                     continue;
                 }
                 r.update_high_watermark();
-                match r.isr_change(now, lag_max, &live) {
+                match r.isr_change(now, lag_max, &live, &registered) {
                     Some(change) => transfer::Step::Propose(change),
                     None => r.transfer_step(now, &live),
                 }

@@ -567,18 +567,43 @@ fn r20_6_a_follower_with_an_empty_disk_catches_up_and_rejoins() {
     });
     // The broker comes back on a new, empty disk (after its lease expired:
     // the registration of the old disk is not this one's to take over).
+    let end = leader_client
+        .list_offsets("kept", 0, protocol::client::OffsetSpec::Latest, 0)
+        .unwrap()
+        .1
+        .end_offset;
     std::thread::sleep(Duration::from_secs(3));
+    // It is slow to start fetching, so its leader sees it registered well
+    // before its first fetch.
+    let mut slow = brokers[lost].options().clone();
+    slow.faults = Some("follower_start_delay_ms=1500".into());
+    brokers[lost].set_options(slow);
     brokers[lost].restart();
-    eventually("the empty follower caught up and rejoined", WAIT, || {
+    // Watched closely: the moment the ISR names it again, its copy must
+    // already hold every byte (a leader once let it rejoin on the progress
+    // its predecessor had made, before it had fetched anything).
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
         let isr = metadata(&leader_client, "kept").topics[0].partitions[0]
             .isr
             .clone();
         if isr.contains(&lost_id) {
-            Ok(())
-        } else {
-            Err(format!("{isr:?}"))
+            let held: u64 = files(&brokers[lost], "kept", 0)
+                .values()
+                .map(|f| f.len() as u64)
+                .sum();
+            assert!(
+                held >= end,
+                "broker {lost_id} rejoined the ISR {isr:?} holding {held} of the {end} bytes"
+            );
+            break;
         }
-    });
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the empty follower did not rejoin: ISR {isr:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     wait_identical(&all_refs(&brokers), "kept", 0);
     assert_eq!(read_all(&leader_client, "kept", 0, 0).len(), 20_000);
 }

@@ -333,6 +333,22 @@ pub fn render(published: &Published) -> String {
     out
 }
 
+/// Reads a request up to its blank line (at most 8 KiB, within the read
+/// timeout). Answering after a partial read and closing would leave the
+/// rest of the request unread, and closing a socket with unread bytes
+/// sends a reset: a scraper that wrote its request in pieces lost the
+/// response it was being sent.
+fn read_request_head(stream: &mut std::net::TcpStream) {
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while head.len() < 8 << 10 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
 /// Serves `GET /metrics` (any path, in fact) on a plain std thread.
 pub fn serve(listener: TcpListener, published: Published) {
     std::thread::Builder::new()
@@ -341,8 +357,7 @@ pub fn serve(listener: TcpListener, published: Published) {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut request = [0u8; 1024];
-                let _ = stream.read(&mut request);
+                read_request_head(&mut stream);
                 let body = render(&published);
                 let _ = write!(
                     stream,

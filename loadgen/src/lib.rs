@@ -8,17 +8,20 @@
 //!   [`group`]: a consumer group's members reading together; [`failover`]:
 //!   how soon a group consumes a member's partitions again after it goes.
 //! - [`stats`], [`report`], [`chart`]: counting and presenting.
-//! - [`broker_process`]: a standalone broker started on demand.
+//! - [`broker_process`]: a standalone broker started on demand;
+//!   [`cluster_process`]: etcd and brokers, for [`replication`]'s figures.
 #![deny(missing_docs)]
 
 pub mod broker_process;
 pub mod chart;
+pub mod cluster_process;
 pub mod e2e;
 pub mod failover;
 pub mod group;
 pub mod loopback;
 pub mod paper;
 pub mod peers;
+pub mod replication;
 pub mod report;
 pub mod stats;
 pub mod sweep;

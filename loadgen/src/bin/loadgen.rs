@@ -71,6 +71,13 @@ enum Command {
     /// A consumer group's takeover time after a member's SIGKILL and after
     /// a clean leave (cluster only; runs `ringlog consume --group` members).
     Failover(FailoverArgs),
+    /// Replication's figures on a local cluster this starts itself (etcd
+    /// and three brokers; --brokers is not used): R=1 acks=written against
+    /// R=3 acks=written and acks=all (throughput, then publish latency at a
+    /// fixed rate), consuming a three-copy topic, the time from a leader's
+    /// SIGKILL to acks=all answered again, and an empty follower catching
+    /// up — each with the CPU of every process.
+    Replication(ReplicationArgs),
     /// The ceiling for one consumer on this host: sendfile of a cached file
     /// through a loopback TCP connection to a reader (no broker, no
     /// parsing), best of several rounds.
@@ -223,6 +230,40 @@ struct ConsumeArgs {
     /// With --group: where partitions without a committed offset start.
     #[arg(long, value_parser = ["earliest", "latest"], default_value = "earliest")]
     from: String,
+}
+
+#[derive(Args, Debug)]
+struct ReplicationArgs {
+    /// Messages per throughput run.
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+    /// Payload bytes.
+    #[arg(long, default_value_t = 200)]
+    size: usize,
+    /// Messages per produce request.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Partitions of each produce topic.
+    #[arg(long, default_value_t = 3)]
+    partitions: u32,
+    /// Messages per second of the latency runs.
+    #[arg(long, default_value_t = 20_000.0)]
+    latency_rate: f64,
+    /// Seconds each latency run lasts.
+    #[arg(long, default_value_t = 20.0)]
+    latency_seconds: f64,
+    /// The brokers' etcd lease TTL (the failover figure depends on it).
+    #[arg(long, default_value_t = 3)]
+    lease_ttl_s: u64,
+    /// Leader kills to time.
+    #[arg(long, default_value_t = 5)]
+    failovers: u32,
+    /// Bytes an empty follower fetches again.
+    #[arg(long, default_value_t = 1_000_000_000)]
+    catch_up_bytes: u64,
+    /// Where the table, JSON and charts go.
+    #[arg(long, default_value = "loadgen-replication")]
+    out: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -383,6 +424,9 @@ fn main() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     if let Err(error) = run(Cli::parse()) {
         eprintln!("loadgen: error: {error:#}");
+        if std::env::var_os("RUST_LIB_BACKTRACE").is_some() {
+            eprintln!("{error:?}");
+        }
         std::process::exit(1);
     }
 }
@@ -516,6 +560,64 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 )?;
             }
             plot(&args.common.plot, "produce", &summary)?;
+        }
+        Command::Replication(args) => {
+            let spec = loadgen::replication::ReplicationSpec {
+                messages: args.messages,
+                size: args.size,
+                batch: args.batch,
+                partitions: args.partitions,
+                latency_rate: args.latency_rate,
+                latency_seconds: args.latency_seconds,
+                lease_ttl_s: args.lease_ttl_s,
+                failovers: args.failovers,
+                catch_up_bytes: args.catch_up_bytes,
+            };
+            let outcome = loadgen::replication::run(&spec)?;
+            std::fs::create_dir_all(&args.out)?;
+            let table = loadgen::replication::table(&outcome);
+            println!("{table}");
+            std::fs::write(args.out.join("replication.md"), &table)?;
+            write_json(&args.out.join("replication.json"), &outcome)?;
+            let names: Vec<String> = outcome.throughput.iter().map(|f| f.label.clone()).collect();
+            let svg = chart::grouped_bars(
+                "produce on three brokers (two cores): one copy against three",
+                "messages per second",
+                &names,
+                &[(
+                    "unpaced".to_string(),
+                    outcome
+                        .throughput
+                        .iter()
+                        .map(|f| Some(f.msgs_per_sec))
+                        .collect(),
+                )],
+                false,
+            );
+            std::fs::write(args.out.join("throughput.svg"), svg)?;
+            let latency = |pick: fn(&loadgen::stats::LatencySummary) -> f64| {
+                outcome
+                    .latency
+                    .iter()
+                    .map(|f| f.latency.as_ref().map(pick))
+                    .collect::<Vec<_>>()
+            };
+            let svg = chart::grouped_bars(
+                &format!(
+                    "publish latency at {} msg/s: one copy against three",
+                    args.latency_rate
+                ),
+                "milliseconds",
+                &names,
+                &[
+                    ("p50".to_string(), latency(|l| l.p50_ms)),
+                    ("p99".to_string(), latency(|l| l.p99_ms)),
+                    ("p99.9".to_string(), latency(|l| l.p999_ms)),
+                ],
+                true,
+            );
+            std::fs::write(args.out.join("latency.svg"), svg)?;
+            eprintln!("table, JSON and charts written to {}", args.out.display());
         }
         Command::Failover(args) => {
             let spec = FailoverSpec {

@@ -621,23 +621,37 @@ impl Client {
         spec: OffsetSpec,
         timestamp_ms: u64,
     ) -> Result<(u64, PartitionOffsets), ClientError> {
-        match self.list_offsets_once(topic, partition, spec, timestamp_ms, false) {
-            Err(error)
-                if matches!(
-                    error.code(),
-                    Some(
-                        ErrorCode::NotOwner
-                            | ErrorCode::UnknownTopic
-                            | ErrorCode::NotLeader
-                            | ErrorCode::FencedLeaderEpoch
-                    )
-                ) =>
-            {
-                // The placement this client remembered is stale (the topic
-                // moved or was re-created): once more, from fresh Metadata.
-                self.list_offsets_once(topic, partition, spec, timestamp_ms, true)
+        let mut fresh = false;
+        let mut attempt = 0;
+        loop {
+            match self.list_offsets_once(topic, partition, spec, timestamp_ms, fresh) {
+                Err(error)
+                    if !fresh && error.code() == Some(ErrorCode::UnknownTopic)
+                        || matches!(
+                            error.code(),
+                            Some(
+                                ErrorCode::NotOwner
+                                    | ErrorCode::NotLeader
+                                    | ErrorCode::FencedLeaderEpoch
+                            )
+                        ) && attempt < self.shared.config.retries =>
+                {
+                    // The placement this client remembered is stale (the
+                    // topic moved or was re-created, or its leadership is
+                    // changing and the answering broker's Metadata has not
+                    // caught up yet): again, from fresh Metadata. Right
+                    // after a topic's creation or a failover the first
+                    // fresh answer can still name the old leader, so a
+                    // leadership error backs off as a producer does; an
+                    // unknown topic is tried fresh once, then reported.
+                    if fresh {
+                        std::thread::sleep(self.shared.config.backoff(attempt));
+                        attempt += 1;
+                    }
+                    fresh = true;
+                }
+                other => return other,
             }
-            other => other,
         }
     }
 

@@ -496,3 +496,59 @@ fn a_sweep_with_rounds_runs_each_rate_again_and_reports_medians() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--rounds"), "{stderr}");
 }
+
+/// `loadgen replication` end to end with tiny sizes: its own etcd and three
+/// brokers, every figure reported, and the catch-up sent zero-copy.
+#[test]
+fn replication_figures_run_on_their_own_cluster_and_the_catch_up_is_zero_copy() {
+    let dir = TempDir::new("loadgen-replication");
+    let out = dir.path().join("out");
+    let (stdout, _) = loadgen(&[
+        "replication",
+        "--messages",
+        "20000",
+        "--latency-rate",
+        "2000",
+        "--latency-seconds",
+        "1",
+        "--failovers",
+        "1",
+        "--catch-up-bytes",
+        "20000000",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("failover 1: broker"), "{stdout}");
+    for file in ["replication.md", "throughput.svg", "latency.svg"] {
+        assert!(out.join(file).exists(), "no {file}: {stdout}");
+    }
+    let report = json(&out.join("replication.json"));
+    assert_eq!(
+        report["throughput"].as_array().unwrap().len(),
+        3,
+        "{report:#}"
+    );
+    assert_eq!(report["latency"].as_array().unwrap().len(), 3, "{report:#}");
+    for run in report["throughput"].as_array().unwrap() {
+        assert!(run["msgs_per_sec"].as_f64().unwrap() > 0.0, "{run:#}");
+    }
+    assert!(report["consume"]["msgs_per_sec"].as_f64().unwrap() > 0.0);
+    let gaps = report["failover"]["gaps_ms"].as_array().unwrap();
+    assert_eq!(gaps.len(), 1, "{report:#}");
+    // The gap cannot be shorter than what was left of the killed leader's
+    // 3 s lease: it was renewed every second.
+    assert!(gaps[0].as_f64().unwrap() >= 2_000.0, "{report:#}");
+    let catch_up = &report["catch_up"];
+    let bytes = catch_up["bytes"].as_f64().unwrap();
+    assert!(bytes >= 20_000_000.0, "{catch_up:#}");
+    // Over plain TCP a follower's fetches are answered with sendfile only.
+    assert_eq!(
+        catch_up["leader_copied_bytes"].as_f64(),
+        Some(0.0),
+        "{catch_up:#}"
+    );
+    assert!(
+        catch_up["leader_zero_copy_bytes"].as_f64().unwrap() >= bytes,
+        "{catch_up:#}"
+    );
+}

@@ -68,6 +68,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             .collect(),
         version: crate::VERSION.to_string(),
         incarnation: incarnation.clone(),
+        rack: config.rack.clone(),
         // Only a cluster member needs it (to recognise its own earlier
         // registration in etcd); a standalone data dir stays as it was.
         data_dir_id: if config.clustered() {

@@ -52,6 +52,9 @@ pub struct Config {
     pub first_cpu: usize,
     /// This broker's id.
     pub broker_id: u32,
+    /// The rack (or zone) it stands in: a replicated topic's copies are
+    /// spread over racks where possible, so a lost rack takes at most one.
+    pub rack: Option<String>,
     /// Prometheus endpoint address, if any.
     pub metrics_listen: Option<SocketAddr>,
     /// Largest stored message accepted.
@@ -167,6 +170,7 @@ impl Default for Config {
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
             first_cpu: 0,
             broker_id: 0,
+            rack: None,
             metrics_listen: None,
             message_bytes_max: crate::limits::MESSAGE_BYTES_MAX_DEFAULT,
             io_memory_bytes: crate::limits::IO_MEMORY_BYTES_DEFAULT,
@@ -235,6 +239,18 @@ impl Config {
                 "max_inflight_requests must be 1..=65536, got {}",
                 self.max_inflight_requests
             )));
+        }
+        if let Some(rack) = &self.rack {
+            if rack.is_empty()
+                || rack.len() > 64
+                || !rack
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            {
+                return Err(ConfigError(format!(
+                    "rack must be 1..=64 letters, digits, '.', '_' and '-', got {rack:?}"
+                )));
+            }
         }
         if self.cluster.is_empty()
             || !self

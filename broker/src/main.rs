@@ -32,6 +32,10 @@ struct Args {
     /// This broker's id.
     #[arg(long, value_name = "ID")]
     broker_id: Option<u32>,
+    /// The rack or zone this broker stands in: replicated topics created
+    /// afterwards put their copies in as many racks as possible.
+    #[arg(long, value_name = "NAME")]
+    rack: Option<String>,
     /// Join the cluster that etcd holds now (creating its id if it holds
     /// none), although this data directory belongs to another, and register
     /// the topics found on disk there again, with their data. For after a
@@ -111,6 +115,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(v) = args.broker_id {
         config.broker_id = v;
+    }
+    if let Some(v) = args.rack {
+        config.rack = Some(v);
     }
     if let Some(v) = args.first_cpu {
         config.first_cpu = v;

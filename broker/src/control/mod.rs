@@ -531,12 +531,14 @@ impl<R: Registry> ControlPlane<R> {
         partitions: u32,
         overrides: TopicSettings,
     ) -> Result<TopicRecord, ControlError> {
-        let brokers: Vec<_> = self
-            .registry
-            .brokers()
-            .await?
+        let live = self.registry.brokers().await?;
+        let brokers: Vec<_> = live.iter().map(|b| b.broker_id).collect();
+        let placeable: Vec<placement::Placeable> = live
             .iter()
-            .map(|b| b.broker_id)
+            .map(|b| placement::Placeable {
+                id: b.broker_id,
+                rack: b.rack.clone(),
+            })
             .collect();
         if !brokers.contains(&self.me) {
             return Err(ControlError::new(
@@ -558,7 +560,7 @@ impl<R: Registry> ControlPlane<R> {
                     "replication needs a cluster: start the brokers with --etcd",
                 ));
             }
-            let Some(replicas) = placement::assign(name, partitions, factor, &brokers) else {
+            let Some(replicas) = placement::assign(name, partitions, factor, &placeable) else {
                 return Err(ControlError::new(
                     ErrorCode::InvalidConfig,
                     format!(

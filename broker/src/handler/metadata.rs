@@ -64,6 +64,7 @@ pub fn handle(shard: &Shard, header: &[u8]) -> Result<Dispatched, Failure> {
                         port: s.port,
                     })
                     .collect(),
+                rack: b.rack.clone(),
             })
             .collect(),
         topics: listed,

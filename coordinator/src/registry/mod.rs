@@ -351,6 +351,9 @@ pub struct BrokerRecord {
     /// it, so its leader sees a restart (KIP-903).
     #[serde(default)]
     pub incarnation: String,
+    /// Its rack (`broker --rack`), for spreading copies over racks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rack: Option<String>,
 }
 
 /// One shard's address.
@@ -724,6 +727,7 @@ pub mod conformance {
             version: "test".into(),
             data_dir_id: format!("test-{id}"),
             incarnation: format!("run-{id}"),
+            rack: None,
         }
     }
 

@@ -211,6 +211,8 @@ pub struct BrokerMetadata {
     pub broker_id: BrokerId,
     /// One entry per shard.
     pub shards: Vec<ShardAddress>,
+    /// Its rack, if it was given one.
+    pub rack: Option<String>,
 }
 
 /// A whole Metadata response.
@@ -332,6 +334,7 @@ pub fn decode_metadata(response: wire::MetadataResponse<'_>) -> Metadata {
                                     .collect()
                             })
                             .unwrap_or_default(),
+                        rack: b.rack().map(str::to_string),
                     })
                     .collect()
             })
@@ -654,11 +657,13 @@ pub fn metadata_response<'b>(fbb: &'b mut FlatBufferBuilder<'_>, metadata: &Meta
                 })
                 .collect();
             let shards = fbb.create_vector(&shards);
+            let rack = b.rack.as_deref().map(|r| fbb.create_string(r));
             wire::BrokerInfo::create(
                 fbb,
                 &wire::BrokerInfoArgs {
                     broker_id: b.broker_id,
                     shards: Some(shards),
+                    rack,
                 },
             )
         })
@@ -827,6 +832,7 @@ mod tests {
                     host: "127.0.0.1".into(),
                     port: 9093,
                 }],
+                rack: Some("eu-1a".into()),
             }],
             topics: vec![TopicMetadata {
                 name: "t".into(),

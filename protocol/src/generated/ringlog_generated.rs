@@ -1312,6 +1312,7 @@ pub mod ringlog {
         impl<'a> BrokerInfo<'a> {
             pub const VT_BROKER_ID: ::flatbuffers::VOffsetT = 4;
             pub const VT_SHARDS: ::flatbuffers::VOffsetT = 6;
+            pub const VT_RACK: ::flatbuffers::VOffsetT = 8;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1328,6 +1329,9 @@ pub mod ringlog {
                 args: &'args BrokerInfoArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<BrokerInfo<'bldr>> {
                 let mut builder = BrokerInfoBuilder::new(_fbb);
+                if let Some(x) = args.rack {
+                    builder.add_rack(x);
+                }
                 if let Some(x) = args.shards {
                     builder.add_shards(x);
                 }
@@ -1360,6 +1364,16 @@ pub mod ringlog {
                     >>(BrokerInfo::VT_SHARDS, None)
                 }
             }
+            #[inline]
+            pub fn rack(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(BrokerInfo::VT_RACK, None)
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for BrokerInfo<'_> {
@@ -1373,6 +1387,11 @@ pub mod ringlog {
                     .visit_field::<::flatbuffers::ForwardsUOffset<
                         ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<ShardInfo>>,
                     >>("shards", Self::VT_SHARDS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "rack",
+                        Self::VT_RACK,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -1384,6 +1403,7 @@ pub mod ringlog {
                     ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ShardInfo<'a>>>,
                 >,
             >,
+            pub rack: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for BrokerInfoArgs<'a> {
             #[inline]
@@ -1391,6 +1411,7 @@ pub mod ringlog {
                 BrokerInfoArgs {
                     broker_id: 0,
                     shards: None,
+                    rack: None,
                 }
             }
         }
@@ -1416,6 +1437,11 @@ pub mod ringlog {
                     .push_slot_always::<::flatbuffers::WIPOffset<_>>(BrokerInfo::VT_SHARDS, shards);
             }
             #[inline]
+            pub fn add_rack(&mut self, rack: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(BrokerInfo::VT_RACK, rack);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> BrokerInfoBuilder<'a, 'b, A> {
@@ -1437,6 +1463,7 @@ pub mod ringlog {
                 let mut ds = f.debug_struct("BrokerInfo");
                 ds.field("broker_id", &self.broker_id());
                 ds.field("shards", &self.shards());
+                ds.field("rack", &self.rack());
                 ds.finish()
             }
         }

@@ -5,7 +5,7 @@
 //! decommissioning a broker, and an unclean election refused, then forced.
 
 use super::replication::{
-    all_producer, cluster, files, ids, metadata, replicated, wait_identical, WAIT,
+    all_producer, cluster, files, ids, metadata, options, replicated, wait_identical, WAIT,
 };
 use super::util::read_all;
 use harness::etcd::Etcd;
@@ -519,4 +519,76 @@ fn r20_6_an_unclean_election_is_refused_then_forced_and_the_old_leader_follows_i
     );
     assert_eq!(code, 0);
     assert!(out.contains("nothing to elect"), "{out}");
+}
+
+#[test]
+fn r20_1_copies_spread_over_racks_and_decommission_keeps_them_apart() {
+    // A rack name that is not one is refused at start, clearly.
+    let dir = harness::TempDir::new("bad-rack");
+    let output = std::process::Command::new(harness::binary("broker"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0", "--rack", "rack one"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("rack must be"), "{stderr}");
+
+    // Brokers 1 and 2 in rack a, 3 and 4 in rack b.
+    let etcd = Etcd::start();
+    let brokers: Vec<Broker> = (1..=4u32)
+        .map(|id| {
+            let mut o = options(&etcd, "racks", id);
+            o.args = vec!["--rack".into(), if id <= 2 { "a" } else { "b" }.into()];
+            Broker::start(o)
+        })
+        .collect();
+    let client = brokers[0].client();
+    eventually("four brokers live", WAIT, || {
+        let n = client
+            .metadata(&[])
+            .map_err(|e| e.to_string())?
+            .brokers
+            .len();
+        if n == 4 {
+            Ok(())
+        } else {
+            Err(format!("{n}"))
+        }
+    });
+    let (code, out, err) = ringlog(&brokers[0].address(), &["brokers"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("broker\tshard\taddress\track\n"), "{out}");
+    for (id, rack) in [(1, "a"), (2, "a"), (3, "b"), (4, "b")] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(&format!("{id}\t")) && l.ends_with(&format!("\t{rack}"))),
+            "broker {id} in rack {rack}: {out}"
+        );
+    }
+    let rack = |b: u32| if b <= 2 { 'a' } else { 'b' };
+    client.create_topic("spread", 8, &replicated(2, 1)).unwrap();
+    let m = metadata(&client, "spread");
+    let mut leaders = [0usize; 5];
+    for p in &m.topics[0].partitions {
+        let racks: BTreeSet<char> = p.replicas.iter().map(|b| rack(*b)).collect();
+        assert_eq!(racks.len(), 2, "one copy in each rack: {p:?}");
+        leaders[p.broker_id as usize] += 1;
+    }
+    assert_eq!(&leaders[1..], &[2, 2, 2, 2], "leaders spread evenly");
+    wait_full_isr(&client, "spread");
+    // Broker 3's copies go to broker 4, the other broker of rack b, though
+    // brokers 1 and 2 hold as many copies and have lower ids.
+    let (code, out, err) = ringlog(
+        &brokers[0].address(),
+        &["brokers", "decommission", "3", "--timeout-s", "120"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let m = metadata(&client, "spread");
+    for p in &m.topics[0].partitions {
+        assert!(!p.replicas.contains(&3), "{p:?}");
+        let racks: BTreeSet<char> = p.replicas.iter().map(|b| rack(*b)).collect();
+        assert_eq!(racks.len(), 2, "still one copy in each rack: {p:?}");
+    }
 }

@@ -1232,12 +1232,16 @@ fn partitions(brokers: &str, args: PartitionsArgs) -> anyhow::Result<()> {
 fn brokers(brokers: &str) -> anyhow::Result<()> {
     let client = connect(brokers)?;
     let metadata = client.metadata(&[])?;
-    println!("broker\tshard\taddress");
+    println!("broker\tshard\taddress\track");
     for broker in &metadata.brokers {
         for shard in &broker.shards {
             println!(
-                "{}\t{}\t{}:{}",
-                broker.broker_id, shard.shard_id, shard.host, shard.port
+                "{}\t{}\t{}:{}\t{}",
+                broker.broker_id,
+                shard.shard_id,
+                shard.host,
+                shard.port,
+                broker.rack.as_deref().unwrap_or("-")
             );
         }
     }

@@ -370,9 +370,20 @@ fn wait_moves(
     Ok(())
 }
 
-/// `ringlog brokers decommission N`: every copy on broker N moves to the
-/// live broker holding the fewest copies (that does not hold one of that
-/// partition yet), in N's place in the replica list.
+/// The rack a broker of `metadata` stands in, if it has one.
+fn rack_of(metadata: &protocol::codec::Metadata, broker: u32) -> Option<&str> {
+    metadata
+        .brokers
+        .iter()
+        .find(|b| b.broker_id == broker)
+        .and_then(|b| b.rack.as_deref())
+}
+
+/// `ringlog brokers decommission N`: every copy on broker N moves to a live
+/// broker that does not hold one of that partition yet — one in a rack
+/// the partition's other copies are not in, if there is one, else any;
+/// of those, the one holding the fewest copies — in N's place in the
+/// replica list.
 pub fn decommission(client: &Client, broker: u32, wait: Option<Duration>) -> anyhow::Result<()> {
     let metadata = client.metadata(&[])?;
     let live = live(&metadata);
@@ -408,10 +419,20 @@ pub fn decommission(client: &Client, broker: u32, wait: Option<Duration>) -> any
             let Some(at) = set.iter().position(|b| *b == broker) else {
                 continue;
             };
+            let taken: Vec<Option<&str>> = set
+                .iter()
+                .filter(|b| **b != broker)
+                .map(|b| rack_of(&metadata, *b))
+                .collect();
             let Some(to) = load
                 .iter()
                 .filter(|(b, _)| !set.contains(b))
-                .min_by_key(|(b, n)| (**n, **b))
+                .min_by_key(|(b, n)| {
+                    // A broker without a rack is a rack of its own.
+                    let rack = rack_of(&metadata, **b);
+                    let shares_rack = rack.is_some() && taken.contains(&rack);
+                    (shares_rack, **n, **b)
+                })
                 .map(|(b, _)| *b)
             else {
                 impossible.push(format!(

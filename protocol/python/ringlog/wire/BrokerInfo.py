@@ -56,8 +56,15 @@ class BrokerInfo(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         return o == 0
 
+    # BrokerInfo
+    def Rack(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def BrokerInfoStart(builder):
-    builder.StartObject(2)
+    builder.StartObject(3)
 
 def Start(builder):
     BrokerInfoStart(builder)
@@ -79,6 +86,12 @@ def BrokerInfoStartShardsVector(builder, numElems):
 
 def StartShardsVector(builder, numElems):
     return BrokerInfoStartShardsVector(builder, numElems)
+
+def BrokerInfoAddRack(builder, rack):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(rack), 0)
+
+def AddRack(builder, rack):
+    BrokerInfoAddRack(builder, rack)
 
 def BrokerInfoEnd(builder):
     return builder.EndObject()

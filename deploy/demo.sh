@@ -2,8 +2,8 @@
 # The README's "main job": start a standalone broker on loopback with a fresh
 # data directory, do a produce/consume round trip with the ringlog CLI, run
 # the paper's experiments with `loadgen paper` (1 M messages of 200 bytes;
-# RabbitMQ and ActiveMQ too when deploy/peers.sh started them, otherwise
-# marked "not run"), then stop the broker with SIGTERM. Needs nothing but
+# RabbitMQ, ActiveMQ, NATS and Redis too when deploy/peers.sh started them,
+# otherwise marked "not run"), then stop the broker with SIGTERM. Needs nothing but
 # the release binaries (built here if missing). The table, JSON and charts
 # land in ./loadgen-paper/.
 set -euo pipefail

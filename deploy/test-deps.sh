@@ -5,9 +5,21 @@
 # NATS and Redis (the peer test drives them through loadgen), and a C++
 # compiler for the fuzz targets, and iproute2 (`ip`: the fault harness puts
 # etcd and each broker in its own network namespace). The tests start and stop every one of them
-# themselves; nothing is left running. Idempotent: a machine that has them
-# all runs no package manager. Needs root (or sudo) the first time.
+# themselves; nothing is left running. Then cargo-nextest, which runs the
+# tests and which the Rust toolchain does not ship, from crates.io when it
+# is missing. Idempotent: a machine that has them all runs no package
+# manager. Needs root (or sudo) the first time.
 set -euo pipefail
+
+# `cargo install` builds it from source: a few minutes on two cores, once.
+install_nextest() {
+    if cargo nextest --version >/dev/null 2>&1; then
+        echo "test-deps: cargo-nextest is installed"
+        return 0
+    fi
+    echo "test-deps: installing cargo-nextest from crates.io (cargo install --locked; a few minutes, once)"
+    cargo install cargo-nextest --locked
+}
 
 missing=()
 [[ -x /usr/bin/etcd ]] || missing+=(etcd-server)
@@ -21,6 +33,7 @@ command -v c++ >/dev/null || missing+=(g++)
 command -v ip >/dev/null || missing+=(iproute2)
 if [[ ${#missing[@]} -eq 0 ]]; then
     echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis, a C++ compiler and iproute2 are installed"
+    install_nextest
     exit 0
 fi
 
@@ -46,4 +59,5 @@ status=0
 if [[ $had_policy -eq 0 ]]; then
     "${sudo[@]}" rm -f "$policy"
 fi
-exit $status
+[[ $status -eq 0 ]] || exit $status
+install_nextest

@@ -92,11 +92,24 @@ impl YAxis {
 
     fn ticks(&self) -> Vec<f64> {
         if self.log {
+            // Over a few decades, 2 and 5 of each are labelled too: an axis
+            // from 1M to 10M with two labels cannot be read.
+            let decades = (self.high / self.low).log10().round();
+            let steps: &[f64] = if decades <= 3.0 {
+                &[1.0, 2.0, 5.0]
+            } else {
+                &[1.0]
+            };
             let mut ticks = Vec::new();
-            let mut t = self.low;
-            while t <= self.high * 1.0001 {
-                ticks.push(t);
-                t *= 10.0;
+            let mut decade = self.low;
+            while decade <= self.high * 1.0001 {
+                for step in steps {
+                    let t = decade * step;
+                    if t <= self.high * 1.0001 {
+                        ticks.push(t);
+                    }
+                }
+                decade *= 10.0;
             }
             ticks
         } else {
@@ -428,6 +441,16 @@ fn frame(out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_axis_over_few_decades_labels_twos_and_fives() {
+        let axis = YAxis::new([1.5e6, 8e6].into_iter(), true);
+        let labels: Vec<String> = axis.ticks().into_iter().map(format_number).collect();
+        assert_eq!(labels, ["1M", "2M", "5M", "10M"]);
+        let wide = YAxis::new([1.0, 5e5].into_iter(), true);
+        let labels: Vec<String> = wide.ticks().into_iter().map(format_number).collect();
+        assert_eq!(labels, ["1", "10", "100", "1k", "10k", "100k", "1M"]);
+    }
 
     #[test]
     fn charts_are_well_formed_svg() {

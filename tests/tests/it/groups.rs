@@ -467,3 +467,72 @@ fn a_standalone_broker_says_groups_need_a_cluster() {
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(stderr.contains("CLUSTER_REQUIRED"), "{stderr}");
 }
+
+/// Issue 26, item 3: a group member of a topic that does not exist says so
+/// once and waits for it (a typo does not look like a hang), then says when
+/// it appears and consumes it.
+#[test]
+fn a_cli_member_of_a_missing_topic_says_it_waits_then_consumes_once_it_exists() {
+    let etcd = Etcd::start();
+    let brokers = cluster(&etcd, "missing-topic");
+    let mut child = Command::new(binary("ringlog"))
+        .args(["--brokers", &brokers[0].address(), "consume", "later"])
+        .args([
+            "--group",
+            "g",
+            "--session-timeout-ms",
+            "3000",
+            "--count",
+            "3",
+            "--from",
+            "earliest",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            sink.lock().unwrap().push(line);
+        }
+    });
+    eventually("the member says it waits", WAIT, || {
+        let seen = lines.lock().unwrap().clone();
+        if seen
+            .iter()
+            .any(|l| l.contains("topic later does not exist (yet): waiting for it"))
+        {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    });
+    let client = brokers[0].client();
+    create(&client, "later", 1, &brokers);
+    produce_numbers(&client, "later", 1, 0, 3);
+    let output = child.wait_with_output().unwrap();
+    reader.join().unwrap();
+    assert!(output.status.success(), "{:?}", lines.lock().unwrap());
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        printed.lines().collect::<Vec<_>>(),
+        ["0", "1", "2"],
+        "{printed}"
+    );
+    let seen = lines.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().filter(|l| l.contains("does not exist")).count(),
+        1,
+        "said once: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("topic later exists now: consuming")),
+        "{seen:?}"
+    );
+}

@@ -912,7 +912,19 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
     if args.partition.is_some() || args.exit_at_end {
         bail!("--partition and --exit-at-end do not apply with --group: the group decides which partitions this member reads; use --count to stop");
     }
-    connect(brokers)?;
+    let client = connect(brokers)?;
+    // A group may subscribe before its topic exists, and then waits for
+    // it; a typo would look like a hang, so say so once.
+    let mut waiting_for_topic = match client.metadata(&[&args.topic]) {
+        Err(e) if e.code() == Some(protocol::ErrorCode::UnknownTopic) => {
+            eprintln!(
+                "ringlog: topic {} does not exist (yet): waiting for it to be created (Ctrl-C to stop; `ringlog topic list` shows the topics there are)",
+                args.topic
+            );
+            true
+        }
+        _ => false,
+    };
     let config = GroupConfig {
         start_from,
         member_name: member_name(),
@@ -933,6 +945,10 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
     let mut outages = OutageLog::default();
     while printed < limit && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let messages = consumer.poll()?;
+        if waiting_for_topic && !consumer.assignment().is_empty() {
+            eprintln!("ringlog: topic {} exists now: consuming", args.topic);
+            waiting_for_topic = false;
+        }
         let owned: std::collections::BTreeSet<String> = consumer
             .assignment()
             .into_iter()

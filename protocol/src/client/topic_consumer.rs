@@ -662,14 +662,19 @@ impl Fetcher {
                     return Broke::Stop;
                 }
             };
-            // The partition's next fetch goes out before the hand-over.
-            if let Err(error) = self.send_fetches(conn, &mut order) {
-                return Broke::Connection(error);
-            }
+            // The partition's next fetch goes out before the hand-over —
+            // but the messages parsed are handed over even when sending it
+            // fails: the cursor is already past them, and dropping them
+            // with the broken connection would skip that fetch's messages
+            // for good (a loss path behind issue 25, item 1).
+            let sent = self.send_fetches(conn, &mut order);
             if let Some(event) = event {
                 if self.sender.send(event).is_err() {
                     return Broke::Stop;
                 }
+            }
+            if let Err(error) = sent {
+                return Broke::Connection(error);
             }
         }
     }

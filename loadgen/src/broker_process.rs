@@ -19,12 +19,44 @@ pub struct LocalBroker {
 }
 
 /// The `broker` binary: next to this executable, else on PATH.
-fn broker_binary() -> PathBuf {
+pub fn broker_binary() -> PathBuf {
     std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(|d| d.join("broker")))
         .filter(|p| p.exists())
         .unwrap_or_else(|| PathBuf::from("broker"))
+}
+
+/// Starts the broker `command` was set up for (its arguments given, stderr
+/// already sent somewhere) with stdout piped, and returns the child and
+/// the first line it printed (`ringlog broker … ready: shards …`), or an
+/// empty line if none came within 60 s. The rest of its stdout is read
+/// and dropped, so the broker never blocks on a full pipe.
+pub fn spawn_ready(command: &mut Command) -> anyhow::Result<(Child, String)> {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| {
+            format!(
+                "starting {} (build it with `cargo build --release --bins`)",
+                command.get_program().to_string_lossy()
+            )
+        })?;
+    let stdout = child.stdout.take().context("broker stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let _ = reader.read_line(&mut line);
+        let _ = tx.send(line);
+        let mut rest = String::new();
+        while reader.read_line(&mut rest).map(|n| n > 0).unwrap_or(false) {
+            rest.clear();
+        }
+    });
+    let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+    Ok((child, line))
 }
 
 impl LocalBroker {
@@ -35,34 +67,13 @@ impl LocalBroker {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let data_dir = dir.join("data");
         let log = std::fs::File::create(dir.join("broker.log"))?;
-        let binary = broker_binary();
-        let mut child = Command::new(&binary)
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .args(["--listen", "127.0.0.1:0", "--shards", &shards.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .with_context(|| {
-                format!(
-                    "starting {} (build it with `cargo build --release --bins`)",
-                    binary.display()
-                )
-            })?;
-        let stdout = child.stdout.take().context("broker stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let _ = tx.send(line);
-            let mut rest = String::new();
-            while reader.read_line(&mut rest).map(|n| n > 0).unwrap_or(false) {
-                rest.clear();
-            }
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+        let (mut child, line) = spawn_ready(
+            Command::new(broker_binary())
+                .arg("--data-dir")
+                .arg(&data_dir)
+                .args(["--listen", "127.0.0.1:0", "--shards", &shards.to_string()])
+                .stderr(Stdio::from(log)),
+        )?;
         let Some(brokers) = line
             .split_whitespace()
             .skip_while(|w| *w != "shards")

@@ -4,8 +4,9 @@
 //! and restarted on an empty data directory; everything is stopped (and the
 //! folder removed) when the cluster is dropped.
 
+use crate::broker_process::{broker_binary, spawn_ready};
 use anyhow::{bail, Context};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,15 +16,6 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
-}
-
-/// An executable next to this one, else on PATH.
-fn sibling(name: &str) -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join(name)))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from(name))
 }
 
 /// One broker of the cluster.
@@ -48,41 +40,20 @@ impl ClusterBroker {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let binary = sibling("broker");
-        let mut child = Command::new(&binary)
-            .arg("--data-dir")
-            .arg(&self.data_dir)
-            .args(["--listen", &self.address, "--shards", "1"])
-            .args(["--etcd", &self.etcd, "--cluster", "loadgen"])
-            .args(["--broker-id", &self.id.to_string()])
-            // Two cores, three brokers: spread them.
-            .args(["--first-cpu", &(self.id - 1).to_string()])
-            .args(["--metrics-listen", &self.metrics])
-            .arg("--config")
-            .arg(&self.config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .with_context(|| {
-                format!(
-                    "starting {} (build it with `cargo build --release --bins`)",
-                    binary.display()
-                )
-            })?;
-        let stdout = child.stdout.take().context("broker stdout")?;
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let _ = tx.send(line);
-            let mut rest = String::new();
-            while reader.read_line(&mut rest).map(|n| n > 0).unwrap_or(false) {
-                rest.clear();
-            }
-        });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+        let (mut child, line) = spawn_ready(
+            Command::new(broker_binary())
+                .arg("--data-dir")
+                .arg(&self.data_dir)
+                .args(["--listen", &self.address, "--shards", "1"])
+                .args(["--etcd", &self.etcd, "--cluster", "loadgen"])
+                .args(["--broker-id", &self.id.to_string()])
+                // Two cores, three brokers: spread them.
+                .args(["--first-cpu", &(self.id - 1).to_string()])
+                .args(["--metrics-listen", &self.metrics])
+                .arg("--config")
+                .arg(&self.config)
+                .stderr(Stdio::from(log)),
+        )?;
         if !line.contains("shards") {
             let _ = child.kill();
             let _ = child.wait();

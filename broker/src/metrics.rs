@@ -54,6 +54,8 @@ counters! {
     produce_messages_total: "Messages appended",
     produce_bytes_total: "Message bytes appended",
     fetch_requests_total: "Fetch requests answered",
+    multi_fetch_requests_total: "MultiFetch requests answered",
+    multi_fetch_partitions_total: "Partitions named in the MultiFetch requests answered",
     fetch_bytes_total: "Log bytes sent to consumers",
     fetch_zero_copy_bytes_total: "Log bytes sent with sendfile (never in userspace)",
     replica_fetch_bytes_total: "Log bytes answered to followers' fetches (sent like consumers', with sendfile)",

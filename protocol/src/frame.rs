@@ -58,6 +58,8 @@ pub enum Api {
     ElectLeaders = 15,
     /// Move a partition's copies to other brokers.
     ReassignPartition = 16,
+    /// Read chunks of many partitions of one shard in one request.
+    MultiFetch = 17,
 }
 
 impl Api {
@@ -81,6 +83,7 @@ impl Api {
             14 => Api::ListGroups,
             15 => Api::ElectLeaders,
             16 => Api::ReassignPartition,
+            17 => Api::MultiFetch,
             _ => return None,
         })
     }

@@ -2,7 +2,7 @@
 //! `cargo run -p ringlog-tests --example fuzz_seeds -- tests/fuzz/corpus`.
 //! The corpus is checked in; rerun this after a schema or format change.
 
-use protocol::codec::{self, groups, FetchArgs, OffsetSpec, TopicSettings};
+use protocol::codec::{self, groups, multi_fetch, FetchArgs, OffsetSpec, TopicSettings};
 use protocol::flatbuffers::FlatBufferBuilder;
 use protocol::frame::{write_frame, Api, API_VERSION};
 use protocol::message::encode_message;
@@ -132,6 +132,24 @@ fn main() {
             protocol::codec::operations::reassign_request(&mut fbb, "a", 1, &[2, 3, 1]).to_vec(),
             vec![],
         ),
+        (
+            Api::MultiFetch,
+            multi_fetch::multi_fetch_request(
+                &mut fbb,
+                &[
+                    multi_fetch::FetchPart::consumer("a", 0, 14, 1 << 20),
+                    multi_fetch::FetchPart::consumer("b", 3, 0, 4096),
+                ],
+                &multi_fetch::MultiFetch {
+                    max_bytes: 1 << 20,
+                    max_wait_ms: 100,
+                    replica_id: 2,
+                    incarnation: "seed".into(),
+                },
+            )
+            .to_vec(),
+            vec![],
+        ),
     ];
     let frames = root.join("frame");
     std::fs::create_dir_all(&frames).unwrap_or_else(|e| panic!("{}: {e}", frames.display()));
@@ -143,6 +161,24 @@ fn main() {
         all.extend_from_slice(&frame);
     }
     write(&frames.join("pipelined"), &all);
+    // A MultiFetch answer: the header, then each part's chunk in order.
+    let mut answer = multi_fetch::FetchedPart::empty("a", 0, 0);
+    answer.length = set.len() as u32;
+    let header = multi_fetch::multi_fetch_response(
+        &mut fbb,
+        &[answer, multi_fetch::FetchedPart::empty("b", 3, 0)],
+    )
+    .to_vec();
+    let mut frame = Vec::new();
+    write_frame(
+        &mut frame,
+        Api::MultiFetch as u16,
+        API_VERSION,
+        1,
+        &header,
+        &set,
+    );
+    write(&frames.join("MultiFetchAnswer"), &frame);
 
     let sets = root.join("message_set");
     std::fs::create_dir_all(&sets).unwrap_or_else(|e| panic!("{}: {e}", sets.display()));

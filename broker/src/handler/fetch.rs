@@ -5,6 +5,7 @@
 
 use super::forward::forward;
 use super::give_way::GiveWay;
+use super::multi_fetch::{serve_single, Fetcher, Wanted};
 use super::{invalid_header, Dispatched, Failure, Payload, Response};
 use crate::limits::{FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::shard::{Owner, Shard};
@@ -12,6 +13,7 @@ use crate::storage::partition_log::{self, Read};
 use crate::storage::SharedLog;
 use protocol::codec::{verify, PartitionOffsets};
 use protocol::frame::Api;
+use protocol::types::BrokerId;
 use protocol::wire;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -46,11 +48,27 @@ pub fn handle(
         Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
     if let Some(replica) = shard.replica(topic_name, partition) {
-        super::replicated::check_leader(&replica, request.leader_epoch())?;
         if request.replica_id() >= 0 {
-            let fetch = super::replicated::FollowerFetch::of(&request);
-            return super::replicated::serve_follower(shard, give_way, request_id, &replica, fetch);
+            let want = Wanted {
+                topic: topic_name,
+                topic_id: request.topic_id(),
+                partition,
+                offset: request.offset(),
+                bytes_max: request.max_bytes().min(FETCH_BYTES_MAX),
+                leader_epoch: request.leader_epoch(),
+                last_fetched_epoch: request.last_fetched_epoch(),
+                flushed: request.replica_flushed_offset(),
+            };
+            let fetcher = Fetcher {
+                follower: Some(request.replica_id() as BrokerId),
+                incarnation: request.replica_incarnation().unwrap_or_default(),
+            };
+            let wait_ms = request.max_wait_ms();
+            return Ok(serve_single(
+                shard, give_way, request_id, want, fetcher, wait_ms,
+            ));
         }
+        super::replicated::check_leader(&replica, request.leader_epoch())?;
     }
     let offset = request.offset();
     let bytes_max = request.max_bytes().min(FETCH_BYTES_MAX);

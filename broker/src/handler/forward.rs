@@ -26,6 +26,17 @@ impl Response {
         let fd = match self.payload {
             Payload::None => None,
             Payload::Fd { fd, position, len } => Some((fd, position, len)),
+            Payload::Files(_) => {
+                // Only a MultiFetch answers with several ranges, and it is
+                // never forwarded (each partition to its owning shard).
+                return error_response(
+                    self.api,
+                    ErrorCode::Internal,
+                    "a multi-range answer cannot cross shards",
+                    None,
+                )
+                .into_sendable();
+            }
             Payload::File(slice) => {
                 // SAFETY: dup() on a descriptor the Rc keeps open; a
                 // negative result is checked before it is owned.

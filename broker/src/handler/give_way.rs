@@ -14,6 +14,11 @@
 //! out its time on the owning shard. Clients that read many partitions
 //! connect to each partition's own shard (metadata names it), so that path
 //! is the exception.
+//!
+//! A MultiFetch waits on all its partitions at once, so a connection has at
+//! most one waiting: a later one answers at once with what it has. That
+//! keeps what one connection's pipelined requests make the shard check on
+//! every new message to what single fetches cost (PROTOCOL.md, MultiFetch).
 
 use crate::notify::Notify;
 use std::cell::Cell;
@@ -23,6 +28,16 @@ use std::cell::Cell;
 pub struct GiveWay {
     asked: Cell<Option<u32>>,
     notify: Notify,
+    multi_fetch_waiting: Cell<bool>,
+}
+
+/// Held while a MultiFetch of the connection waits.
+pub struct MultiFetchWait<'a>(&'a GiveWay);
+
+impl Drop for MultiFetchWait<'_> {
+    fn drop(&mut self) {
+        self.0.multi_fetch_waiting.set(false);
+    }
 }
 
 impl GiveWay {
@@ -35,6 +50,15 @@ impl GiveWay {
     /// Forgets the request: the fetch it named has answered.
     pub fn clear(&self) {
         self.asked.set(None);
+    }
+
+    /// The right to wait for a MultiFetch, unless another of the
+    /// connection's waits.
+    pub fn multi_fetch_wait(&self) -> Option<MultiFetchWait<'_>> {
+        if self.multi_fetch_waiting.replace(true) {
+            return None;
+        }
+        Some(MultiFetchWait(self))
     }
 
     /// Resolves once the fetch with `request_id` is asked to give way.

@@ -12,6 +12,7 @@ pub mod give_way;
 pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod multi_fetch;
 pub mod operations;
 pub mod produce;
 pub mod replicated;
@@ -35,6 +36,9 @@ pub enum Payload {
     None,
     /// A range of a segment file owned by this shard.
     File(FetchSlice),
+    /// Ranges of segment files owned by this shard, one after the other (a
+    /// MultiFetch answer's chunks).
+    Files(Vec<FetchSlice>),
     /// A range of a segment file owned by another shard, by duplicated fd.
     Fd {
         /// The duplicated descriptor.
@@ -52,6 +56,7 @@ impl Payload {
         match self {
             Payload::None => 0,
             Payload::File(slice) => slice.len as usize,
+            Payload::Files(slices) => slices.iter().map(|s| s.len as usize).sum(),
             Payload::Fd { len, .. } => *len as usize,
         }
     }
@@ -127,7 +132,7 @@ fn error_response_with(
 }
 
 /// A handler's failure: the code and a message for humans.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Failure {
     /// The wire code.
     pub code: ErrorCode,
@@ -371,6 +376,7 @@ fn dispatch_once(
     let result = match known {
         Api::Produce => produce::handle(shard, request_id, header, payload),
         Api::Fetch => fetch::handle(shard, give_way, request_id, header),
+        Api::MultiFetch => multi_fetch::handle(shard, give_way, request_id, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),
         Api::Metadata => metadata::handle(shard, header),
         Api::CreateTopic => topics::handle_create(shard, header),

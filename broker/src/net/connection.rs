@@ -572,7 +572,7 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
                             write_all(conn, &out).await?;
                             out.clear();
                         }
-                        if api == Api::Fetch as u16 {
+                        if api == Api::Fetch as u16 || api == Api::MultiFetch as u16 {
                             wait_giving_way(conn, request_id, later).await
                         } else {
                             later.await
@@ -613,6 +613,20 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
                     slice.len as usize,
                 )
                 .await?;
+            }
+            Payload::Files(slices) => {
+                write_all(conn, &out).await?;
+                out.clear();
+                for slice in slices {
+                    send_range(
+                        shard,
+                        conn,
+                        slice.file.as_raw_fd(),
+                        slice.position,
+                        slice.len as usize,
+                    )
+                    .await?;
+                }
             }
             Payload::Fd { fd, position, len } => {
                 write_all(conn, &out).await?;

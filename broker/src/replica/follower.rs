@@ -2,31 +2,33 @@
 //! their leaders and appends the bytes verbatim.
 //!
 //! One *link* per (leader broker, leader shard) carries every partition
-//! this shard follows there: one connection, one fetch in flight per
-//! partition, pipelined — the ordinary Fetch request with the replica
-//! fields, so the leader sends the bytes with sendfile. An answer is handled
-//! in its own task: it appends the chunk's whole, CRC-checked messages at
-//! the chunk's offset, rolling where the leader's segment starts, records a
-//! new epoch's start, waits for the flush (acks=all counts flushed copies),
-//! and only then is the partition's next fetch sent — carrying how far this
-//! copy is flushed. A diverging answer truncates the log to the end the
-//! leader gives for the follower's last epoch, bounded by the follower's own
-//! end for that epoch (Vanlightly's follower rule), and fetching goes on.
-//! An answer from before a change of leader or epoch is dropped.
+//! this shard follows there: one connection, one MultiFetch in flight
+//! naming all of them (Kafka's replica fetcher), so the leader answers as
+//! soon as any has new bytes and sends every chunk with sendfile. Each
+//! partition's part of the answer is applied in its own task — the
+//! chunk's whole, CRC-checked messages appended at the chunk's offset,
+//! rolling where the leader's segment starts, a new epoch's start recorded,
+//! the flush awaited (acks=all counts flushed copies) — and the next
+//! request, sent once all are applied, carries how far each copy is
+//! flushed. A diverging part truncates the log to the end the leader gives
+//! for the follower's last epoch, bounded by the follower's own end for
+//! that epoch (Vanlightly's follower rule). A part from before a change of
+//! leader or epoch is dropped; a failed one leaves its partition out of
+//! the requests for a moment.
 
 use super::{Role, SharedReplica};
 use crate::shard::Shard;
 use crate::storage::partition_log;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use protocol::codec::{self, verify, FetchArgs, ReplicaFetch};
+use protocol::codec::multi_fetch::{self, FetchPart, FetchedPart, MultiFetch};
+use protocol::codec::{self, verify};
 use protocol::frame::{self, Api, FramePrefix, FRAME_PREFIX_BYTES};
 use protocol::message::MessageSetIter;
 use protocol::types::{BrokerId, ShardId};
 use protocol::{wire, ErrorCode};
-use std::cell::RefCell;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A link's name: the leader broker and its shard.
 pub type LinkKey = (BrokerId, ShardId);
@@ -35,20 +37,16 @@ pub type LinkKey = (BrokerId, ShardId);
 /// `replica.fetch.wait.max.ms`).
 const FETCH_WAIT_MS: u32 = 500;
 
-/// A link's shared state between its writer and reader.
-#[derive(Default)]
-struct Link {
-    /// Fetches sent and not answered, in order: topic, partition, and the
-    /// replica's generation when it was sent.
-    in_flight: VecDeque<(String, u32, u64)>,
-    /// Partitions whose fetch or answer is under way.
-    busy: BTreeMap<(String, u32), ()>,
-    /// Signalled when a partition may fetch again (and `bumps` moves).
-    ready: crate::notify::Notify,
-    bumps: u64,
-    /// The connection broke: both halves stop.
-    broken: bool,
-}
+/// Bytes over all partitions of one answer (Kafka's
+/// `replica.fetch.response.max.bytes`): what a link holds in memory.
+const ANSWER_BYTES_MAX: u32 = 10 << 20;
+
+/// How long a partition whose part failed stays out of the requests.
+const PART_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How long a link waits for an answer before it reconnects: the leader
+/// answers within its wait, unless it is paused or cut off.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Starts the links this shard needs and has not: one per leader shard of
 /// the partitions it follows. A link ends by itself once it carries none.
@@ -164,7 +162,7 @@ fn frame_of(api: Api, request_id: u32, header: &[u8]) -> Vec<u8> {
 async fn serve_link(shard: &Rc<Shard>, key: LinkKey) -> Result<(), String> {
     let address = address_of(shard, key).ok_or_else(|| format!("broker {} is not live", key.0))?;
     let connect = glommio::net::TcpStream::connect(address.as_str());
-    let stream =
+    let mut stream =
         futures_lite::future::or(async { connect.await.map_err(|e| e.to_string()) }, async {
             glommio::timer::sleep(Duration::from_secs(5)).await;
             Err("connect timed out".to_string())
@@ -172,211 +170,185 @@ async fn serve_link(shard: &Rc<Shard>, key: LinkKey) -> Result<(), String> {
         .await
         .map_err(|e| format!("connecting to {address}: {e}"))?;
     let _ = stream.set_nodelay(true);
-    let (mut reader, mut writer) = futures_lite::io::split(stream);
     let mut fbb = protocol::flatbuffers::FlatBufferBuilder::with_capacity(256);
     let hello = codec::handshake_request(&mut fbb, "ringlog-follower").to_vec();
-    writer
-        .write_all(&frame_of(Api::Handshake, 0, &hello))
-        .await
-        .map_err(|e| e.to_string())?;
-    writer.flush().await.map_err(|e| e.to_string())?;
-    let (prefix, _, _) = read_frame(&mut reader).await.map_err(|e| e.to_string())?;
+    let (prefix, _, _) = exchange(&mut stream, &frame_of(Api::Handshake, 0, &hello)).await?;
     if prefix.version_or_error != 0 {
         return Err(format!(
             "the handshake was refused (error {})",
             prefix.version_or_error
         ));
     }
-    let link = Rc::new(RefCell::new(Link::default()));
-    let reading = read_answers(shard.clone(), key, link.clone(), reader);
-    let writing = write_fetches(shard.clone(), key, link.clone(), writer);
-    futures_lite::future::or(reading, writing).await
-}
-
-/// Sends a fetch for every followed partition that is not busy, whenever
-/// one becomes ready.
-async fn write_fetches(
-    shard: Rc<Shard>,
-    key: LinkKey,
-    link: Rc<RefCell<Link>>,
-    mut writer: futures_lite::io::WriteHalf<glommio::net::TcpStream>,
-) -> Result<(), String> {
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::with_capacity(512);
+    let part_bytes = (shard.config.message_bytes_max as u32 + 4096).max(1 << 20);
+    let mut backoff: BTreeMap<(String, u32), Instant> = BTreeMap::new();
+    let quiet = crate::log_limit::LogLimit::new(Duration::from_secs(10));
+    let mut rotation = 0usize;
     let mut request_id = 1u32;
-    let fetch_bytes = (shard.config.message_bytes_max as u32 + 4096).max(1 << 20);
     loop {
-        if link.borrow().broken || shard.stopping.get() {
+        if shard.stopping.get() {
             return Err("stopped".into());
         }
-        let replicas = followed(&shard, key);
+        let mut replicas = followed(shard, key);
         if replicas.is_empty() {
             return Ok(());
         }
-        let mut out = Vec::new();
-        for replica in &replicas {
+        let now = Instant::now();
+        backoff.retain(|_, until| *until > now);
+        replicas.retain(|replica| {
             let r = replica.borrow();
-            let id = (r.topic.clone(), r.partition);
-            if link.borrow().busy.contains_key(&id) {
-                continue;
-            }
-            let l = r.log.borrow();
-            let request = ReplicaFetch {
-                leader_epoch: r.epoch() as i32,
-                replica_id: r.me as i32,
-                incarnation: shard.incarnation.clone(),
-                last_fetched_epoch: r.epochs.last_epoch(),
-                flushed_offset: l.flushed_offset(),
-            };
-            let header = codec::replica_fetch_request(
-                &mut fbb,
-                &r.topic,
-                &r.topic_id,
-                r.partition,
-                FetchArgs {
-                    offset: l.end_offset(),
-                    max_bytes: fetch_bytes,
-                    max_wait_ms: FETCH_WAIT_MS,
-                },
-                &request,
-            );
-            frame::write_frame(
-                &mut out,
-                Api::Fetch as u16,
-                frame::API_VERSION,
-                request_id,
-                header,
-                &[],
-            );
-            request_id = request_id.wrapping_add(1);
-            let mut link = link.borrow_mut();
-            link.busy.insert(id, ());
-            link.in_flight
-                .push_back((r.topic.clone(), r.partition, r.generation));
-        }
-        if !out.is_empty() {
-            writer.write_all(&out).await.map_err(|e| e.to_string())?;
-            writer.flush().await.map_err(|e| e.to_string())?;
-        }
-        // Until a partition is ready again, or the set may have changed.
-        let (ready, seen) = {
-            let l = link.borrow();
-            (l.ready.clone(), l.bumps)
-        };
-        futures_lite::future::or(
-            ready.wait_until(|| {
-                let l = link.borrow();
-                l.bumps != seen || l.broken
-            }),
-            glommio::timer::sleep(Duration::from_millis(200)),
-        )
-        .await;
-    }
-}
-
-/// Reads answers in order and hands each to its partition's task.
-async fn read_answers(
-    shard: Rc<Shard>,
-    key: LinkKey,
-    link: Rc<RefCell<Link>>,
-    mut reader: futures_lite::io::ReadHalf<glommio::net::TcpStream>,
-) -> Result<(), String> {
-    loop {
-        let read = read_frame(&mut reader).await;
-        let (prefix, header, payload) = match read {
-            Ok(frame) => frame,
-            Err(error) => {
-                let mut l = link.borrow_mut();
-                l.broken = true;
-                l.bumps += 1;
-                l.ready.notify_all();
-                return Err(error.to_string());
-            }
-        };
-        let Some((topic, partition, generation)) = link.borrow_mut().in_flight.pop_front() else {
-            return Err("an answer to no fetch".into());
-        };
-        let replica = followed(&shard, key).into_iter().find(|r| {
-            let r = r.borrow();
-            r.topic == topic && r.partition == partition && r.generation == generation
+            !backoff.contains_key(&(r.topic.clone(), r.partition))
         });
-        let Some(replica) = replica else {
-            // The partition moved on (a new leader or epoch): its next
-            // fetch starts over; nothing of this answer applies.
-            let mut l = link.borrow_mut();
-            l.busy.remove(&(topic, partition));
-            l.bumps += 1;
-            l.ready.notify_all();
+        if replicas.is_empty() {
+            glommio::timer::sleep(PART_BACKOFF).await;
             continue;
+        }
+        // Served in request order within the answer's bytes: each
+        // partition leads in turn.
+        let turn = rotation % replicas.len();
+        replicas.rotate_left(turn);
+        rotation = rotation.wrapping_add(1);
+        let (parts, sent) = requests_of(&replicas, part_bytes);
+        let request = MultiFetch {
+            max_bytes: ANSWER_BYTES_MAX,
+            max_wait_ms: FETCH_WAIT_MS,
+            replica_id: shard.config.broker_id as i32,
+            incarnation: shard.incarnation.clone(),
         };
-        let link = link.clone();
-        let shard_for_task = shard.clone();
-        let topic = topic.clone();
-        glommio::spawn_local(async move {
-            if let Err(error) = apply(
-                &shard_for_task,
-                &replica,
-                prefix.version_or_error,
-                &header,
-                &payload,
-            )
-            .await
+        let header = multi_fetch::multi_fetch_request(&mut fbb, &parts, &request);
+        let frame = frame_of(Api::MultiFetch, request_id, header);
+        request_id = request_id.wrapping_add(1);
+        let (prefix, header, payload) = exchange(&mut stream, &frame).await?;
+        if prefix.version_or_error != 0 {
+            let message = verify::<wire::ErrorResponse>(&header)
+                .ok()
+                .and_then(|e| e.message().map(str::to_string))
+                .unwrap_or_default();
+            return Err(format!(
+                "the leader refused the fetch (error {}): {message}",
+                prefix.version_or_error
+            ));
+        }
+        let answers = multi_fetch::decode_multi_fetch_response(&header, payload.len())?;
+        if answers.len() != sent.len() {
+            return Err(format!(
+                "the leader answered {} partitions of {}",
+                answers.len(),
+                sent.len()
+            ));
+        }
+        let payload = Rc::new(payload);
+        let mut tasks = Vec::new();
+        for ((answer, range), (replica, generation)) in answers.into_iter().zip(sent) {
             {
-                let label = replica.borrow().label.clone();
-                tracing::warn!(partition = %label, %error, "applying the leader's answer");
-                glommio::timer::sleep(Duration::from_millis(100)).await;
+                let r = replica.borrow();
+                if r.topic != answer.topic || r.partition != answer.partition {
+                    return Err(format!(
+                        "the leader answered {}-{} in the place of {}",
+                        answer.topic, answer.partition, r.label
+                    ));
+                }
+                if r.generation != generation || !matches!(r.role(), Role::Follower { .. }) {
+                    // The partition moved on (a new leader or epoch): its
+                    // next fetch starts over; nothing of this part applies.
+                    continue;
+                }
             }
-            let mut l = link.borrow_mut();
-            l.busy.remove(&(topic, partition));
-            l.bumps += 1;
-            l.ready.notify_all();
-        })
-        .detach();
+            let shard = shard.clone();
+            let payload = payload.clone();
+            tasks.push(glommio::spawn_local(async move {
+                let applied = apply(&shard, &replica, &answer, &payload[range]).await;
+                (replica, applied)
+            }));
+        }
+        for task in tasks {
+            let (replica, applied) = task.await;
+            if let Err(error) = applied {
+                let r = replica.borrow();
+                if let Some(left_out) = quiet.allow() {
+                    tracing::warn!(partition = %r.label, %error, left_out, "applying the leader's answer; the partition fetches again shortly");
+                }
+                backoff.insert(
+                    (r.topic.clone(), r.partition),
+                    Instant::now() + PART_BACKOFF,
+                );
+            }
+        }
     }
 }
 
-/// Applies one answer of the leader to a followed partition.
+/// The parts of a request for `replicas`, and what each was sent as.
+fn requests_of(
+    replicas: &[SharedReplica],
+    part_bytes: u32,
+) -> (Vec<FetchPart>, Vec<(SharedReplica, u64)>) {
+    let mut parts = Vec::with_capacity(replicas.len());
+    let mut sent = Vec::with_capacity(replicas.len());
+    for replica in replicas.iter().take(multi_fetch::PARTITIONS_MAX) {
+        let r = replica.borrow();
+        let l = r.log.borrow();
+        parts.push(FetchPart {
+            topic: r.topic.clone(),
+            topic_id: r.topic_id.clone(),
+            partition: r.partition,
+            offset: l.end_offset(),
+            max_bytes: part_bytes,
+            leader_epoch: r.epoch() as i32,
+            last_fetched_epoch: r.epochs.last_epoch(),
+            flushed_offset: l.flushed_offset(),
+        });
+        sent.push((replica.clone(), r.generation));
+    }
+    (parts, sent)
+}
+
+/// Sends one request and reads its answer, within [`ANSWER_TIMEOUT`].
+async fn exchange(
+    stream: &mut glommio::net::TcpStream,
+    frame: &[u8],
+) -> Result<(FramePrefix, Vec<u8>, Vec<u8>), String> {
+    let round = async {
+        stream.write_all(frame).await?;
+        stream.flush().await?;
+        read_frame(stream).await
+    };
+    futures_lite::future::or(async { round.await.map_err(|e| e.to_string()) }, async {
+        glommio::timer::sleep(ANSWER_TIMEOUT).await;
+        Err(format!("no answer within {ANSWER_TIMEOUT:?}"))
+    })
+    .await
+}
+
+/// Applies the leader's answer for one followed partition.
 async fn apply(
     shard: &Rc<Shard>,
     replica: &SharedReplica,
-    error: u16,
-    header: &[u8],
+    answer: &FetchedPart,
     payload: &[u8],
 ) -> Result<(), String> {
-    if error != 0 {
-        let code = ErrorCode::from_u16(error).unwrap_or(ErrorCode::Internal);
-        let message = verify::<wire::ErrorResponse>(header)
-            .ok()
-            .and_then(|e| e.message().map(str::to_string))
-            .unwrap_or_default();
-        if code == ErrorCode::OffsetOutOfRange {
+    if answer.error != ErrorCode::None {
+        if answer.error == ErrorCode::OffsetOutOfRange {
             // The leader's log starts past this empty copy's end
             // (retention): begin there.
-            if let Ok(e) = verify::<wire::ErrorResponse>(header) {
-                let start = e.start_offset();
-                let log = replica.borrow().log.clone();
-                let empty = {
-                    let l = log.borrow();
-                    l.end_offset() == l.start_offset() && l.end_offset() < start
-                };
-                if empty {
-                    return log
-                        .borrow_mut()
-                        .rebase_empty(start)
-                        .map_err(|e| e.to_string());
-                }
+            let start = answer.offsets.start_offset;
+            let log = replica.borrow().log.clone();
+            let empty = {
+                let l = log.borrow();
+                l.end_offset() == l.start_offset() && l.end_offset() < start
+            };
+            if empty {
+                return log
+                    .borrow_mut()
+                    .rebase_empty(start)
+                    .map_err(|e| e.to_string());
             }
         }
         // NOT_LEADER, FENCED or UNKNOWN_LEADER_EPOCH: the registry's news
-        // (a state change) is on its way; wait for it.
-        glommio::timer::sleep(Duration::from_millis(100)).await;
-        return Err(format!("{code}: {message}"));
+        // (a state change) is on its way; the partition waits for it.
+        return Err(format!("{}: {}", answer.error, answer.message));
     }
-    let answer = verify::<wire::FetchResponse>(header).map_err(|e| e.to_string())?;
     let log = replica.borrow().log.clone();
-    let offset = answer.offset();
-    if answer.diverging_epoch() >= 0 {
-        let epoch = answer.diverging_epoch();
-        let leader_end = answer.diverging_end_offset();
+    let offset = answer.offset;
+    if let Some((epoch, leader_end)) = answer.diverging {
         let own_end = {
             let r = replica.borrow();
             let end = r.log.borrow().end_offset();
@@ -396,9 +368,9 @@ async fn apply(
         }
         return Ok(());
     }
-    let hw = answer.flushed_offset();
-    let chunk_epoch = answer.chunk_epoch();
-    let segment_base = answer.segment_base();
+    let hw = answer.offsets.flushed_offset;
+    let chunk_epoch = answer.chunk_epoch;
+    let segment_base = answer.segment_base;
     // Whole, valid messages only: a chunk may end in the middle of one.
     let mut iter = MessageSetIter::new(payload, offset);
     let mut count = 0u32;

@@ -10,7 +10,7 @@
 //! | `mod.rs` | [`Replica`]: one partition's copy on this shard, its role and the transitions between roles |
 //! | `epochs.rs` | the leader-epoch file (epoch → start offset) and the divergence rule |
 //! | `leader.rs` | the leader's side: followers' progress, the high watermark, ISR shrink and expand, answering a follower's fetch |
-//! | `follower.rs` | the follower's side: one connection per leader shard, pipelined fetches, verbatim appends, truncation by epoch |
+//! | `follower.rs` | the follower's side: one connection per leader shard, one MultiFetch naming every partition followed there, verbatim appends, truncation by epoch |
 //! | `transfer.rs` | leadership handed over on purpose (a preferred election, a move off the leader) and a reassignment's end |
 //!
 //! The rules, from the anchors' bugs (`shared/REPLICATION.md`): a follower

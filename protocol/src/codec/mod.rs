@@ -89,6 +89,7 @@ impl OffsetSpec {
 }
 
 pub mod groups;
+pub mod multi_fetch;
 pub mod operations;
 
 /// Verifies `bytes` as a flatbuffer whose root is `T` and returns the root.

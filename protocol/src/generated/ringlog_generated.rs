@@ -8456,5 +8456,1099 @@ pub mod ringlog {
                 ds.finish()
             }
         }
+        pub enum FetchPartitionOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct FetchPartition<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for FetchPartition<'a> {
+            type Inner = FetchPartition<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> FetchPartition<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_TOPIC_ID: ::flatbuffers::VOffsetT = 6;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 8;
+            pub const VT_OFFSET: ::flatbuffers::VOffsetT = 10;
+            pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 12;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 14;
+            pub const VT_LAST_FETCHED_EPOCH: ::flatbuffers::VOffsetT = 16;
+            pub const VT_REPLICA_FLUSHED_OFFSET: ::flatbuffers::VOffsetT = 18;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                FetchPartition { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args FetchPartitionArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<FetchPartition<'bldr>> {
+                let mut builder = FetchPartitionBuilder::new(_fbb);
+                builder.add_replica_flushed_offset(args.replica_flushed_offset);
+                builder.add_offset(args.offset);
+                builder.add_last_fetched_epoch(args.last_fetched_epoch);
+                builder.add_leader_epoch(args.leader_epoch);
+                builder.add_max_bytes(args.max_bytes);
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic_id {
+                    builder.add_topic_id(x);
+                }
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(FetchPartition::VT_TOPIC, None)
+                }
+            }
+            #[inline]
+            pub fn topic_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        FetchPartition::VT_TOPIC_ID,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(FetchPartition::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchPartition::VT_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn max_bytes(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(FetchPartition::VT_MAX_BYTES, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn leader_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchPartition::VT_LEADER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn last_fetched_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchPartition::VT_LAST_FETCHED_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn replica_flushed_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchPartition::VT_REPLICA_FLUSHED_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for FetchPartition<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic_id",
+                        Self::VT_TOPIC_ID,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<u64>("offset", Self::VT_OFFSET, false)?
+                    .visit_field::<u32>("max_bytes", Self::VT_MAX_BYTES, false)?
+                    .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
+                    .visit_field::<i32>("last_fetched_epoch", Self::VT_LAST_FETCHED_EPOCH, false)?
+                    .visit_field::<u64>(
+                        "replica_flushed_offset",
+                        Self::VT_REPLICA_FLUSHED_OFFSET,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct FetchPartitionArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub topic_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub offset: u64,
+            pub max_bytes: u32,
+            pub leader_epoch: i32,
+            pub last_fetched_epoch: i32,
+            pub replica_flushed_offset: u64,
+        }
+        impl<'a> Default for FetchPartitionArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                FetchPartitionArgs {
+                    topic: None,
+                    topic_id: None,
+                    partition: 0,
+                    offset: 0,
+                    max_bytes: 0,
+                    leader_epoch: -1,
+                    last_fetched_epoch: -1,
+                    replica_flushed_offset: 0,
+                }
+            }
+        }
+
+        pub struct FetchPartitionBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FetchPartitionBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    FetchPartition::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_topic_id(&mut self, topic_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    FetchPartition::VT_TOPIC_ID,
+                    topic_id,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(FetchPartition::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_offset(&mut self, offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(FetchPartition::VT_OFFSET, offset, 0);
+            }
+            #[inline]
+            pub fn add_max_bytes(&mut self, max_bytes: u32) {
+                self.fbb_
+                    .push_slot::<u32>(FetchPartition::VT_MAX_BYTES, max_bytes, 0);
+            }
+            #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(FetchPartition::VT_LEADER_EPOCH, leader_epoch, -1);
+            }
+            #[inline]
+            pub fn add_last_fetched_epoch(&mut self, last_fetched_epoch: i32) {
+                self.fbb_.push_slot::<i32>(
+                    FetchPartition::VT_LAST_FETCHED_EPOCH,
+                    last_fetched_epoch,
+                    -1,
+                );
+            }
+            #[inline]
+            pub fn add_replica_flushed_offset(&mut self, replica_flushed_offset: u64) {
+                self.fbb_.push_slot::<u64>(
+                    FetchPartition::VT_REPLICA_FLUSHED_OFFSET,
+                    replica_flushed_offset,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> FetchPartitionBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                FetchPartitionBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<FetchPartition<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for FetchPartition<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("FetchPartition");
+                ds.field("topic", &self.topic());
+                ds.field("topic_id", &self.topic_id());
+                ds.field("partition", &self.partition());
+                ds.field("offset", &self.offset());
+                ds.field("max_bytes", &self.max_bytes());
+                ds.field("leader_epoch", &self.leader_epoch());
+                ds.field("last_fetched_epoch", &self.last_fetched_epoch());
+                ds.field("replica_flushed_offset", &self.replica_flushed_offset());
+                ds.finish()
+            }
+        }
+        pub enum MultiFetchRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct MultiFetchRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for MultiFetchRequest<'a> {
+            type Inner = MultiFetchRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> MultiFetchRequest<'a> {
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 4;
+            pub const VT_MAX_BYTES: ::flatbuffers::VOffsetT = 6;
+            pub const VT_MAX_WAIT_MS: ::flatbuffers::VOffsetT = 8;
+            pub const VT_REPLICA_ID: ::flatbuffers::VOffsetT = 10;
+            pub const VT_REPLICA_INCARNATION: ::flatbuffers::VOffsetT = 12;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                MultiFetchRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args MultiFetchRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<MultiFetchRequest<'bldr>> {
+                let mut builder = MultiFetchRequestBuilder::new(_fbb);
+                if let Some(x) = args.replica_incarnation {
+                    builder.add_replica_incarnation(x);
+                }
+                builder.add_replica_id(args.replica_id);
+                builder.add_max_wait_ms(args.max_wait_ms);
+                builder.add_max_bytes(args.max_bytes);
+                if let Some(x) = args.partitions {
+                    builder.add_partitions(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn partitions(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchPartition<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchPartition>>,
+                    >>(MultiFetchRequest::VT_PARTITIONS, None)
+                }
+            }
+            #[inline]
+            pub fn max_bytes(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(MultiFetchRequest::VT_MAX_BYTES, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn max_wait_ms(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(MultiFetchRequest::VT_MAX_WAIT_MS, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn replica_id(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(MultiFetchRequest::VT_REPLICA_ID, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn replica_incarnation(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        MultiFetchRequest::VT_REPLICA_INCARNATION,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for MultiFetchRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<FetchPartition>>,
+                    >>("partitions", Self::VT_PARTITIONS, false)?
+                    .visit_field::<u32>("max_bytes", Self::VT_MAX_BYTES, false)?
+                    .visit_field::<u32>("max_wait_ms", Self::VT_MAX_WAIT_MS, false)?
+                    .visit_field::<i32>("replica_id", Self::VT_REPLICA_ID, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "replica_incarnation",
+                        Self::VT_REPLICA_INCARNATION,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct MultiFetchRequestArgs<'a> {
+            pub partitions: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchPartition<'a>>>,
+                >,
+            >,
+            pub max_bytes: u32,
+            pub max_wait_ms: u32,
+            pub replica_id: i32,
+            pub replica_incarnation: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for MultiFetchRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                MultiFetchRequestArgs {
+                    partitions: None,
+                    max_bytes: 0,
+                    max_wait_ms: 0,
+                    replica_id: -1,
+                    replica_incarnation: None,
+                }
+            }
+        }
+
+        pub struct MultiFetchRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> MultiFetchRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_partitions(
+                &mut self,
+                partitions: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<FetchPartition<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    MultiFetchRequest::VT_PARTITIONS,
+                    partitions,
+                );
+            }
+            #[inline]
+            pub fn add_max_bytes(&mut self, max_bytes: u32) {
+                self.fbb_
+                    .push_slot::<u32>(MultiFetchRequest::VT_MAX_BYTES, max_bytes, 0);
+            }
+            #[inline]
+            pub fn add_max_wait_ms(&mut self, max_wait_ms: u32) {
+                self.fbb_
+                    .push_slot::<u32>(MultiFetchRequest::VT_MAX_WAIT_MS, max_wait_ms, 0);
+            }
+            #[inline]
+            pub fn add_replica_id(&mut self, replica_id: i32) {
+                self.fbb_
+                    .push_slot::<i32>(MultiFetchRequest::VT_REPLICA_ID, replica_id, -1);
+            }
+            #[inline]
+            pub fn add_replica_incarnation(
+                &mut self,
+                replica_incarnation: ::flatbuffers::WIPOffset<&'b str>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    MultiFetchRequest::VT_REPLICA_INCARNATION,
+                    replica_incarnation,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> MultiFetchRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                MultiFetchRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<MultiFetchRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for MultiFetchRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("MultiFetchRequest");
+                ds.field("partitions", &self.partitions());
+                ds.field("max_bytes", &self.max_bytes());
+                ds.field("max_wait_ms", &self.max_wait_ms());
+                ds.field("replica_id", &self.replica_id());
+                ds.field("replica_incarnation", &self.replica_incarnation());
+                ds.finish()
+            }
+        }
+        pub enum FetchedPartitionOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct FetchedPartition<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for FetchedPartition<'a> {
+            type Inner = FetchedPartition<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> FetchedPartition<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_ERROR: ::flatbuffers::VOffsetT = 8;
+            pub const VT_MESSAGE: ::flatbuffers::VOffsetT = 10;
+            pub const VT_OWNER_BROKER_ID: ::flatbuffers::VOffsetT = 12;
+            pub const VT_OFFSET: ::flatbuffers::VOffsetT = 14;
+            pub const VT_LENGTH: ::flatbuffers::VOffsetT = 16;
+            pub const VT_START_OFFSET: ::flatbuffers::VOffsetT = 18;
+            pub const VT_FLUSHED_OFFSET: ::flatbuffers::VOffsetT = 20;
+            pub const VT_END_OFFSET: ::flatbuffers::VOffsetT = 22;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 24;
+            pub const VT_CHUNK_EPOCH: ::flatbuffers::VOffsetT = 26;
+            pub const VT_SEGMENT_BASE: ::flatbuffers::VOffsetT = 28;
+            pub const VT_DIVERGING_EPOCH: ::flatbuffers::VOffsetT = 30;
+            pub const VT_DIVERGING_END_OFFSET: ::flatbuffers::VOffsetT = 32;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                FetchedPartition { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args FetchedPartitionArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<FetchedPartition<'bldr>> {
+                let mut builder = FetchedPartitionBuilder::new(_fbb);
+                builder.add_diverging_end_offset(args.diverging_end_offset);
+                builder.add_segment_base(args.segment_base);
+                builder.add_end_offset(args.end_offset);
+                builder.add_flushed_offset(args.flushed_offset);
+                builder.add_start_offset(args.start_offset);
+                builder.add_offset(args.offset);
+                builder.add_diverging_epoch(args.diverging_epoch);
+                builder.add_chunk_epoch(args.chunk_epoch);
+                builder.add_leader_epoch(args.leader_epoch);
+                builder.add_length(args.length);
+                builder.add_owner_broker_id(args.owner_broker_id);
+                if let Some(x) = args.message {
+                    builder.add_message(x);
+                }
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.add_error(args.error);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        FetchedPartition::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(FetchedPartition::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn error(&self) -> u16 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u16>(FetchedPartition::VT_ERROR, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn message(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        FetchedPartition::VT_MESSAGE,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn owner_broker_id(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchedPartition::VT_OWNER_BROKER_ID, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchedPartition::VT_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn length(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(FetchedPartition::VT_LENGTH, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn start_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchedPartition::VT_START_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn flushed_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchedPartition::VT_FLUSHED_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn end_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchedPartition::VT_END_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn leader_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchedPartition::VT_LEADER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn chunk_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchedPartition::VT_CHUNK_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn segment_base(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchedPartition::VT_SEGMENT_BASE, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn diverging_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(FetchedPartition::VT_DIVERGING_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn diverging_end_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(FetchedPartition::VT_DIVERGING_END_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for FetchedPartition<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<u16>("error", Self::VT_ERROR, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "message",
+                        Self::VT_MESSAGE,
+                        false,
+                    )?
+                    .visit_field::<i32>("owner_broker_id", Self::VT_OWNER_BROKER_ID, false)?
+                    .visit_field::<u64>("offset", Self::VT_OFFSET, false)?
+                    .visit_field::<u32>("length", Self::VT_LENGTH, false)?
+                    .visit_field::<u64>("start_offset", Self::VT_START_OFFSET, false)?
+                    .visit_field::<u64>("flushed_offset", Self::VT_FLUSHED_OFFSET, false)?
+                    .visit_field::<u64>("end_offset", Self::VT_END_OFFSET, false)?
+                    .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
+                    .visit_field::<i32>("chunk_epoch", Self::VT_CHUNK_EPOCH, false)?
+                    .visit_field::<u64>("segment_base", Self::VT_SEGMENT_BASE, false)?
+                    .visit_field::<i32>("diverging_epoch", Self::VT_DIVERGING_EPOCH, false)?
+                    .visit_field::<u64>(
+                        "diverging_end_offset",
+                        Self::VT_DIVERGING_END_OFFSET,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct FetchedPartitionArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub error: u16,
+            pub message: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub owner_broker_id: i32,
+            pub offset: u64,
+            pub length: u32,
+            pub start_offset: u64,
+            pub flushed_offset: u64,
+            pub end_offset: u64,
+            pub leader_epoch: i32,
+            pub chunk_epoch: i32,
+            pub segment_base: u64,
+            pub diverging_epoch: i32,
+            pub diverging_end_offset: u64,
+        }
+        impl<'a> Default for FetchedPartitionArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                FetchedPartitionArgs {
+                    topic: None,
+                    partition: 0,
+                    error: 0,
+                    message: None,
+                    owner_broker_id: -1,
+                    offset: 0,
+                    length: 0,
+                    start_offset: 0,
+                    flushed_offset: 0,
+                    end_offset: 0,
+                    leader_epoch: -1,
+                    chunk_epoch: -1,
+                    segment_base: 0,
+                    diverging_epoch: -1,
+                    diverging_end_offset: 0,
+                }
+            }
+        }
+
+        pub struct FetchedPartitionBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> FetchedPartitionBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    FetchedPartition::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(FetchedPartition::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_error(&mut self, error: u16) {
+                self.fbb_
+                    .push_slot::<u16>(FetchedPartition::VT_ERROR, error, 0);
+            }
+            #[inline]
+            pub fn add_message(&mut self, message: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    FetchedPartition::VT_MESSAGE,
+                    message,
+                );
+            }
+            #[inline]
+            pub fn add_owner_broker_id(&mut self, owner_broker_id: i32) {
+                self.fbb_.push_slot::<i32>(
+                    FetchedPartition::VT_OWNER_BROKER_ID,
+                    owner_broker_id,
+                    -1,
+                );
+            }
+            #[inline]
+            pub fn add_offset(&mut self, offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(FetchedPartition::VT_OFFSET, offset, 0);
+            }
+            #[inline]
+            pub fn add_length(&mut self, length: u32) {
+                self.fbb_
+                    .push_slot::<u32>(FetchedPartition::VT_LENGTH, length, 0);
+            }
+            #[inline]
+            pub fn add_start_offset(&mut self, start_offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(FetchedPartition::VT_START_OFFSET, start_offset, 0);
+            }
+            #[inline]
+            pub fn add_flushed_offset(&mut self, flushed_offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(FetchedPartition::VT_FLUSHED_OFFSET, flushed_offset, 0);
+            }
+            #[inline]
+            pub fn add_end_offset(&mut self, end_offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(FetchedPartition::VT_END_OFFSET, end_offset, 0);
+            }
+            #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(FetchedPartition::VT_LEADER_EPOCH, leader_epoch, -1);
+            }
+            #[inline]
+            pub fn add_chunk_epoch(&mut self, chunk_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(FetchedPartition::VT_CHUNK_EPOCH, chunk_epoch, -1);
+            }
+            #[inline]
+            pub fn add_segment_base(&mut self, segment_base: u64) {
+                self.fbb_
+                    .push_slot::<u64>(FetchedPartition::VT_SEGMENT_BASE, segment_base, 0);
+            }
+            #[inline]
+            pub fn add_diverging_epoch(&mut self, diverging_epoch: i32) {
+                self.fbb_.push_slot::<i32>(
+                    FetchedPartition::VT_DIVERGING_EPOCH,
+                    diverging_epoch,
+                    -1,
+                );
+            }
+            #[inline]
+            pub fn add_diverging_end_offset(&mut self, diverging_end_offset: u64) {
+                self.fbb_.push_slot::<u64>(
+                    FetchedPartition::VT_DIVERGING_END_OFFSET,
+                    diverging_end_offset,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> FetchedPartitionBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                FetchedPartitionBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<FetchedPartition<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for FetchedPartition<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("FetchedPartition");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("error", &self.error());
+                ds.field("message", &self.message());
+                ds.field("owner_broker_id", &self.owner_broker_id());
+                ds.field("offset", &self.offset());
+                ds.field("length", &self.length());
+                ds.field("start_offset", &self.start_offset());
+                ds.field("flushed_offset", &self.flushed_offset());
+                ds.field("end_offset", &self.end_offset());
+                ds.field("leader_epoch", &self.leader_epoch());
+                ds.field("chunk_epoch", &self.chunk_epoch());
+                ds.field("segment_base", &self.segment_base());
+                ds.field("diverging_epoch", &self.diverging_epoch());
+                ds.field("diverging_end_offset", &self.diverging_end_offset());
+                ds.finish()
+            }
+        }
+        pub enum MultiFetchResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct MultiFetchResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for MultiFetchResponse<'a> {
+            type Inner = MultiFetchResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> MultiFetchResponse<'a> {
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                MultiFetchResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args MultiFetchResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<MultiFetchResponse<'bldr>> {
+                let mut builder = MultiFetchResponseBuilder::new(_fbb);
+                if let Some(x) = args.partitions {
+                    builder.add_partitions(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn partitions(
+                &self,
+            ) -> Option<
+                ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchedPartition<'a>>>,
+            > {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchedPartition>>,
+                    >>(MultiFetchResponse::VT_PARTITIONS, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for MultiFetchResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<FetchedPartition>>,
+                    >>("partitions", Self::VT_PARTITIONS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct MultiFetchResponseArgs<'a> {
+            pub partitions: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchedPartition<'a>>>,
+                >,
+            >,
+        }
+        impl<'a> Default for MultiFetchResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                MultiFetchResponseArgs { partitions: None }
+            }
+        }
+
+        pub struct MultiFetchResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> MultiFetchResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_partitions(
+                &mut self,
+                partitions: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<FetchedPartition<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    MultiFetchResponse::VT_PARTITIONS,
+                    partitions,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> MultiFetchResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                MultiFetchResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<MultiFetchResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for MultiFetchResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("MultiFetchResponse");
+                ds.field("partitions", &self.partitions());
+                ds.finish()
+            }
+        }
     } // pub mod wire
 } // pub mod ringlog

@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
         let header = &rest[header_start..payload_start];
         let payload = &rest[payload_start..prefix.frame_bytes];
         request(prefix.api, header, payload);
-        response(prefix.api, header);
+        response(prefix.api, header, payload);
         rest = &rest[prefix.frame_bytes..];
     }
 });
@@ -114,6 +114,28 @@ fn request(api: u16, header: &[u8], payload: &[u8]) {
                 let _ = (r.topic(), r.partition(), replicas);
             }
         }
+        17 => {
+            if let Ok(r) = verify::<wire::MultiFetchRequest>(header) {
+                let _ = (
+                    r.max_bytes(),
+                    r.max_wait_ms(),
+                    r.replica_id(),
+                    r.replica_incarnation(),
+                );
+                for p in r.partitions().iter().flatten() {
+                    let _ = (
+                        p.topic(),
+                        p.topic_id(),
+                        p.partition(),
+                        p.offset(),
+                        p.max_bytes(),
+                        p.leader_epoch(),
+                        p.last_fetched_epoch(),
+                        p.replica_flushed_offset(),
+                    );
+                }
+            }
+        }
         _ => group_request(api, header),
     }
 }
@@ -192,7 +214,7 @@ fn group_request(api: u16, header: &[u8]) {
 }
 
 /// What the Rust client reads of each response (and of an error frame).
-fn response(api: u16, header: &[u8]) {
+fn response(api: u16, header: &[u8], payload: &[u8]) {
     if let Ok(e) = verify::<wire::ErrorResponse>(header) {
         let _ = (
             e.message(),
@@ -243,6 +265,19 @@ fn response(api: u16, header: &[u8]) {
         }
         7 => {
             let _ = codec::groups::decode_joined(header);
+        }
+        17 => {
+            // The chunks' places must lie inside the payload, in order.
+            if let Ok(parts) = codec::multi_fetch::decode_multi_fetch_response(header, payload.len())
+            {
+                let mut at = 0;
+                for (_, range) in parts {
+                    assert_eq!(range.start, at, "chunks in order, no gap");
+                    assert!(range.end <= payload.len(), "a chunk past the payload");
+                    at = range.end;
+                }
+                assert_eq!(at, payload.len(), "the chunks are the payload");
+            }
         }
         _ => {}
     }

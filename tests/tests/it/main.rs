@@ -20,6 +20,7 @@ mod give_way;
 mod groups;
 mod limits;
 mod loadgen;
+mod multi_fetch;
 mod nemesis;
 mod partial_outage;
 mod peers;

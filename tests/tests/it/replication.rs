@@ -607,3 +607,66 @@ fn r20_6_a_follower_with_an_empty_disk_catches_up_and_rejoins() {
     wait_identical(&all_refs(&brokers), "kept", 0);
     assert_eq!(read_all(&leader_client, "kept", 0, 0).len(), 20_000);
 }
+
+#[test]
+fn r20_2_one_multi_fetch_carries_every_partition_a_follower_has_on_a_leader_shard() {
+    let etcd = Etcd::start();
+    let brokers: Vec<Broker> = (1..=2)
+        .map(|id| {
+            Broker::start(BrokerOptions {
+                metrics: true,
+                ..options(&etcd, "mf", id)
+            })
+        })
+        .collect();
+    let client = brokers[0].client();
+    eventually("both brokers live", WAIT, || {
+        match client.metadata(&[]).map(|m| m.brokers.len()) {
+            Ok(2) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    client.create_topic("many", 8, &replicated(2, 2)).unwrap();
+    let mut producer = all_producer(&client, "many");
+    for i in 0..1_600u64 {
+        producer
+            .send_to((i % 8) as u32, None, &numbered_payload(i, SIZE))
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    assert_eq!(producer.acked_messages(), 1_600);
+    let all: Vec<&Broker> = brokers.iter().collect();
+    for p in 0..8 {
+        wait_identical(&all, "many", p);
+    }
+
+    // Each broker leads four partitions and follows the other four on the
+    // other broker's one shard: its link names all four in each request.
+    // (The metrics endpoint publishes once a second, hence the wait.)
+    eventually("the followers' MultiFetches counted", WAIT, || {
+        let mut requests = 0;
+        let mut partitions = 0;
+        for broker in &brokers {
+            let text = super::util::scrape(broker.metrics.as_ref().unwrap());
+            requests += super::util::metric(&text, "ringlog_multi_fetch_requests_total");
+            partitions += super::util::metric(&text, "ringlog_multi_fetch_partitions_total");
+            assert_eq!(
+                super::util::metric(&text, "ringlog_fetch_requests_total"),
+                0,
+                "followers send no single Fetch"
+            );
+        }
+        let per_request = partitions as f64 / requests.max(1) as f64;
+        if requests > 0 && per_request > 3.0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{partitions} partitions in {requests} requests: {per_request:.2} each"
+            ))
+        }
+    });
+    for p in 0..8 {
+        let read = read_all(&client, "many", p, 0);
+        assert_eq!(read.len(), 200, "partition {p}");
+    }
+}

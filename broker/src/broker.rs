@@ -420,8 +420,17 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
                     until.await;
                 }
             }
-            ShardMsg::TopicCreated { topic, done } => {
+            ShardMsg::TopicCreated {
+                topic,
+                states,
+                done,
+            } => {
                 let result = shard.open_topic(&topic).await;
+                // No await in between: a request never finds the topic's
+                // copies without their roles.
+                if result.is_ok() && !states.is_empty() {
+                    shard.learn_states(&topic.id, &states);
+                }
                 let _ = done.send_async(result).await;
             }
             ShardMsg::TopicDeleted { name, id, done } => {

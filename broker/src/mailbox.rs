@@ -55,6 +55,10 @@ pub enum ShardMsg {
     TopicCreated {
         /// The topic.
         topic: TopicRecord,
+        /// A replicated topic's partition states, learned before it is
+        /// opened so that its copies take their roles the moment they are
+        /// visible (no request sees a copy without one).
+        states: Vec<(PartitionId, Versioned)>,
         /// Done (or why not).
         done: flume::Sender<Result<(), String>>,
     },

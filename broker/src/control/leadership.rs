@@ -21,6 +21,16 @@ impl<R: Registry> ControlPlane<R> {
     /// Reads a replicated topic's partition states (those without a key are
     /// in their initial state) and tells every shard.
     pub(super) async fn learn_topic_states(&mut self, record: &TopicRecord) {
+        let states = self.read_topic_states(record).await;
+        self.tell_states(&record.id, states).await;
+    }
+
+    /// Reads a replicated topic's partition states (those without a key are
+    /// in their initial state) and remembers them.
+    pub(super) async fn read_topic_states(
+        &mut self,
+        record: &TopicRecord,
+    ) -> Vec<(u32, Versioned)> {
         let stored = match self.registry.partition_states(&record.id).await {
             Ok(stored) => stored,
             Err(error) => {
@@ -41,7 +51,7 @@ impl<R: Registry> ControlPlane<R> {
         for (p, state) in &states {
             self.states.insert((record.id.clone(), *p), state.clone());
         }
-        self.tell_states(&record.id, states).await;
+        states
     }
 
     /// Tells every shard partition states of a topic.

@@ -612,11 +612,17 @@ impl<R: Registry> ControlPlane<R> {
     async fn open_everywhere(&mut self, record: &TopicRecord) -> Result<(), ControlError> {
         self.known.insert(record.name.clone(), record.clone());
         self.remember_topics();
+        let states = if record.is_replicated() {
+            self.read_topic_states(record).await
+        } else {
+            Vec::new()
+        };
         let mut failures = Vec::new();
         for shard in &self.shards {
             let (done, result) = flume::bounded(1);
             let msg = ShardMsg::TopicCreated {
                 topic: record.clone(),
+                states: states.clone(),
                 done,
             };
             if shard.send_async(msg).await.is_err() {
@@ -628,9 +634,6 @@ impl<R: Registry> ControlPlane<R> {
                 Ok(Err(error)) => failures.push(error),
                 Err(_) => failures.push("a shard has stopped".to_string()),
             }
-        }
-        if record.is_replicated() {
-            self.learn_topic_states(record).await;
         }
         if failures.is_empty() {
             return Ok(());

@@ -548,7 +548,50 @@ impl Client {
         let topic = decoded
             .topic()
             .ok_or_else(|| ClientError::protocol("create topic: no topic in response"))?;
-        Ok(codec::decode_topic(topic))
+        let created = codec::decode_topic(topic);
+        self.wait_until_served(&created);
+        Ok(created)
+    }
+
+    /// Waits, up to the request timeout, until the broker of every
+    /// partition serves the new topic: the others learn it from etcd's
+    /// watch a moment after the broker that created it answered, and a
+    /// produce sent there in between would be refused (UNKNOWN_TOPIC), or
+    /// stored behind a later batch if refused with a code that passes. A
+    /// broker that does not answer is not waited for: it learns the topic
+    /// when it is back.
+    fn wait_until_served(&self, created: &TopicMetadata) {
+        let Ok(metadata) = self.metadata(&[&created.name]) else {
+            return;
+        };
+        let addresses: std::collections::BTreeSet<String> = (0..created.partitions.len() as u32)
+            .filter_map(|p| self.partition_address(&metadata, &created.name, p).ok())
+            .collect();
+        let deadline = std::time::Instant::now() + self.shared.config.request_timeout;
+        for address in addresses {
+            let Ok(mut conn) = self.open(&address) else {
+                continue;
+            };
+            while std::time::Instant::now() < deadline {
+                let header = codec::metadata_request(&mut conn.fbb, &[&created.name]).to_vec();
+                let served = match conn.call(Api::Metadata, &header, &[]) {
+                    Ok(response) => verify::<wire::MetadataResponse>(&response.header)
+                        .map(codec::decode_metadata)
+                        .is_ok_and(|m| {
+                            m.topics.iter().any(|t| {
+                                t.name == created.name
+                                    && t.partitions.len() == created.partitions.len()
+                            })
+                        }),
+                    Err(error) if error.code() == Some(ErrorCode::UnknownTopic) => false,
+                    Err(_) => break,
+                };
+                if served {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
     }
 
     /// Deletes a topic and its data.

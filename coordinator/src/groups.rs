@@ -462,7 +462,7 @@ impl Groups {
             .map(|o| {
                 TxnOp::put(
                     self.keys.group_offset(group, &o.topic, o.partition),
-                    o.offset.to_string(),
+                    offset_value(o.offset, o.leader_epoch),
                     None,
                 )
             })
@@ -527,8 +527,8 @@ impl Groups {
             let (Ok(key), Ok(value)) = (kv.key_str(), kv.value_str()) else {
                 continue;
             };
-            if let (Some(Key::GroupOffset(_, topic, partition)), Ok(offset)) =
-                (self.keys.parse(key), value.parse::<u64>())
+            if let (Some(Key::GroupOffset(_, topic, partition)), Some((offset, leader_epoch))) =
+                (self.keys.parse(key), parse_offset_value(value))
             {
                 partitions.insert(
                     (topic.to_string(), partition),
@@ -537,6 +537,7 @@ impl Groups {
                         partition,
                         owner: String::new(),
                         offset: Some(offset),
+                        leader_epoch,
                     },
                 );
             }
@@ -549,6 +550,7 @@ impl Groups {
                     partition,
                     owner: String::new(),
                     offset: None,
+                    leader_epoch: -1,
                 })
                 .owner = owner;
         }
@@ -596,9 +598,42 @@ fn sanitize(name: &str) -> String {
     }
 }
 
+/// A committed offset's value in etcd: the offset, decimal, and the leader
+/// epoch it was read under when known (`"418 3"`; `"418"` otherwise, which
+/// is also what brokers before epochs wrote).
+fn offset_value(offset: u64, leader_epoch: i32) -> String {
+    if leader_epoch >= 0 {
+        format!("{offset} {leader_epoch}")
+    } else {
+        offset.to_string()
+    }
+}
+
+/// Reads [`offset_value`]'s text; `None` for anything else.
+fn parse_offset_value(value: &str) -> Option<(u64, i32)> {
+    match value.split_once(' ') {
+        None => Some((value.parse().ok()?, -1)),
+        Some((offset, epoch)) => {
+            let epoch: i32 = epoch.parse().ok()?;
+            Some((offset.parse().ok()?, epoch.max(-1)))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn committed_offsets_keep_their_epoch_and_read_the_old_form() {
+        assert_eq!(offset_value(418, 3), "418 3");
+        assert_eq!(offset_value(418, -1), "418");
+        assert_eq!(parse_offset_value("418 3"), Some((418, 3)));
+        assert_eq!(parse_offset_value("418"), Some((418, -1)));
+        assert_eq!(parse_offset_value("418 x"), None);
+        assert_eq!(parse_offset_value(""), None);
+        assert_eq!(parse_offset_value("-5"), None);
+    }
 
     #[test]
     fn member_names_fit_in_a_key_segment() {

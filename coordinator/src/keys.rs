@@ -12,7 +12,7 @@
 //! | `partitions/<topic-id>/<partition:010>` | [`PartitionState`]: leader, leader epoch, ISR (with the members' incarnations) of a replicated partition | its leader (ISR shrink and expand) and the ISR member that wins an election: transactions comparing the key's `mod_revision` (0: absent, the initial state); deleted with the topic | none: persistent |
 //! | `groups/<group>/members/<member>` | [`MemberRecord`]: member id, subscribed topics, session timeout | the broker that served JoinGroup | the member's session lease, kept alive by its heartbeats through any broker |
 //! | `groups/<group>/owners/<topic>/<partition:010>` | the owning member's id | the broker that served ClaimPartitions: a txn that succeeds only if no member joined since the claimer's view, the claimer's session is live, and no owner exists | the owner's session lease: a dead member's partitions are free when its session expires |
-//! | `groups/<group>/offsets/<topic>/<partition:010>` | the committed offset, decimal | CommitOffsets: a txn that succeeds only if the committer owns the partition (or, for a reset, the group has no member) | none: persistent |
+//! | `groups/<group>/offsets/<topic>/<partition:010>` | the committed offset, decimal, then a space and the leader epoch of the message before it when the committer knew it (`418 3`; KIP-320) | CommitOffsets: a txn that succeeds only if the committer owns the partition (or, for a reset, the group has no member) | none: persistent |
 //!
 //! Ids are zero-padded to ten digits so that etcd's byte order is numeric
 //! order. Topic names are restricted to `[A-Za-z0-9._-]`, so they never

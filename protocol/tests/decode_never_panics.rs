@@ -115,6 +115,7 @@ fn mutated_valid_inputs_never_panic_a_decoder() {
                 topic: "t".into(),
                 partition: 2,
                 offset: 418,
+                leader_epoch: 2,
             }],
         )
         .to_vec(),

@@ -93,6 +93,7 @@ fn main() {
                     topic: "a".into(),
                     partition: 0,
                     offset: 28,
+                    leader_epoch: 1,
                 }],
             )
             .to_vec(),

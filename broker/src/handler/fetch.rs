@@ -47,28 +47,27 @@ pub fn handle(
         }
         Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
-    if let Some(replica) = shard.replica(topic_name, partition) {
-        if request.replica_id() >= 0 {
-            let want = Wanted {
-                topic: topic_name,
-                topic_id: request.topic_id(),
-                partition,
-                offset: request.offset(),
-                bytes_max: request.max_bytes().min(FETCH_BYTES_MAX),
-                leader_epoch: request.leader_epoch(),
-                last_fetched_epoch: request.last_fetched_epoch(),
-                flushed: request.replica_flushed_offset(),
-            };
-            let fetcher = Fetcher {
-                follower: Some(request.replica_id() as BrokerId),
-                incarnation: request.replica_incarnation().unwrap_or_default(),
-            };
-            let wait_ms = request.max_wait_ms();
-            return Ok(serve_single(
-                shard, give_way, request_id, want, fetcher, wait_ms,
-            ));
-        }
-        super::replicated::check_leader(&replica, request.leader_epoch())?;
+    // A replicated partition's fetch, a follower's or a consumer's, is
+    // checked against the leader epochs and cut at an epoch's end.
+    if shard.replica(topic_name, partition).is_some() {
+        let want = Wanted {
+            topic: topic_name,
+            topic_id: request.topic_id(),
+            partition,
+            offset: request.offset(),
+            bytes_max: request.max_bytes().min(FETCH_BYTES_MAX),
+            leader_epoch: request.leader_epoch(),
+            last_fetched_epoch: request.last_fetched_epoch(),
+            flushed: request.replica_flushed_offset(),
+        };
+        let fetcher = Fetcher {
+            follower: (request.replica_id() >= 0).then_some(request.replica_id() as BrokerId),
+            incarnation: request.replica_incarnation().unwrap_or_default(),
+        };
+        let wait_ms = request.max_wait_ms();
+        return Ok(serve_single(
+            shard, give_way, request_id, want, fetcher, wait_ms,
+        ));
     }
     let offset = request.offset();
     let bytes_max = request.max_bytes().min(FETCH_BYTES_MAX);

@@ -162,6 +162,7 @@ fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failur
                             topic: o.topic().unwrap_or_default().to_string(),
                             partition: o.partition(),
                             offset: o.offset(),
+                            leader_epoch: o.leader_epoch().max(-1),
                         })
                         .collect()
                 })

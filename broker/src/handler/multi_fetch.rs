@@ -43,8 +43,15 @@ pub struct Part {
 enum What {
     /// Answered with this error, without waiting.
     Failed(Failure),
-    /// A consumer's: bytes below the visible offset.
-    Consumer(SharedLog),
+    /// A consumer's: bytes below the visible offset; on a replicated
+    /// partition, of one epoch, or where the consumer's last epoch ends.
+    Consumer {
+        log: SharedLog,
+        replica: Option<SharedReplica>,
+        /// The consumer's last epoch ends here below its offset: the
+        /// epoch and where (KIP-320).
+        diverging: Option<(i32, u64)>,
+    },
     /// A follower's: the leader's written bytes, or where it diverged.
     Follower {
         replica: SharedReplica,
@@ -77,7 +84,8 @@ pub struct Wanted<'a> {
     pub bytes_max: u32,
     /// The leader epoch the fetcher knows (-1: unchecked).
     pub leader_epoch: i32,
-    /// A follower's last epoch.
+    /// The epoch of the last message the fetcher has (a follower) or
+    /// consumed (a consumer); -1: none.
     pub last_fetched_epoch: i32,
     /// A follower's flushed offset.
     pub flushed: u64,
@@ -169,7 +177,7 @@ pub fn resolve(shard: &Shard, want: &Wanted<'_>, fetcher: Fetcher<'_>, now: Inst
             Some(replica) => match check_leader(&replica, want.leader_epoch) {
                 Err(failure) => What::Failed(failure),
                 Ok(()) => match fetcher.follower {
-                    None => What::Consumer(log),
+                    None => consumer(log, Some(replica), want),
                     Some(follower) => {
                         let read = replica.borrow_mut().follower_fetch(
                             follower,
@@ -188,7 +196,7 @@ pub fn resolve(shard: &Shard, want: &Wanted<'_>, fetcher: Fetcher<'_>, now: Inst
                     }
                 },
             },
-            None => What::Consumer(log),
+            None => consumer(log, None, want),
         },
     };
     Part {
@@ -197,6 +205,42 @@ pub fn resolve(shard: &Shard, want: &Wanted<'_>, fetcher: Fetcher<'_>, now: Inst
         offset: want.offset,
         bytes_max: want.bytes_max,
         what,
+    }
+}
+
+/// A consumer's part. On a replicated partition, the consumer's last epoch
+/// is checked as a follower's is, with Kafka's consumer rule (KIP-320): if
+/// that epoch ends here below the consumer's offset, an unclean election
+/// cut the log under it, and the answer says where. (An epoch this copy
+/// never had but whose predecessor reaches past the offset passes, as in
+/// Kafka: the leader alone cannot tell where the two histories part.)
+fn consumer(log: SharedLog, replica: Option<SharedReplica>, want: &Wanted<'_>) -> What {
+    let mut diverging = None;
+    if let Some(replica) = replica.as_ref().filter(|_| want.last_fetched_epoch >= 0) {
+        let r = replica.borrow();
+        if i64::from(want.last_fetched_epoch) > i64::from(r.epoch()) {
+            return What::Failed(Failure::new(
+                ErrorCode::UnknownLeaderEpoch,
+                format!(
+                    "{}: the consumer read in leader epoch {}, newer than this broker's {}; refresh metadata",
+                    r.label,
+                    want.last_fetched_epoch,
+                    r.epoch()
+                ),
+            ));
+        }
+        let log_end = log.borrow().end_offset();
+        let (epoch, end) = r.epochs.end_for(want.last_fetched_epoch, log_end);
+        if end < want.offset {
+            // Epoch -1 (every epoch here is newer) goes out as 0: on the
+            // wire, -1 means no divergence.
+            diverging = Some((epoch.max(0), end));
+        }
+    }
+    What::Consumer {
+        log,
+        replica,
+        diverging,
     }
 }
 
@@ -224,7 +268,10 @@ fn locate_part(shard: &Shard, want: &Wanted<'_>) -> Result<SharedLog, Failure> {
 fn has_news(part: &Part) -> bool {
     match &part.what {
         What::Failed(_) => true,
-        What::Consumer(log) => {
+        What::Consumer {
+            diverging: Some(_), ..
+        } => true,
+        What::Consumer { log, .. } => {
             let l = log.borrow();
             l.visible_offset() > part.offset
                 || part.offset < l.start_offset()
@@ -271,7 +318,7 @@ async fn wait_for_news(parts: &[Part], wait: Duration, give_way: &GiveWay, reque
         .iter()
         .filter_map(|part| match &part.what {
             What::Failed(_) => None,
-            What::Consumer(log) => Some(log.clone()),
+            What::Consumer { log, .. } => Some(log.clone()),
             What::Follower { replica, .. } => Some(replica.borrow().log.clone()),
         })
         .collect();
@@ -280,7 +327,7 @@ async fn wait_for_news(parts: &[Part], wait: Duration, give_way: &GiveWay, reque
     let _waiting: Vec<_> = parts
         .iter()
         .filter_map(|part| match &part.what {
-            What::Consumer(log) => Some(partition_log::fetch_waits(log)),
+            What::Consumer { log, .. } => Some(partition_log::fetch_waits(log)),
             _ => None,
         })
         .collect();
@@ -345,14 +392,35 @@ async fn read_part(
     let mut answer = FetchedPart::empty(&part.topic, part.partition, part.offset);
     match &part.what {
         What::Failed(failure) => Err(failure.clone()),
-        What::Consumer(log) => {
+        What::Consumer {
+            log,
+            replica,
+            diverging,
+        } => {
             if log.borrow().deleted() {
                 return Err(Failure::new(
                     ErrorCode::UnknownTopic,
                     format!("{}: the topic was deleted", log.borrow().label()),
                 ));
             }
-            let slice = partition_log::read(log, part.offset, bytes_max).await?;
+            let mut limit = None;
+            if let Some(replica) = replica {
+                let r = replica.borrow();
+                answer.leader_epoch = r.epoch() as i32;
+                if let Some(diverging) = *diverging {
+                    answer.diverging = Some(diverging);
+                    answer.offsets = super::fetch::offsets_of(log);
+                    return Ok((answer, None));
+                }
+                // One epoch per chunk, so the consumer knows the epoch of
+                // every message it reads (and commits it with the offset).
+                answer.chunk_epoch = r.epochs.epoch_at(part.offset);
+                limit = r
+                    .epochs
+                    .next_start_after(part.offset)
+                    .map(|next| next.min(log.borrow().visible_offset()));
+            }
+            let slice = partition_log::read_below(log, part.offset, bytes_max, limit).await?;
             answer.offsets = super::fetch::offsets_of(log);
             answer.length = slice.as_ref().map_or(0, |s| s.len);
             Ok((answer, slice))
@@ -400,8 +468,8 @@ async fn read_part(
     }
 }
 
-/// A single Fetch of a follower (`replica_id` set), answered as a MultiFetch
-/// of its one partition would be.
+/// A single Fetch of a replicated partition (a follower's or a consumer's),
+/// answered as a MultiFetch of its one partition would be.
 pub fn serve_single(
     shard: &Rc<Shard>,
     give_way: &Rc<GiveWay>,
@@ -411,12 +479,14 @@ pub fn serve_single(
     wait_ms: u32,
 ) -> Dispatched {
     let part = resolve(shard, &want, fetcher, Instant::now());
+    let fetcher_is_consumer = fetcher.follower.is_none();
     let shard = shard.clone();
     let give_way = give_way.clone();
     let wait = Duration::from_millis(u64::from(wait_ms.min(FETCH_WAIT_MS_MAX)));
     Dispatched::Later(Box::pin(async move {
         let parts = [part];
         wait_for_news(&parts, wait, &give_way, request_id).await;
+        let started = Instant::now();
         let bytes_max = parts[0].bytes_max;
         let (mut fetched, mut slices) = read_all(&shard, &parts, bytes_max).await;
         let answer = fetched.remove(0);
@@ -447,6 +517,12 @@ pub fn serve_single(
             .to_vec()
         });
         crate::metrics::bump(&shard.metrics.counters.fetch_requests_total, 1);
+        if fetcher_is_consumer {
+            crate::metrics::record_us(
+                &shard.metrics.fetch_latency_us,
+                started.elapsed().as_micros() as u64,
+            );
+        }
         Some(Response {
             api: Api::Fetch as u16,
             error: 0,

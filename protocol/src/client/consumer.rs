@@ -16,9 +16,16 @@
 //! [`ClientConfig::retries`](super::ClientConfig::retries) times with
 //! backoff, so a broker restart is a pause, not an error: a fetch reads
 //! and changes nothing, so sending it again is always safe.
+//!
+//! On a replicated partition every chunk is of one leader epoch, and the
+//! consumer sends the epoch of the last message it consumed with each
+//! fetch (KIP-320). If an unclean election made a replica that lacked those
+//! messages the leader, the leader answers where that epoch ends in its
+//! log; the consumer records a [`Truncation`] (what it had read that is
+//! gone), moves back to that offset and goes on from there.
 
 use super::{Client, ClientError, Connection, ResponseFrame};
-use crate::codec::{self, verify, FetchArgs, PartitionOffsets};
+use crate::codec::{self, verify, FetchArgs, PartitionOffsets, ReplicaFetch};
 use crate::frame::Api;
 use crate::message::{Message, MessageSetIter};
 use crate::wire;
@@ -35,6 +42,26 @@ pub struct OwnedMessage {
     /// Its payload.
     pub value: Vec<u8>,
 }
+
+/// Messages a consumer had read that are gone from the partition: an
+/// unclean election made a replica that lacked them the leader, and the log
+/// was cut at `from`, below the consumer's position `to`. Offsets from
+/// `from` on hold other messages now; the consumer continues at `from`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncation {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// Where the log ends now (where the consumer continues).
+    pub from: u64,
+    /// Where the consumer was: `[from, to)` was read and is gone.
+    pub to: u64,
+}
+
+/// Truncations a consumer keeps until they are taken: one per unclean
+/// election under it, so a handful at most, but bounded anyway.
+const TRUNCATIONS_KEPT: usize = 64;
 
 /// What a consumer does when its position is outside the partition's
 /// retained range (retention removed it, or the log was cut shorter).
@@ -72,6 +99,10 @@ pub struct Consumer {
     retries: Option<u32>,
     /// The topic's id when the consumer started (empty: unknown).
     topic_id: String,
+    /// The leader epoch of the message before the position (-1: unknown).
+    epoch: i32,
+    /// Cuts of the log found under the position, oldest first.
+    truncations: Vec<Truncation>,
 }
 
 impl Consumer {
@@ -174,7 +205,7 @@ impl Consumer {
 
     /// Sends one fetch and receives its response into `self.frame`.
     fn fetch_once(&mut self) -> Result<(), ClientError> {
-        let header = codec::fetch_request_of(
+        let header = codec::replica_fetch_request(
             &mut self.conn.fbb,
             &self.topic,
             &self.topic_id,
@@ -183,6 +214,10 @@ impl Consumer {
                 offset: self.offset,
                 max_bytes: self.max_bytes,
                 max_wait_ms: self.max_wait_ms,
+            },
+            &ReplicaFetch {
+                last_fetched_epoch: self.epoch,
+                ..ReplicaFetch::consumer()
             },
         )
         .to_vec();
@@ -209,6 +244,8 @@ impl Consumer {
             out_of_range: OutOfRange::Fail,
             retries: None,
             topic_id: String::new(),
+            epoch: -1,
+            truncations: Vec::new(),
         }
     }
 
@@ -239,6 +276,25 @@ impl Consumer {
     pub fn seek(&mut self, offset: u64) {
         self.offset = offset;
         self.verified = offset == 0;
+        self.epoch = -1;
+    }
+
+    /// Moves to a committed position: `offset` and the leader epoch of the
+    /// message before it (-1: unknown), which the next fetch checks.
+    pub fn seek_committed(&mut self, offset: u64, leader_epoch: i32) {
+        self.seek(offset);
+        self.epoch = leader_epoch.max(-1);
+    }
+
+    /// The leader epoch of the message before the position (-1: unknown, or
+    /// a partition with one copy): what a commit of the position stores.
+    pub fn position_epoch(&self) -> i32 {
+        self.epoch
+    }
+
+    /// Takes the truncations found under the position since the last call.
+    pub fn take_truncations(&mut self) -> Vec<Truncation> {
+        std::mem::take(&mut self.truncations)
     }
 
     /// The partition's offsets as of the last fetch.
@@ -255,7 +311,7 @@ impl Consumer {
     /// how many messages were delivered (0 when nothing new arrived within
     /// the wait).
     pub fn poll_with(&mut self, mut f: impl FnMut(Message<'_>)) -> Result<usize, ClientError> {
-        let flushed_offset = self.fetch_positioned()?;
+        let (flushed_offset, chunk_epoch) = self.fetch_positioned()?;
         let place = ChunkPlace {
             topic: &self.topic,
             partition: self.partition,
@@ -267,6 +323,9 @@ impl Consumer {
         match walk_chunk(&place, &self.frame.payload, &mut f) {
             Ok(walked) => {
                 self.verified |= walked.delivered > 0;
+                if walked.next_offset != self.offset {
+                    self.epoch = chunk_epoch;
+                }
                 self.offset = walked.next_offset;
                 Ok(walked.delivered)
             }
@@ -280,8 +339,49 @@ impl Consumer {
     /// Fetches the chunk at the position into `self.frame` (retrying, and
     /// moving the position as the out-of-range policy says), checks the
     /// response against the request and records the partition's offsets.
-    /// Returns the flushed offset.
-    fn fetch_positioned(&mut self) -> Result<u64, ClientError> {
+    /// Returns the flushed offset and the chunk's leader epoch.
+    fn fetch_positioned(&mut self) -> Result<(u64, i32), ClientError> {
+        let answer = self.fetch_answer()?;
+        if let Some((epoch, end)) = answer.diverging.filter(|&(_, end)| end < self.offset) {
+            // The log was cut under the position: what lay in [end,
+            // position) is gone. Continue at the cut, a message boundary.
+            if self.truncations.len() < TRUNCATIONS_KEPT {
+                self.truncations.push(Truncation {
+                    topic: self.topic.clone(),
+                    partition: self.partition,
+                    from: end,
+                    to: self.offset,
+                });
+            }
+            self.offset = end;
+            self.epoch = epoch;
+            self.verified = true;
+            let answer = self.fetch_answer()?;
+            return self.take_answer(&answer);
+        }
+        self.take_answer(&answer)
+    }
+
+    /// Records the partition's offsets of an answer; returns its flushed
+    /// offset and chunk epoch.
+    fn take_answer(&mut self, answer: &FetchAnswer) -> Result<(u64, i32), ClientError> {
+        if answer.diverging.is_some_and(|(_, end)| end < self.offset) {
+            return Err(ClientError::Protocol(format!(
+                "{}-{}: the leader reported the log cut under offset {} twice in a row",
+                self.topic, self.partition, self.offset
+            )));
+        }
+        self.offsets = PartitionOffsets {
+            start_offset: answer.start_offset,
+            flushed_offset: answer.flushed_offset,
+            end_offset: answer.flushed_offset,
+        };
+        Ok((answer.flushed_offset, answer.chunk_epoch))
+    }
+
+    /// Fetches the chunk at the position (retrying, and moving the position
+    /// as the out-of-range policy says) and checks the answer.
+    fn fetch_answer(&mut self) -> Result<FetchAnswer, ClientError> {
         match self.fetch_retrying() {
             Err(ClientError::Broker {
                 code: ErrorCode::OffsetOutOfRange,
@@ -294,17 +394,12 @@ impl Consumer {
                     end
                 };
                 self.verified = true;
+                self.epoch = -1;
                 self.fetch_retrying()?;
             }
             other => other?,
         }
-        let (start_offset, flushed_offset) = check_fetch_response(&self.frame, self.offset)?;
-        self.offsets = PartitionOffsets {
-            start_offset,
-            flushed_offset,
-            end_offset: flushed_offset,
-        };
-        Ok(flushed_offset)
+        check_fetch_response(&self.frame, self.offset)
     }
 
     /// For the prefetcher's thread: fetches the chunk at the position and
@@ -316,9 +411,12 @@ impl Consumer {
         &mut self,
         spare: ResponseFrame,
     ) -> Result<(ResponseFrame, u64, u64), ClientError> {
-        let flushed_offset = self.fetch_positioned()?;
+        let (flushed_offset, chunk_epoch) = self.fetch_positioned()?;
         let offset = self.offset;
         let frame = std::mem::replace(&mut self.frame, spare);
+        if !frame.payload.is_empty() {
+            self.epoch = chunk_epoch;
+        }
         self.offset = offset + frame.payload.len() as u64;
         Ok((frame, offset, flushed_offset))
     }
@@ -326,6 +424,10 @@ impl Consumer {
     /// Places the consumer at `offset`, known (or not) to be a message
     /// boundary — where a prefetcher's application got to.
     pub(super) fn set_position(&mut self, offset: u64, verified: bool) {
+        // The epoch is known only for the fetcher's own position.
+        if offset != self.offset {
+            self.epoch = -1;
+        }
         self.offset = offset;
         self.verified = verified;
     }
@@ -431,12 +533,22 @@ impl Consumer {
     }
 }
 
+/// What a fetch answer says besides its bytes.
+pub(super) struct FetchAnswer {
+    pub start_offset: u64,
+    pub flushed_offset: u64,
+    /// The leader epoch of the chunk's bytes (-1: not replicated).
+    pub chunk_epoch: i32,
+    /// The fetcher's last epoch ends in the leader's log there.
+    pub diverging: Option<(i32, u64)>,
+}
+
 /// Checks a fetch response against the request (offset `offset`) and
-/// returns the partition's (start, flushed) offsets.
+/// returns what it says.
 pub(super) fn check_fetch_response(
     frame: &ResponseFrame,
     offset: u64,
-) -> Result<(u64, u64), ClientError> {
+) -> Result<FetchAnswer, ClientError> {
     let response = verify::<wire::FetchResponse>(&frame.header)
         .map_err(|e| ClientError::Protocol(format!("fetch response: {e}")))?;
     if response.offset() != offset || response.length() as usize != frame.payload.len() {
@@ -447,7 +559,13 @@ pub(super) fn check_fetch_response(
             frame.payload.len()
         )));
     }
-    Ok((response.start_offset(), response.flushed_offset()))
+    Ok(FetchAnswer {
+        start_offset: response.start_offset(),
+        flushed_offset: response.flushed_offset(),
+        chunk_epoch: response.chunk_epoch(),
+        diverging: (response.diverging_epoch() >= 0)
+            .then(|| (response.diverging_epoch(), response.diverging_end_offset())),
+    })
 }
 
 /// Where a fetched chunk came from.

@@ -27,7 +27,7 @@
 //! member joins again once the coordinator answers (its partitions may
 //! have gone to others: at least once, as ever).
 
-use super::{Client, ClientError, Consumer};
+use super::{Client, ClientError, Consumer, Truncation};
 use crate::codec::groups::{self as codec, GroupDescription, GroupView, Joined, OffsetCommit};
 use crate::codec::OffsetSpec;
 use crate::frame::Api;
@@ -275,7 +275,11 @@ pub struct GroupConsumer {
     joined: Joined,
     view: GroupView,
     owned: BTreeMap<(String, u32), Owned>,
-    committed: BTreeMap<(String, u32), u64>,
+    /// The last committed position of each owned partition: offset and
+    /// leader epoch.
+    committed: BTreeMap<(String, u32), Position>,
+    /// Cuts of the log found under owned partitions, not yet taken.
+    truncations: Vec<Truncation>,
     next_heartbeat: Instant,
     last_commit: Instant,
     cursor: usize,
@@ -291,19 +295,39 @@ struct Owned {
     consumer: Option<Consumer>,
     /// Where the partition continues while there is no consumer: the
     /// committed offset, or `None` for "where `start_from` says".
-    position: Option<u64>,
+    position: Option<Position>,
     /// Set while the partition cannot be read.
     unavailable: Option<Unavailable>,
 }
 
 impl Owned {
-    fn position(&self) -> Option<u64> {
+    fn position(&self) -> Option<Position> {
         match &self.consumer {
-            Some(consumer) => Some(consumer.position()),
+            Some(consumer) => Some(Position::of(consumer)),
             None => self.position,
         }
     }
 }
+
+/// Where a partition continues: the offset and the leader epoch of the
+/// message before it (-1: unknown), committed together (KIP-320).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    offset: u64,
+    epoch: i32,
+}
+
+impl Position {
+    fn of(consumer: &Consumer) -> Position {
+        Position {
+            offset: consumer.position(),
+            epoch: consumer.position_epoch(),
+        }
+    }
+}
+
+/// Truncations a member keeps until they are taken.
+const TRUNCATIONS_KEPT: usize = 256;
 
 /// Something that failed and is retried with back-off.
 #[derive(Debug, Clone)]
@@ -388,6 +412,7 @@ impl GroupConsumer {
             view: GroupView::default(),
             owned: BTreeMap::new(),
             committed: BTreeMap::new(),
+            truncations: Vec::new(),
             next_heartbeat: Instant::now(),
             last_commit: Instant::now(),
             cursor: 0,
@@ -577,9 +602,14 @@ impl GroupConsumer {
                 .partitions
                 .iter()
                 .find(|p| &p.topic == topic && p.partition == *partition)
-                .and_then(|p| p.offset);
-            if let Some(offset) = committed {
-                self.committed.insert((topic.clone(), *partition), offset);
+                .and_then(|p| {
+                    p.offset.map(|offset| Position {
+                        offset,
+                        epoch: p.leader_epoch,
+                    })
+                });
+            if let Some(position) = committed {
+                self.committed.insert((topic.clone(), *partition), position);
             }
             self.owned.insert(
                 (topic.clone(), *partition),
@@ -599,10 +629,10 @@ impl GroupConsumer {
         &self,
         topic: &str,
         partition: u32,
-        position: Option<u64>,
+        position: Option<Position>,
     ) -> Result<Consumer, ClientError> {
         let offset = match position {
-            Some(offset) => offset,
+            Some(position) => position.offset,
             None => {
                 let spec = match self.config.start_from {
                     StartFrom::Earliest => OffsetSpec::Earliest,
@@ -612,6 +642,11 @@ impl GroupConsumer {
             }
         };
         let mut consumer = Consumer::new(&self.client, topic, partition, offset)?;
+        if let Some(position) = position {
+            // Its first fetch checks that the log still holds what was
+            // read before the offset.
+            consumer.seek_committed(position.offset, position.epoch);
+        }
         consumer.set_max_wait_ms(0);
         // One reconnect per poll: a dead broker must not hold the member
         // (and its other partitions, and its heartbeats) for the client's
@@ -630,7 +665,8 @@ impl GroupConsumer {
                 (self.committed.get(key) != Some(&position)).then(|| OffsetCommit {
                     topic: key.0.clone(),
                     partition: key.1,
-                    offset: position,
+                    offset: position.offset,
+                    leader_epoch: position.epoch,
                 })
             })
             .collect();
@@ -640,8 +676,12 @@ impl GroupConsumer {
         self.client
             .commit_offsets(&self.group, &self.joined.member_id, &offsets)?;
         for offset in offsets {
+            let position = Position {
+                offset: offset.offset,
+                epoch: offset.leader_epoch,
+            };
             self.committed
-                .insert((offset.topic, offset.partition), offset.offset);
+                .insert((offset.topic, offset.partition), position);
         }
         Ok(())
     }
@@ -652,9 +692,18 @@ impl GroupConsumer {
         if let Some(owned) = self.owned.get_mut(&(topic.to_string(), partition)) {
             match &mut owned.consumer {
                 Some(consumer) => consumer.seek(offset),
-                None => owned.position = Some(offset),
+                None => owned.position = Some(Position { offset, epoch: -1 }),
             }
         }
+    }
+
+    /// Takes the cuts of the log found under this member's partitions
+    /// since the last call: messages it had read (and maybe committed) that
+    /// an unclean election removed, so that offsets from each `from` on
+    /// hold other messages now. The member goes on from `from` by itself;
+    /// this says what was lost (KIP-320).
+    pub fn take_truncations(&mut self) -> Vec<Truncation> {
+        std::mem::take(&mut self.truncations)
     }
 
     /// Commits the position of every owned partition.
@@ -787,6 +836,11 @@ impl GroupConsumer {
                 value: m.value.to_vec(),
             })
         });
+        for truncation in consumer.take_truncations() {
+            if self.truncations.len() < TRUNCATIONS_KEPT {
+                self.truncations.push(truncation);
+            }
+        }
         match polled {
             Ok(_) => {
                 owned.unavailable = None;
@@ -795,7 +849,8 @@ impl GroupConsumer {
             Err(error) if passes(&error) => {
                 // The broker went away under an open consumer: keep its
                 // position, reopen (with fresh Metadata) after a back-off.
-                owned.position = owned.consumer.take().map(|c| c.position());
+                owned.position = owned.consumer.as_ref().map(Position::of);
+                owned.consumer = None;
                 match &mut owned.unavailable {
                     Some(u) => u.again(error, &self.client),
                     None => owned.unavailable = Some(Unavailable::new(error, &self.client)),

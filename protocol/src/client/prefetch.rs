@@ -34,7 +34,7 @@
 //! (waiting at most for its fetch in flight), act, and start it again.
 
 use super::consumer::{walk_chunk, ChunkPlace};
-use super::{ClientError, Consumer, ResponseFrame};
+use super::{ClientError, Consumer, ResponseFrame, Truncation};
 use crate::codec::PartitionOffsets;
 use crate::message::{Message, MESSAGE_BYTES_MAX};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +51,8 @@ enum Fetched {
         offset: u64,
         start_offset: u64,
         flushed_offset: u64,
+        /// Cuts of the log the fetch found under its position.
+        truncations: Vec<Truncation>,
     },
     Failed(ClientError),
 }
@@ -79,6 +81,8 @@ pub struct PrefetchConsumer {
     offsets: PartitionOffsets,
     topic: String,
     partition: u32,
+    /// Cuts of the log found under the position, not yet taken.
+    truncations: Vec<Truncation>,
 }
 
 impl PrefetchConsumer {
@@ -95,6 +99,7 @@ impl PrefetchConsumer {
             idle: Some(consumer),
             fetcher: None,
             depth: depth.max(1),
+            truncations: Vec::new(),
         };
         prefetch.start();
         prefetch
@@ -103,6 +108,13 @@ impl PrefetchConsumer {
     /// The offset of the next message `poll_with` hands over.
     pub fn position(&self) -> u64 {
         self.position
+    }
+
+    /// Takes the cuts of the log found under the position (an unclean
+    /// election removed messages already handed over; see
+    /// [`Consumer::take_truncations`]).
+    pub fn take_truncations(&mut self) -> Vec<Truncation> {
+        std::mem::take(&mut self.truncations)
     }
 
     /// The partition's offsets as of the last chunk walked.
@@ -152,7 +164,16 @@ impl PrefetchConsumer {
                 offset,
                 start_offset,
                 flushed_offset,
+                truncations,
             } => {
+                // The fetcher reads ahead: only what was handed over is
+                // lost to the application.
+                for mut cut in truncations {
+                    cut.to = cut.to.min(self.position);
+                    if cut.from < cut.to {
+                        self.truncations.push(cut);
+                    }
+                }
                 self.offsets = PartitionOffsets {
                     start_offset,
                     flushed_offset,
@@ -351,6 +372,7 @@ fn fetch_ahead(
                 offset,
                 start_offset: consumer.last_offsets().start_offset,
                 flushed_offset,
+                truncations: consumer.take_truncations(),
             },
             Err(error) => {
                 let _ = chunks.send(Fetched::Failed(error));
@@ -400,6 +422,7 @@ mod tests {
             offsets: PartitionOffsets::default(),
             topic: "t".into(),
             partition: 0,
+            truncations: Vec::new(),
         }
     }
 

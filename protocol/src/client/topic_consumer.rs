@@ -26,8 +26,8 @@
 //! received before it.
 
 use super::consumer::{check_fetch_response, walk_chunk, ChunkPlace};
-use super::{lock, Client, ClientError, Connection, OutOfRange, ResponseFrame};
-use crate::codec::{self, FetchArgs, OffsetSpec};
+use super::{lock, Client, ClientError, Connection, OutOfRange, ResponseFrame, Truncation};
+use crate::codec::{self, FetchArgs, OffsetSpec, ReplicaFetch};
 use crate::frame::Api;
 use crate::ErrorCode;
 use std::collections::{BTreeMap, VecDeque};
@@ -97,6 +97,8 @@ enum Event {
         partition: u32,
         messages: Vec<TopicMessage>,
         next_offset: u64,
+        /// The log was cut under the partition's position (KIP-320).
+        cut: Option<Truncation>,
     },
     /// A fetcher stopped.
     Failed(ClientError),
@@ -208,7 +210,12 @@ pub struct TopicConsumer {
     positions: BTreeMap<u32, u64>,
     /// An error that arrived after messages; returned by the next poll.
     held_error: Option<ClientError>,
+    /// Cuts of the log found under the positions, not yet taken.
+    truncations: Vec<Truncation>,
 }
+
+/// Truncations a topic consumer keeps until they are taken.
+const TRUNCATIONS_KEPT: usize = 256;
 
 impl TopicConsumer {
     /// Starts fetching every partition of `topic` from `start`.
@@ -280,6 +287,7 @@ impl TopicConsumer {
                 verified: given.is_none_or(|o| o == 0),
                 caught_up: false,
                 in_flight: false,
+                epoch: -1,
                 start: match (&start, given) {
                     (_, Some(_)) => None,
                     (Start::Latest, None) => Some(OffsetSpec::Latest),
@@ -311,6 +319,7 @@ impl TopicConsumer {
             fetchers: Vec::new(),
             positions,
             held_error: None,
+            truncations: Vec::new(),
         };
         for (slot, (address, cursors)) in by_address.into_iter().enumerate() {
             let fetcher = Fetcher {
@@ -366,7 +375,11 @@ impl TopicConsumer {
                     partition,
                     mut messages,
                     next_offset,
+                    cut,
                 } => {
+                    if let Some(cut) = cut.filter(|_| self.truncations.len() < TRUNCATIONS_KEPT) {
+                        self.truncations.push(cut);
+                    }
                     self.positions.insert(partition, next_offset);
                     out.append(&mut messages);
                 }
@@ -385,6 +398,14 @@ impl TopicConsumer {
             next = self.events.try_recv().ok();
         }
         Ok(out)
+    }
+
+    /// Takes the cuts of the log found under the partitions' positions
+    /// since the last call: messages `poll` returned that an unclean
+    /// election removed (see [`Consumer::take_truncations`](super::Consumer::take_truncations));
+    /// each partition goes on from the cut by itself.
+    pub fn take_truncations(&mut self) -> Vec<Truncation> {
+        std::mem::take(&mut self.truncations)
     }
 
     /// The offset of the next message of each partition, after everything
@@ -445,6 +466,8 @@ struct Cursor {
     /// Where to start, while the start offset is not known yet (the
     /// partition's broker was down when the consumer started).
     start: Option<OffsetSpec>,
+    /// The leader epoch of the message before `offset` (-1: unknown).
+    epoch: i32,
 }
 
 impl Cursor {
@@ -550,6 +573,7 @@ impl Fetcher {
                 partition: cursor.partition,
                 messages: Vec::new(),
                 next_offset: cursor.offset,
+                cut: None,
             };
             if self.sender.send(event).is_err() {
                 return Err(ClientError::Usage("the consumer is closed".into()));
@@ -575,7 +599,7 @@ impl Fetcher {
             if cursor.in_flight {
                 continue;
             }
-            let header = codec::fetch_request_of(
+            let header = codec::replica_fetch_request(
                 &mut conn.fbb,
                 &self.topic,
                 &self.topic_id,
@@ -584,6 +608,10 @@ impl Fetcher {
                     offset: cursor.offset,
                     max_bytes: self.config.max_bytes,
                     max_wait_ms: wait_ms,
+                },
+                &ReplicaFetch {
+                    last_fetched_epoch: cursor.epoch,
+                    ..ReplicaFetch::consumer()
                 },
             )
             .to_vec();
@@ -630,10 +658,12 @@ impl Fetcher {
                         end
                     };
                     cursor.verified = true;
+                    cursor.epoch = -1;
                     let event = Event::Chunk {
                         partition: cursor.partition,
                         messages: Vec::new(),
                         next_offset: cursor.offset,
+                        cut: None,
                     };
                     if self.sender.send(event).is_err() {
                         return Broke::Stop;
@@ -682,7 +712,28 @@ impl Fetcher {
     /// The messages of one fetch response, and the cursor moved past them.
     fn parse(&mut self, index: usize, frame: &ResponseFrame) -> Result<Option<Event>, ClientError> {
         let cursor = &mut self.cursors[index];
-        let (_, flushed_offset) = check_fetch_response(frame, cursor.offset)?;
+        let answer = check_fetch_response(frame, cursor.offset)?;
+        if let Some((epoch, end)) = answer.diverging.filter(|&(_, end)| end < cursor.offset) {
+            // An unclean election cut the log under the position: go on
+            // from the cut, a message boundary, and say what is gone.
+            let cut = Truncation {
+                topic: self.topic.clone(),
+                partition: cursor.partition,
+                from: end,
+                to: cursor.offset,
+            };
+            cursor.offset = end;
+            cursor.epoch = epoch;
+            cursor.verified = true;
+            cursor.caught_up = false;
+            return Ok(Some(Event::Chunk {
+                partition: cursor.partition,
+                messages: Vec::new(),
+                next_offset: end,
+                cut: Some(cut),
+            }));
+        }
+        let flushed_offset = answer.flushed_offset;
         let place = ChunkPlace {
             topic: &self.topic,
             partition: cursor.partition,
@@ -703,12 +754,16 @@ impl Fetcher {
         })
         .map_err(|(error, _)| error)?;
         cursor.verified |= walked.delivered > 0;
+        if walked.next_offset != cursor.offset {
+            cursor.epoch = answer.chunk_epoch;
+        }
         cursor.offset = walked.next_offset;
         cursor.caught_up = cursor.offset >= flushed_offset;
         Ok((!messages.is_empty()).then_some(Event::Chunk {
             partition,
             messages,
             next_offset: walked.next_offset,
+            cut: None,
         }))
     }
 }

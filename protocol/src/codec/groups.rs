@@ -124,6 +124,8 @@ pub struct GroupPartitionInfo {
     pub owner: String,
     /// The committed offset, if any.
     pub offset: Option<u64>,
+    /// The leader epoch committed with it (-1: none).
+    pub leader_epoch: i32,
 }
 
 /// A DescribeGroup answer.
@@ -144,6 +146,10 @@ pub struct OffsetCommit {
     pub partition: PartitionId,
     /// The offset of the next message to consume.
     pub offset: u64,
+    /// The leader epoch of the last message consumed before `offset`
+    /// (-1: unknown): a member resuming here learns from the leader
+    /// whether the log was cut under it (KIP-320).
+    pub leader_epoch: i32,
 }
 
 fn strings<'b>(
@@ -434,6 +440,7 @@ pub fn commit_offsets_request<'b>(
                     topic: Some(topic),
                     partition: o.partition,
                     offset: o.offset,
+                    leader_epoch: o.leader_epoch,
                 },
             )
         })
@@ -520,6 +527,7 @@ pub fn describe_group_response<'b>(
                     owner: Some(owner),
                     offset: p.offset.unwrap_or(0),
                     committed: p.offset.is_some(),
+                    leader_epoch: p.leader_epoch,
                 },
             )
         })
@@ -551,6 +559,7 @@ pub fn decode_description(
                         partition: p.partition(),
                         owner: p.owner().unwrap_or_default().to_string(),
                         offset: p.committed().then(|| p.offset()),
+                        leader_epoch: p.leader_epoch(),
                     })
                     .collect()
             })
@@ -664,12 +673,14 @@ mod tests {
                     partition: 0,
                     owner: "a".into(),
                     offset: Some(418),
+                    leader_epoch: 3,
                 },
                 GroupPartitionInfo {
                     topic: "t".into(),
                     partition: 3,
                     owner: String::new(),
                     offset: None,
+                    leader_epoch: -1,
                 },
             ],
         };

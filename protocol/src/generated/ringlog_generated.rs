@@ -6032,6 +6032,7 @@ pub mod ringlog {
             pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
             pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
             pub const VT_OFFSET: ::flatbuffers::VOffsetT = 8;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 10;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -6049,6 +6050,7 @@ pub mod ringlog {
             ) -> ::flatbuffers::WIPOffset<PartitionOffset<'bldr>> {
                 let mut builder = PartitionOffsetBuilder::new(_fbb);
                 builder.add_offset(args.offset);
+                builder.add_leader_epoch(args.leader_epoch);
                 builder.add_partition(args.partition);
                 if let Some(x) = args.topic {
                     builder.add_topic(x);
@@ -6090,6 +6092,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn leader_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(PartitionOffset::VT_LEADER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for PartitionOffset<'_> {
@@ -6106,6 +6119,7 @@ pub mod ringlog {
                     )?
                     .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
                     .visit_field::<u64>("offset", Self::VT_OFFSET, false)?
+                    .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
                     .finish();
                 Ok(())
             }
@@ -6114,6 +6128,7 @@ pub mod ringlog {
             pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub partition: u32,
             pub offset: u64,
+            pub leader_epoch: i32,
         }
         impl<'a> Default for PartitionOffsetArgs<'a> {
             #[inline]
@@ -6122,6 +6137,7 @@ pub mod ringlog {
                     topic: None,
                     partition: 0,
                     offset: 0,
+                    leader_epoch: -1,
                 }
             }
         }
@@ -6149,6 +6165,11 @@ pub mod ringlog {
                     .push_slot::<u64>(PartitionOffset::VT_OFFSET, offset, 0);
             }
             #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(PartitionOffset::VT_LEADER_EPOCH, leader_epoch, -1);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> PartitionOffsetBuilder<'a, 'b, A> {
@@ -6171,6 +6192,7 @@ pub mod ringlog {
                 ds.field("topic", &self.topic());
                 ds.field("partition", &self.partition());
                 ds.field("offset", &self.offset());
+                ds.field("leader_epoch", &self.leader_epoch());
                 ds.finish()
             }
         }
@@ -6902,6 +6924,7 @@ pub mod ringlog {
             pub const VT_OWNER: ::flatbuffers::VOffsetT = 8;
             pub const VT_OFFSET: ::flatbuffers::VOffsetT = 10;
             pub const VT_COMMITTED: ::flatbuffers::VOffsetT = 12;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 14;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -6919,6 +6942,7 @@ pub mod ringlog {
             ) -> ::flatbuffers::WIPOffset<GroupPartition<'bldr>> {
                 let mut builder = GroupPartitionBuilder::new(_fbb);
                 builder.add_offset(args.offset);
+                builder.add_leader_epoch(args.leader_epoch);
                 if let Some(x) = args.owner {
                     builder.add_owner(x);
                 }
@@ -6983,6 +7007,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn leader_epoch(&self) -> i32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i32>(GroupPartition::VT_LEADER_EPOCH, Some(-1))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for GroupPartition<'_> {
@@ -7005,6 +7040,7 @@ pub mod ringlog {
                     )?
                     .visit_field::<u64>("offset", Self::VT_OFFSET, false)?
                     .visit_field::<bool>("committed", Self::VT_COMMITTED, false)?
+                    .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
                     .finish();
                 Ok(())
             }
@@ -7015,6 +7051,7 @@ pub mod ringlog {
             pub owner: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub offset: u64,
             pub committed: bool,
+            pub leader_epoch: i32,
         }
         impl<'a> Default for GroupPartitionArgs<'a> {
             #[inline]
@@ -7025,6 +7062,7 @@ pub mod ringlog {
                     owner: None,
                     offset: 0,
                     committed: false,
+                    leader_epoch: -1,
                 }
             }
         }
@@ -7064,6 +7102,11 @@ pub mod ringlog {
                     .push_slot::<bool>(GroupPartition::VT_COMMITTED, committed, false);
             }
             #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: i32) {
+                self.fbb_
+                    .push_slot::<i32>(GroupPartition::VT_LEADER_EPOCH, leader_epoch, -1);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> GroupPartitionBuilder<'a, 'b, A> {
@@ -7088,6 +7131,7 @@ pub mod ringlog {
                 ds.field("owner", &self.owner());
                 ds.field("offset", &self.offset());
                 ds.field("committed", &self.committed());
+                ds.field("leader_epoch", &self.leader_epoch());
                 ds.finish()
             }
         }

@@ -295,6 +295,7 @@ fn claims_commits_and_resets_are_fenced_and_every_error_is_named() {
         topic: topic.into(),
         partition,
         offset,
+        leader_epoch: -1,
     };
     assert_eq!(
         client

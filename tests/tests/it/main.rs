@@ -32,4 +32,5 @@ mod replication;
 mod retention;
 mod stalled_consumer;
 mod tls;
+mod truncation;
 mod util;

@@ -20,7 +20,7 @@ use std::time::Duration;
 const SIZE: usize = 48;
 
 /// Runs the `ringlog` CLI against `address`: exit status, stdout, stderr.
-fn ringlog(address: &str, args: &[&str]) -> (i32, String, String) {
+pub(super) fn ringlog(address: &str, args: &[&str]) -> (i32, String, String) {
     let output = std::process::Command::new(harness::binary("ringlog"))
         .arg("--brokers")
         .arg(address)
@@ -123,7 +123,7 @@ fn broker_by_id(brokers: &[Broker], id: u32) -> &Broker {
         .unwrap()
 }
 
-fn wait_full_isr(client: &Client, topic: &str) {
+pub(super) fn wait_full_isr(client: &Client, topic: &str) {
     eventually("every replica in sync", WAIT, || {
         let m = client.metadata(&[topic]).map_err(|e| e.to_string())?;
         let t = &m.topics[0];

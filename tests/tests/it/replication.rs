@@ -24,9 +24,13 @@ pub(super) fn options(etcd: &Etcd, cluster: &str, id: u32) -> BrokerOptions {
 }
 
 pub(super) fn cluster(etcd: &Etcd, name: &str, size: u32) -> Vec<Broker> {
-    let brokers: Vec<Broker> = (1..=size)
-        .map(|id| Broker::start(options(etcd, name, id)))
-        .collect();
+    cluster_of((1..=size).map(|id| options(etcd, name, id)).collect())
+}
+
+/// Starts brokers with these options and waits until all are live.
+pub(super) fn cluster_of(options: Vec<BrokerOptions>) -> Vec<Broker> {
+    let size = options.len();
+    let brokers: Vec<Broker> = options.into_iter().map(Broker::start).collect();
     let client = brokers[0].client();
     eventually("every broker live", WAIT, || {
         let n = client
@@ -34,7 +38,7 @@ pub(super) fn cluster(etcd: &Etcd, name: &str, size: u32) -> Vec<Broker> {
             .map_err(|e| e.to_string())?
             .brokers
             .len();
-        if n == size as usize {
+        if n == size {
             Ok(())
         } else {
             Err(format!("{n}"))

@@ -674,6 +674,7 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
             partition,
             consumer: None,
             position: None,
+            epoch: -1,
             retry_at: std::time::Instant::now(),
             attempts: 0,
             error: String::new(),
@@ -726,6 +727,9 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
                 }
                 printed += 1;
             });
+            for cut in consumer.take_truncations() {
+                warn_truncated(&cut, None);
+            }
             match polled {
                 Ok(_) => {}
                 Err(protocol::client::ClientError::InvalidOffset {
@@ -797,6 +801,8 @@ struct Reader {
     consumer: Option<Consumer>,
     /// Where it continues (`None`: where `--from` says).
     position: Option<u64>,
+    /// The leader epoch of the message before `position` (-1: unknown).
+    epoch: i32,
     retry_at: std::time::Instant,
     attempts: u32,
     /// Why it last failed.
@@ -812,6 +818,9 @@ impl Reader {
                 None => start_offset(client, &args.topic, self.partition, &args.from)?,
             };
             let mut consumer = Consumer::new(client, &args.topic, self.partition, offset)?;
+            if self.position.is_some() {
+                consumer.seek_committed(offset, self.epoch);
+            }
             consumer.set_max_bytes(args.max_bytes);
             consumer.set_max_wait_ms(wait_ms);
             consumer.set_retries(1);
@@ -836,6 +845,7 @@ impl Reader {
         self.error = error;
         if let Some(consumer) = self.consumer.take() {
             self.position = Some(consumer.position());
+            self.epoch = consumer.position_epoch();
         }
         self.retry_at = std::time::Instant::now() + client.config().backoff(self.attempts);
         self.attempts = self.attempts.saturating_add(1);
@@ -844,6 +854,21 @@ impl Reader {
     fn last_error(&self) -> String {
         self.error.clone()
     }
+}
+
+/// Says on stderr that messages already printed are gone from the log (an
+/// unclean election cut it under the consumer's position).
+fn warn_truncated(cut: &protocol::client::Truncation, group: Option<&str>) {
+    let whose = group.map_or_else(|| "this consumer".to_string(), |g| format!("group {g}"));
+    eprintln!(
+        "ringlog: warning: {}-{}: the log was cut at offset {} below {whose}'s position {} (an unclean leader election): the {} bytes of messages read from there are gone from the partition; continuing at offset {}, where other messages follow",
+        cut.topic,
+        cut.partition,
+        cut.from,
+        cut.to,
+        cut.to - cut.from,
+        cut.from
+    );
 }
 
 /// One consumed message as a line: `[PARTITION:OFFSET\t][KEY<C>]PAYLOAD\n`.
@@ -945,6 +970,9 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
     let mut outages = OutageLog::default();
     while printed < limit && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let messages = consumer.poll()?;
+        for cut in consumer.take_truncations() {
+            warn_truncated(&cut, Some(group));
+        }
         if waiting_for_topic && !consumer.assignment().is_empty() {
             eprintln!("ringlog: topic {} exists now: consuming", args.topic);
             waiting_for_topic = false;
@@ -1179,6 +1207,8 @@ fn groups(brokers: &str, command: GroupsCommand) -> anyhow::Result<()> {
                     topic: topic.clone(),
                     partition: p,
                     offset: start_offset(&client, &topic, p, &to)?,
+                    // A reset names no epoch: nothing was read there.
+                    leader_epoch: -1,
                 });
             }
             let reset = client.reset_offsets(&group, &offsets)?;

@@ -59,8 +59,15 @@ class GroupPartition(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # GroupPartition
+    def LeaderEpoch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
 def GroupPartitionStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(6)
 
 def Start(builder):
     GroupPartitionStart(builder)
@@ -94,6 +101,12 @@ def GroupPartitionAddCommitted(builder, committed):
 
 def AddCommitted(builder, committed):
     GroupPartitionAddCommitted(builder, committed)
+
+def GroupPartitionAddLeaderEpoch(builder, leaderEpoch):
+    builder.PrependInt32Slot(5, leaderEpoch, -1)
+
+def AddLeaderEpoch(builder, leaderEpoch):
+    GroupPartitionAddLeaderEpoch(builder, leaderEpoch)
 
 def GroupPartitionEnd(builder):
     return builder.EndObject()

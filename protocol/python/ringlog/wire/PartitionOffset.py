@@ -45,8 +45,15 @@ class PartitionOffset(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # PartitionOffset
+    def LeaderEpoch(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
+        return -1
+
 def PartitionOffsetStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder):
     PartitionOffsetStart(builder)
@@ -68,6 +75,12 @@ def PartitionOffsetAddOffset(builder, offset):
 
 def AddOffset(builder, offset):
     PartitionOffsetAddOffset(builder, offset)
+
+def PartitionOffsetAddLeaderEpoch(builder, leaderEpoch):
+    builder.PrependInt32Slot(3, leaderEpoch, -1)
+
+def AddLeaderEpoch(builder, leaderEpoch):
+    PartitionOffsetAddLeaderEpoch(builder, leaderEpoch)
 
 def PartitionOffsetEnd(builder):
     return builder.EndObject()

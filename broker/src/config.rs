@@ -117,6 +117,12 @@ pub struct Config {
     /// TLS: CA certificates (PEM) a client's certificate must be signed by;
     /// set, a client without one is refused in the handshake.
     pub tls_client_ca: Option<PathBuf>,
+    /// TLS between brokers: CA certificates (PEM) that signed the other
+    /// brokers' certificates. A follower speaks TLS to its leaders when
+    /// this broker has TLS listeners (the cluster's brokers are configured
+    /// alike), verifies the leader's certificate with these (default:
+    /// `tls_client_ca`), and presents `tls_cert` as its own.
+    pub tls_peer_ca: Option<PathBuf>,
     /// While a consumer's fetch waits at a partition's flushed end, the
     /// partition's appends are flushed within `waiting_fetch_flush_us`, so
     /// tailing consumers see messages after a few milliseconds instead of
@@ -190,6 +196,7 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            tls_peer_ca: None,
             flush_for_waiting_fetches: true,
             waiting_fetch_flush_us: 2_000,
             topic_defaults: TopicDefaults::default(),
@@ -309,6 +316,20 @@ impl Config {
                 ))
             }
             _ => {}
+        }
+        if self.tls_peer_ca.is_some() && self.tls_cert.is_none() {
+            return Err(ConfigError(
+                "tls_peer_ca needs tls_cert and tls_key (brokers speak TLS to each other only when their listeners do)".into(),
+            ));
+        }
+        if self.clustered()
+            && self.tls_cert.is_some()
+            && self.tls_peer_ca.is_none()
+            && self.tls_client_ca.is_none()
+        {
+            return Err(ConfigError(
+                "a cluster broker with TLS listeners follows its leaders over TLS: set tls_peer_ca to the CA that signed the brokers' certificates (or tls_client_ca, which it defaults to)".into(),
+            ));
         }
         if self.max_connections < self.shards {
             return Err(ConfigError(format!(

@@ -62,6 +62,10 @@ struct Args {
     /// TLS: require client certificates signed by these CAs (PEM).
     #[arg(long, value_name = "FILE")]
     tls_client_ca: Option<PathBuf>,
+    /// TLS between brokers: the CA that signed the other brokers'
+    /// certificates (PEM; default: --tls-client-ca).
+    #[arg(long, value_name = "FILE")]
+    tls_peer_ca: Option<PathBuf>,
     /// TOML configuration file; flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -151,6 +155,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(v) = args.tls_client_ca {
         config.tls_client_ca = Some(v);
+    }
+    if let Some(v) = args.tls_peer_ca {
+        config.tls_peer_ca = Some(v);
     }
     broker::broker::run(config)
 }

@@ -20,11 +20,12 @@ use anyhow::Context;
 use futures_rustls::rustls;
 use futures_rustls::rustls::pki_types::pem::PemObject;
 use futures_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use futures_rustls::TlsAcceptor;
+use futures_rustls::{TlsAcceptor, TlsConnector};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 static ACCEPTOR: OnceLock<Option<TlsAcceptor>> = OnceLock::new();
+static CONNECTOR: OnceLock<Option<TlsConnector>> = OnceLock::new();
 
 fn certificates(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_file_iter(path)
@@ -70,11 +71,54 @@ pub fn server_config(config: &Config) -> anyhow::Result<Option<Arc<rustls::Serve
     Ok(Some(Arc::new(server)))
 }
 
+/// The TLS configuration of this broker's connections to other brokers (a
+/// follower's to its leaders), or `None` for plain TCP: when the listeners
+/// speak TLS, so do the other brokers' (the cluster is configured alike).
+/// The leader's certificate is checked against `tls_peer_ca` (default
+/// `tls_client_ca`) for the host it advertises; this broker's own
+/// certificate goes with it, for leaders that require client certificates.
+pub fn peer_config(config: &Config) -> anyhow::Result<Option<Arc<rustls::ClientConfig>>> {
+    let (Some(cert), Some(key)) = (&config.tls_cert, &config.tls_key) else {
+        return Ok(None);
+    };
+    let Some(ca) = config
+        .tls_peer_ca
+        .as_ref()
+        .or(config.tls_client_ca.as_ref())
+    else {
+        // A standalone broker follows nobody.
+        return Ok(None);
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for certificate in certificates(ca)? {
+        roots
+            .add(certificate)
+            .with_context(|| format!("{}: not a usable CA certificate", ca.display()))?;
+    }
+    let chain = certificates(cert)?;
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("reading the private key from {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .with_context(|| format!("{} and its key, as a client certificate", cert.display()))?;
+    Ok(Some(Arc::new(client)))
+}
+
 /// Loads the TLS configuration once, at start, for every shard.
 pub fn init(config: &Config) -> anyhow::Result<()> {
     let acceptor = server_config(config)?.map(TlsAcceptor::from);
     let _ = ACCEPTOR.set(acceptor);
+    let connector = peer_config(config)?.map(TlsConnector::from);
+    let _ = CONNECTOR.set(connector);
     Ok(())
+}
+
+/// The connector for connections to other brokers, when they speak TLS.
+pub fn connector() -> Option<TlsConnector> {
+    CONNECTOR.get().cloned().flatten()
 }
 
 /// The acceptor, when the broker speaks TLS.

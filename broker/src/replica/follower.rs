@@ -121,12 +121,12 @@ async fn run(shard: Rc<Shard>, key: LinkKey) {
     reconcile(&shard);
 }
 
-/// The address of a live broker's shard.
-fn address_of(shard: &Shard, key: LinkKey) -> Option<String> {
+/// The host and port of a live broker's shard.
+fn address_of(shard: &Shard, key: LinkKey) -> Option<(String, u16)> {
     let brokers = shard.brokers.borrow();
     let broker = brokers.iter().find(|b| b.broker_id == key.0)?;
     let endpoint = broker.shards.iter().find(|s| s.shard_id == key.1)?;
-    Some(format!("{}:{}", endpoint.host, endpoint.port))
+    Some((endpoint.host.clone(), endpoint.port))
 }
 
 /// Reads one whole frame.
@@ -160,16 +160,43 @@ fn frame_of(api: Api, request_id: u32, header: &[u8]) -> Vec<u8> {
 /// One connection's life: handshake, then fetches until it breaks or
 /// carries nothing.
 async fn serve_link(shard: &Rc<Shard>, key: LinkKey) -> Result<(), String> {
-    let address = address_of(shard, key).ok_or_else(|| format!("broker {} is not live", key.0))?;
+    let (host, port) =
+        address_of(shard, key).ok_or_else(|| format!("broker {} is not live", key.0))?;
+    let address = format!("{host}:{port}");
     let connect = glommio::net::TcpStream::connect(address.as_str());
-    let mut stream =
-        futures_lite::future::or(async { connect.await.map_err(|e| e.to_string()) }, async {
-            glommio::timer::sleep(Duration::from_secs(5)).await;
-            Err("connect timed out".to_string())
-        })
+    let stream = within_connect_timeout(async { connect.await.map_err(|e| e.to_string()) })
         .await
         .map_err(|e| format!("connecting to {address}: {e}"))?;
     let _ = stream.set_nodelay(true);
+    let Some(connector) = crate::net::tls::connector() else {
+        return follow(shard, key, stream).await;
+    };
+    // The leader's certificate must name the host it advertises.
+    let name = futures_rustls::rustls::pki_types::ServerName::try_from(host.clone())
+        .map_err(|e| format!("{host}: not a name a TLS certificate can carry ({e})"))?;
+    let handshake = connector.connect(name, stream);
+    let stream = within_connect_timeout(async { handshake.await.map_err(|e| e.to_string()) })
+        .await
+        .map_err(|e| format!("TLS with {address}: {e}"))?;
+    follow(shard, key, stream).await
+}
+
+/// `step` (a connect, a TLS handshake) within 5 s.
+async fn within_connect_timeout<T>(
+    step: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    futures_lite::future::or(step, async {
+        glommio::timer::sleep(Duration::from_secs(5)).await;
+        Err("timed out".to_string())
+    })
+    .await
+}
+
+/// The link over a connected stream (plain or TLS).
+async fn follow<S>(shard: &Rc<Shard>, key: LinkKey, mut stream: S) -> Result<(), String>
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
     let mut fbb = protocol::flatbuffers::FlatBufferBuilder::with_capacity(256);
     let hello = codec::handshake_request(&mut fbb, "ringlog-follower").to_vec();
     let (prefix, _, _) = exchange(&mut stream, &frame_of(Api::Handshake, 0, &hello)).await?;
@@ -303,7 +330,7 @@ fn requests_of(
 
 /// Sends one request and reads its answer, within [`ANSWER_TIMEOUT`].
 async fn exchange(
-    stream: &mut glommio::net::TcpStream,
+    stream: &mut (impl futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin),
     frame: &[u8],
 ) -> Result<(FramePrefix, Vec<u8>, Vec<u8>), String> {
     let round = async {

@@ -184,6 +184,7 @@ fn create(
     partitions: u32,
     factor: u32,
     segment_bytes: u64,
+    write_caching: bool,
 ) -> anyhow::Result<()> {
     client
         .create_topic(
@@ -193,6 +194,7 @@ fn create(
                 replication_factor: factor,
                 min_insync_replicas: if factor >= 3 { 2 } else { 1 },
                 segment_bytes,
+                write_caching,
                 ..TopicSettings::default()
             },
         )
@@ -231,12 +233,29 @@ fn acks_name(acks: AckMode) -> &'static str {
     }
 }
 
-/// The three produce configurations.
-const CONFIGS: [(u32, AckMode); 3] = [
-    (1, AckMode::Written),
-    (3, AckMode::Written),
-    (3, AckMode::All),
+/// The produce configurations: copies, acks, write caching (acks=all
+/// counting written copies instead of flushed ones).
+const CONFIGS: [(u32, AckMode, bool); 4] = [
+    (1, AckMode::Written, false),
+    (3, AckMode::Written, false),
+    (3, AckMode::All, false),
+    (3, AckMode::All, true),
 ];
+
+/// A configuration's label part and topic suffix.
+fn config_name(acks: AckMode, write_caching: bool) -> (String, String) {
+    if write_caching {
+        (
+            format!("acks={} write_caching", acks_name(acks)),
+            format!("{}-cached", acks_name(acks)),
+        )
+    } else {
+        (
+            format!("acks={}", acks_name(acks)),
+            acks_name(acks).to_string(),
+        )
+    }
+}
 
 /// Runs every measurement.
 pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
@@ -253,7 +272,8 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
                        acks: AckMode,
                        length: Length,
                        rate: Option<f64>,
-                       factor: u32|
+                       factor: u32,
+                       write_caching: bool|
      -> anyhow::Result<ProduceFigure> {
         let stats = Stats::new();
         let produce = ProduceSpec {
@@ -270,7 +290,7 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
         };
         let (outcome, cpu) = with_cpu(cluster, || workload::produce(&produce, &stats))?;
         let summary = stats.summary();
-        let label = format!("R={factor} acks={}", acks_name(acks));
+        let label = format!("R={factor} {}", config_name(acks, write_caching).0);
         println!(
             "{label}{}: {}",
             if rate.is_some() { " (paced)" } else { "" },
@@ -289,9 +309,10 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
     };
     let mut throughput = Vec::new();
     let mut latency = Vec::new();
-    for (factor, acks) in CONFIGS {
-        let topic = format!("tp-r{factor}-{}", acks_name(acks));
-        create(&client, &topic, spec.partitions, factor, 0)?;
+    for (factor, acks, caching) in CONFIGS {
+        let suffix = config_name(acks, caching).1;
+        let topic = format!("tp-r{factor}-{suffix}");
+        create(&client, &topic, spec.partitions, factor, 0, caching)?;
         throughput.push(produce_run(
             &cluster,
             &topic,
@@ -299,9 +320,10 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
             Length::Messages(spec.messages),
             None,
             factor,
+            caching,
         )?);
-        let paced = format!("lat-r{factor}-{}", acks_name(acks));
-        create(&client, &paced, spec.partitions, factor, 0)?;
+        let paced = format!("lat-r{factor}-{suffix}");
+        create(&client, &paced, spec.partitions, factor, 0, caching)?;
         let n = (spec.latency_rate * spec.latency_seconds) as u64;
         latency.push(produce_run(
             &cluster,
@@ -310,6 +332,7 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
             Length::Messages(n),
             Some(spec.latency_rate),
             factor,
+            caching,
         )?);
     }
     // Consuming what the acks=all run wrote, from its three leaders.
@@ -351,7 +374,7 @@ fn failovers(
     client: &Client,
     spec: &ReplicationSpec,
 ) -> anyhow::Result<FailoverFigure> {
-    create(client, "failover", 1, 3, 0)?;
+    create(client, "failover", 1, 3, 0, false)?;
     // (sent, answered) of every produce that succeeded.
     let answered: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -450,7 +473,7 @@ fn catch_up(
             .delete_topic(&topic.name)
             .with_context(|| format!("deleting {}", topic.name))?;
     }
-    create(client, "catchup", 1, 3, 256 << 20)?;
+    create(client, "catchup", 1, 3, 256 << 20, false)?;
     let size = 1_000usize;
     let stats = Stats::new();
     let fill = ProduceSpec {

@@ -82,11 +82,11 @@ pub fn handle(
     }
     let started = Instant::now();
     // acks=all is a flushed produce here, then a wait for the copies; on one
-    // copy it is just that.
-    let local_acks = if acks == AckMode::All {
-        AckMode::Flushed
-    } else {
-        acks
+    // copy it is just that. A write-caching topic's is a written one.
+    let local_acks = match acks {
+        AckMode::All if log.borrow().write_caching() => AckMode::Written,
+        AckMode::All => AckMode::Flushed,
+        other => other,
     };
     // The log starts the writer or a flush as `acks` and the topic's flush
     // policy require (storage owns the policy, issue 8, item 18).

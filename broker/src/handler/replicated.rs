@@ -163,7 +163,7 @@ pub fn follower_offsets(log: &SharedLog) -> PartitionOffsets {
     let l = log.borrow();
     PartitionOffsets {
         start_offset: l.start_offset(),
-        flushed_offset: l.high_watermark().unwrap_or(0).min(l.flushed_offset()),
+        flushed_offset: l.high_watermark().unwrap_or(0).min(l.visible_offset()),
         end_offset: l.end_offset(),
     }
 }

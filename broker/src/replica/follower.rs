@@ -431,8 +431,14 @@ async fn apply(
             &shard.metrics.counters.replica_bytes_appended_total,
             whole as u64,
         );
-        // acks=all counts flushed copies: the next fetch reports this flush.
-        partition_log::stored(&log, appended, protocol::codec::AckMode::Flushed)
+        // acks=all counts flushed copies (written ones on a write-caching
+        // topic): the next fetch reports this one.
+        let counted = if log.borrow().write_caching() {
+            protocol::codec::AckMode::Written
+        } else {
+            protocol::codec::AckMode::Flushed
+        };
+        partition_log::stored(&log, appended, counted)
             .await
             .map_err(|e| format!("{e:?}"))?;
     }

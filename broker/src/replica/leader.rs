@@ -155,7 +155,18 @@ impl Replica {
         if let Some(proposed) = &self.proposed {
             members.extend(proposed.isr.iter().filter(|b| !isr.contains(b)));
         }
-        let mut hw = self.log.borrow().flushed_offset();
+        // A write-caching topic counts what each member has written (a
+        // follower appends, then fetches again: its fetch offset), others
+        // what each has flushed.
+        let caching = self.log.borrow().write_caching();
+        let mut hw = {
+            let l = self.log.borrow();
+            if caching {
+                l.written_offset()
+            } else {
+                l.flushed_offset()
+            }
+        };
         for member in members {
             // A member a finished move removed leaves the ISR next; it no
             // longer fetches, and the target's members all count.
@@ -163,6 +174,7 @@ impl Replica {
                 continue;
             }
             match self.followers.get(&member) {
+                Some(progress) if caching => hw = hw.min(progress.end),
                 Some(progress) => hw = hw.min(progress.flushed),
                 // Not heard from in this epoch: it may lack anything past
                 // what was committed before.

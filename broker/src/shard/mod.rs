@@ -52,6 +52,8 @@ pub struct Topic {
     pub replicas: HashMap<PartitionId, SharedReplica>,
     /// Fewest in-sync replicas acks=all accepts.
     pub min_insync: u32,
+    /// Copies count written bytes, not flushed ones.
+    pub write_caching: bool,
     /// Partitions moving, and the replica set each moves to.
     pub reassigning: BTreeMap<PartitionId, Vec<BrokerId>>,
 }
@@ -307,6 +309,7 @@ impl Shard {
                 flush_interval_ms: topic.settings.flush_interval_ms,
                 replication_factor: topic.replica_sets.first().map_or(1, |s| s.len() as u32),
                 min_insync_replicas: topic.min_insync,
+                write_caching: topic.write_caching,
             },
             id: topic.id.clone(),
         }
@@ -352,6 +355,7 @@ impl Shard {
             states,
             replicas,
             min_insync: stored.min_insync_replicas.max(1),
+            write_caching: stored.write_caching,
             reassigning: stored.reassigning.clone(),
         };
         self.topics
@@ -451,6 +455,7 @@ impl Shard {
             epochs,
         );
         replica.moving_to = stored.moving_to(partition).map(<[BrokerId]>::to_vec);
+        log.borrow_mut().set_write_caching(stored.write_caching);
         Rc::new(RefCell::new(replica))
     }
 

@@ -134,11 +134,13 @@ fn apply_record(t: &mut Topic, stored: &TopicRecord) {
     t.brokers = stored.brokers.clone();
     t.replica_sets = stored.replicas.clone();
     t.min_insync = stored.min_insync_replicas.max(1);
+    t.write_caching = stored.write_caching;
     t.reassigning = stored.reassigning.clone();
     for (partition, replica) in &t.replicas {
         let mut r = replica.borrow_mut();
         r.replicas = stored.replicas_of(*partition);
         r.min_insync = stored.min_insync_replicas.max(1);
+        r.log.borrow_mut().set_write_caching(stored.write_caching);
         r.moving_to = stored.moving_to(*partition).map(<[BrokerId]>::to_vec);
     }
 }

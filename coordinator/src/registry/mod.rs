@@ -76,6 +76,10 @@ pub struct TopicRecord {
     /// Fewest in-sync replicas an acks=all produce accepts.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub min_insync_replicas: u32,
+    /// Replicated: the copies count what they have written, not flushed
+    /// (acks=all and the high watermark).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub write_caching: bool,
     /// The brokers of each partition's copies, the preferred leader first
     /// (`brokers[p] == replicas[p][0]`); empty for one copy. Chosen at
     /// creation; who leads now and who is in sync is the partition's state
@@ -110,6 +114,7 @@ impl TopicRecord {
             id: String::new(),
             replication_factor: 0,
             min_insync_replicas: 0,
+            write_caching: false,
             replicas: Vec::new(),
             reassigning: BTreeMap::new(),
         }
@@ -132,6 +137,7 @@ impl TopicRecord {
         if factor > 1 {
             record.replication_factor = factor;
             record.min_insync_replicas = min_insync_replicas.clamp(1, factor);
+            record.write_caching = overrides.write_caching;
             record.replicas = replicas;
         }
         record
@@ -254,6 +260,7 @@ impl TopicRecord {
             flush_interval_ms: self.flush_interval_ms,
             replication_factor: self.replication_factor,
             min_insync_replicas: self.min_insync_replicas,
+            write_caching: self.write_caching,
         }
     }
 

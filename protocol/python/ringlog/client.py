@@ -271,8 +271,12 @@ class Client:
         flush_interval_ms: int = 0,
         replication_factor: int = 0,
         min_insync_replicas: int = 0,
+        write_caching: bool = False,
     ) -> TopicMetadata:
-        """Creates a topic; 0 for a setting means the broker's default."""
+        """Creates a topic; 0 for a setting means the broker's default.
+        With ``write_caching``, a replicated topic's acks=all is answered
+        (and consumers see messages) once every in-sync replica has written
+        them, without their flushes."""
         b = flatbuffers.Builder(128)
         n = b.CreateString(name)
         TopicConfig.Start(b)
@@ -283,6 +287,7 @@ class Client:
         TopicConfig.AddFlushIntervalMs(b, flush_interval_ms)
         TopicConfig.AddReplicationFactor(b, replication_factor)
         TopicConfig.AddMinInsyncReplicas(b, min_insync_replicas)
+        TopicConfig.AddWriteCaching(b, write_caching)
         config = TopicConfig.End(b)
         CreateTopicRequest.Start(b)
         CreateTopicRequest.AddName(b, n)

@@ -127,6 +127,9 @@ pub struct TopicSettings {
     pub replication_factor: u32,
     /// Fewest in-sync replicas acks=all accepts (0 = the broker's default).
     pub min_insync_replicas: u32,
+    /// Replicated: acks=all and consumers count what every in-sync replica
+    /// has written instead of flushed (false, the default: flushed).
+    pub write_caching: bool,
 }
 
 impl TopicSettings {
@@ -141,6 +144,7 @@ impl TopicSettings {
                 flush_interval_ms: self.flush_interval_ms,
                 replication_factor: self.replication_factor,
                 min_insync_replicas: self.min_insync_replicas,
+                write_caching: self.write_caching,
             },
         )
     }
@@ -155,6 +159,7 @@ impl TopicSettings {
             flush_interval_ms: c.flush_interval_ms(),
             replication_factor: c.replication_factor(),
             min_insync_replicas: c.min_insync_replicas(),
+            write_caching: c.write_caching(),
         })
     }
 }

@@ -789,6 +789,7 @@ pub mod ringlog {
             pub const VT_FLUSH_INTERVAL_MS: ::flatbuffers::VOffsetT = 12;
             pub const VT_REPLICATION_FACTOR: ::flatbuffers::VOffsetT = 14;
             pub const VT_MIN_INSYNC_REPLICAS: ::flatbuffers::VOffsetT = 16;
+            pub const VT_WRITE_CACHING: ::flatbuffers::VOffsetT = 18;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -812,6 +813,7 @@ pub mod ringlog {
                 builder.add_retention_ms(args.retention_ms);
                 builder.add_min_insync_replicas(args.min_insync_replicas);
                 builder.add_replication_factor(args.replication_factor);
+                builder.add_write_caching(args.write_caching);
                 builder.finish()
             }
 
@@ -892,6 +894,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn write_caching(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(TopicConfig::VT_WRITE_CACHING, Some(false))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for TopicConfig<'_> {
@@ -908,6 +921,7 @@ pub mod ringlog {
                     .visit_field::<u64>("flush_interval_ms", Self::VT_FLUSH_INTERVAL_MS, false)?
                     .visit_field::<u32>("replication_factor", Self::VT_REPLICATION_FACTOR, false)?
                     .visit_field::<u32>("min_insync_replicas", Self::VT_MIN_INSYNC_REPLICAS, false)?
+                    .visit_field::<bool>("write_caching", Self::VT_WRITE_CACHING, false)?
                     .finish();
                 Ok(())
             }
@@ -920,6 +934,7 @@ pub mod ringlog {
             pub flush_interval_ms: u64,
             pub replication_factor: u32,
             pub min_insync_replicas: u32,
+            pub write_caching: bool,
         }
         impl<'a> Default for TopicConfigArgs {
             #[inline]
@@ -932,6 +947,7 @@ pub mod ringlog {
                     flush_interval_ms: 0,
                     replication_factor: 0,
                     min_insync_replicas: 0,
+                    write_caching: false,
                 }
             }
         }
@@ -983,6 +999,11 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_write_caching(&mut self, write_caching: bool) {
+                self.fbb_
+                    .push_slot::<bool>(TopicConfig::VT_WRITE_CACHING, write_caching, false);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> TopicConfigBuilder<'a, 'b, A> {
@@ -1009,6 +1030,7 @@ pub mod ringlog {
                 ds.field("flush_interval_ms", &self.flush_interval_ms());
                 ds.field("replication_factor", &self.replication_factor());
                 ds.field("min_insync_replicas", &self.min_insync_replicas());
+                ds.field("write_caching", &self.write_caching());
                 ds.finish()
             }
         }

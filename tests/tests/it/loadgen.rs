@@ -525,10 +525,15 @@ fn replication_figures_run_on_their_own_cluster_and_the_catch_up_is_zero_copy() 
     let report = json(&out.join("replication.json"));
     assert_eq!(
         report["throughput"].as_array().unwrap().len(),
-        3,
+        4,
         "{report:#}"
     );
-    assert_eq!(report["latency"].as_array().unwrap().len(), 3, "{report:#}");
+    assert_eq!(report["latency"].as_array().unwrap().len(), 4, "{report:#}");
+    assert_eq!(
+        report["throughput"][3]["label"].as_str(),
+        Some("R=3 acks=all write_caching"),
+        "{report:#}"
+    );
     for run in report["throughput"].as_array().unwrap() {
         assert!(run["msgs_per_sec"].as_f64().unwrap() > 0.0, "{run:#}");
     }

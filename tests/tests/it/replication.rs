@@ -674,3 +674,90 @@ fn r20_2_one_multi_fetch_carries_every_partition_a_follower_has_on_a_leader_shar
         assert_eq!(read.len(), 200, "partition {p}");
     }
 }
+
+/// The topic setting that relaxes acks=all (`--write-caching`, Kafka's
+/// acks=all, Redpanda's write caching): answered once every in-sync
+/// replica has *written* the messages, without a flush anywhere, and
+/// consumers see them at once. It survives a process crash: the leader is
+/// SIGKILLed with nothing flushed, and the new leader serves every
+/// acknowledged message from its page cache.
+#[test]
+fn r20_write_caching_acks_all_without_a_flush_and_survives_a_leader_kill_9() {
+    use super::util::{metric, scrape};
+    let etcd = Etcd::start();
+    let mut brokers = cluster_of(
+        (1..=2)
+            .map(|id| BrokerOptions {
+                metrics: true,
+                ..options(&etcd, "caching", id)
+            })
+            .collect(),
+    );
+    let client = brokers[0].client();
+    let settings = TopicSettings {
+        // No flush by the policy while the test runs.
+        flush_messages: 1 << 40,
+        flush_interval_ms: 3_600_000,
+        write_caching: true,
+        ..replicated(2, 2)
+    };
+    client.create_topic("cached", 1, &settings).unwrap();
+    let (code, out, err) =
+        super::replica_operations::ringlog(&brokers[0].address(), &["topic", "describe", "cached"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("replication_factor 2 min_insync_replicas 2 write_caching true"),
+        "{out}"
+    );
+    let flushes = |broker: &Broker| {
+        metric(
+            &scrape(broker.metrics.as_deref().unwrap()),
+            "ringlog_flush_latency_seconds_count",
+        )
+    };
+    // The metrics endpoint publishes once a second: give it two.
+    std::thread::sleep(Duration::from_millis(2_100));
+    let before: Vec<u64> = brokers.iter().map(flushes).collect();
+    let mut producer = all_producer(&client, "cached");
+    for i in 0..1_000u64 {
+        producer
+            .send_to(0, None, &numbered_payload(i, SIZE))
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    assert_eq!(producer.acked_messages(), 1_000);
+    drop(producer);
+    let read = |client: &Client| -> Vec<u64> {
+        read_all(client, "cached", 0, 0)
+            .iter()
+            .map(|m| check_numbered_payload(&m.value, SIZE))
+            .collect()
+    };
+    assert_eq!(
+        read(&client),
+        (0..1_000).collect::<Vec<_>>(),
+        "visible at once"
+    );
+    std::thread::sleep(Duration::from_millis(2_100));
+    let after: Vec<u64> = brokers.iter().map(flushes).collect();
+    assert_eq!(after, before, "no flush on either copy");
+
+    let leader = metadata(&client, "cached").topics[0].partitions[0].broker_id;
+    let victim = brokers
+        .iter()
+        .position(|b| b.options().broker_id == leader)
+        .unwrap();
+    brokers[victim].kill9();
+    let survivor = brokers[1 - victim].client();
+    eventually("the follower leads", WAIT, || {
+        let p = metadata(&survivor, "cached").topics[0].partitions[0].clone();
+        (p.broker_id != leader && p.leader_epoch >= 1)
+            .then_some(())
+            .ok_or(format!("{p:?}"))
+    });
+    assert_eq!(
+        read(&survivor),
+        (0..1_000).collect::<Vec<_>>(),
+        "every acknowledged message on the new leader"
+    );
+}

@@ -231,6 +231,9 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     /// or past it (nor past the flushed offset). `None`: one copy, the
     /// flushed offset alone bounds what is visible.
     high_watermark: Option<u64>,
+    /// A replicated partition of a `write_caching` topic: what is written
+    /// (not only flushed) below the high watermark is visible.
+    write_caching: bool,
     poisoned: Option<String>,
     checkpointed_offset: u64,
     /// On its shard's list of logs with work for the flush timer.
@@ -358,6 +361,7 @@ impl<S: Storage> PartitionLog<S> {
             poisoned: None,
             deleted: false,
             high_watermark: None,
+            write_caching: false,
             checkpointed_offset: checkpoint,
             listed: false,
             epoch: 0,

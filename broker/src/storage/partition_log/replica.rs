@@ -12,9 +12,24 @@ impl<S: Storage> PartitionLog<S> {
     /// flushed). On one copy the two are the same rule as the paper's.
     pub fn visible_offset(&self) -> u64 {
         match self.high_watermark {
+            Some(hw) if self.write_caching => hw.min(self.written_offset),
             Some(hw) => hw.min(self.flushed_offset),
             None => self.flushed_offset,
         }
+    }
+
+    /// A `write_caching` topic's copy: its high watermark counts written
+    /// bytes, and what is written below it is visible without a flush.
+    pub fn set_write_caching(&mut self, on: bool) {
+        if self.write_caching != on {
+            self.write_caching = on;
+            self.watermarks.notify_all();
+        }
+    }
+
+    /// True for a copy of a `write_caching` topic.
+    pub fn write_caching(&self) -> bool {
+        self.write_caching
     }
 
     /// The high watermark, if the partition is replicated.

@@ -50,7 +50,9 @@ pub fn append<S: Storage>(
 
 /// A follower's append (see [`PartitionLog::append_replica`]): written and
 /// flushed at once, as a flushed produce is (acks=all counts flushed
-/// copies); [`stored`] with `AckMode::Flushed` waits for it.
+/// copies); [`stored`] with `AckMode::Flushed` waits for it. On a
+/// write-caching topic's copy it is written at once and flushed by the
+/// topic's policy, as a written produce is.
 pub fn append_replica<S: Storage>(
     log: &Shared<S>,
     offset: u64,
@@ -58,13 +60,16 @@ pub fn append_replica<S: Storage>(
     messages: u32,
     segment_base: u64,
 ) -> Result<Appended, StorageError> {
-    let (base, end, epoch) = {
+    let (base, end, epoch, flush) = {
         let mut l = log.borrow_mut();
         let (base, end) = l.append_replica(offset, bytes, messages, segment_base)?;
-        l.flush_wanted = l.flush_wanted.max(end);
-        (base, end, l.epoch())
+        let flush = !l.write_caching() || l.flush_count_due();
+        if !l.write_caching() {
+            l.flush_wanted = l.flush_wanted.max(end);
+        }
+        (base, end, l.epoch(), flush)
     };
-    request_sync(log, true);
+    request_sync(log, flush);
     Ok(Appended { base, end, epoch })
 }
 

@@ -263,6 +263,12 @@ enum TopicCommand {
         /// Fewest in-sync replicas acks=all accepts (0 = broker default).
         #[arg(long, default_value_t = 0)]
         min_insync_replicas: u32,
+        /// Replicated: acks=all is answered, and consumers see messages,
+        /// once every in-sync replica has written them, without waiting for
+        /// their flushes (Kafka's acks=all). Survives process crashes, not
+        /// a power loss of every replica at once.
+        #[arg(long)]
+        write_caching: bool,
     },
     /// List topics.
     List,
@@ -446,6 +452,7 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
             flush_interval_ms,
             replication_factor,
             min_insync_replicas,
+            write_caching,
         } => {
             let settings = TopicSettings {
                 retention_ms,
@@ -455,6 +462,7 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                 flush_interval_ms,
                 replication_factor,
                 min_insync_replicas,
+                write_caching,
             };
             let topic = client.create_topic(&name, partitions, &settings)?;
             println!(
@@ -490,6 +498,12 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                 s.flush_messages,
                 s.flush_interval_ms
             );
+            if s.replication_factor > 1 {
+                println!(
+                    "replication_factor {} min_insync_replicas {} write_caching {}",
+                    s.replication_factor, s.min_insync_replicas, s.write_caching
+                );
+            }
             println!("partition\tleader\treplicas\tisr\tepoch\tshard\taddress\tstart_offset\tflushed_offset\tend_offset");
             let ids = |ids: &[u32], fallback: u32| {
                 if ids.is_empty() {

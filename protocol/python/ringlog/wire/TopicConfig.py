@@ -73,8 +73,15 @@ class TopicConfig(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # TopicConfig
+    def WriteCaching(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def TopicConfigStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(8)
 
 def Start(builder):
     TopicConfigStart(builder)
@@ -120,6 +127,12 @@ def TopicConfigAddMinInsyncReplicas(builder, minInsyncReplicas):
 
 def AddMinInsyncReplicas(builder, minInsyncReplicas):
     TopicConfigAddMinInsyncReplicas(builder, minInsyncReplicas)
+
+def TopicConfigAddWriteCaching(builder, writeCaching):
+    builder.PrependBoolSlot(7, writeCaching, 0)
+
+def AddWriteCaching(builder, writeCaching):
+    TopicConfigAddWriteCaching(builder, writeCaching)
 
 def TopicConfigEnd(builder):
     return builder.EndObject()

@@ -8,9 +8,17 @@
 //! stale, or a previous owner has not released yet) makes the member
 //! release everything, back off with jitter and start again, as in the
 //! paper. Offsets are committed every `auto_commit_interval`, on
-//! [`GroupConsumer::commit`], before any release, and on drop; delivery is
-//! at least once: a member that dies hands its partitions over from the
-//! last committed offset.
+//! [`GroupConsumer::commit`] and [`GroupConsumer::close`], and before any
+//! release; delivery is at least once: a member that dies hands its
+//! partitions over from the last committed offset.
+//!
+//! **Dropping a member** (a panic while it processes a batch, an early
+//! return) leaves the group at once but commits only what the application
+//! is known to have processed: with auto-commit, the positions as of the
+//! start of the last [`GroupConsumer::poll`] (its messages may be half
+//! processed); without auto-commit, nothing — the application commits
+//! what it processed itself. The messages after that are delivered again
+//! to the partitions' next owner.
 //!
 //! Heartbeats are sent from [`GroupConsumer::poll`]: a program that does
 //! not poll for longer than the session timeout leaves the group (its
@@ -214,23 +222,29 @@ pub enum StartFrom {
     Latest,
 }
 
-/// How a [`GroupConsumer`] behaves.
+/// How a [`GroupConsumer`] behaves. `GroupConfig::default()` gives the
+/// defaults named on each field.
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
     /// A member whose heartbeats stop leaves the group this long after the
-    /// last (the broker clamps it to 2 s ..= 300 s).
+    /// last (the broker clamps it to 2 s ..= 300 s). Default 10 s.
     pub session_timeout: Duration,
-    /// Commit every interval from `poll`; `None`: only on `commit` (and
-    /// before releases and on drop).
+    /// Commit every interval from `poll`; `None`: only on `commit`,
+    /// `close` and before releasing partitions in a rebalance (a drop then
+    /// commits nothing). Default every 5 s: **on** — at least once, with up
+    /// to 5 s of messages delivered again after a crash.
     pub auto_commit_interval: Option<Duration>,
-    /// Where a partition without a committed offset starts.
+    /// Where a partition without a committed offset starts. Default
+    /// [`StartFrom::Earliest`].
     pub start_from: StartFrom,
-    /// A readable prefix of the member id.
+    /// A readable prefix of the member id. Default `"consumer"`.
     pub member_name: String,
     /// How long a poll waits for new messages when there are none.
+    /// Default 200 ms.
     pub max_wait: Duration,
     /// How often `poll` heartbeats (at most a third of the session
     /// timeout): how soon a member notices that the group changed.
+    /// Default 1 s.
     pub heartbeat_interval: Duration,
 }
 
@@ -280,6 +294,9 @@ pub struct GroupConsumer {
     committed: BTreeMap<(String, u32), Position>,
     /// Cuts of the log found under owned partitions, not yet taken.
     truncations: Vec<Truncation>,
+    /// With auto-commit: the positions as of the start of the last poll,
+    /// everything earlier polls returned — what a drop commits.
+    processed: BTreeMap<(String, u32), Position>,
     next_heartbeat: Instant,
     last_commit: Instant,
     cursor: usize,
@@ -413,6 +430,7 @@ impl GroupConsumer {
             owned: BTreeMap::new(),
             committed: BTreeMap::new(),
             truncations: Vec::new(),
+            processed: BTreeMap::new(),
             next_heartbeat: Instant::now(),
             last_commit: Instant::now(),
             cursor: 0,
@@ -658,16 +676,29 @@ impl GroupConsumer {
     /// Commits the positions of `partitions` that moved since their last
     /// commit.
     fn commit_some(&mut self, partitions: &[(String, u32)]) -> Result<(), ClientError> {
-        let offsets: Vec<OffsetCommit> = partitions
+        let positions: Vec<((String, u32), Position)> = partitions
             .iter()
-            .filter_map(|key| {
-                let position = self.owned.get(key)?.position()?;
-                (self.committed.get(key) != Some(&position)).then(|| OffsetCommit {
-                    topic: key.0.clone(),
-                    partition: key.1,
-                    offset: position.offset,
-                    leader_epoch: position.epoch,
-                })
+            .filter_map(|key| Some((key.clone(), self.owned.get(key)?.position()?)))
+            .collect();
+        self.commit_positions(positions)
+    }
+
+    /// Commits these positions of owned partitions, those that moved since
+    /// their last commit.
+    fn commit_positions(
+        &mut self,
+        positions: Vec<((String, u32), Position)>,
+    ) -> Result<(), ClientError> {
+        let offsets: Vec<OffsetCommit> = positions
+            .into_iter()
+            .filter(|(key, position)| {
+                self.owned.contains_key(key) && self.committed.get(key) != Some(position)
+            })
+            .map(|(key, position)| OffsetCommit {
+                topic: key.0,
+                partition: key.1,
+                offset: position.offset,
+                leader_epoch: position.epoch,
             })
             .collect();
         if offsets.is_empty() {
@@ -689,7 +720,13 @@ impl GroupConsumer {
     /// Moves an owned partition's position (rewind or skip); the next poll
     /// and commit use it. Partitions not owned are ignored.
     pub fn seek(&mut self, topic: &str, partition: u32, offset: u64) {
-        if let Some(owned) = self.owned.get_mut(&(topic.to_string(), partition)) {
+        let key = (topic.to_string(), partition);
+        if self.processed.contains_key(&key) {
+            // The application's own choice of where it continues.
+            self.processed
+                .insert(key.clone(), Position { offset, epoch: -1 });
+        }
+        if let Some(owned) = self.owned.get_mut(&key) {
             match &mut owned.consumer {
                 Some(consumer) => consumer.seek(offset),
                 None => owned.position = Some(Position { offset, epoch: -1 }),
@@ -726,6 +763,14 @@ impl GroupConsumer {
     /// coordinator that does not answer, are retried with back-off (see
     /// [`GroupConsumer::outages`]) while the rest goes on.
     pub fn poll(&mut self) -> Result<Vec<GroupMessage>, ClientError> {
+        if self.config.auto_commit_interval.is_some() {
+            // Calling poll again says the last batch was processed.
+            self.processed = self
+                .owned
+                .iter()
+                .filter_map(|(key, owned)| Some((key.clone(), owned.position()?)))
+                .collect();
+        }
         if Instant::now() >= self.next_heartbeat
             && self.coordinator.as_ref().is_none_or(Unavailable::due)
         {
@@ -861,26 +906,34 @@ impl GroupConsumer {
         }
     }
 
-    /// Commits and leaves the group (its partitions go to the others at
-    /// once). Dropping the consumer does the same, ignoring errors.
+    /// Commits the position of every owned partition (everything `poll`
+    /// returned counts as processed) and leaves the group: its partitions
+    /// go to the others at once. Dropping the member leaves too, but
+    /// commits less (see the module's documentation).
     pub fn close(mut self) -> Result<(), ClientError> {
-        self.leave()
+        let committed = self.commit();
+        let left = self.leave();
+        committed.and(left)
     }
 
     fn leave(&mut self) -> Result<(), ClientError> {
-        let committed = self.commit();
         self.owned.clear();
         let left = self.client.leave_group(&self.group, &self.joined);
         self.joined.session_id = 0;
-        committed.and(left)
+        left
     }
 }
 
 impl Drop for GroupConsumer {
     fn drop(&mut self) {
-        if self.joined.session_id != 0 {
-            let _ = self.leave();
+        if self.joined.session_id == 0 {
+            return;
         }
+        if self.config.auto_commit_interval.is_some() {
+            let processed = std::mem::take(&mut self.processed);
+            let _ = self.commit_positions(processed.into_iter().collect());
+        }
+        let _ = self.leave();
     }
 }
 

@@ -537,3 +537,77 @@ fn a_cli_member_of_a_missing_topic_says_it_waits_then_consumes_once_it_exists() 
         "{seen:?}"
     );
 }
+
+/// Issue 25, item 2: a member dropped while it processes a batch (here a
+/// panic) commits nothing of that batch. Without auto-commit it commits
+/// nothing at all; with it, what the polls before the last one returned.
+/// `close` commits everything polled.
+#[test]
+fn a_member_that_panics_mid_batch_commits_nothing_it_had_not_processed() {
+    let etcd = Etcd::start();
+    let brokers = cluster(&etcd, "panics");
+    let client = brokers[0].client();
+    create(&client, "work", 1, &brokers);
+    let address = brokers[0].address();
+    let committed = |group: &str| -> Option<u64> {
+        client
+            .describe_group(group)
+            .unwrap()
+            .partitions
+            .iter()
+            .find(|p| p.topic == "work")
+            .and_then(|p| p.offset)
+    };
+    let next_batch = |member: &mut GroupConsumer| {
+        let mut batch = Vec::new();
+        eventually("a batch", WAIT, || {
+            batch = member.poll().map_err(|e| e.to_string())?;
+            (!batch.is_empty()).then_some(()).ok_or("none".to_string())
+        });
+        batch
+    };
+    // Processes `batch` and panics halfway: the member goes with the panic.
+    let panic_in = |member: GroupConsumer, batch: Vec<protocol::client::GroupMessage>| {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _member = member;
+            for (i, _message) in batch.iter().enumerate() {
+                assert!(i < batch.len() / 2, "processing failed at message {i}");
+            }
+        }));
+        assert!(result.is_err(), "the processing panicked");
+    };
+    let config = |auto_commit_interval| GroupConfig {
+        auto_commit_interval,
+        ..GroupConfig::default()
+    };
+    produce_numbers(&client, "work", 1, 0, 100);
+
+    // Auto-commit off: nothing committed at all.
+    let mut member = GroupConsumer::subscribe(&address, "manual", &["work"], config(None)).unwrap();
+    let batch = next_batch(&mut member);
+    panic_in(member, batch);
+    assert_eq!(committed("manual"), None, "a drop without auto-commit");
+
+    // Auto-commit on (an interval longer than the test, so only the drop
+    // commits): the batch before, not the one being processed.
+    let long = Some(Duration::from_secs(3600));
+    let mut member = GroupConsumer::subscribe(&address, "auto", &["work"], config(long)).unwrap();
+    let first = next_batch(&mut member);
+    produce_numbers(&client, "work", 1, 100, 200);
+    let second = next_batch(&mut member);
+    let second_start = second[0].offset;
+    assert!(second_start > first.last().unwrap().offset);
+    panic_in(member, second);
+    assert_eq!(
+        committed("auto"),
+        Some(second_start),
+        "the drop commits up to the batch in hand"
+    );
+
+    // close commits everything polled.
+    let mut member = GroupConsumer::subscribe(&address, "closed", &["work"], config(None)).unwrap();
+    let batch = next_batch(&mut member);
+    let last = batch.last().unwrap().offset;
+    member.close().unwrap();
+    assert!(committed("closed").unwrap() > last);
+}

@@ -375,6 +375,7 @@ async fn shard_main(context: ShardContext) {
         incarnation: context.incarnation,
         lease: context.lease,
         links: RefCell::new(std::collections::HashSet::new()),
+        follows_changed: crate::notify::Notify::new(),
     });
     shard
         .storage

@@ -51,6 +51,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
 /// Starts the links this shard needs and has not: one per leader shard of
 /// the partitions it follows. A link ends by itself once it carries none.
 pub fn reconcile(shard: &Rc<Shard>) {
+    shard.follows_changed.notify_all();
     let mut wanted: Vec<LinkKey> = Vec::new();
     for replica in shard.all_replicas() {
         let r = replica.borrow();
@@ -219,6 +220,12 @@ where
         if replicas.is_empty() {
             return Ok(());
         }
+        // What this request was built from: a partition that joins the link
+        // while it waits at the leader (up to FETCH_WAIT_MS) starts a new
+        // connection at once instead of waiting for the answer — else a
+        // new topic's acks=all produces wait that long for their first
+        // follower fetch.
+        let known = replicas.clone();
         let now = Instant::now();
         backoff.retain(|_, until| *until > now);
         replicas.retain(|replica| {
@@ -244,7 +251,23 @@ where
         let header = multi_fetch::multi_fetch_request(&mut fbb, &parts, &request);
         let frame = frame_of(Api::MultiFetch, request_id, header);
         request_id = request_id.wrapping_add(1);
-        let (prefix, header, payload) = exchange(&mut stream, &frame).await?;
+        let joined = shard.follows_changed.wait_until(|| {
+            followed(shard, key)
+                .iter()
+                .any(|r| !known.iter().any(|k| Rc::ptr_eq(k, r)))
+        });
+        let answered =
+            futures_lite::future::or(async { Some(exchange(&mut stream, &frame).await) }, async {
+                joined.await;
+                None
+            })
+            .await;
+        let Some(answered) = answered else {
+            // Dropping the connection drops the request in flight: nothing
+            // of it was applied.
+            return Ok(());
+        };
+        let (prefix, header, payload) = answered?;
         if prefix.version_or_error != 0 {
             let message = verify::<wire::ErrorResponse>(&header)
                 .ok()

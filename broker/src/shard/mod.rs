@@ -143,6 +143,9 @@ pub struct Shard {
     pub lease: Option<std::sync::Arc<coordinator::registry::LeaseClock>>,
     /// The follower links running, by (leader broker, leader shard).
     pub links: RefCell<std::collections::HashSet<crate::replica::follower::LinkKey>>,
+    /// Notified when the partitions this shard follows may have changed:
+    /// a link waiting on its leader with an older set starts again.
+    pub follows_changed: crate::notify::Notify,
 }
 
 impl Shard {

@@ -391,8 +391,9 @@ class Producer:
     """Sends messages to one topic, batched per partition and pipelined.
 
     - ``acks``: ``"none"`` (no answer on success, the paper's mode),
-      ``"written"`` (default: in the broker's page cache) or ``"flushed"``
-      (fsynced and visible to consumers).
+      ``"written"`` (default: in the broker's page cache), ``"flushed"``
+      (fsynced and visible to consumers) or ``"all"`` (a replicated
+      topic: every in-sync replica has it; on one copy, ``"flushed"``).
     - A batch is sent when it holds ``batch_messages`` messages or
       ``batch_bytes`` bytes, or when ``linger`` seconds passed since its
       first message (checked on each :meth:`send`), and always by
@@ -406,7 +407,18 @@ class Producer:
     the first failure as :class:`BrokerError` (``failed`` counts them all);
     for ``acks="none"`` it ends with a Metadata round trip per connection,
     since a failed fire-and-forget produce is answered with an error in its
-    place. Delivery is at most once here: nothing is retried.
+    place.
+
+    A batch refused with a code that passes (``NOT_LEADER``,
+    ``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH``, ``NOT_OWNER``,
+    ``NOT_ENOUGH_REPLICAS``, ``OVERLOADED``, ``SHUTTING_DOWN``,
+    ``STORAGE_UNAVAILABLE``: a leader moved or a broker is busy) is sent
+    again, after a back-off and fresh Metadata, to the partition's leader
+    now, up to ``retries`` times. Delivery is then **at least once**: an
+    ``acks="all"`` batch answered ``NOT_LEADER`` because the leadership
+    moved while it waited may have been kept, and is stored twice; a
+    resent batch may land after a later one. Other failures, and
+    ``acks="none"`` (whose batches are not kept), are not resent.
     """
 
     def __init__(
@@ -419,6 +431,7 @@ class Producer:
         batch_bytes: int = 1 << 20,
         linger: float = 0.005,
         max_in_flight: int = 64,
+        retries: int = 16,
     ) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be one of {sorted(_ACKS)}, got {acks!r}")
@@ -429,11 +442,14 @@ class Producer:
         self.batch_bytes = batch_bytes
         self.linger = linger
         self.max_in_flight = max_in_flight
+        self.retries = retries
         metadata = client.metadata([topic])
         if topic not in metadata.topics:
             raise BrokerError(7, f"no topic {topic!r}")
         self.partitions = len(metadata.topics[topic].partitions)
-        self._owner = [metadata.owner_address(topic, p) or client.conn.address for p in range(self.partitions)]
+        self._owner: List[str] = []
+        self._conns: Dict[str, Connection] = {}
+        self._route(metadata)
         self._headers = []
         for p in range(self.partitions):
             b = flatbuffers.Builder(64)
@@ -447,10 +463,28 @@ class Producer:
         self._batch_bytes: Dict[int, int] = {}
         self._batch_started: Dict[int, float] = {}
         self._sticky: Optional[int] = None
-        self._in_flight: Dict[str, Deque[Tuple[int, int]]] = {}
+        # Per connection: (request id, messages, partition, the batch's
+        # bytes (kept for a resend; empty with acks="none"), sends so far).
+        self._in_flight: Dict[str, Deque[Tuple[int, int, int, bytes, int]]] = {}
         self.acked = 0
         self.failed = 0
+        self.resent = 0
         self._first_error: Optional[BrokerError] = None
+
+    def _connection(self, address: str) -> Connection:
+        # The producer's own: a Metadata request on the client's bootstrap
+        # connection (a resend's) must not read a produce answer meant for
+        # this producer, nor this producer read its answer.
+        conn = self._conns.get(address)
+        if conn is None or conn.broken:
+            conn = Connection(address, self.client.timeout)
+            self._conns[address] = conn
+        return conn
+
+    def _route(self, metadata: Metadata) -> None:
+        self._owner = [
+            metadata.owner_address(self.topic, p) or self.client.conn.address for p in range(self.partitions)
+        ]
 
     def partition_for(self, key: Optional[bytes]) -> int:
         """The partition a message without an explicit one goes to."""
@@ -486,35 +520,54 @@ class Producer:
             return
         if p == self._sticky:
             self._sticky = None
+        self._write(p, b"".join(batch), len(batch), 0)
+
+    def _write(self, p: int, payload: bytes, count: int, sends: int) -> None:
         address = self._owner[p]
-        conn = self.client.connection(address)
+        conn = self._connection(address)
         queue = self._in_flight.setdefault(address, deque())
         while self.acks != "none" and len(queue) >= self.max_in_flight:
             self._read_one(conn, queue)
-        request_id = conn.send(Api.PRODUCE, self._headers[p], b"".join(batch))
-        queue.append((request_id, len(batch)))
+        request_id = conn.send(Api.PRODUCE, self._headers[p], payload)
+        kept = payload if self.acks != "none" else b""
+        queue.append((request_id, count, p, kept, sends + 1))
 
-    def _read_one(self, conn: Connection, queue: Deque[Tuple[int, int]]) -> None:
+    def _read_one(self, conn: Connection, queue: Deque[Tuple[int, int, int, bytes, int]]) -> None:
         request_id, error, header, _ = conn.recv()
         while queue and queue[0][0] != request_id:
             # An earlier acks=none request's error, or one answered already.
             queue.popleft()
-        count = queue.popleft()[1] if queue else 0
-        if error:
-            self.failed += max(count, 1)
-            if self._first_error is None:
-                self._first_error = broker_error(error, header)
+        if not queue:
+            count, p, payload, sends = 0, 0, b"", 0
         else:
+            _, count, p, payload, sends = queue.popleft()
+        if not error:
             ProduceResponse.ProduceResponse.GetRootAs(header, 0)
             self.acked += count
+            return
+        failure = broker_error(error, header)
+        if payload and failure.retriable and sends <= self.retries:
+            # The leader moved or the broker is busy: look again, then send
+            # the batch where the partition is now.
+            time.sleep(min(0.05 * 2 ** (sends - 1), 1.0))
+            try:
+                self._route(self.client.metadata([self.topic]))
+            except RinglogError:
+                pass  # the old route; the resend's answer says what next
+            self.resent += 1
+            self._write(p, payload, count, sends)
+            return
+        self.failed += max(count, 1)
+        if self._first_error is None:
+            self._first_error = failure
 
-    def _settle_fire_and_forget(self, conn: Connection, queue: Deque[Tuple[int, int]]) -> None:
+    def _settle_fire_and_forget(self, conn: Connection, queue: Deque[Tuple[int, int, int, bytes, int]]) -> None:
         # Successes are silent; a failure is answered in its place, so every
         # error frame arrives before this Metadata request's answer.
         b = flatbuffers.Builder(64)
         MetadataRequest.Start(b)
         marker = conn.send(Api.METADATA, _finish(b, MetadataRequest.End(b)))
-        sent = dict(queue)
+        sent = {entry[0]: entry[1] for entry in queue}
         queue.clear()
         failed = 0
         while True:
@@ -534,20 +587,28 @@ class Producer:
         messages were acknowledged in all. Raises the first failure."""
         for p in list(self._batches):
             self._send_batch(p)
-        for address, queue in self._in_flight.items():
-            conn = self.client.connection(address)
-            if self.acks == "none":
-                self._settle_fire_and_forget(conn, queue)
-            while queue:
-                self._read_one(conn, queue)
+        # A resend may go to another connection: go round until all are done.
+        while any(self._in_flight.values()):
+            for address in list(self._in_flight):
+                queue = self._in_flight[address]
+                conn = self._connection(address)
+                if self.acks == "none" and queue:
+                    self._settle_fire_and_forget(conn, queue)
+                while queue:
+                    self._read_one(conn, queue)
         error, self._first_error = self._first_error, None
         if error is not None:
             raise error
         return self.acked
 
     def close(self) -> None:
-        """Flushes."""
-        self.flush()
+        """Flushes, then closes the producer's connections."""
+        try:
+            self.flush()
+        finally:
+            for conn in self._conns.values():
+                conn.close()
+            self._conns.clear()
 
 
 class Consumer:

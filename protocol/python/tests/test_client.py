@@ -96,7 +96,7 @@ def test_keys_map_to_partitions_as_the_rust_client_maps_them(client):
     assert ringlog.fnv1a(b"key-7") == 8147958347810898444  # PROTOCOL.md's example
 
 
-@pytest.mark.parametrize("acks", ["none", "written", "flushed"])
+@pytest.mark.parametrize("acks", ["none", "written", "flushed", "all"])
 def test_every_ack_mode_stores_every_message(client, acks):
     topic = fresh_topic(client, partitions=2)
     producer = ringlog.Producer(client, topic, acks=acks, batch_messages=10)

@@ -2,8 +2,8 @@
 //! against the real broker binary. This test builds a virtualenv under
 //! `target/tools/python-venv`, installs the package from `protocol/python`
 //! and pytest into it (from PyPI), starts a standalone broker with two
-//! shards and a cluster member (on a real etcd, for the group consumer) and
-//! runs pytest. A machine without `python3 -m venv` fails here, loudly.
+//! shards and two cluster members (on a real etcd, for the group consumer
+//! and a replicated topic) and runs pytest. A machine without `python3 -m venv` fails here, loudly.
 
 use harness::{binary, Broker, BrokerOptions};
 use std::path::{Path, PathBuf};
@@ -73,6 +73,8 @@ fn the_python_client_passes_its_tests_against_the_broker() {
     // The group consumer's tests need a cluster: a real etcd and a member.
     let etcd = harness::etcd::Etcd::start();
     let member = Broker::start(BrokerOptions::clustered(&etcd, "python", 1));
+    // A second one, for the replicated topic's tests (test_replication.py).
+    let _second = Broker::start(BrokerOptions::clustered(&etcd, "python", 2));
     let output = run(
         Command::new(&python)
             .args(["-m", "pytest", "-q", "-s", "-p", "no:cacheprovider"])

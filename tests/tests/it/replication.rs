@@ -761,3 +761,131 @@ fn r20_write_caching_acks_all_without_a_flush_and_survives_a_leader_kill_9() {
         "every acknowledged message on the new leader"
     );
 }
+
+/// The leader epoch's error paths: a produce or fetch naming an older
+/// epoch than the partition's is FENCED_LEADER_EPOCH (naming the leader),
+/// a newer one UNKNOWN_LEADER_EPOCH, the current one passes; a consumer
+/// whose last epoch is newer than the leader's own (it read from a newer
+/// leader: this one is stale) is UNKNOWN_LEADER_EPOCH too — in a Fetch and
+/// in a MultiFetch part.
+#[test]
+fn r20_6_stale_and_future_leader_epochs_are_refused_with_their_codes() {
+    use protocol::codec::{self, FetchArgs, ReplicaFetch};
+    use protocol::frame::Api;
+    let etcd = Etcd::start();
+    let mut brokers = cluster(&etcd, "epochs", 2);
+    let client = brokers[0].client();
+    client.create_topic("ep", 1, &replicated(2, 1)).unwrap();
+    let mut producer = all_producer(&client, "ep");
+    producer.send_to(0, None, b"epoch 0").unwrap();
+    producer.flush().unwrap();
+    drop(producer);
+    // A leader change: epoch 1 on the other broker.
+    let leader = metadata(&client, "ep").topics[0].partitions[0].broker_id;
+    let old = brokers
+        .iter()
+        .position(|b| b.options().broker_id == leader)
+        .unwrap();
+    brokers[old].kill9();
+    let survivor = brokers[1 - old].client();
+    let p = eventually("a new leader in epoch 1", WAIT, || {
+        let p = metadata(&survivor, "ep").topics[0].partitions[0].clone();
+        if p.broker_id != leader && p.leader_epoch == 1 {
+            Ok(p)
+        } else {
+            Err(format!("{p:?}"))
+        }
+    });
+    let mut set = Vec::new();
+    protocol::message::encode_message(&mut set, None, b"m");
+    let mut conn = survivor.open(&brokers[1 - old].address()).unwrap();
+    let mut produce = |epoch: i32| {
+        let header =
+            codec::produce_request_at(&mut conn.fbb, "ep", "", 0, AckMode::Flushed, epoch).to_vec();
+        conn.call(Api::Produce, &header, &set)
+    };
+    let fenced = produce(0).unwrap_err();
+    assert_eq!(
+        fenced.code(),
+        Some(ErrorCode::FencedLeaderEpoch),
+        "{fenced}"
+    );
+    assert!(fenced.to_string().contains("epoch 1"), "{fenced}");
+    let future = produce(7).unwrap_err();
+    assert_eq!(
+        future.code(),
+        Some(ErrorCode::UnknownLeaderEpoch),
+        "{future}"
+    );
+    produce(1).unwrap();
+
+    let mut conn = survivor.open(&brokers[1 - old].address()).unwrap();
+    let args = FetchArgs {
+        offset: 0,
+        max_bytes: 4096,
+        max_wait_ms: 0,
+    };
+    let mut fetch = |leader_epoch: i32, last_fetched_epoch: i32| {
+        let replica = ReplicaFetch {
+            leader_epoch,
+            last_fetched_epoch,
+            ..ReplicaFetch::consumer()
+        };
+        let header =
+            codec::replica_fetch_request(&mut conn.fbb, "ep", "", 0, args, &replica).to_vec();
+        conn.call(Api::Fetch, &header, &[])
+    };
+    let fenced = fetch(0, -1).unwrap_err();
+    assert_eq!(
+        fenced.code(),
+        Some(ErrorCode::FencedLeaderEpoch),
+        "{fenced}"
+    );
+    let future = fetch(2, -1).unwrap_err();
+    assert_eq!(
+        future.code(),
+        Some(ErrorCode::UnknownLeaderEpoch),
+        "{future}"
+    );
+    let stale = fetch(-1, 5).unwrap_err();
+    assert_eq!(stale.code(), Some(ErrorCode::UnknownLeaderEpoch), "{stale}");
+    assert!(
+        stale.to_string().contains("newer than this broker's"),
+        "{stale}"
+    );
+    let answer = fetch(1, 0).unwrap();
+    let response =
+        protocol::codec::verify::<protocol::wire::FetchResponse>(&answer.header).unwrap();
+    assert_eq!(response.leader_epoch(), p.leader_epoch);
+    assert_eq!(response.chunk_epoch(), 0, "the first chunk is epoch 0's");
+    assert_eq!(response.diverging_epoch(), -1, "nothing was cut");
+
+    // The same consumer check in a MultiFetch part.
+    let part = codec::multi_fetch::FetchPart {
+        topic: "ep".into(),
+        topic_id: String::new(),
+        partition: 0,
+        offset: 0,
+        max_bytes: 4096,
+        leader_epoch: -1,
+        last_fetched_epoch: 5,
+        flushed_offset: 0,
+    };
+    let request = codec::multi_fetch::MultiFetch {
+        max_bytes: 4096,
+        max_wait_ms: 0,
+        replica_id: -1,
+        incarnation: String::new(),
+    };
+    let header = codec::multi_fetch::multi_fetch_request(&mut conn.fbb, &[part], &request).to_vec();
+    let answer = conn.call(Api::MultiFetch, &header, &[]).unwrap();
+    let parts =
+        codec::multi_fetch::decode_multi_fetch_response(&answer.header, answer.payload.len())
+            .unwrap();
+    assert_eq!(
+        parts[0].0.error,
+        ErrorCode::UnknownLeaderEpoch,
+        "{:?}",
+        parts[0].0
+    );
+}

@@ -8,18 +8,9 @@ import time
 import uuid
 
 import ringlog
+from test_client import read_partition
 
 CLUSTER = os.environ.get("RINGLOG_CLUSTER_BROKERS", "")
-
-
-def read_partition(client, topic, partition):
-    consumer = ringlog.Consumer(client, topic, partition, 0, max_wait_ms=0)
-    out = []
-    while True:
-        batch = consumer.poll()
-        if not batch and consumer.at_end:
-            return out
-        out.extend(batch)
 
 
 def test_acks_all_follows_not_leader_to_the_leader_and_loses_nothing():

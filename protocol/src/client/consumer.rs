@@ -342,19 +342,13 @@ impl Consumer {
     /// Returns the flushed offset and the chunk's leader epoch.
     fn fetch_positioned(&mut self) -> Result<(u64, i32), ClientError> {
         let answer = self.fetch_answer()?;
-        if let Some((epoch, end)) = answer.diverging.filter(|&(_, end)| end < self.offset) {
-            // The log was cut under the position: what lay in [end,
-            // position) is gone. Continue at the cut, a message boundary.
-            if self.truncations.len() < TRUNCATIONS_KEPT {
-                self.truncations.push(Truncation {
-                    topic: self.topic.clone(),
-                    partition: self.partition,
-                    from: end,
-                    to: self.offset,
-                });
-            }
-            self.offset = end;
+        if let Some((cut, epoch)) = answer.cut_under(&self.topic, self.partition, self.offset) {
+            // Continue at the cut, a message boundary.
+            self.offset = cut.from;
             self.epoch = epoch;
+            if self.truncations.len() < TRUNCATIONS_KEPT {
+                self.truncations.push(cut);
+            }
             self.verified = true;
             let answer = self.fetch_answer()?;
             return self.take_answer(&answer);
@@ -541,6 +535,21 @@ pub(super) struct FetchAnswer {
     pub chunk_epoch: i32,
     /// The fetcher's last epoch ends in the leader's log there.
     pub diverging: Option<(i32, u64)>,
+}
+
+impl FetchAnswer {
+    /// The cut an unclean election made under `offset`, as the leader
+    /// reports it: what was read and is gone, and the epoch to continue in.
+    pub fn cut_under(&self, topic: &str, partition: u32, offset: u64) -> Option<(Truncation, i32)> {
+        let (epoch, end) = self.diverging.filter(|&(_, end)| end < offset)?;
+        let cut = Truncation {
+            topic: topic.to_string(),
+            partition,
+            from: end,
+            to: offset,
+        };
+        Some((cut, epoch))
+    }
 }
 
 /// Checks a fetch response against the request (offset `offset`) and

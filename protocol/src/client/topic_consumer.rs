@@ -713,23 +713,17 @@ impl Fetcher {
     fn parse(&mut self, index: usize, frame: &ResponseFrame) -> Result<Option<Event>, ClientError> {
         let cursor = &mut self.cursors[index];
         let answer = check_fetch_response(frame, cursor.offset)?;
-        if let Some((epoch, end)) = answer.diverging.filter(|&(_, end)| end < cursor.offset) {
+        if let Some((cut, epoch)) = answer.cut_under(&self.topic, cursor.partition, cursor.offset) {
             // An unclean election cut the log under the position: go on
             // from the cut, a message boundary, and say what is gone.
-            let cut = Truncation {
-                topic: self.topic.clone(),
-                partition: cursor.partition,
-                from: end,
-                to: cursor.offset,
-            };
-            cursor.offset = end;
+            cursor.offset = cut.from;
             cursor.epoch = epoch;
             cursor.verified = true;
             cursor.caught_up = false;
             return Ok(Some(Event::Chunk {
                 partition: cursor.partition,
                 messages: Vec::new(),
-                next_offset: end,
+                next_offset: cut.from,
                 cut: Some(cut),
             }));
         }

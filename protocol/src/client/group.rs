@@ -297,6 +297,8 @@ pub struct GroupConsumer {
     /// With auto-commit: the positions as of the start of the last poll,
     /// everything earlier polls returned — what a drop commits.
     processed: BTreeMap<(String, u32), Position>,
+    /// Subscribed topics that do not exist, since when.
+    missing: BTreeMap<String, Instant>,
     next_heartbeat: Instant,
     last_commit: Instant,
     cursor: usize,
@@ -385,7 +387,8 @@ impl Unavailable {
 pub struct Outage {
     /// The topic, or empty for the coordinator.
     pub topic: String,
-    /// The partition; `None` for the coordinator (heartbeats, commits).
+    /// The partition; `None` for the coordinator (heartbeats, commits;
+    /// `topic` empty) and for a subscribed topic that does not exist.
     pub partition: Option<u32>,
     /// How long it has been unavailable.
     pub since: Duration,
@@ -410,14 +413,28 @@ fn coordinator_away(error: &ClientError) -> bool {
 
 impl GroupConsumer {
     /// Joins `group` through the brokers at `brokers` (comma-separated)
-    /// and takes this member's share of `topics`.
+    /// and takes this member's share of `topics`, with the default
+    /// [`ClientConfig`](super::ClientConfig) (plain TCP); see
+    /// [`GroupConsumer::subscribe_with`] for TLS and other timeouts.
     pub fn subscribe(
         brokers: &str,
         group: &str,
         topics: &[&str],
         config: GroupConfig,
     ) -> Result<GroupConsumer, ClientError> {
-        let client = Client::connect(brokers)?;
+        GroupConsumer::subscribe_with(&Client::connect(brokers)?, group, topics, config)
+    }
+
+    /// [`GroupConsumer::subscribe`] through `client`: the member's
+    /// connections (coordinator and partitions) take its configuration —
+    /// TLS, connect and request timeouts, retries.
+    pub fn subscribe_with(
+        client: &Client,
+        group: &str,
+        topics: &[&str],
+        config: GroupConfig,
+    ) -> Result<GroupConsumer, ClientError> {
+        let client = client.clone();
         let session_ms = u32::try_from(config.session_timeout.as_millis()).unwrap_or(u32::MAX);
         let joined = client.join_group(group, &config.member_name, topics, session_ms)?;
         let mut consumer = GroupConsumer {
@@ -431,6 +448,7 @@ impl GroupConsumer {
             committed: BTreeMap::new(),
             truncations: Vec::new(),
             processed: BTreeMap::new(),
+            missing: BTreeMap::new(),
             next_heartbeat: Instant::now(),
             last_commit: Instant::now(),
             cursor: 0,
@@ -442,8 +460,10 @@ impl GroupConsumer {
     }
 
     /// What this member cannot reach now: partitions whose broker is down
-    /// (retried with back-off while the others are consumed), and the
-    /// coordinator if heartbeats or commits fail. Empty when all is well.
+    /// (retried with back-off while the others are consumed), the
+    /// coordinator if heartbeats or commits fail, and subscribed topics that
+    /// do not exist (the member waits for them: `partition` is `None`, the
+    /// error UNKNOWN_TOPIC). Empty when all is well.
     pub fn outages(&self) -> Vec<Outage> {
         let mut outages: Vec<Outage> = self
             .owned
@@ -459,6 +479,23 @@ impl GroupConsumer {
                 })
             })
             .collect();
+        for (topic, since) in &self.missing {
+            outages.push(Outage {
+                topic: topic.clone(),
+                partition: None,
+                since: since.elapsed(),
+                attempts: 0,
+                error: ClientError::Broker {
+                    code: ErrorCode::UnknownTopic,
+                    message: format!(
+                        "topic {topic:?} does not exist (yet): this member of group {:?} waits for it to be created",
+                        self.group
+                    ),
+                    range: None,
+                    owner_broker_id: None,
+                },
+            });
+        }
         if let Some(u) = &self.coordinator {
             outages.push(Outage {
                 topic: String::new(),
@@ -536,6 +573,20 @@ impl GroupConsumer {
     /// claim what comes; on a lost claim release everything, back off and
     /// start again from a fresh view.
     fn rebalance(&mut self, mut view: GroupView) -> Result<(), ClientError> {
+        // Subscribed topics the view does not know (with partitions) do
+        // not exist: noted since the first view that lacked them.
+        let now = Instant::now();
+        let exists = |view: &GroupView, topic: &str| {
+            view.topics
+                .iter()
+                .any(|t| t.name == topic && t.partitions > 0)
+        };
+        self.missing.retain(|topic, _| !exists(&view, topic));
+        for topic in &self.topics {
+            if !exists(&view, topic) {
+                self.missing.entry(topic.clone()).or_insert(now);
+            }
+        }
         for attempt in 0..CLAIM_ATTEMPTS_MAX {
             self.view = view.clone();
             let wanted: BTreeSet<(String, u32)> = view

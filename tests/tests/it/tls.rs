@@ -450,3 +450,75 @@ fn r20_followers_fetch_from_their_leaders_over_tls() {
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("tls_peer_ca"), "{stderr}");
 }
+
+/// Issue 25, item 4: a group member takes its client's configuration (here
+/// TLS with a client certificate, which a plain `subscribe` cannot speak),
+/// and a subscribed topic that does not exist is an outage saying so, not
+/// an idle member; once the topic is created the member reads it.
+#[test]
+fn a_group_member_speaks_tls_through_its_client_and_says_when_its_topic_is_missing() {
+    use protocol::client::{GroupConfig, GroupConsumer};
+    let etcd = harness::etcd::Etcd::start();
+    let files = make_certificates(&cert_dir("group"));
+    let mut options = super::replication::options(&etcd, "tls-group", 1);
+    options.config_toml.push_str(&files.broker_toml(true));
+    let broker = Broker::start(options);
+    let plain =
+        GroupConsumer::subscribe(&broker.address(), "g", &["later"], GroupConfig::default());
+    assert!(plain.is_err(), "plain TCP to a TLS broker");
+    let client = Client::with_config(&broker.address(), config(trusted(&files))).unwrap();
+    let mut member = GroupConsumer::subscribe_with(
+        &client,
+        "g",
+        &["later"],
+        GroupConfig {
+            auto_commit_interval: None,
+            ..GroupConfig::default()
+        },
+    )
+    .unwrap();
+    assert!(member.poll().unwrap().is_empty());
+    let outages = member.outages();
+    assert!(
+        outages.iter().any(|o| o.topic == "later"
+            && o.partition.is_none()
+            && o.error.code() == Some(protocol::ErrorCode::UnknownTopic)
+            && o.error.to_string().contains("does not exist (yet)")),
+        "{outages:?}"
+    );
+    client
+        .create_topic("later", 2, &TopicSettings::default())
+        .unwrap();
+    let mut producer = Producer::new(
+        &client,
+        "later",
+        ProducerConfig {
+            acks: AckMode::Flushed,
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap();
+    for i in 0..20u64 {
+        producer
+            .send_to((i % 2) as u32, None, &numbered_payload(i, 16))
+            .unwrap();
+    }
+    producer.flush().unwrap();
+    let mut got = Vec::new();
+    harness::eventually(
+        "the member reads the new topic over TLS",
+        Duration::from_secs(60),
+        || {
+            for m in member.poll().map_err(|e| e.to_string())? {
+                got.push(check_numbered_payload(&m.value, 16));
+            }
+            (got.len() >= 20)
+                .then_some(())
+                .ok_or(format!("{} of 20", got.len()))
+        },
+    );
+    got.sort_unstable();
+    assert_eq!(got, (0..20).collect::<Vec<_>>());
+    assert!(member.outages().is_empty(), "{:?}", member.outages());
+    member.close().unwrap();
+}

@@ -997,7 +997,12 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
             .map(|(t, p)| format!("{t}-{p}"))
             .collect();
         outages.gone_elsewhere = owned;
-        outages.report(consumer.outages().into_iter().map(|o| {
+        // A topic that does not exist yet was said once, above.
+        let outages_now = consumer
+            .outages()
+            .into_iter()
+            .filter(|o| o.partition.is_some() || o.topic.is_empty());
+        outages.report(outages_now.map(|o| {
             let what = match o.partition {
                 Some(p) => format!("{}-{p}", o.topic),
                 None => format!("group {group}'s coordinator"),

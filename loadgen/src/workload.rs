@@ -301,6 +301,7 @@ fn produce_thread(
             shard_aware: spec.shard_aware,
             delivery_reports: false,
             track_latency: spec.acks != AckMode::None,
+            ..ProducerConfig::default()
         },
     )?;
     let payload: Vec<u8> = (0..spec.size).map(|i| b'a' + (i % 26) as u8).collect();

@@ -6,7 +6,7 @@
 //! ```
 
 use protocol::client::{
-    AckMode, Client, ClientError, Producer, ProducerConfig, Receipt, TopicSettings,
+    AckMode, Client, ClientError, Outcome, Producer, ProducerConfig, Receipt, TopicSettings,
 };
 use protocol::ErrorCode;
 use std::time::Duration;
@@ -43,7 +43,7 @@ fn main() -> Result<(), ClientError> {
     let deliveries = producer.take_deliveries();
     let stored: u64 = deliveries
         .iter()
-        .filter(|d| d.result.is_ok())
+        .filter(|d| d.stored().is_some())
         .map(|d| u64::from(d.messages))
         .sum();
     println!(
@@ -51,13 +51,19 @@ fn main() -> Result<(), ClientError> {
         receipts.len(),
         deliveries.len()
     );
-    for delivery in deliveries.iter().filter(|d| d.result.is_err()) {
+    for delivery in &deliveries {
         let lost = receipts.iter().filter(|r| delivery.covers(r)).count();
-        if let Err(error) = &delivery.result {
-            eprintln!(
+        match &delivery.outcome {
+            Outcome::Stored(_) => {}
+            Outcome::Failed(error) => eprintln!(
                 "partition {}: {lost} messages not stored: {error}",
                 delivery.partition
-            );
+            ),
+            // Its answer was lost: read the partition to know.
+            Outcome::Unknown(error) => eprintln!(
+                "partition {}: {lost} messages perhaps stored: {error}",
+                delivery.partition
+            ),
         }
     }
     flushed

@@ -98,11 +98,16 @@ pub enum ErrorCode {
     /// A reassignment's replica set is not a set of distinct live brokers,
     /// or is smaller than the topic's `min_insync_replicas`.
     InvalidReplicas = 33,
+    /// An acks=all produce was appended on the leader, but the leadership
+    /// moved (or the leader's storage failed) before every in-sync replica
+    /// had it: the messages may or may not be kept. Retriable; a resend
+    /// may store them twice (at least once).
+    NotEnoughReplicasAfterAppend = 34,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 34] = [
+    pub const ALL: [ErrorCode; 35] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -137,6 +142,7 @@ impl ErrorCode {
         ErrorCode::UnknownLeaderEpoch,
         ErrorCode::ElectionNotPossible,
         ErrorCode::InvalidReplicas,
+        ErrorCode::NotEnoughReplicasAfterAppend,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -185,6 +191,7 @@ impl ErrorCode {
             ErrorCode::UnknownLeaderEpoch => "UNKNOWN_LEADER_EPOCH",
             ErrorCode::ElectionNotPossible => "ELECTION_NOT_POSSIBLE",
             ErrorCode::InvalidReplicas => "INVALID_REPLICAS",
+            ErrorCode::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
         }
     }
 }
@@ -206,5 +213,20 @@ mod tests {
             assert_eq!(ErrorCode::from_u16(i as u16), Ok(*code));
         }
         assert_eq!(ErrorCode::from_u16(999), Err(999));
+    }
+
+    /// PROTOCOL.md's table and the Python client list every code with its
+    /// number, so a client written from either knows the new ones.
+    #[test]
+    fn every_code_is_in_the_spec_and_the_python_client() {
+        let spec = include_str!("../PROTOCOL.md");
+        let python = include_str!("../python/ringlog/errors.py");
+        for code in ErrorCode::ALL {
+            let n = code as u16;
+            let row = format!("| {n:<4} | {}", code.name());
+            assert!(spec.contains(&row), "PROTOCOL.md lacks {row:?}");
+            let member = format!("    {} = {n}\n", code.name());
+            assert!(python.contains(&member), "errors.py lacks {member:?}");
+        }
     }
 }

@@ -236,6 +236,7 @@ fn write(address: &str, partition: u32, first: u64, acked: &AtomicU64) {
         acks: AckMode::Flushed,
         batch_messages: 20,
         linger: Duration::from_secs(60),
+        retries: 0,
         ..ProducerConfig::default()
     };
     let Ok(mut producer) = Producer::new(&client, TOPIC, config) else {

@@ -3,7 +3,8 @@
 //! request's leader epoch is checked (FENCED_LEADER_EPOCH when older,
 //! UNKNOWN_LEADER_EPOCH when newer than this copy knows); acks=all is
 //! refused with NOT_ENOUGH_REPLICAS before appending when the ISR is too
-//! small, and answered once the high watermark covers the set. A follower's
+//! small, answered once the high watermark covers the set, and answered
+//! NOT_ENOUGH_REPLICAS_AFTER_APPEND if the leadership moves first. A follower's
 //! fetch is answered in `multi_fetch.rs`.
 
 use super::Failure;
@@ -143,10 +144,13 @@ pub async fn await_replicated(replica: &SharedReplica, end: u64) -> Result<(), F
     if let Some(reason) = l.poisoned() {
         return Err(Failure::new(ErrorCode::StorageFailed, reason.to_string()));
     }
+    // Appended here, perhaps copied: a code of its own, so the client
+    // reports the batch's fate as unknown (every NOT_LEADER means nothing
+    // was appended).
     Err(Failure {
         owner_broker_id: Some(r.leader()),
         ..Failure::new(
-            ErrorCode::NotLeader,
+            ErrorCode::NotEnoughReplicasAfterAppend,
             format!(
                 "{}: leadership moved (to broker {}, epoch {}) before the messages were replicated; they may or may not be kept: retry",
                 r.label,

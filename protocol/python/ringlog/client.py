@@ -411,12 +411,14 @@ class Producer:
 
     A batch refused with a code that passes (``NOT_LEADER``,
     ``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH``, ``NOT_OWNER``,
-    ``NOT_ENOUGH_REPLICAS``, ``OVERLOADED``, ``SHUTTING_DOWN``,
+    ``NOT_ENOUGH_REPLICAS``, ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``,
+    ``OVERLOADED``, ``SHUTTING_DOWN``,
     ``STORAGE_UNAVAILABLE``: a leader moved or a broker is busy) is sent
     again, after a back-off and fresh Metadata, to the partition's leader
     now, up to ``retries`` times. Delivery is then **at least once**: an
-    ``acks="all"`` batch answered ``NOT_LEADER`` because the leadership
-    moved while it waited may have been kept, and is stored twice; a
+    ``acks="all"`` batch answered ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``
+    (appended, then the leadership moved before it was replicated) may
+    have been kept, and is stored twice; a
     resent batch may land after a later one. Other failures, and
     ``acks="none"`` (whose batches are not kept), are not resent.
     """

@@ -43,6 +43,7 @@ class ErrorCode(enum.IntEnum):
     UNKNOWN_LEADER_EPOCH = 31
     ELECTION_NOT_POSSIBLE = 32
     INVALID_REPLICAS = 33
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 34
 
 
 #: Codes after which the same request may succeed later.
@@ -57,6 +58,7 @@ RETRIABLE = frozenset(
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.NOT_ENOUGH_REPLICAS,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
     }
 )
 

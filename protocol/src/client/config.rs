@@ -37,7 +37,9 @@ pub struct ClientConfig {
     /// broken or timed-out connection, NOT_OWNER, OVERLOADED,
     /// SHUTTING_DOWN, STORAGE_UNAVAILABLE) is tried again, each after
     /// reconnecting and refreshing metadata. 0 turns retries off.
-    /// Default 16 (about 13 s of backoff in all).
+    /// Default 16 (about 13 s of backoff in all). A producer's batches
+    /// have their own bound, a deadline:
+    /// [`ProducerConfig::delivery_timeout`](super::ProducerConfig::delivery_timeout).
     pub retries: u32,
     /// The wait before the first retry; it doubles for each further one.
     /// Default 100 ms.

@@ -243,7 +243,7 @@ impl Connection {
             {
                 Err(ClientError::Timeout {
                     address: self.address.clone(),
-                    during: "a response",
+                    during: "the request",
                     waited: self.waiting,
                 })
             }
@@ -316,7 +316,10 @@ fn broker_error(code: u16, header: &[u8]) -> ClientError {
                 .then(|| (error.start_offset(), error.end_offset())),
             owner_broker_id: matches!(
                 code,
-                ErrorCode::NotOwner | ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch
+                ErrorCode::NotOwner
+                    | ErrorCode::NotLeader
+                    | ErrorCode::FencedLeaderEpoch
+                    | ErrorCode::NotEnoughReplicasAfterAppend
             )
             .then(|| error.owner_broker_id()),
         },

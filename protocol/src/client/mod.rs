@@ -54,7 +54,7 @@ pub use group::{GroupConfig, GroupConsumer, GroupMessage, Outage, StartFrom};
 pub use offset_store::OffsetStore;
 pub use prefetch::PrefetchConsumer;
 pub use producer::{
-    partition_for_key, Delivery, Partitioner, Producer, ProducerConfig, Receipt, Stored,
+    partition_for_key, Delivery, Outcome, Partitioner, Producer, ProducerConfig, Receipt, Stored,
 };
 pub use tls::{Stream, TlsConfig};
 pub use topic_consumer::{
@@ -156,16 +156,32 @@ pub enum ClientError {
         waited: std::time::Duration,
     },
     /// Messages a producer gave up on: each was refused with an error that
-    /// does not pass, or its retries ran out (per-batch detail in the
-    /// producer's delivery reports). The producer stays usable.
-    #[error("{messages} message(s) in {batches} batch(es) were not delivered; the first failure: {first}")]
+    /// does not pass, or its delivery timeout or retries ran out (per-batch
+    /// detail in the producer's delivery reports). `unknown` of them may
+    /// have been stored all the same: an answer was lost, or the broker
+    /// appended them before it failed. The producer stays usable.
+    #[error("{messages} message(s) in {batches} batch(es) were not delivered{}; the first failure: {first}", in_doubt(*.unknown))]
     Undelivered {
         /// Messages not delivered.
         messages: u64,
         /// Produce requests (batches) they were in.
         batches: u64,
+        /// Of `messages`, those whose fate is unknown
+        /// ([`Outcome::Unknown`]).
+        unknown: u64,
         /// The first batch's failure.
         first: Box<ClientError>,
+    },
+    /// A batch the producer gave up on when its
+    /// [`delivery_timeout`](ProducerConfig::delivery_timeout)
+    /// passed, counted from when its first message was queued; `last` is
+    /// what its last attempt met.
+    #[error("not delivered within the delivery timeout of {timeout:?}; the last attempt: {last}")]
+    DeliveryTimeout {
+        /// The producer's delivery timeout.
+        timeout: std::time::Duration,
+        /// The last attempt's error.
+        last: Box<ClientError>,
     },
     /// The topic was deleted and created again under the same name (its id
     /// changed): positions, placement and batches of the old topic do not
@@ -191,6 +207,16 @@ pub enum ClientError {
         /// The broker that stores it.
         broker_id: u32,
     },
+}
+
+/// The note an [`ClientError::Undelivered`] adds for messages that may
+/// have been stored.
+fn in_doubt(unknown: u64) -> String {
+    match unknown {
+        0 => String::new(),
+        1 => " (1 of them may have been stored: its fate is unknown)".into(),
+        n => format!(" ({n} of them may have been stored: their fate is unknown)"),
+    }
 }
 
 /// A copy of an error, for reporting one failure in several places (a
@@ -262,11 +288,17 @@ impl Clone for ClientError {
             ClientError::Undelivered {
                 messages,
                 batches,
+                unknown,
                 first,
             } => ClientError::Undelivered {
                 messages: *messages,
                 batches: *batches,
+                unknown: *unknown,
                 first: first.clone(),
+            },
+            ClientError::DeliveryTimeout { timeout, last } => ClientError::DeliveryTimeout {
+                timeout: *timeout,
+                last: last.clone(),
             },
             ClientError::PartitionUnavailable {
                 topic,
@@ -301,17 +333,23 @@ impl ClientError {
         match self {
             ClientError::Broker { code, .. } => Some(*code),
             ClientError::Undelivered { first, .. } => first.code(),
+            ClientError::DeliveryTimeout { last, .. } => last.code(),
             _ => None,
         }
     }
 
     /// True when the broker says the partition is served elsewhere now
-    /// (NOT_OWNER, NOT_LEADER, FENCED_LEADER_EPOCH): refresh Metadata and go
-    /// there.
+    /// (NOT_OWNER, NOT_LEADER, FENCED_LEADER_EPOCH,
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND): refresh Metadata and go there.
     pub fn moved(&self) -> bool {
         matches!(
             self.code(),
-            Some(ErrorCode::NotOwner | ErrorCode::NotLeader | ErrorCode::FencedLeaderEpoch)
+            Some(
+                ErrorCode::NotOwner
+                    | ErrorCode::NotLeader
+                    | ErrorCode::FencedLeaderEpoch
+                    | ErrorCode::NotEnoughReplicasAfterAppend
+            )
         )
     }
 
@@ -344,6 +382,7 @@ impl ClientError {
             | ClientError::Timeout { .. }
             | ClientError::PartitionUnavailable { .. } => true,
             ClientError::Undelivered { first, .. } => first.is_retriable(),
+            ClientError::DeliveryTimeout { last, .. } => last.is_retriable(),
             ClientError::Broker { code, .. } => matches!(
                 code,
                 ErrorCode::Overloaded
@@ -353,6 +392,7 @@ impl ClientError {
                     | ErrorCode::FencedLeaderEpoch
                     | ErrorCode::UnknownLeaderEpoch
                     | ErrorCode::NotEnoughReplicas
+                    | ErrorCode::NotEnoughReplicasAfterAppend
                     | ErrorCode::CoordinatorUnavailable
                     | ErrorCode::StorageUnavailable
             ),

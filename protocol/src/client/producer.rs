@@ -11,15 +11,27 @@
 //! kept for resending. A reader thread per connection matches each
 //! response to its batch (responses come in request order).
 //!
-//! **Delivery.** With acks `Written` or `Flushed` every batch ends in one
-//! [`Delivery`]: stored (with its offsets), or failed (with the error).
+//! **Delivery.** With acks `Written`, `Flushed` or `All` every batch ends
+//! in one [`Delivery`], whose [`Outcome`] is one of three:
+//! - `Stored`, with its offsets;
+//! - `Failed`: not stored. Every attempt was refused before anything was
+//!   appended (UNKNOWN_TOPIC, NOT_LEADER, NOT_ENOUGH_REPLICAS, ...), or
+//!   the batch never left the producer;
+//! - `Unknown`: perhaps stored. An attempt's answer never came (the
+//!   connection broke or timed out after it was written), or the broker
+//!   answered that it had appended the batch before failing
+//!   (NOT_ENOUGH_REPLICAS_AFTER_APPEND, STORAGE_FAILED, INTERNAL). Only
+//!   reading the partition tells.
+//!
 //! A batch whose connection broke, or that was refused with a code that
-//! passes (NOT_OWNER, OVERLOADED, SHUTTING_DOWN, STORAGE_UNAVAILABLE), is
-//! sent again after reconnecting with fresh metadata, up to
-//! [`ClientConfig::retries`](super::ClientConfig::retries) times with
-//! backoff. Delivery is **at least once**: a batch whose connection broke
-//! after the broker stored it, but before the answer arrived, is stored
-//! twice. A partition's batches are resent in their original order, and
+//! passes (NOT_OWNER, NOT_LEADER, OVERLOADED, SHUTTING_DOWN,
+//! STORAGE_UNAVAILABLE, ...), is sent again after reconnecting with fresh
+//! metadata, with backoff, until its
+//! [`delivery_timeout`](ProducerConfig::delivery_timeout) has passed since
+//! its first message was queued (as rdkafka's `message.timeout.ms`), or
+//! [`retries`](ProducerConfig::retries) resends. Delivery is **at least
+//! once**: a batch whose connection broke after the broker stored it, but
+//! before the answer arrived, is stored twice. A partition's batches are resent in their original order, and
 //! new batches for it wait behind them, so the first copy of every message
 //! keeps the order of `send` — unless a later batch was stored while an
 //! earlier one was refused with OVERLOADED or STORAGE_UNAVAILABLE and
@@ -118,6 +130,19 @@ pub struct ProducerConfig {
     /// read them with [`Producer::take_latencies`]. Ignored with
     /// `AckMode::None`. Default false.
     pub track_latency: bool,
+    /// How long after its first message was queued a batch may still be
+    /// resent: past it, the batch ends `Failed` or `Unknown` with
+    /// [`ClientError::DeliveryTimeout`] instead of another attempt. A batch
+    /// in flight at that moment still gets its answer (or the client's
+    /// `request_timeout`). The bound on how long an outage a producer
+    /// rides out. Default 120 s (Kafka's `delivery.timeout.ms`).
+    pub delivery_timeout: Duration,
+    /// The most times a batch is sent again (after a broken connection, a
+    /// refusal that passes, or a failed reconnect while it waits). Default
+    /// `u32::MAX`: the delivery timeout is the bound. 0 sends every batch
+    /// once. (The client's [`ClientConfig::retries`](super::ClientConfig::retries)
+    /// bounds its other requests, not a producer's batches.)
+    pub retries: u32,
 }
 
 impl Default for ProducerConfig {
@@ -134,6 +159,8 @@ impl Default for ProducerConfig {
             shard_aware: true,
             delivery_reports: false,
             track_latency: false,
+            delivery_timeout: Duration::from_secs(120),
+            retries: u32::MAX,
         }
     }
 }
@@ -158,6 +185,21 @@ pub struct Stored {
     pub end_offset: u64,
 }
 
+/// What became of a batch.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Stored, at these offsets.
+    Stored(Stored),
+    /// Not stored: every attempt was refused before anything was appended,
+    /// or the batch was never sent. Sending its messages again cannot
+    /// duplicate them.
+    Failed(ClientError),
+    /// Perhaps stored: an attempt was written and its answer never came,
+    /// or the broker appended it and then failed. Only reading the
+    /// partition tells; sending it again may store it twice.
+    Unknown(ClientError),
+}
+
 /// The outcome of one batch: messages `first_sequence ..
 /// first_sequence + messages` of `partition` (see [`Receipt`]).
 #[derive(Debug, Clone)]
@@ -172,11 +214,32 @@ pub struct Delivery {
     /// reconnect while it waited to be resent. More than 1 means it was
     /// retried; a batch sent more than once may be stored more than once.
     pub attempts: u32,
-    /// Stored, or why not.
-    pub result: Result<Stored, ClientError>,
+    /// Stored, failed, or unknown, and why.
+    pub outcome: Outcome,
 }
 
 impl Delivery {
+    /// Where the batch was stored, if it was.
+    pub fn stored(&self) -> Option<Stored> {
+        match &self.outcome {
+            Outcome::Stored(stored) => Some(*stored),
+            _ => None,
+        }
+    }
+
+    /// Why the batch was not (or perhaps not) stored.
+    pub fn error(&self) -> Option<&ClientError> {
+        match &self.outcome {
+            Outcome::Stored(_) => None,
+            Outcome::Failed(error) | Outcome::Unknown(error) => Some(error),
+        }
+    }
+
+    /// True when the batch may have been stored although not confirmed.
+    pub fn is_unknown(&self) -> bool {
+        matches!(self.outcome, Outcome::Unknown(_))
+    }
+
     /// True when `receipt`'s message was in this batch.
     pub fn covers(&self, receipt: &Receipt) -> bool {
         receipt.partition == self.partition
@@ -200,6 +263,14 @@ struct Pending {
     request_id: u32,
     /// When it was last written.
     sent_at: Instant,
+    /// Past it, no further attempt: its first message's queueing plus the
+    /// delivery timeout.
+    deadline: Instant,
+    /// An attempt was written and never answered, or was answered that it
+    /// was appended before failing: it may be stored.
+    in_doubt: bool,
+    /// What the last attempt met (the reason given at the deadline).
+    last_error: Option<ClientError>,
 }
 
 enum Answer {
@@ -322,6 +393,8 @@ struct Setup {
 struct Failures {
     messages: u64,
     batches: u64,
+    /// Of `messages`, those that may have been stored.
+    unknown: u64,
     first: ClientError,
 }
 
@@ -699,6 +772,7 @@ impl Producer {
             Some(failures) => Err(ClientError::Undelivered {
                 messages: failures.messages,
                 batches: failures.batches,
+                unknown: failures.unknown,
                 first: Box::new(failures.first),
             }),
         }
@@ -953,6 +1027,7 @@ impl Inner {
             return;
         }
         let size = batch.bytes.len();
+        let now = Instant::now();
         let pending = Pending {
             partition: index as u32,
             first_sequence: batch.first_sequence,
@@ -961,7 +1036,10 @@ impl Inner {
             sends: 0,
             intended: batch.intended.take(),
             request_id: 0,
-            sent_at: Instant::now(),
+            sent_at: now,
+            deadline: batch.started.unwrap_or(now) + setup.config.delivery_timeout,
+            in_doubt: false,
+            last_error: None,
         };
         batch.count = 0;
         batch.started = None;
@@ -1125,32 +1203,60 @@ impl Inner {
         }
     }
 
-    /// A batch given up on.
+    /// A batch given up on: `Unknown` if an attempt may have stored it,
+    /// else `Failed`.
     fn fail(&mut self, pending: Pending, error: ClientError) {
         let failures = self.failures.get_or_insert_with(|| Failures {
             messages: 0,
             batches: 0,
+            unknown: 0,
             first: error.clone(),
         });
         failures.messages += u64::from(pending.count);
         failures.batches += 1;
+        if pending.in_doubt {
+            failures.unknown += u64::from(pending.count);
+        }
         self.deliveries.push(Delivery {
             partition: pending.partition,
             first_sequence: pending.first_sequence,
             messages: pending.count,
             attempts: pending.sends,
-            result: Err(error),
+            outcome: if pending.in_doubt {
+                Outcome::Unknown(error)
+            } else {
+                Outcome::Failed(error)
+            },
         });
     }
 
-    /// A batch to send again, if it has retries left; else failed with
-    /// `why` (its connection broke or timed out under it: in doubt).
-    fn requeue(&mut self, setup: &Setup, pending: Pending, why: impl FnOnce() -> ClientError) {
-        let config = setup.client.config();
-        if pending.sends > config.retries {
-            self.fail(pending, why());
+    /// Fails `pending` if its delivery timeout has passed; else hands it
+    /// back.
+    fn unexpired(&mut self, setup: &Setup, pending: Pending, now: Instant) -> Option<Pending> {
+        if now < pending.deadline {
+            return Some(pending);
+        }
+        let last = pending.last_error.clone().unwrap_or_else(|| {
+            ClientError::Usage("it waited behind earlier batches of its partition".into())
+        });
+        self.fail(pending, delivery_timeout(setup, last));
+        None
+    }
+
+    /// A batch to send again, if it has retries and time left; else failed
+    /// with `why` (or its delivery timeout, naming `why`).
+    fn requeue(&mut self, setup: &Setup, mut pending: Pending, why: impl FnOnce() -> ClientError) {
+        let error = why();
+        if Instant::now() >= pending.deadline {
+            self.fail(pending, delivery_timeout(setup, error));
             return;
         }
+        if pending.sends > setup.config.retries {
+            self.fail(pending, error);
+            return;
+        }
+        pending.last_error = Some(error);
+        let config = setup.client.config();
         let wait = config.backoff(pending.sends.saturating_sub(1));
         self.retry_at = self.retry_at.max(Instant::now() + wait);
         self.retry_bytes += pending.bytes.len();
@@ -1190,16 +1296,17 @@ impl Inner {
                     first_sequence: pending.first_sequence,
                     messages: pending.count,
                     attempts: pending.sends,
-                    result: Ok(stored),
+                    outcome: Outcome::Stored(stored),
                 }),
                 Answer::Refused(code, message) => {
+                    pending.in_doubt |= appended_before_failing(code);
                     let error = ClientError::Broker {
                         code,
                         message,
                         range: None,
                         owner_broker_id: None,
                     };
-                    if error.is_retriable() && pending.sends <= setup.client.config().retries {
+                    if error.is_retriable() {
                         if error.moved() {
                             self.reconnect = true;
                         }
@@ -1223,6 +1330,7 @@ impl Inner {
             let failures = self.failures.get_or_insert(Failures {
                 messages: 0,
                 batches: 0,
+                unknown: 0,
                 first: error,
             });
             failures.batches += 1;
@@ -1237,6 +1345,7 @@ impl Inner {
                     self.failures.get_or_insert_with(|| Failures {
                         messages: 0,
                         batches: written,
+                        unknown: 0,
                         first: ClientError::Disconnected {
                             address: lane.address.clone(),
                             unanswered: written,
@@ -1258,7 +1367,9 @@ impl Inner {
                     }
                 }
             };
-            for pending in orphans {
+            for mut pending in orphans {
+                // Written, never answered: the broker may have stored it.
+                pending.in_doubt = true;
                 self.requeue(setup, pending, why);
             }
         }
@@ -1320,11 +1431,15 @@ impl Inner {
                     // is gone) ends them all now.
                     let waiting = std::mem::take(&mut self.retry);
                     self.retry_bytes = 0;
+                    let now = Instant::now();
                     for mut pending in waiting {
                         pending.sends += 1;
-                        if !error.is_retriable() || pending.sends > config.retries {
+                        if now >= pending.deadline {
+                            self.fail(pending, delivery_timeout(setup, error.clone()));
+                        } else if !error.is_retriable() || pending.sends > setup.config.retries {
                             self.fail(pending, error.clone());
                         } else {
+                            pending.last_error = Some(error.clone());
                             self.retry_bytes += pending.bytes.len();
                             self.retry.push(pending);
                         }
@@ -1335,7 +1450,11 @@ impl Inner {
         }
         let waiting = std::mem::take(&mut self.retry);
         self.retry_bytes = 0;
+        let now = Instant::now();
         for pending in waiting {
+            let Some(pending) = self.unexpired(setup, pending, now) else {
+                continue;
+            };
             if let Some(buffer) = self.write(setup, pending) {
                 self.keep_spare(buffer);
             }
@@ -1379,6 +1498,24 @@ impl Inner {
             .map(|l| l.address.clone())
             .unwrap_or_default()
     }
+}
+
+/// The error of a batch whose delivery timeout passed.
+fn delivery_timeout(setup: &Setup, last: ClientError) -> ClientError {
+    ClientError::DeliveryTimeout {
+        timeout: setup.config.delivery_timeout,
+        last: Box::new(last),
+    }
+}
+
+/// True for the refusals a broker gives after it appended the batch: its
+/// fate is unknown (the set may be kept by the log or a new leader).
+/// Every other refusal is given before anything is appended.
+fn appended_before_failing(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::NotEnoughReplicasAfterAppend | ErrorCode::StorageFailed | ErrorCode::Internal
+    )
 }
 
 /// The linger thread: every half linger (1 ms to 100 ms), sends batches

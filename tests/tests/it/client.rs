@@ -36,7 +36,7 @@ fn assert_all_stored(receipts: &[Receipt], deliveries: &[Delivery]) {
     for receipt in receipts {
         let covering: Vec<&Delivery> = deliveries.iter().filter(|d| d.covers(receipt)).collect();
         assert_eq!(covering.len(), 1, "{receipt:?} in {covering:?}");
-        assert!(covering[0].result.is_ok(), "{receipt:?}: {covering:?}");
+        assert!(covering[0].stored().is_some(), "{receipt:?}: {covering:?}");
     }
 }
 
@@ -198,7 +198,7 @@ fn delivery_reports_name_each_batch_and_the_producer_goes_on_after_an_error() {
     // A delivery's offsets are where its messages are: the first message
     // of each batch is read back at the batch's base offset.
     for delivery in &deliveries {
-        let stored = delivery.result.as_ref().unwrap();
+        let stored = delivery.stored().unwrap();
         let mut consumer =
             Consumer::new(&client, "reported", delivery.partition, stored.base_offset).unwrap();
         consumer.set_max_wait_ms(0);
@@ -231,7 +231,7 @@ fn delivery_reports_name_each_batch_and_the_producer_goes_on_after_an_error() {
     for receipt in &lost {
         let delivery = failed.iter().find(|d| d.covers(receipt)).unwrap();
         assert_eq!(delivery.attempts, 1, "not retried");
-        let error = delivery.result.as_ref().unwrap_err();
+        let error = delivery.error().unwrap();
         assert_eq!(error.code(), Some(ErrorCode::UnknownTopic));
     }
     // ...and the same producer works again once the topic is back.
@@ -291,7 +291,7 @@ fn close_with_a_deadline_returns_against_a_stopped_broker_and_reports_the_batche
     for receipt in &receipts {
         let delivery = deliveries.iter().find(|d| d.covers(receipt));
         assert!(
-            delivery.is_some_and(|d| d.result.is_err()),
+            delivery.is_some_and(|d| d.stored().is_none()),
             "{receipt:?}: {deliveries:?}"
         );
     }

@@ -86,7 +86,17 @@ fn r8_17_a_full_disk_refuses_writes_keeps_data_readable_and_recovers_once_space_
     assert_eq!(again.code(), Some(ErrorCode::StorageUnavailable), "{again}");
     // The Rust client's producer reports the broker's code, retriable.
     {
-        let mut p = super::util::producer(&client, "full", AckMode::Written, 1);
+        // It retries a refusal that passes until its delivery timeout.
+        let mut p = protocol::client::Producer::new(
+            &client,
+            "full",
+            protocol::client::ProducerConfig {
+                acks: AckMode::Written,
+                delivery_timeout: std::time::Duration::from_secs(2),
+                ..Default::default()
+            },
+        )
+        .unwrap();
         p.send_to(0, None, &numbered_payload(acked, SIZE)).unwrap();
         let error = p.flush().unwrap_err();
         assert_eq!(error.code(), Some(ErrorCode::StorageUnavailable), "{error}");
@@ -99,6 +109,19 @@ fn r8_17_a_full_disk_refuses_writes_keeps_data_readable_and_recovers_once_space_
     // A fire-and-forget produce is told too, also through the shard that
     // does not own the partition (before, only the broker's log heard of
     // it: issue 8, item 12).
+    // The refusals come within the partition's 1 s retry window: let the
+    // window the producer's retries left expire, then open a fresh one
+    // with a write that fails.
+    std::thread::sleep(Duration::from_millis(1_100));
+    let fresh = produce_raw(
+        &mut stream,
+        "full",
+        0,
+        AckMode::Written,
+        &one_message(acked),
+    )
+    .unwrap_err();
+    assert_eq!(fresh.code(), Some(ErrorCode::StorageUnavailable), "{fresh}");
     for address in [&owner, &other] {
         let mut s = raw(address);
         let silent =

@@ -13,6 +13,7 @@ mod cluster;
 mod cluster_safety;
 mod cold_reads;
 mod crash;
+mod delivery;
 mod disk_driver;
 mod disk_full;
 mod durability;

@@ -162,7 +162,7 @@ fn produce(client: Client, stop: Arc<AtomicBool>, rate: u64) -> BTreeSet<u64> {
     let mut i = 0u64;
     let mut collect = |producer: &mut Producer, sent: &mut HashMap<Receipt, u64>| {
         for delivery in producer.take_deliveries() {
-            if delivery.result.is_err() {
+            if delivery.stored().is_none() {
                 continue;
             }
             for n in 0..u64::from(delivery.messages) {

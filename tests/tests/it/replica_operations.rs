@@ -68,7 +68,7 @@ fn produce_until(
                     })
                 });
                 let ids: Vec<u64> = ids.collect();
-                if delivery.result.is_ok() {
+                if delivery.stored().is_some() {
                     acked.extend(ids);
                 }
             }

@@ -364,7 +364,7 @@ fn r20_6_leader_kill_9_in_a_loop_under_acks_all_loses_nothing_and_copies_stay_id
         }
         let _ = producer.close(Duration::from_secs(60));
         for delivery in producer.take_deliveries() {
-            if delivery.result.is_ok() {
+            if delivery.stored().is_some() {
                 for n in 0..u64::from(delivery.messages) {
                     let receipt = Receipt {
                         partition: delivery.partition,

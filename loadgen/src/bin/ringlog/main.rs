@@ -309,6 +309,10 @@ struct ProduceArgs {
     /// Acknowledgement to wait for before exiting 0.
     #[arg(long, value_enum, default_value = "flushed")]
     acks: Acks,
+    /// How long a batch is resent through broker restarts and leader
+    /// changes before it counts as undelivered (from its first message).
+    #[arg(long, value_name = "MS", default_value_t = 120_000)]
+    delivery_timeout_ms: u64,
 }
 
 #[derive(Args, Debug)]
@@ -571,6 +575,7 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
 
 fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
     let client = connect(brokers)?;
+    let delivery_timeout = Duration::from_millis(args.delivery_timeout_ms);
     let acks = match args.acks {
         Acks::None => AckMode::None,
         Acks::Written => AckMode::Written,
@@ -583,6 +588,7 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
         ProducerConfig {
             acks,
             linger: Duration::from_millis(50),
+            delivery_timeout,
             ..ProducerConfig::default()
         },
     )?;
@@ -618,7 +624,9 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
         };
         count += 1;
     }
-    producer.flush()?;
+    // Every batch has an outcome by its delivery timeout (plus a request
+    // timeout for one in flight then): wait that long, not a flush's 30 s.
+    producer.close(delivery_timeout + client.config().request_timeout)?;
     let acked = match acks {
         AckMode::None => "sent (no acknowledgement requested)".to_string(),
         _ => format!("acknowledged ({:?})", args.acks).to_lowercase(),

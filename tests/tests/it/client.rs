@@ -648,4 +648,8 @@ fn a_topic_consumer_through_20_broker_kills_delivers_every_offset_once_in_order(
         );
     }
     assert!(read > 10_000, "{read} messages read");
+    eprintln!(
+        "{ROUNDS} broker kills: {read} messages read from {PARTITIONS} partitions, every offset \
+         once and in order, 0 skipped; positions() at the flushed ends"
+    );
 }

@@ -610,4 +610,11 @@ fn a_member_that_panics_mid_batch_commits_nothing_it_had_not_processed() {
     let last = batch.last().unwrap().offset;
     member.close().unwrap();
     assert!(committed("closed").unwrap() > last);
+    eprintln!(
+        "dropped mid-batch: auto-commit off committed {:?}; auto-commit on committed {:?} \
+         (the batch in hand started at {second_start}); close committed {:?} (last polled {last})",
+        committed("manual"),
+        committed("auto"),
+        committed("closed")
+    );
 }

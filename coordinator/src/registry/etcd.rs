@@ -18,7 +18,10 @@
 //!   The registration is create-if-absent, so two live brokers never share
 //!   an id. A key left by this broker's own previous run (same data
 //!   directory, recognised by its `data_dir_id`) is taken over at once, so a
-//!   restart after kill -9 does not wait for the old lease to expire. A lease
+//!   restart after kill -9 does not wait for the old lease to expire; one
+//!   left by another data directory (a second broker given the same id, or
+//!   this one's run before its directory was replaced) is waited on for a
+//!   TTL and refused only if it outlives it. A lease
 //!   lost any way — expired during an outage, unknown to a new etcd, or
 //!   unanswered for a whole TTL — is replaced by a new registration as soon
 //!   as etcd answers and holds this broker's cluster.
@@ -404,8 +407,9 @@ fn value_of(kv: &Option<etcd_client::KeyValue>) -> Option<String> {
 /// transaction that also requires the prefix to hold `cluster_id` (so a
 /// broker never registers in a cluster that is not its own, even one that
 /// replaced its own a moment ago). A key left by this data directory's
-/// previous run is replaced; one held by another live broker is
-/// [`RegistryError::DuplicateBroker`].
+/// previous run is replaced; one left by another data directory is
+/// waited on for its lease's TTL (a replaced directory's crashed run), and
+/// is [`RegistryError::DuplicateBroker`] if it outlives that.
 async fn register(
     client: &mut Client,
     keys: &Keys,
@@ -417,7 +421,7 @@ async fn register(
     let key = keys.broker(me.broker_id);
     let ours = Compare::value(keys.cluster_id(), CompareOp::Equal, cluster_id);
     let value = serde_json::to_vec(me).map_err(unavailable)?;
-    let lease = deadline(timeout, client.lease_grant(options.lease_ttl_s, None))
+    let mut lease = deadline(timeout, client.lease_grant(options.lease_ttl_s, None))
         .await?
         .id();
     let result = async {
@@ -457,10 +461,37 @@ async fn register(
                 .as_ref()
                 .is_some_and(|h| !h.data_dir_id.is_empty() && h.data_dir_id == me.data_dir_id);
             if !ours_before {
-                return Err(RegistryError::DuplicateBroker {
-                    broker_id: me.broker_id,
-                    holder: String::from_utf8_lossy(existing.value()).into_owned(),
-                });
+                // Another data directory's registration: a second broker
+                // given this id by mistake, or this broker's own previous
+                // run on a directory since replaced (wiped, a new disk),
+                // killed moments ago. Only time tells them apart: a crashed
+                // run's lease expires within its TTL, a live broker's does
+                // not.
+                let wait = Duration::from_secs(options.lease_ttl_s.max(1) as u64 + 2);
+                tracing::warn!(
+                    broker_id = me.broker_id,
+                    holder = %String::from_utf8_lossy(existing.value()),
+                    "broker id {} is registered from another data directory: waiting up to {} s for that registration to expire, as a crashed run's would, before deciding it is another live broker",
+                    me.broker_id,
+                    wait.as_secs()
+                );
+                if outlived(client, key.as_bytes(), wait, timeout).await? {
+                    return Err(RegistryError::DuplicateBroker {
+                        broker_id: me.broker_id,
+                        holder: String::from_utf8_lossy(existing.value()).into_owned(),
+                        waited_s: wait.as_secs(),
+                    });
+                }
+                tracing::info!(
+                    broker_id = me.broker_id,
+                    "the registration left by a run with another data directory expired: registering"
+                );
+                // Ours may have expired too while we waited: a fresh one.
+                let _ = deadline(timeout, client.lease_revoke(lease)).await;
+                lease = deadline(timeout, client.lease_grant(options.lease_ttl_s, None))
+                    .await?
+                    .id();
+                continue;
             }
             // Our own previous run (killed before its lease expired), or
             // this run's own registration under a lease etcd still knows
@@ -497,6 +528,30 @@ async fn register(
         let _ = deadline(timeout, client.lease_revoke(lease)).await;
     }
     result
+}
+
+/// True when `key` is still there after `wait` (its lease kept alive by a
+/// live process); false as soon as it is gone.
+async fn outlived(
+    client: &mut Client,
+    key: &[u8],
+    wait: Duration,
+    timeout: Duration,
+) -> Result<bool, RegistryError> {
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        let present = !deadline(timeout, client.get(key.to_vec(), None))
+            .await?
+            .kvs()
+            .is_empty();
+        if !present {
+            return Ok(false);
+        }
+        if tokio::time::Instant::now() >= until {
+            return Ok(true);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Where the keep-alive stands, so that it logs a change once instead of

@@ -502,13 +502,17 @@ pub enum RegistryError {
     /// The registry is not this broker's cluster: see [`Foreign`].
     #[error("this broker's data directory belongs to cluster id {}, but the registry holds {}: it applies nothing from there (its partitions still serve produce and fetch). If etcd was rebuilt on purpose, restart the broker with --join-new-cluster (it registers the topics it holds again, with their data); otherwise point --etcd and --cluster at this cluster's etcd", .0.expected, .0.found_words())]
     ClusterMismatch(Foreign),
-    /// Another live broker is registered under this broker's id.
-    #[error("broker id {broker_id} is already registered by a live broker ({holder}); give each broker its own --broker-id")]
+    /// Another live broker is registered under this broker's id: its
+    /// registration, from another data directory, outlived a crashed
+    /// process's lease.
+    #[error("broker id {broker_id} is registered by another live broker: its registration ({holder}), from another data directory, is still kept alive {waited_s} s later, longer than a crashed run's lease lasts; give each broker its own --broker-id")]
     DuplicateBroker {
         /// The id.
         broker_id: BrokerId,
         /// The other broker's registration, as stored.
         holder: String,
+        /// How long this broker waited for it to expire.
+        waited_s: u64,
     },
 }
 

@@ -302,12 +302,43 @@ fn produce_and_fetch_go_on_while_etcd_is_down_and_topic_changes_resume_after() {
     wait_for_brokers(&brokers[1], &[1, 2]);
 }
 
+/// Issue 27, item 4: a broker SIGKILLed and restarted at once on a replaced
+/// (wiped) data directory was refused, blaming a duplicate `--broker-id`:
+/// its previous run's registration, from the old directory, was still
+/// under a live lease. It now waits that lease out (one TTL) and starts.
+#[test]
+fn a_broker_restarted_at_once_on_a_replaced_data_dir_waits_out_its_old_registration() {
+    let etcd = Etcd::start();
+    let mut broker = Broker::start(BrokerOptions::clustered(&etcd, "replaced", 1));
+    broker.kill9();
+    std::fs::remove_dir_all(broker.data_dir()).unwrap();
+    let started = std::time::Instant::now();
+    broker.restart();
+    let took = started.elapsed();
+    let log = broker.log();
+    assert!(
+        log.contains("is registered from another data directory: waiting up to 4 s"),
+        "{log}"
+    );
+    assert!(
+        log.contains("another data directory expired: registering"),
+        "{log}"
+    );
+    assert!(!log.contains("registered by another live broker"), "{log}");
+    wait_for_brokers(&broker, &[1]);
+    eprintln!("restarted on an empty data directory: ready {took:.1?} after the kill");
+}
+
 #[test]
 fn a_duplicate_broker_id_and_an_unreachable_etcd_are_refused_with_one_clear_line() {
     let etcd = Etcd::start();
     let _first = Broker::start(BrokerOptions::clustered(&etcd, "dup", 1));
     let broker = harness::binary("broker");
     let dir = harness::TempDir::new("dup");
+    // A short lease, so the wait for the other registration to expire
+    // (one TTL and 2 s) is short.
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, "etcd_lease_ttl_s = 2\n").unwrap();
     let output = std::process::Command::new(&broker)
         .args([
             "--listen",
@@ -317,15 +348,18 @@ fn a_duplicate_broker_id_and_an_unreachable_etcd_are_refused_with_one_clear_line
             "--broker-id",
             "1",
         ])
+        .arg("--config")
+        .arg(&config)
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(dir.path().join("data"))
         .args(["--etcd", &etcd.endpoint(), "--cluster", "dup"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(
-        stderr.contains("broker id 1 is already registered by a live broker"),
+        stderr.contains("broker id 1 is registered by another live broker")
+            && stderr.contains("still kept alive 4 s later"),
         "{stderr}"
     );
 
@@ -335,7 +369,7 @@ fn a_duplicate_broker_id_and_an_unreachable_etcd_are_refused_with_one_clear_line
     let output = std::process::Command::new(&broker)
         .args(["--listen", "127.0.0.1:0", "--shards", "1"])
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(dir.path().join("data"))
         .args(["--etcd", &nowhere])
         .output()
         .unwrap();

@@ -177,6 +177,21 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         })
         .with_context(|| format!("sweeping {}", config.data_dir.display()))?
     };
+    // A fresh data directory holds none of the partitions the registry
+    // placed on this broker id: one-copy ones are marked lost instead of
+    // being served empty from offset 0.
+    if config.fresh_data_dir && !foreign {
+        let lost = crate::storage::lost::mark_vanished(&config.data_dir, &topics, me)
+            .with_context(|| format!("marking lost partitions in {}", config.data_dir.display()))?;
+        if !lost.is_empty() {
+            tracing::error!(
+                partitions = %lost.join(","),
+                "this broker started on an empty data directory, but the registry places the only copy of {} partition(s) on broker {me}: their data was lost (the directory was wiped or replaced). They are not served (DATA_LOST), so that no offset is reused, until an operator restores their directories, or accepts the loss by removing <data-dir>/<topic>-<partition>/{}, and restarts the broker",
+                lost.len(),
+                crate::storage::lost::MARKER
+            );
+        }
+    }
     if swept.tombstones_removed > 0 || !swept.orphans_moved.is_empty() {
         tracing::info!(
             deletes_finished = swept.tombstones_removed,
@@ -511,6 +526,7 @@ fn publish_once(shard: &Shard, published: &Published) {
         .metrics
         .absorb_files(driver.files_open(), driver.files_max());
     shard.metrics.absorb_replication(replication_of(shard));
+    shard.metrics.data_lost.set(shard.lost_partitions());
     let snapshot = shard.metrics.snapshot();
     let mut slots = match published.lock() {
         Ok(guard) => guard,

@@ -110,6 +110,8 @@ pub struct ShardMetrics {
     pub segment_files: Cell<(u64, u64)>,
     /// The shard's replicated partitions.
     pub replication: Cell<Replication>,
+    /// Partitions refused because their only copy vanished.
+    pub data_lost: Cell<u64>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -127,6 +129,7 @@ impl Default for ShardMetrics {
             fetch_latency_us: RefCell::new(histogram()),
             segment_files: Cell::new((0, 0)),
             replication: Cell::new(Replication::default()),
+            data_lost: Cell::new(0),
         }
     }
 }
@@ -173,6 +176,7 @@ pub struct Snapshot {
     flush: Percentiles,
     segment_files: (u64, u64),
     replication: Replication,
+    data_lost: u64,
 }
 
 /// A shard's replicated partitions at one moment.
@@ -221,6 +225,7 @@ impl ShardMetrics {
             flush: Percentiles::of(&self.flush.latency_us.borrow()),
             segment_files: self.segment_files.get(),
             replication: self.replication.get(),
+            data_lost: self.data_lost.get(),
         }
     }
 }
@@ -251,7 +256,7 @@ pub fn render(published: &Published) -> String {
         );
     }
     type Gauge = fn(&Snapshot) -> u64;
-    let gauges: [(&str, &str, Gauge); 6] = [
+    let gauges: [(&str, &str, Gauge); 7] = [
         (
             "partitions_leader",
             "Replicated partitions the shard leads",
@@ -266,6 +271,11 @@ pub fn render(published: &Published) -> String {
             "partitions_offline",
             "Partitions the shard holds a copy of whose leader is not live",
             |s| s.replication.offline,
+        ),
+        (
+            "partitions_data_lost",
+            "Partitions the shard refuses to serve because their only copy vanished from the data directory (DATA_LOST)",
+            |s| s.data_lost,
         ),
         (
             "follower_lag_bytes",

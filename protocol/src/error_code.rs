@@ -103,11 +103,17 @@ pub enum ErrorCode {
     /// had it: the messages may or may not be kept. Retriable; a resend
     /// may store them twice (at least once).
     NotEnoughReplicasAfterAppend = 34,
+    /// The partition's only copy is missing from the broker that stores
+    /// it: its data directory was wiped or replaced since the partition
+    /// was created. Nothing is served or written (so no offset is ever
+    /// reused) until an operator restores the data or accepts the loss.
+    /// Not retriable.
+    DataLost = 35,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 35] = [
+    pub const ALL: [ErrorCode; 36] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -143,6 +149,7 @@ impl ErrorCode {
         ErrorCode::ElectionNotPossible,
         ErrorCode::InvalidReplicas,
         ErrorCode::NotEnoughReplicasAfterAppend,
+        ErrorCode::DataLost,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -192,6 +199,7 @@ impl ErrorCode {
             ErrorCode::ElectionNotPossible => "ELECTION_NOT_POSSIBLE",
             ErrorCode::InvalidReplicas => "INVALID_REPLICAS",
             ErrorCode::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+            ErrorCode::DataLost => "DATA_LOST",
         }
     }
 }

@@ -206,15 +206,41 @@ pub fn check_topic_id(shard: &Shard, topic: &str, topic_id: Option<&str>) -> Res
 /// Where a request's partition lives; an unknown topic or partition is the
 /// client's error.
 pub fn locate(shard: &Shard, topic: &str, partition: PartitionId) -> Result<Owner, Failure> {
-    shard.locate(topic, partition).map_err(|error| match error {
-        LocateError::UnknownTopic => {
-            Failure::new(ErrorCode::UnknownTopic, format!("unknown topic {topic:?}"))
+    let owner = shard
+        .locate(topic, partition)
+        .map_err(|error| match error {
+            LocateError::UnknownTopic => {
+                Failure::new(ErrorCode::UnknownTopic, format!("unknown topic {topic:?}"))
+            }
+            LocateError::UnknownPartition { partitions } => Failure::new(
+                ErrorCode::UnknownPartition,
+                format!("topic {topic:?} has partitions 0..{partitions}, not {partition}"),
+            ),
+        })?;
+    if let Owner::Here(log) = &owner {
+        if log.borrow().lost() {
+            return Err(data_lost(shard, topic, partition));
         }
-        LocateError::UnknownPartition { partitions } => Failure::new(
-            ErrorCode::UnknownPartition,
-            format!("topic {topic:?} has partitions 0..{partitions}, not {partition}"),
+    }
+    Ok(owner)
+}
+
+/// DATA_LOST, saying where the marker is and what the operator may do.
+fn data_lost(shard: &Shard, topic: &str, partition: PartitionId) -> Failure {
+    let dir = shard
+        .config
+        .data_dir
+        .join(crate::storage::partition_dir_name(topic, partition));
+    Failure::new(
+        ErrorCode::DataLost,
+        format!(
+            "{topic}-{partition}: its only copy was lost from broker {}'s data directory (wiped or replaced); it is not served, so that no offset is reused, until an operator restores {} or accepts the loss by removing {}/{} and restarting the broker",
+            shard.config.broker_id,
+            dir.display(),
+            dir.display(),
+            crate::storage::lost::MARKER
         ),
-    })
+    )
 }
 
 impl From<StorageError> for Failure {

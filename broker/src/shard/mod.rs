@@ -404,6 +404,9 @@ impl Shard {
             .map_err(|e| format!("opening partition {label}: {e}"))?;
         log.set_flush_stats(self.metrics.flush.clone());
         log.set_budget(self.unwritten.clone());
+        if crate::storage::lost::is_marked(&dir) {
+            log.mark_lost();
+        }
         let counters = &self.metrics.counters;
         crate::metrics::bump(&counters.segments_damaged_total, recovered.damaged_segments);
         crate::metrics::bump(&counters.recovery_bytes_cut_total, recovered.bytes_cut);
@@ -526,6 +529,21 @@ impl Shard {
         if log.borrow_mut().list() {
             self.timer_work.borrow_mut().push(log.clone());
         }
+    }
+
+    /// Partitions here whose data vanished (for the metrics).
+    pub fn lost_partitions(&self) -> u64 {
+        self.topics
+            .borrow()
+            .values()
+            .map(|t| {
+                t.borrow()
+                    .logs
+                    .values()
+                    .filter(|l| l.borrow().lost())
+                    .count() as u64
+            })
+            .sum()
     }
 
     /// Every log this shard owns.

@@ -10,6 +10,7 @@
 //!     00000000000001073741903.log
 //!     recovery-point                 "<flushed offset, 20 digits> <crc32>", overwritten in place; recovery scans from here
 //!     topic-id                       the id of the topic this directory belongs to (topic_id.rs)
+//!     data-lost                      clustered: its only copy vanished; not served until removed (lost.rs)
 //!   .trash/<stamp>/                  a delete in progress (removed at start; sweep.rs)
 //!   .orphaned/<stamp>/<topic>-<partition>/  moved aside: no registered topic owns it (sweep.rs)
 //! ```
@@ -31,6 +32,7 @@ pub mod budget;
 pub mod driver;
 pub mod error;
 pub mod io;
+pub mod lost;
 pub mod memory;
 #[cfg(test)]
 mod model_test;

@@ -44,6 +44,7 @@ class ErrorCode(enum.IntEnum):
     ELECTION_NOT_POSSIBLE = 32
     INVALID_REPLICAS = 33
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 34
+    DATA_LOST = 35
 
 
 #: Codes after which the same request may succeed later.

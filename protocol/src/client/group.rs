@@ -399,10 +399,11 @@ pub struct Outage {
 }
 
 /// Whether an error of a partition's fetch (or of opening it) is an outage
-/// to ride out — its broker down, moved, restarting, overloaded — rather
-/// than a failure to return.
+/// to ride out — its broker down, moved, restarting, overloaded, or its
+/// data lost until an operator restores it (DATA_LOST) — rather than a
+/// failure to return: the member goes on with its other partitions.
 fn passes(error: &ClientError) -> bool {
-    error.is_retriable()
+    error.is_retriable() || error.code() == Some(ErrorCode::DataLost)
 }
 
 /// Whether an error of a heartbeat or commit means the coordinator is away

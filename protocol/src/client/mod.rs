@@ -733,6 +733,11 @@ impl Client {
                     }
                     fresh = true;
                 }
+                // A remembered connection that broke (its broker restarted
+                // since, on other ports): once more, from fresh Metadata
+                // and a new connection. The request reads only, so asking
+                // again is safe.
+                Err(error) if !fresh && error.is_connection_error() => fresh = true,
                 other => return other,
             }
         }

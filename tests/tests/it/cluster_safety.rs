@@ -591,3 +591,205 @@ fn r23_2_clients_of_a_topic_deleted_and_created_again_are_refused_not_mixed_up()
     // The new topic has exactly what was produced to it.
     check_all(&client, "t", 1, 300, 32);
 }
+
+/// Issue 27, item 3: a broker whose data directory was wiped served its
+/// one-copy partitions empty from offset 0, with no warning — offsets were
+/// reused and a group's lag read 0. Now a broker that starts on an empty
+/// data directory marks every one-copy partition the registry places on it
+/// as lost: one error line at start, DATA_LOST for produce, fetch and
+/// list-offsets (also through the shard that forwards), a gauge, a
+/// `data-lost` row in `topic describe` — across restarts, until the
+/// operator restores the partition's directory (served with its data) or
+/// removes the marker (served again, empty, from 0).
+#[test]
+fn r27_3_a_wiped_data_dir_is_not_served_from_offset_0_until_an_operator_decides() {
+    const SIZE: usize = 24;
+    const COUNT: u64 = 4_000;
+    let etcd = Etcd::start();
+    let mut brokers: Vec<Broker> = (1..=2)
+        .map(|id| {
+            Broker::start(BrokerOptions {
+                metrics: true,
+                ..BrokerOptions::clustered(&etcd, "wipe", id)
+            })
+        })
+        .collect();
+    let client = brokers[0].client();
+    client
+        .create_topic("kept", 4, &TopicSettings::default())
+        .unwrap();
+    produce(&client, "kept", 4, 0, COUNT, SIZE);
+    let metadata = client.metadata(&["kept"]).unwrap();
+    let on_2: Vec<u32> = metadata.topics[0]
+        .partitions
+        .iter()
+        .filter(|p| p.broker_id == 2)
+        .map(|p| p.partition)
+        .collect();
+    assert_eq!(on_2.len(), 2, "{:?}", metadata.topics[0].partitions);
+    let (restored, accepted) = (on_2[0], on_2[1]);
+    let end_before = client
+        .list_offsets("kept", restored, protocol::client::OffsetSpec::Latest, 0)
+        .unwrap()
+        .1
+        .end_offset;
+    // The operator's backup of one partition, taken before the disk dies.
+    let backup = harness::TempDir::new("backup");
+    let data_2 = brokers[1].data_dir();
+    let restored_dir = format!("kept-{restored}");
+    copy_dir(
+        &data_2.join(&restored_dir),
+        &backup.path().join(&restored_dir),
+    );
+
+    brokers[1].kill9();
+    std::fs::remove_dir_all(&data_2).unwrap();
+    brokers[1].restart();
+    let log = brokers[1].log();
+    assert!(
+        log.contains("this broker started on an empty data directory")
+            && log.contains("2 partition(s)"),
+        "{log}"
+    );
+    // The client's connections to the restarted broker's old ports break
+    // first: it reconnects through fresh Metadata.
+    let refused = |partition: u32| {
+        eventually("DATA_LOST from list-offsets", WAIT, || {
+            match client.list_offsets("kept", partition, protocol::client::OffsetSpec::Latest, 0) {
+                Err(error) if error.code() == Some(ErrorCode::DataLost) => Ok(error.to_string()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+    };
+    let check_refused = |broker: &Broker| {
+        for &p in &on_2 {
+            let why = refused(p);
+            assert!(why.contains("data-lost"), "{why}");
+            // Fetch and produce too, through either of its broker's shards
+            // (the one that does not own it forwards).
+            let mut consumer = protocol::client::Consumer::new(&client, "kept", p, 0).unwrap();
+            assert_eq!(code_of(consumer.poll()), ErrorCode::DataLost);
+            for shard in &broker.shards {
+                let mut stream = super::util::raw(shard);
+                let produced = super::util::produce_raw(
+                    &mut stream,
+                    "kept",
+                    p,
+                    AckMode::Written,
+                    &one_message(COUNT, SIZE),
+                );
+                assert_eq!(code_of(produced), ErrorCode::DataLost);
+            }
+        }
+    };
+    check_refused(&brokers[1]);
+    let metrics = brokers[1].metrics.clone().unwrap();
+    eventually("the gauge", WAIT, || {
+        let lost = metric(&scrape(&metrics), "ringlog_partitions_data_lost");
+        (lost == 2).then_some(()).ok_or(format!("{lost}"))
+    });
+    // The CLI shows the rows and says why, and still exits 0.
+    let describe = std::process::Command::new(harness::binary("ringlog"))
+        .args([
+            "--brokers",
+            &brokers[0].address(),
+            "topic",
+            "describe",
+            "kept",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&describe.stdout),
+        String::from_utf8_lossy(&describe.stderr),
+    );
+    assert!(describe.status.success(), "{stderr}");
+    assert_eq!(
+        stdout.matches("data-lost\tdata-lost").count(),
+        2,
+        "{stdout}"
+    );
+    assert!(stderr.contains("its only copy was lost"), "{stderr}");
+    // The other broker's partitions are untouched.
+    for p in (0..4).filter(|p| !on_2.contains(p)) {
+        assert_eq!(read_all(&client, "kept", p, 0).len() as u64, COUNT / 4);
+    }
+    // A group member reads the other partitions and reports the lost ones
+    // as outages instead of failing.
+    let mut member = protocol::client::GroupConsumer::subscribe(
+        &brokers[0].address(),
+        "readers",
+        &["kept"],
+        protocol::client::GroupConfig::default(),
+    )
+    .unwrap();
+    let mut read = 0u64;
+    eventually(
+        "the live partitions read, the lost ones outages",
+        WAIT,
+        || {
+            read += member.poll().map_err(|e| e.to_string())?.len() as u64;
+            let lost: Vec<u32> = member
+                .outages()
+                .iter()
+                .filter(|o| o.error.code() == Some(ErrorCode::DataLost))
+                .filter_map(|o| o.partition)
+                .collect();
+            if read == COUNT / 2 && lost.len() == 2 {
+                Ok(())
+            } else {
+                Err(format!("{read} read, outages {:?}", member.outages()))
+            }
+        },
+    );
+    member.close().unwrap();
+
+    // A restart is not a decision: still refused (meta.toml exists now,
+    // the markers remember).
+    brokers[1].stop();
+    brokers[1].restart();
+    check_refused(&brokers[1]);
+
+    // The operator decides: one partition restored from the backup, the
+    // other's loss accepted.
+    brokers[1].stop();
+    std::fs::remove_dir_all(data_2.join(&restored_dir)).unwrap();
+    copy_dir(
+        &backup.path().join(&restored_dir),
+        &data_2.join(&restored_dir),
+    );
+    let marker = data_2.join(format!("kept-{accepted}")).join("data-lost");
+    assert!(marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+    brokers[1].restart();
+    let served = read_all(&client, "kept", restored, 0);
+    assert_eq!(served.len() as u64, COUNT / 4, "the restored partition");
+    let (_, offsets) = client
+        .list_offsets("kept", restored, protocol::client::OffsetSpec::Latest, 0)
+        .unwrap();
+    assert_eq!(offsets.end_offset, end_before, "restored where it was");
+    let (_, offsets) = client
+        .list_offsets("kept", accepted, protocol::client::OffsetSpec::Latest, 0)
+        .unwrap();
+    assert_eq!(offsets.end_offset, 0, "accepted: empty, from 0");
+    produce(&client, "kept", 4, COUNT, 4, SIZE);
+    eprintln!(
+        "wiped broker 2: partitions {on_2:?} refused with DATA_LOST through 2 restarts; \
+         kept-{restored} restored from a copy ({} messages, end offset {end_before}), \
+         kept-{accepted} accepted empty",
+        served.len()
+    );
+}
+
+fn one_message(index: u64, size: usize) -> Vec<u8> {
+    let mut set = Vec::new();
+    protocol::message::encode_message(&mut set, None, &numbered_payload(index, size));
+    set
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}

@@ -235,6 +235,9 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     /// (not only flushed) below the high watermark is visible.
     write_caching: bool,
     poisoned: Option<String>,
+    /// Its only copy vanished (`storage/lost.rs`): nothing is served or
+    /// written until an operator decides.
+    lost: bool,
     checkpointed_offset: u64,
     /// On its shard's list of logs with work for the flush timer.
     listed: bool,
@@ -359,6 +362,7 @@ impl<S: Storage> PartitionLog<S> {
             waiting_fetch_flush_due: false,
             flush_wanted: 0,
             poisoned: None,
+            lost: false,
             deleted: false,
             high_watermark: None,
             write_caching: false,
@@ -472,6 +476,21 @@ impl<S: Storage> PartitionLog<S> {
     /// Why the partition refuses writes, if it does.
     pub fn poisoned(&self) -> Option<&str> {
         self.poisoned.as_deref()
+    }
+
+    /// Marks the partition as one whose data vanished: it refuses writes
+    /// (as poisoned) and its shard refuses to serve it at all.
+    pub fn mark_lost(&mut self) {
+        self.lost = true;
+        self.poisoned = Some(format!(
+            "the data of {} was lost from this broker's data directory",
+            self.label
+        ));
+    }
+
+    /// True when the partition's data vanished (see [`Self::mark_lost`]).
+    pub fn lost(&self) -> bool {
+        self.lost
     }
 
     /// Appends a message set that the caller has validated (whole messages,

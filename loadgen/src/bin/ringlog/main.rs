@@ -519,6 +519,8 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
             // Every partition, whether its broker answers or not: a broker
             // that is down makes its rows offline, not the command fail.
             let mut offline = std::collections::BTreeMap::<u32, Vec<u32>>::new();
+            // Partitions whose only copy vanished: refused, and said why.
+            let mut lost = Vec::new();
             for p in &topic.partitions {
                 let address = client
                     .partition_address(&metadata, &name, p.partition)
@@ -550,8 +552,18 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                             p.partition, p.shard_id
                         );
                     }
+                    Err(error) if error.code() == Some(protocol::ErrorCode::DataLost) => {
+                        lost.push(error.to_string());
+                        println!(
+                            "{}	{replication}	{}	{address}	data-lost	data-lost	data-lost",
+                            p.partition, p.shard_id
+                        );
+                    }
                     Err(error) => return Err(error.into()),
                 }
+            }
+            for why in &lost {
+                eprintln!("ringlog: warning: {why}");
             }
             for (broker, partitions) in &offline {
                 eprintln!(

@@ -20,9 +20,13 @@
 //! what it processed itself. The messages after that are delivered again
 //! to the partitions' next owner.
 //!
-//! Heartbeats are sent from [`GroupConsumer::poll`]: a program that does
-//! not poll for longer than the session timeout leaves the group (its
-//! partitions go to the others) and joins again on its next poll.
+//! Heartbeats go out from a thread and a connection of the member's own
+//! (`heartbeat.rs`), so a `poll` held up by a broker that stopped
+//! answering, or a slow batch, does not end the session; rebalancing stays
+//! in [`GroupConsumer::poll`]. A program that does not poll for longer
+//! than [`GroupConfig::max_poll_interval`] is taken to be stuck: its
+//! heartbeats stop, its partitions go to the others, and it joins again on
+//! its next poll.
 //!
 //! **A broker's death is a partial outage.** A partition whose broker is
 //! down (or moved: NOT_OWNER is followed to fresh Metadata) is retried with
@@ -35,6 +39,7 @@
 //! member joins again once the coordinator answers (its partitions may
 //! have gone to others: at least once, as ever).
 
+use super::heartbeat::{Heartbeats, Schedule};
 use super::{Client, ClientError, Consumer, Truncation};
 use crate::codec::groups::{self as codec, GroupDescription, GroupView, Joined, OffsetCommit};
 use crate::codec::OffsetSpec;
@@ -242,10 +247,14 @@ pub struct GroupConfig {
     /// How long a poll waits for new messages when there are none.
     /// Default 200 ms.
     pub max_wait: Duration,
-    /// How often `poll` heartbeats (at most a third of the session
-    /// timeout): how soon a member notices that the group changed.
-    /// Default 1 s.
+    /// How often the member heartbeats when nothing changes (at most a
+    /// third of the session timeout; a change is seen at once). Default
+    /// 1 s.
     pub heartbeat_interval: Duration,
+    /// The longest time between two `poll` calls of a live member: past
+    /// it the member counts as stuck, stops heartbeating and so gives its
+    /// partitions up (it joins again on its next poll). Default 5 min.
+    pub max_poll_interval: Duration,
 }
 
 impl Default for GroupConfig {
@@ -257,6 +266,7 @@ impl Default for GroupConfig {
             member_name: "consumer".into(),
             max_wait: Duration::from_millis(200),
             heartbeat_interval: Duration::from_secs(1),
+            max_poll_interval: Duration::from_secs(300),
         }
     }
 }
@@ -299,7 +309,8 @@ pub struct GroupConsumer {
     processed: BTreeMap<(String, u32), Position>,
     /// Subscribed topics that do not exist, since when.
     missing: BTreeMap<String, Instant>,
-    next_heartbeat: Instant,
+    /// The heartbeat thread (from the end of `subscribe` on).
+    beats: Option<Heartbeats>,
     last_commit: Instant,
     cursor: usize,
     rebalances: u64,
@@ -450,13 +461,24 @@ impl GroupConsumer {
             truncations: Vec::new(),
             processed: BTreeMap::new(),
             missing: BTreeMap::new(),
-            next_heartbeat: Instant::now(),
+            beats: None,
             last_commit: Instant::now(),
             cursor: 0,
             rebalances: 0,
             coordinator: None,
         };
         consumer.heartbeat(0)?;
+        let schedule = Schedule {
+            period: consumer.heartbeat_period(),
+            max_poll_interval: consumer.config.max_poll_interval,
+        };
+        consumer.beats = Some(Heartbeats::start(
+            &consumer.client,
+            &consumer.group,
+            consumer.joined.clone(),
+            consumer.view.generation,
+            schedule,
+        )?);
         Ok(consumer)
     }
 
@@ -529,21 +551,27 @@ impl GroupConsumer {
             .min(self.config.heartbeat_interval)
     }
 
-    /// Heartbeats (waiting up to `max_wait_ms` for a change) and rebalances
-    /// when the view changed; joins again when the session was lost.
+    /// Heartbeats once from here (at the start, and when a commit found
+    /// a partition gone) and acts on the answer.
     fn heartbeat(&mut self, max_wait_ms: u32) -> Result<(), ClientError> {
         let generation = self.view.generation;
-        let view = match self
+        let answer = self
             .client
-            .heartbeat(&self.group, &self.joined, generation, max_wait_ms)
-        {
+            .heartbeat(&self.group, &self.joined, generation, max_wait_ms);
+        self.act_on(answer)
+    }
+
+    /// Rebalances when a heartbeat's view changed; joins again when the
+    /// session was lost.
+    fn act_on(&mut self, answer: Result<GroupView, ClientError>) -> Result<(), ClientError> {
+        let generation = self.view.generation;
+        let view = match answer {
             Err(error) if error.code() == Some(ErrorCode::UnknownMember) => {
                 self.rejoin()?;
                 self.client.heartbeat(&self.group, &self.joined, 0, 0)?
             }
             other => other?,
         };
-        self.next_heartbeat = Instant::now() + self.heartbeat_period();
         if view.generation != generation {
             if let Err(error) = self.rebalance(view) {
                 // Half done (the coordinator went away mid-way): the next
@@ -567,6 +595,9 @@ impl GroupConsumer {
             self.joined.session_timeout_ms,
         )?;
         self.view = GroupView::default();
+        if let Some(beats) = &self.beats {
+            beats.rejoined(self.joined.clone(), 0);
+        }
         Ok(())
     }
 
@@ -823,16 +854,15 @@ impl GroupConsumer {
                 .filter_map(|(key, owned)| Some((key.clone(), owned.position()?)))
                 .collect();
         }
-        if Instant::now() >= self.next_heartbeat
-            && self.coordinator.as_ref().is_none_or(Unavailable::due)
-        {
-            let beat = self.heartbeat(0);
-            self.coordinator_result(beat)?;
+        if let Some(answer) = self.beats.as_ref().and_then(Heartbeats::take) {
+            let acted = self.act_on(answer);
+            self.coordinator_result(acted)?;
         }
         if let Some(interval) = self.config.auto_commit_interval {
-            if self.last_commit.elapsed() >= interval
-                && self.coordinator.as_ref().is_none_or(Unavailable::due)
-            {
+            // Not while the coordinator is away (the heartbeats say when it
+            // is back): a commit then waits out the broker's etcd timeout,
+            // and the member would read little besides.
+            if self.last_commit.elapsed() >= interval && self.coordinator.is_none() {
                 let committed = self.commit();
                 self.coordinator_result(committed)?;
             }
@@ -845,15 +875,13 @@ impl GroupConsumer {
             .map(|(k, _)| k.clone())
             .collect();
         if readable.is_empty() {
-            // Nothing to read: wait for the group to change instead (or,
-            // with the coordinator away too, for the next retry).
-            let wait = wait_ms.min(self.heartbeat_period().as_millis() as u32);
-            if self.coordinator.is_some() {
-                std::thread::sleep(Duration::from_millis(u64::from(wait)));
-                return Ok(Vec::new());
+            // Nothing to read: wait for the next heartbeat's answer instead
+            // (at once if the group changes).
+            let wait = self.config.max_wait.min(self.heartbeat_period());
+            if let Some(answer) = self.beats.as_ref().and_then(|b| b.wait(wait)) {
+                let acted = self.act_on(answer);
+                self.coordinator_result(acted)?;
             }
-            let beat = self.heartbeat(wait);
-            self.coordinator_result(beat)?;
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
@@ -969,6 +997,10 @@ impl GroupConsumer {
     }
 
     fn leave(&mut self) -> Result<(), ClientError> {
+        // No heartbeat after the leave.
+        if let Some(beats) = self.beats.as_mut() {
+            beats.stop();
+        }
         self.owned.clear();
         let left = self.client.leave_group(&self.group, &self.joined);
         self.joined.session_id = 0;

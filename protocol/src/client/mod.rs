@@ -34,6 +34,7 @@ mod config;
 mod connection;
 mod consumer;
 mod group;
+mod heartbeat;
 mod offset_store;
 mod prefetch;
 mod producer;

@@ -53,14 +53,14 @@ fn produce_numbers(client: &Client, topic: &str, partitions: u32, from: u64, to:
 }
 
 /// `ringlog consume --group` as a separate process; its printed lines.
-struct CliMember {
+pub(super) struct CliMember {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl CliMember {
-    fn start(broker: &Broker, topic: &str, group: &str, extra: &[&str]) -> CliMember {
+    pub(super) fn start(broker: &Broker, topic: &str, group: &str, extra: &[&str]) -> CliMember {
         let mut child = Command::new(binary("ringlog"))
             .args([
                 "--brokers",
@@ -100,6 +100,11 @@ impl CliMember {
             reader.join().unwrap();
         }
         status
+    }
+
+    /// Lines printed so far.
+    pub(super) fn printed(&self) -> usize {
+        self.lines.lock().unwrap().len()
     }
 
     fn numbers(&self) -> Vec<u64> {

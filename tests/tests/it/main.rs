@@ -18,6 +18,7 @@ mod disk_driver;
 mod disk_full;
 mod durability;
 mod give_way;
+mod group_faults;
 mod groups;
 mod limits;
 mod loadgen;

@@ -13,7 +13,7 @@ use coordinator::groups::GroupError;
 use coordinator::registry::{BrokerRecord, RegistryError, TopicRecord};
 use coordinator::replicas::{PartitionUpdate, UpdateOutcome, Versioned};
 use protocol::codec::groups::{GroupDescription, GroupView, Joined, OffsetCommit};
-use protocol::codec::operations::{ElectLeaders, Elected, Reassigned};
+use protocol::codec::operations::{ElectLeaders, Elected, PartitionsCreated, Reassigned};
 use protocol::codec::TopicSettings;
 use protocol::types::{BrokerId, PartitionId};
 use protocol::ErrorCode;
@@ -124,6 +124,15 @@ pub enum ControlMsg {
         overrides: TopicSettings,
         /// The record as registered, or why not.
         reply: flume::Sender<Result<TopicRecord, ControlError>>,
+    },
+    /// Raise a topic's partition count (`ringlog topic alter --partitions`).
+    CreatePartitions {
+        /// The topic (name validated by the handler).
+        name: String,
+        /// The new count (validated against the broker's limit).
+        partitions: u32,
+        /// The count now and the new partitions' brokers, or why not.
+        reply: flume::Sender<Result<PartitionsCreated, ControlError>>,
     },
     /// Unregister a topic and drop its partitions on every shard.
     DeleteTopic {

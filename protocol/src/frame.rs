@@ -60,6 +60,8 @@ pub enum Api {
     ReassignPartition = 16,
     /// Read chunks of many partitions of one shard in one request.
     MultiFetch = 17,
+    /// Raise a topic's partition count.
+    CreatePartitions = 18,
 }
 
 impl Api {
@@ -84,6 +86,7 @@ impl Api {
             15 => Api::ElectLeaders,
             16 => Api::ReassignPartition,
             17 => Api::MultiFetch,
+            18 => Api::CreatePartitions,
             _ => return None,
         })
     }

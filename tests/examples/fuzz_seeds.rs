@@ -134,6 +134,11 @@ fn main() {
             vec![],
         ),
         (
+            Api::CreatePartitions,
+            protocol::codec::operations::create_partitions_request(&mut fbb, "a", 6).to_vec(),
+            vec![],
+        ),
+        (
             Api::MultiFetch,
             multi_fetch::multi_fetch_request(
                 &mut fbb,

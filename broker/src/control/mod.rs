@@ -23,6 +23,7 @@
 pub mod groups;
 mod leadership;
 pub mod membership;
+mod more_partitions;
 mod reassign;
 
 use crate::config::Config;
@@ -409,6 +410,9 @@ impl<R: Registry> ControlPlane<R> {
                 ControlMsg::DeleteTopic { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
+                ControlMsg::CreatePartitions { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
                 // Nothing is read from a foreign registry.
                 ControlMsg::Refresh { reply, .. } => {
                     let _ = reply.send_async(()).await;
@@ -511,6 +515,14 @@ impl<R: Registry> ControlPlane<R> {
                 reply,
             } => {
                 let result = self.reassign(&topic, partition, replicas).await;
+                let _ = reply.send_async(result).await;
+            }
+            ControlMsg::CreatePartitions {
+                name,
+                partitions,
+                reply,
+            } => {
+                let result = self.create_partitions(&name, partitions).await;
                 let _ = reply.send_async(result).await;
             }
             ControlMsg::CompleteReassignment {

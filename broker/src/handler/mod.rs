@@ -403,6 +403,7 @@ fn dispatch_once(
         Api::Produce => produce::handle(shard, request_id, header, payload),
         Api::Fetch => fetch::handle(shard, give_way, request_id, header),
         Api::MultiFetch => multi_fetch::handle(shard, give_way, request_id, header),
+        Api::CreatePartitions => topics::handle_create_partitions(shard, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),
         Api::Metadata => metadata::handle(shard, header),
         Api::CreateTopic => topics::handle_create(shard, header),

@@ -1,4 +1,4 @@
-//! CreateTopic and DeleteTopic.
+//! CreateTopic, DeleteTopic and CreatePartitions.
 //!
 //! Any shard takes these requests, checks what it can alone (the name, the
 //! partition count, the settings against the broker's limits), and hands the
@@ -92,6 +92,48 @@ pub fn handle_delete(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Fai
         }
         let header = super::with_builder(&shard, |fbb| {
             protocol::codec::delete_topic_response(fbb, &name).to_vec()
+        });
+        Some(Response {
+            api,
+            error: 0,
+            header,
+            payload: Payload::None,
+        })
+    })))
+}
+
+/// Handles a CreatePartitions request: a topic's partition count raised.
+pub fn handle_create_partitions(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Failure> {
+    let request = verify::<wire::CreatePartitionsRequest>(header)
+        .map_err(|e| invalid_header(Api::CreatePartitions, e))?;
+    let name = request.topic().unwrap_or_default().to_string();
+    validate_topic_name(&name)
+        .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
+    let partitions = request.partitions();
+    if partitions == 0 || partitions > crate::limits::PARTITIONS_MAX {
+        return Err(Failure::new(
+            ErrorCode::InvalidConfig,
+            format!(
+                "partitions must be 1..={}, got {partitions}",
+                crate::limits::PARTITIONS_MAX
+            ),
+        ));
+    }
+    let (reply, answer) = flume::bounded(1);
+    let msg = ControlMsg::CreatePartitions {
+        name,
+        partitions,
+        reply,
+    };
+    let shard = shard.clone();
+    Ok(Dispatched::Later(Box::pin(async move {
+        let api = Api::CreatePartitions as u16;
+        let created = match ask_control(&shard, msg, answer).await {
+            Ok(created) => created,
+            Err(error) => return Some(Failure::new(error.code, error.message).response(api)),
+        };
+        let header = super::with_builder(&shard, |fbb| {
+            protocol::codec::operations::create_partitions_response(fbb, &created).to_vec()
         });
         Some(Response {
             api,

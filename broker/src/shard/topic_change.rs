@@ -1,6 +1,7 @@
 //! A topic's record changed under a running shard: a reassignment began
 //! (new copies to open here, a topic with one copy made replicated) or
-//! ended (copies no longer assigned here to delete).
+//! ended (copies no longer assigned here to delete), or partitions were
+//! added (opened empty here if they are this shard's).
 //!
 //! A copy is deleted only once the record says its broker no longer holds
 //! it, which its leader writes only when every replica of the target is in
@@ -131,6 +132,18 @@ impl Shard {
 /// The record's placement, replica sets and moves, into the shard's topic
 /// and its replicas.
 fn apply_record(t: &mut Topic, stored: &TopicRecord) {
+    // More partitions (`ringlog topic alter`): the new ones start in their
+    // initial state, every replica in sync at offset 0.
+    t.partitions = stored.partitions;
+    if stored.is_replicated() {
+        while t.states.len() < stored.partitions as usize {
+            let p = t.states.len() as PartitionId;
+            t.states.push(Versioned {
+                state: PartitionState::initial(&stored.replicas_of(p)),
+                revision: 0,
+            });
+        }
+    }
     t.brokers = stored.brokers.clone();
     t.replica_sets = stored.replicas.clone();
     t.min_insync = stored.min_insync_replicas.max(1);

@@ -28,6 +28,8 @@ pub struct Standalone {
     me: BrokerRecord,
     /// The registry as last stored, in name order.
     topics: Vec<TopicRecord>,
+    /// Bumped by every change: the revision a rewrite compares.
+    revision: i64,
 }
 
 impl Standalone {
@@ -56,6 +58,7 @@ impl Standalone {
             data_dir: data_dir.to_path_buf(),
             me,
             topics,
+            revision: 1,
         })
     }
 
@@ -104,6 +107,7 @@ impl Registry for Standalone {
         topics.insert(index, topic);
         self.store(&topics)?;
         self.topics = topics;
+        self.revision += 1;
         Ok(())
     }
 
@@ -117,7 +121,40 @@ impl Registry for Standalone {
         let removed = topics.remove(index);
         self.store(&topics)?;
         self.topics = topics;
+        self.revision += 1;
         Ok(removed)
+    }
+
+    async fn topic(&mut self, name: &str) -> Result<Option<(TopicRecord, i64)>, RegistryError> {
+        Ok(self
+            .topics
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| (t.clone(), self.revision)))
+    }
+
+    /// A rewrite of a topic's record (more partitions: a standalone broker
+    /// moves none).
+    async fn replace_topic(
+        &mut self,
+        record: TopicRecord,
+        expected: i64,
+    ) -> Result<bool, RegistryError> {
+        let Ok(index) = self.topics.binary_search_by(|t| t.name.cmp(&record.name)) else {
+            return Ok(false);
+        };
+        if expected != self.revision {
+            return Ok(false);
+        }
+        let mut topics = self.topics.clone();
+        topics[index] = TopicRecord {
+            brokers: vec![self.me.broker_id; record.partitions as usize],
+            ..record
+        };
+        self.store(&topics)?;
+        self.topics = topics;
+        self.revision += 1;
+        Ok(true)
     }
 
     async fn next_event(&mut self) -> RegistryEvent {

@@ -14,6 +14,7 @@ from . import codec
 from .codec import Api, Message
 from .errors import BrokerError, ConnectionFailed, PartitionUnavailable, ProtocolError, RinglogError
 from .wire import AckMode as _AckMode
+from .wire import CreatePartitionsRequest, CreatePartitionsResponse
 from .wire import CreateTopicRequest, DeleteTopicRequest, ErrorResponse, FetchRequest
 from .wire import FetchResponse, HandshakeRequest, HandshakeResponse, ListOffsetsRequest
 from .wire import ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetSpec
@@ -303,6 +304,19 @@ class Client:
         DeleteTopicRequest.Start(b)
         DeleteTopicRequest.AddName(b, n)
         self.call(Api.DELETE_TOPIC, _finish(b, DeleteTopicRequest.End(b)))
+
+    def create_partitions(self, name: str, partitions: int) -> List[int]:
+        """Raises a topic's partition count to ``partitions`` (never lowers
+        it: INVALID_CONFIG); returns the broker of each new partition. A
+        producer made before sees the new partitions once made again."""
+        b = flatbuffers.Builder(64)
+        n = b.CreateString(name)
+        CreatePartitionsRequest.Start(b)
+        CreatePartitionsRequest.AddTopic(b, n)
+        CreatePartitionsRequest.AddPartitions(b, partitions)
+        header, _ = self.call(Api.CREATE_PARTITIONS, _finish(b, CreatePartitionsRequest.End(b)))
+        answer = CreatePartitionsResponse.CreatePartitionsResponse.GetRootAs(header, 0)
+        return [answer.Brokers(i) for i in range(answer.BrokersLength())]
 
     def list_offsets(self, topic: str, partition: int, spec: Union[str, int] = "latest") -> Offsets:
         """``"earliest"``, ``"latest"`` (the flushed end), or a Unix time in

@@ -45,6 +45,7 @@ class Api:
     PRODUCE = 4
     FETCH = 5
     LIST_OFFSETS = 6
+    CREATE_PARTITIONS = 18
 
 
 def frame(api: int, request_id: int, header: bytes, payload: bytes = b"") -> bytes:

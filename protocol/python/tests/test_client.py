@@ -169,6 +169,22 @@ def test_errors_carry_the_brokers_code(client):
     assert e.value.code == ErrorCode.UNKNOWN_TOPIC
 
 
+def test_a_topic_gets_more_partitions_never_fewer(client):
+    topic = fresh_topic(client, partitions=2)
+    added = client.create_partitions(topic, 4)
+    assert len(added) == 2
+    assert len(client.describe_topic(topic).partitions) == 4
+    producer = ringlog.Producer(client, topic, acks="flushed")
+    producer.send(b"new", partition=3)
+    producer.flush()
+    assert [m.value for m in read_partition(client, topic, 3)] == [b"new"]
+    assert client.create_partitions(topic, 4) == []
+    with pytest.raises(BrokerError) as e:
+        client.create_partitions(topic, 3)
+    assert e.value.code == ErrorCode.INVALID_CONFIG
+    assert "only goes up" in str(e.value)
+
+
 def test_python_produces_and_the_cli_consumes(client):
     topic = fresh_topic(client, partitions=1)
     producer = ringlog.Producer(client, topic, acks="flushed")

@@ -695,6 +695,28 @@ impl Client {
             .map_err(|e| ClientError::protocol(format!("reassign partition: {e}")))
     }
 
+    /// Raises `topic`'s partition count to `partitions` (never lowers it:
+    /// INVALID_CONFIG). The new partitions start empty; keyed messages of
+    /// a key may go to another partition from then on. Producers and group
+    /// members take the new partitions up by themselves.
+    pub fn create_partitions(
+        &self,
+        topic: &str,
+        partitions: u32,
+    ) -> Result<codec::operations::PartitionsCreated, ClientError> {
+        lock(&self.shared.placements).remove(topic);
+        // Sent again once if the connection broke: it names the total, so
+        // a second one after the first was applied changes nothing.
+        let response = self.request(
+            Api::CreatePartitions,
+            |fbb| codec::operations::create_partitions_request(fbb, topic, partitions).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        codec::operations::decode_partitions_created(&response.header)
+            .map_err(|e| ClientError::protocol(format!("create partitions: {e}")))
+    }
+
     /// An offset of a partition (earliest, latest, or before a time), with
     /// the partition's current offsets. Asks the shard that owns the
     /// partition, on whichever broker stores it.

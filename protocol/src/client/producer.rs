@@ -43,6 +43,12 @@
 //! [`Producer::flush`] (as [`ClientError::Undelivered`]), and later
 //! messages are sent as usual.
 //!
+//! **Metadata** is looked at again every
+//! [`metadata_max_age`](ProducerConfig::metadata_max_age) (as Kafka's
+//! `metadata.max.age.ms`), so partitions added to the topic
+//! (`ringlog topic alter`) are used, and leaders that moved are followed,
+//! without waiting for an error.
+//!
 //! In a cluster, a partition whose broker is down — not in Metadata's
 //! broker list, or not answering a connect — is unavailable, as in the
 //! paper, which has no replication: the random and round-robin partitioners
@@ -137,6 +143,10 @@ pub struct ProducerConfig {
     /// `request_timeout`). The bound on how long an outage a producer
     /// rides out. Default 120 s (Kafka's `delivery.timeout.ms`).
     pub delivery_timeout: Duration,
+    /// How often the producer reads the topic's Metadata again although
+    /// nothing failed: partitions added to the topic are used from then
+    /// on. Default 30 s.
+    pub metadata_max_age: Duration,
     /// The most times a batch is sent again (after a broken connection, a
     /// refusal that passes, or a failed reconnect while it waits). Default
     /// `u32::MAX`: the delivery timeout is the bound. 0 sends every batch
@@ -160,6 +170,7 @@ impl Default for ProducerConfig {
             delivery_reports: false,
             track_latency: false,
             delivery_timeout: Duration::from_secs(120),
+            metadata_max_age: Duration::from_secs(30),
             retries: u32::MAX,
         }
     }
@@ -382,6 +393,18 @@ struct Batch {
     intended: Option<Instant>,
 }
 
+impl Batch {
+    fn empty() -> Batch {
+        Batch {
+            bytes: Vec::new(),
+            count: 0,
+            first_sequence: 0,
+            started: None,
+            intended: None,
+        }
+    }
+}
+
 /// What a producer was made with; shared with the linger thread.
 struct Setup {
     topic: String,
@@ -457,7 +480,6 @@ impl Shared {
 pub struct Producer {
     shared: Arc<Shared>,
     linger_thread: Option<JoinHandle<()>>,
-    partitions: u32,
     next_partition: u32,
     rng: u64,
 }
@@ -482,15 +504,7 @@ impl Producer {
             lanes: Vec::new(),
             lane_of_partition: vec![None; partitions as usize],
             down: vec![None; partitions as usize],
-            batches: (0..partitions)
-                .map(|_| Batch {
-                    bytes: Vec::new(),
-                    count: 0,
-                    first_sequence: 0,
-                    started: None,
-                    intended: None,
-                })
-                .collect(),
+            batches: (0..partitions).map(|_| Batch::empty()).collect(),
             next_sequence: vec![0; partitions as usize],
             retry: Vec::new(),
             retry_bytes: 0,
@@ -528,35 +542,31 @@ impl Producer {
         Ok(Producer {
             shared,
             linger_thread: Some(linger_thread),
-            partitions,
             next_partition: 0,
             rng: seed,
         })
     }
 
-    fn config(&self) -> &ProducerConfig {
-        &self.shared.setup.config
-    }
-
     /// The partitions whose broker was down at the last metadata refresh.
     pub fn unavailable_partitions(&self) -> Vec<u32> {
         let inner = self.shared.lock();
-        (0..self.partitions)
+        (0..inner.down.len() as u32)
             .filter(|&p| inner.down[p as usize].is_some())
             .collect()
     }
 
-    /// Number of partitions of the topic.
+    /// Number of partitions of the topic, as of the last Metadata.
     pub fn partitions(&self) -> u32 {
-        self.partitions
+        self.shared.lock().batches.len() as u32
     }
 
     /// The partition a message with this key goes to (random or round-robin
     /// without a key, skipping partitions whose broker is down; by key hash
     /// with a key, whether its broker is up or not).
     pub fn partition_for(&mut self, key: Option<&[u8]>) -> u32 {
-        let n = self.partitions;
-        let first = match (key, self.config().partitioner) {
+        let inner = self.shared.lock();
+        let n = inner.batches.len() as u32;
+        let first = match (key, self.shared.setup.config.partitioner) {
             (Some(key), Partitioner::KeyHashOrRandom) => return partition_for_key(key, n),
             (None, Partitioner::KeyHashOrRandom) => {
                 self.rng ^= self.rng << 13;
@@ -572,7 +582,6 @@ impl Producer {
         };
         // The first live partition from the choice on; the choice itself if
         // none is live (sending to it then names the broker that is down).
-        let inner = self.shared.lock();
         (0..n)
             .map(|i| (first + i) % n)
             .find(|&p| inner.down[p as usize].is_none())
@@ -641,12 +650,6 @@ impl Producer {
     ) -> Result<Receipt, ClientError> {
         let index = partition as usize;
         let setup = &self.shared.setup;
-        if partition >= self.partitions {
-            return Err(ClientError::Usage(format!(
-                "topic {:?} has partitions 0..{}, not {partition}",
-                setup.topic, self.partitions
-            )));
-        }
         let size = encoded_len(key, value);
         if key.is_some_and(|k| k.len() > crate::message::KEY_BYTES_MAX) || size > MESSAGE_BYTES_MAX
         {
@@ -656,6 +659,13 @@ impl Producer {
         }
         let config = &setup.config;
         let mut inner = self.shared.lock();
+        if index >= inner.batches.len() {
+            return Err(ClientError::Usage(format!(
+                "topic {:?} has partitions 0..{}, not {partition}",
+                setup.topic,
+                inner.batches.len()
+            )));
+        }
         if inner.closed {
             return Err(ClientError::Usage("the producer is closed".into()));
         }
@@ -967,6 +977,15 @@ impl Inner {
             self.harvest(setup, &lane);
         }
         self.lanes = lanes;
+        // Partitions added to the topic (`ringlog topic alter`): used from
+        // now on. A count that went down (the topic was re-created) is not
+        // followed: its batches are refused by the broker.
+        while self.batches.len() < routes.len() {
+            self.lane_of_partition.push(None);
+            self.down.push(None);
+            self.next_sequence.push(0);
+            self.batches.push(Batch::empty());
+        }
         for (partition, route) in routes.into_iter().enumerate() {
             if partition >= self.lane_of_partition.len() {
                 break;
@@ -987,8 +1006,12 @@ impl Inner {
         Ok(())
     }
 
-    /// True when some partition is down and it is time to look again.
-    fn recheck_due(&mut self) -> bool {
+    /// True when it is time to look at Metadata again: some partition is
+    /// down, or the last look is `metadata_max_age` old.
+    fn recheck_due(&mut self, setup: &Setup) -> bool {
+        if self.routed_at.elapsed() >= setup.config.metadata_max_age {
+            return true;
+        }
         if self.down.iter().all(Option::is_none) {
             self.recheck = DOWN_RECHECK_MIN;
             return false;
@@ -1402,7 +1425,7 @@ impl Inner {
     /// what waits to be resent once its backoff has passed.
     fn service(&mut self, setup: &Setup, events: &Arc<Events>) {
         self.collect(setup);
-        if self.recheck_due() {
+        if self.recheck_due(setup) {
             self.reconnect = true;
         }
         if !self.reconnect && self.retry.is_empty() {

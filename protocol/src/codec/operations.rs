@@ -1,5 +1,6 @@
-//! Operators' headers for replicated partitions: leader elections (api 15)
-//! and reassignment (api 16). Owned forms, builders, decoders.
+//! Operators' headers: leader elections (api 15) and reassignment (api 16)
+//! of replicated partitions, and more partitions for a topic (api 18).
+//! Owned forms, builders, decoders.
 
 use super::{finish, verify};
 use crate::generated::ringlog::wire;
@@ -51,6 +52,65 @@ pub struct Reassigned {
     pub replicas: Vec<BrokerId>,
     /// The target; empty when there was nothing to move.
     pub moving_to: Vec<BrokerId>,
+}
+
+/// A CreatePartitions answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionsCreated {
+    /// The topic.
+    pub topic: String,
+    /// Its partition count now.
+    pub partitions: u32,
+    /// The broker of each new partition (its preferred leader), from the
+    /// first new one on; empty when there were that many already.
+    pub brokers: Vec<BrokerId>,
+}
+
+/// CreatePartitions request header.
+pub fn create_partitions_request<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    partitions: u32,
+) -> &'b [u8] {
+    fbb.reset();
+    let topic = fbb.create_string(topic);
+    let root = wire::CreatePartitionsRequest::create(
+        fbb,
+        &wire::CreatePartitionsRequestArgs {
+            topic: Some(topic),
+            partitions,
+        },
+    );
+    finish(fbb, root)
+}
+
+/// CreatePartitions response header.
+pub fn create_partitions_response<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    answer: &PartitionsCreated,
+) -> &'b [u8] {
+    fbb.reset();
+    let topic = fbb.create_string(&answer.topic);
+    let brokers = fbb.create_vector(&answer.brokers);
+    let root = wire::CreatePartitionsResponse::create(
+        fbb,
+        &wire::CreatePartitionsResponseArgs {
+            topic: Some(topic),
+            partitions: answer.partitions,
+            brokers: Some(brokers),
+        },
+    );
+    finish(fbb, root)
+}
+
+/// Decodes a CreatePartitions response header.
+pub fn decode_partitions_created(header: &[u8]) -> Result<PartitionsCreated, String> {
+    let r = verify::<wire::CreatePartitionsResponse>(header).map_err(|e| e.to_string())?;
+    Ok(PartitionsCreated {
+        topic: r.topic().unwrap_or_default().to_string(),
+        partitions: r.partitions(),
+        brokers: r.brokers().map(|v| v.iter().collect()).unwrap_or_default(),
+    })
 }
 
 /// ElectLeaders request header.
@@ -187,6 +247,21 @@ pub fn decode_reassign(header: &[u8]) -> Result<Reassigned, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_partitions_round_trip() {
+        let mut fbb = FlatBufferBuilder::new();
+        let header = create_partitions_request(&mut fbb, "t", 8).to_vec();
+        let request = verify::<wire::CreatePartitionsRequest>(&header).unwrap();
+        assert_eq!((request.topic(), request.partitions()), (Some("t"), 8));
+        let answer = PartitionsCreated {
+            topic: "t".into(),
+            partitions: 8,
+            brokers: vec![1, 2, 3],
+        };
+        let header = create_partitions_response(&mut fbb, &answer).to_vec();
+        assert_eq!(decode_partitions_created(&header).unwrap(), answer);
+    }
 
     #[test]
     fn elections_and_reassignments_round_trip() {

@@ -8522,6 +8522,323 @@ pub mod ringlog {
                 ds.finish()
             }
         }
+        pub enum CreatePartitionsRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct CreatePartitionsRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for CreatePartitionsRequest<'a> {
+            type Inner = CreatePartitionsRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> CreatePartitionsRequest<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                CreatePartitionsRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args CreatePartitionsRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<CreatePartitionsRequest<'bldr>> {
+                let mut builder = CreatePartitionsRequestBuilder::new(_fbb);
+                builder.add_partitions(args.partitions);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        CreatePartitionsRequest::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partitions(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(CreatePartitionsRequest::VT_PARTITIONS, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for CreatePartitionsRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partitions", Self::VT_PARTITIONS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct CreatePartitionsRequestArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partitions: u32,
+        }
+        impl<'a> Default for CreatePartitionsRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                CreatePartitionsRequestArgs {
+                    topic: None,
+                    partitions: 0,
+                }
+            }
+        }
+
+        pub struct CreatePartitionsRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CreatePartitionsRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    CreatePartitionsRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partitions(&mut self, partitions: u32) {
+                self.fbb_
+                    .push_slot::<u32>(CreatePartitionsRequest::VT_PARTITIONS, partitions, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> CreatePartitionsRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                CreatePartitionsRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<CreatePartitionsRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for CreatePartitionsRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("CreatePartitionsRequest");
+                ds.field("topic", &self.topic());
+                ds.field("partitions", &self.partitions());
+                ds.finish()
+            }
+        }
+        pub enum CreatePartitionsResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct CreatePartitionsResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for CreatePartitionsResponse<'a> {
+            type Inner = CreatePartitionsResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> CreatePartitionsResponse<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
+            pub const VT_BROKERS: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                CreatePartitionsResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args CreatePartitionsResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<CreatePartitionsResponse<'bldr>> {
+                let mut builder = CreatePartitionsResponseBuilder::new(_fbb);
+                if let Some(x) = args.brokers {
+                    builder.add_brokers(x);
+                }
+                builder.add_partitions(args.partitions);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        CreatePartitionsResponse::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partitions(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(CreatePartitionsResponse::VT_PARTITIONS, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn brokers(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            CreatePartitionsResponse::VT_BROKERS,
+                            None,
+                        )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for CreatePartitionsResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partitions", Self::VT_PARTITIONS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "brokers",
+                        Self::VT_BROKERS,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct CreatePartitionsResponseArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partitions: u32,
+            pub brokers: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+        }
+        impl<'a> Default for CreatePartitionsResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                CreatePartitionsResponseArgs {
+                    topic: None,
+                    partitions: 0,
+                    brokers: None,
+                }
+            }
+        }
+
+        pub struct CreatePartitionsResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CreatePartitionsResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    CreatePartitionsResponse::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partitions(&mut self, partitions: u32) {
+                self.fbb_
+                    .push_slot::<u32>(CreatePartitionsResponse::VT_PARTITIONS, partitions, 0);
+            }
+            #[inline]
+            pub fn add_brokers(
+                &mut self,
+                brokers: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    CreatePartitionsResponse::VT_BROKERS,
+                    brokers,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> CreatePartitionsResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                CreatePartitionsResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<CreatePartitionsResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for CreatePartitionsResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("CreatePartitionsResponse");
+                ds.field("topic", &self.topic());
+                ds.field("partitions", &self.partitions());
+                ds.field("brokers", &self.brokers());
+                ds.finish()
+            }
+        }
         pub enum FetchPartitionOffset {}
         #[derive(Copy, Clone, PartialEq)]
 

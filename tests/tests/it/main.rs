@@ -22,6 +22,7 @@ mod group_faults;
 mod groups;
 mod limits;
 mod loadgen;
+mod more_partitions;
 mod multi_fetch;
 mod nemesis;
 mod partial_outage;

@@ -282,6 +282,17 @@ enum TopicCommand {
         /// Topic name.
         name: String,
     },
+    /// Raise a topic's partition count (never lowers it). The new
+    /// partitions start empty; keyed messages of a key may go to another
+    /// partition from then on; producers and groups take them up by
+    /// themselves.
+    Alter {
+        /// Topic name.
+        name: String,
+        /// The new partition count.
+        #[arg(long)]
+        partitions: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -585,6 +596,24 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Delete { name } => {
             client.delete_topic(&name)?;
             println!("deleted topic {name}");
+        }
+        TopicCommand::Alter { name, partitions } => {
+            let created = client.create_partitions(&name, partitions)?;
+            if created.brokers.is_empty() {
+                println!("topic {name} has {partitions} partitions already");
+            } else {
+                let first = partitions - created.brokers.len() as u32;
+                println!(
+                    "topic {name} has {partitions} partitions now: {} added ({first}..{partitions}, on brokers {})",
+                    created.brokers.len(),
+                    created
+                        .brokers
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+            }
         }
     }
     Ok(())

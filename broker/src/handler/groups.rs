@@ -56,6 +56,25 @@ fn member_id(api: Api, id: Option<&str>) -> Result<String, Failure> {
     }
 }
 
+/// Refuses a request naming one partition twice: etcd refuses the
+/// transaction ("duplicate key"), and the request must not look as if it
+/// could pass.
+fn distinct<'a>(
+    api: Api,
+    partitions: impl IntoIterator<Item = (&'a str, u32)>,
+) -> Result<(), Failure> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (topic, partition) in partitions {
+        if !seen.insert((topic, partition)) {
+            return Err(Failure::new(
+                ErrorCode::InvalidRequest,
+                format!("{api:?}: partition {partition} of {topic:?} is named twice"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks that `partitions` of `topic` exist (as this shard knows topics).
 fn check_partitions(shard: &Shard, topic: &str, partitions: &[u32]) -> Result<(), Failure> {
     let Some(known) = shard.topic(topic) else {
@@ -125,6 +144,7 @@ fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failur
                     .unwrap_or_default(),
             )?;
             check_partitions(shard, &topic, &partitions)?;
+            distinct(api, partitions.iter().map(|p| (topic.as_str(), *p)))?;
             GroupRequest::Claim {
                 group: group_name(api, r.group())?,
                 member_id: member_id(api, r.member_id())?,
@@ -139,17 +159,22 @@ fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failur
             let topic = r.topic().unwrap_or_default().to_string();
             validate_topic_name(&topic)
                 .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
+            // A partition named twice is released once (etcd would refuse
+            // a transaction that deletes one key twice).
+            let mut partitions = bounded(
+                api,
+                "partitions",
+                r.partitions()
+                    .map(|p| p.iter().collect())
+                    .unwrap_or_default(),
+            )?;
+            partitions.sort_unstable();
+            partitions.dedup();
             GroupRequest::Release {
                 group: group_name(api, r.group())?,
                 member_id: member_id(api, r.member_id())?,
                 topic,
-                partitions: bounded(
-                    api,
-                    "partitions",
-                    r.partitions()
-                        .map(|p| p.iter().collect())
-                        .unwrap_or_default(),
-                )?,
+                partitions,
             }
         }
         Api::CommitOffsets => {
@@ -171,6 +196,7 @@ fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failur
             for offset in &offsets {
                 check_partitions(shard, &offset.topic, &[offset.partition])?;
             }
+            distinct(api, offsets.iter().map(|o| (o.topic.as_str(), o.partition)))?;
             GroupRequest::Commit {
                 group: group_name(api, r.group())?,
                 member_id: r.member_id().unwrap_or_default().to_string(),

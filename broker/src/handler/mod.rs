@@ -451,8 +451,17 @@ fn fail(shard: &Shard, api: u16, failure: Failure) -> Dispatched {
 
 /// A header that failed flatbuffers verification.
 pub fn invalid_header(api: Api, error: impl std::fmt::Display) -> Failure {
+    // The verifier's words come with a trace over several lines: one
+    // sentence of them is what §5 promises.
+    let error = error.to_string();
+    let first = error
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("malformed")
+        .trim_end_matches('.');
     Failure::new(
         ErrorCode::InvalidRequest,
-        format!("{api:?} header failed verification: {error}"),
+        format!("the {api:?} request's header is not a valid {api:?}Request flatbuffer: {first}"),
     )
 }

@@ -469,7 +469,7 @@ fn handshake(shard: &Shard, prefix: FramePrefix, header: &[u8]) -> Result<Respon
         handler::error_response(
             api,
             ErrorCode::InvalidRequest,
-            &format!("Handshake header failed verification: {e}"),
+            &handler::invalid_header(Api::Handshake, e).message,
             None,
         )
     })?;

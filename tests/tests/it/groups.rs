@@ -312,6 +312,31 @@ fn claims_commits_and_resets_are_fenced_and_every_error_is_named() {
         code(client.commit_offsets("g", &a.member_id, &[commit("t", 2, 5)])),
         ErrorCode::NotPartitionOwner
     );
+    // Issue 24, bug 3: a partition named twice is a bad request (etcd
+    // refuses such a transaction), not a retriable COORDINATOR_UNAVAILABLE.
+    let twice = client
+        .claim_partitions("g", &b, fresh.revision, "t", &[3, 3])
+        .unwrap_err();
+    assert_eq!(twice.code(), Some(ErrorCode::InvalidRequest), "{twice}");
+    assert!(twice.to_string().contains("named twice"), "{twice}");
+    assert!(!twice.is_retriable());
+    let twice = client
+        .commit_offsets("g", &a.member_id, &[commit("t", 0, 12), commit("t", 0, 13)])
+        .unwrap_err();
+    assert_eq!(twice.code(), Some(ErrorCode::InvalidRequest), "{twice}");
+    // Issue 24, item 20: a header that is no flatbuffer is refused in one
+    // sentence.
+    let mut conn = protocol::client::Connection::connect(&brokers[0].address()).unwrap();
+    let garbage = conn
+        .call(protocol::frame::Api::JoinGroup, &[9u8; 3], &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        garbage
+            .contains("the JoinGroup request's header is not a valid JoinGroupRequest flatbuffer")
+            && !garbage.contains('\n'),
+        "{garbage:?}"
+    );
     // A goes silent; its session lapses, B takes its partitions, and A's
     // late commit (a zombie) cannot overwrite B's.
     eventually("A's session lapses", WAIT, || {

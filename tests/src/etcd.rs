@@ -263,3 +263,154 @@ impl Drop for Etcd {
         self.kill();
     }
 }
+
+/// A real etcd cluster of several members on loopback, for the faults a
+/// single member cannot show (one member dead while the others serve).
+pub struct EtcdCluster {
+    dir: TempDir,
+    members: Vec<Member>,
+}
+
+struct Member {
+    name: String,
+    client_port: u16,
+    peer_port: u16,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl Member {
+    fn client(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    fn peer(&self) -> String {
+        format!("http://127.0.0.1:{}", self.peer_port)
+    }
+
+    fn healthy(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.client_port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let request = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        if stream.write_all(request.as_bytes()).is_err() {
+            return false;
+        }
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer.contains("\"health\":\"true\"")
+    }
+}
+
+impl EtcdCluster {
+    /// Starts `size` members and waits until every one serves.
+    pub fn start(size: usize) -> EtcdCluster {
+        let dir = TempDir::new("etcd-cluster");
+        let members: Vec<Member> = (0..size)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                client_port: free_port(),
+                peer_port: free_port(),
+                child: None,
+                starts: 0,
+            })
+            .collect();
+        let mut cluster = EtcdCluster { dir, members };
+        for i in 0..size {
+            cluster.launch(i, "new");
+        }
+        cluster.wait_healthy((0..size).collect());
+        cluster
+    }
+
+    fn initial_cluster(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn launch(&mut self, i: usize, state: &str) {
+        let initial = self.initial_cluster();
+        let data = self.dir.path().join(&self.members[i].name);
+        let member = &mut self.members[i];
+        let log_path = self
+            .dir
+            .path()
+            .join(format!("{}-{}.log", member.name, member.starts));
+        let log = std::fs::File::create(&log_path)
+            .unwrap_or_else(|e| panic!("creating {}: {e}", log_path.display()));
+        let child = Command::new(binary())
+            .arg("--name")
+            .arg(&member.name)
+            .arg("--data-dir")
+            .arg(data)
+            .arg("--listen-client-urls")
+            .arg(member.client())
+            .arg("--advertise-client-urls")
+            .arg(member.client())
+            .arg("--listen-peer-urls")
+            .arg(member.peer())
+            .arg("--initial-advertise-peer-urls")
+            .arg(member.peer())
+            .arg("--initial-cluster")
+            .arg(initial)
+            .arg("--initial-cluster-state")
+            .arg(state)
+            .arg("--initial-cluster-token")
+            .arg("ringlog-test")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting etcd member: {e}"));
+        member.child = Some(child);
+        member.starts += 1;
+    }
+
+    fn wait_healthy(&self, members: Vec<usize>) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !members.iter().all(|&i| self.members[i].healthy()) {
+            assert!(
+                Instant::now() < deadline,
+                "the etcd cluster did not become healthy within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every member's client URL, comma-separated, as `broker --etcd`
+    /// takes a cluster.
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(Member::client)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Kills member `i` (SIGKILL); the others keep quorum.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data, and waits until it serves.
+    pub fn restart(&mut self, i: usize) {
+        assert!(self.members[i].child.is_none(), "kill the member first");
+        self.launch(i, "existing");
+        self.wait_healthy(vec![i]);
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}

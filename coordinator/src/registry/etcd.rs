@@ -233,9 +233,12 @@ impl Etcd {
         let keys = Keys::new(&options.cluster);
         let timeout = options.request_timeout;
         let connect_options = ConnectOptions::new().with_connect_timeout(timeout);
+        // Only endpoints that answer: a dead member's would fail requests
+        // (see `endpoints.rs`).
+        let in_use = super::endpoints::live(&options.endpoints).await;
         let mut client = deadline(
             timeout,
-            Client::connect(options.endpoints.clone(), Some(connect_options)),
+            Client::connect(in_use.clone(), Some(connect_options)),
         )
         .await
         .map_err(|e| {
@@ -279,6 +282,11 @@ impl Etcd {
             },
             start,
         ));
+        let prober = tokio::spawn(super::endpoints::keep_live(
+            client.clone(),
+            options.endpoints.clone(),
+            in_use,
+        ));
         Ok(Etcd {
             client,
             keys,
@@ -288,7 +296,7 @@ impl Etcd {
             lease_clock,
             events,
             lease: lease_rx,
-            tasks: vec![keeper, watcher],
+            tasks: vec![keeper, watcher, prober],
         })
     }
 

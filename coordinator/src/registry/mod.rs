@@ -20,6 +20,7 @@
 //! above the seam cannot tell them apart except by durability and by who
 //! else can see the topics.
 
+mod endpoints;
 mod etcd;
 mod memory;
 mod standalone;

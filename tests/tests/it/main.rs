@@ -17,6 +17,7 @@ mod delivery;
 mod disk_driver;
 mod disk_full;
 mod durability;
+mod etcd_members;
 mod give_way;
 mod group_faults;
 mod groups;

@@ -144,6 +144,10 @@ pub struct Config {
     pub etcd_lease_ttl_s: u32,
     /// Deadline of every etcd request.
     pub etcd_timeout_ms: u64,
+    /// How long a group's member list read from etcd serves heartbeats
+    /// (the watch forgets it sooner when a member joins or leaves); 0 reads
+    /// etcd for every heartbeat.
+    pub group_members_cache_ms: u64,
     /// Copies of each partition of a topic that does not say (1: the
     /// paper's one copy).
     pub default_replication_factor: u32,
@@ -204,6 +208,7 @@ impl Default for Config {
             cluster: "ringlog".into(),
             etcd_lease_ttl_s: 10,
             etcd_timeout_ms: 5_000,
+            group_members_cache_ms: 1_000,
             join_new_cluster: false,
             default_replication_factor: 1,
             default_min_insync_replicas: 1,
@@ -352,6 +357,12 @@ impl Config {
             return Err(ConfigError(format!(
                 "etcd_lease_ttl_s must be 2..=3600, got {}",
                 self.etcd_lease_ttl_s
+            )));
+        }
+        if self.group_members_cache_ms > 60_000 {
+            return Err(ConfigError(format!(
+                "group_members_cache_ms must be 0..=60000, got {}",
+                self.group_members_cache_ms
             )));
         }
         if !(100..=600_000).contains(&self.etcd_timeout_ms) {

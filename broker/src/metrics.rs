@@ -74,6 +74,13 @@ counters! {
     disk_sync_batches_total: "Batches the shard's disk driver settled those flushes in",
     disk_syncfs_total: "Flush batches made durable with one syncfs of the data directory's file system",
     segment_files_evicted_total: "Idle segment files closed early to keep the shard within its open-file limit",
+    group_joins_total: "JoinGroup requests answered (a member joined)",
+    group_heartbeats_total: "Heartbeat requests answered",
+    group_claims_total: "ClaimPartitions requests that claimed",
+    group_claim_conflicts_total: "ClaimPartitions requests that lost (CLAIM_CONFLICT): a member's view was stale, or a partition still had its owner (each is a rebalance retried)",
+    group_commits_total: "CommitOffsets requests that committed",
+    group_leaves_total: "LeaveGroup requests answered",
+    group_members_lost_total: "Group requests answered UNKNOWN_MEMBER (a member whose session had lapsed)",
 }
 
 /// Flushes of a shard's partitions. Shared with each partition's log (the

@@ -12,9 +12,9 @@
 use crate::mailbox::{ControlError, GroupAnswer, GroupReply, GroupRequest};
 use coordinator::groups::Groups;
 use coordinator::registry::{BrokerRecord, TopicRecord};
-use protocol::codec::groups::{GroupDescription, GroupTopicInfo, GroupView};
+use protocol::codec::groups::{GroupDescription, GroupMemberInfo, GroupTopicInfo, GroupView};
 use protocol::ErrorCode;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 /// Which parked heartbeats to look at again.
@@ -35,19 +35,42 @@ struct Parked {
     reply: GroupReply,
 }
 
+/// A group's members as last read from etcd.
+struct Members {
+    members: Vec<GroupMemberInfo>,
+    revision: u64,
+    read_at: Instant,
+}
+
+// How long a group's members are served from memory (the broker's
+// `group_members_cache_ms`, 1 s). Every heartbeat used to read the whole
+// member list from etcd: n members heartbeating made n² reads (issue 27,
+// item 7). The watch forgets a group's entry when a member joins or leaves
+// (a local join or leave at once), so the age bound only covers a change
+// the watch has not delivered yet. A view older than the members cannot
+// pass a claim: claims are fenced by etcd on the view's revision.
+
+/// Groups whose members are kept at most; past it the cache starts over.
+const MEMBERS_CACHED_MAX: usize = 10_000;
+
 /// The control thread's group state: the registries and parked heartbeats.
 pub struct GroupPlane {
     groups: Option<Groups>,
     parked: Vec<Parked>,
+    members: HashMap<String, Members>,
+    members_fresh_for: Duration,
 }
 
 impl GroupPlane {
     /// Groups over `groups` (`None`: a standalone broker, which answers
-    /// CLUSTER_REQUIRED).
-    pub fn new(groups: Option<Groups>) -> GroupPlane {
+    /// CLUSTER_REQUIRED), serving member lists up to `members_fresh_for`
+    /// old.
+    pub fn new(groups: Option<Groups>, members_fresh_for: Duration) -> GroupPlane {
         GroupPlane {
             groups,
             parked: Vec::new(),
+            members: HashMap::new(),
+            members_fresh_for,
         }
     }
 
@@ -65,6 +88,42 @@ impl GroupPlane {
         })
     }
 
+    /// The group's members: from memory while fresh, else from etcd.
+    async fn members(&mut self, group: &str) -> Result<(Vec<GroupMemberInfo>, u64), ControlError> {
+        if let Some(m) = self
+            .members
+            .get(group)
+            .filter(|m| m.read_at.elapsed() < self.members_fresh_for)
+        {
+            return Ok((m.members.clone(), m.revision));
+        }
+        let read_at = Instant::now();
+        let (members, revision) = self.groups()?.members(group).await?;
+        if self.members.len() >= MEMBERS_CACHED_MAX {
+            self.members.clear();
+        }
+        self.members.insert(
+            group.to_string(),
+            Members {
+                members: members.clone(),
+                revision,
+                read_at,
+            },
+        );
+        Ok((members, revision))
+    }
+
+    /// Forgets what is known of `group`'s members (`None`: of every
+    /// group): they changed.
+    pub fn forget(&mut self, group: Option<&str>) {
+        match group {
+            Some(group) => {
+                self.members.remove(group);
+            }
+            None => self.members.clear(),
+        }
+    }
+
     /// The group's current view.
     async fn view(
         &mut self,
@@ -72,7 +131,7 @@ impl GroupPlane {
         topics: &BTreeMap<String, TopicRecord>,
         brokers: &[BrokerRecord],
     ) -> Result<GroupView, ControlError> {
-        let (members, revision) = self.groups()?.members(group).await?;
+        let (members, revision) = self.members(group).await?;
         let mut subscribed: Vec<&String> = members.iter().flat_map(|m| &m.topics).collect();
         subscribed.sort();
         subscribed.dedup();
@@ -157,6 +216,7 @@ impl GroupPlane {
                     .join(&group, &member_name, topics, session_timeout_ms)
                     .await?;
                 tracing::info!(%group, member = %joined.member_id, "member joined");
+                self.forget(Some(&group));
                 GroupAnswer::Joined(joined)
             }
             GroupRequest::Claim {
@@ -206,6 +266,7 @@ impl GroupPlane {
             } => {
                 groups.leave(&group, &member_id, session_id).await?;
                 tracing::info!(%group, member = %member_id, "member left");
+                self.forget(Some(&group));
                 GroupAnswer::Done
             }
             GroupRequest::Describe { group } => {
@@ -232,6 +293,11 @@ impl GroupPlane {
         topics: &BTreeMap<String, TopicRecord>,
         brokers: &[BrokerRecord],
     ) {
+        // Topics and brokers are read fresh into every view; members only
+        // change with a member.
+        if let Wake::Group(group) = wake {
+            self.forget(Some(group));
+        }
         let now = Instant::now();
         let mut due: Vec<String> = self
             .parked

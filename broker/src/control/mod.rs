@@ -96,6 +96,7 @@ where
     // A clustered broker keeps the topics it applied in its data directory.
     let data_dir = config.clustered().then(|| config.data_dir.clone());
     let join_new_cluster = config.join_new_cluster;
+    let members_cache = std::time::Duration::from_millis(config.group_members_cache_ms);
     let fresh = config.fresh_data_dir;
     let replication = ReplicationDefaults {
         default_factor: config.default_replication_factor.max(1),
@@ -169,7 +170,7 @@ where
                     .collect();
                 let brokers = loaded.brokers.clone();
                 let _ = loaded_tx.send(Ok(loaded));
-                let groups = GroupPlane::new(registry.groups());
+                let groups = GroupPlane::new(registry.groups(), members_cache);
                 let mut plane = ControlPlane {
                     registry,
                     shards,
@@ -753,6 +754,10 @@ impl<R: Registry> ControlPlane<R> {
             RegistryEvent::GroupMembers(group) => Some(group.clone()),
             _ => None,
         };
+        if let RegistryEvent::Resync { .. } = &event {
+            // The watch was away: any group's members may have changed.
+            self.groups.forget(None);
+        }
         self.apply_registry(event).await;
         let wake = wake.as_deref().map_or(Wake::All, Wake::Group);
         self.groups.wake(wake, &self.known, &self.brokers).await;

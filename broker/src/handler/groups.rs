@@ -230,6 +230,23 @@ fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failur
     })
 }
 
+/// Counts a group request's outcome in the shard's group metrics.
+fn count(shard: &Shard, api: Api, outcome: Result<&GroupAnswer, ErrorCode>) {
+    let c = &shard.metrics.counters;
+    let counter = match (api, outcome) {
+        (_, Err(ErrorCode::UnknownMember)) => &c.group_members_lost_total,
+        (Api::ClaimPartitions, Err(ErrorCode::ClaimConflict)) => &c.group_claim_conflicts_total,
+        (_, Err(_)) => return,
+        (Api::JoinGroup, Ok(_)) => &c.group_joins_total,
+        (Api::Heartbeat, Ok(_)) => &c.group_heartbeats_total,
+        (Api::ClaimPartitions, Ok(_)) => &c.group_claims_total,
+        (Api::CommitOffsets, Ok(_)) => &c.group_commits_total,
+        (Api::LeaveGroup, Ok(_)) => &c.group_leaves_total,
+        _ => return,
+    };
+    crate::metrics::bump(counter, 1);
+}
+
 /// Handles a consumer group request.
 pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, Failure> {
     let request = decode(shard, api, header)?;
@@ -258,6 +275,7 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
                 Err(_) => Err(stopping()),
             }
         };
+        count(&shard, api, answer.as_ref().map_err(|f| f.code));
         let answer = match answer {
             Ok(answer) => answer,
             Err(failure) => {

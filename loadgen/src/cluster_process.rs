@@ -229,6 +229,11 @@ impl LocalCluster {
         Ok(cluster)
     }
 
+    /// etcd's process id (for its CPU time).
+    pub fn etcd_pid(&self) -> u32 {
+        self.etcd.id()
+    }
+
     /// Every broker's address, comma-separated.
     pub fn addresses(&self) -> String {
         self.brokers

@@ -6,7 +6,8 @@
 //!   today's NATS JetStream and Redis Streams ([`peers`]).
 //! - [`workload`]: ringlog producers and consumers; [`e2e`]: end-to-end checks;
 //!   [`group`]: a consumer group's members reading together; [`failover`]:
-//!   how soon a group consumes a member's partitions again after it goes.
+//!   how soon a group consumes a member's partitions again after it goes;
+//!   [`group_load`]: the coordinator's load from one large group.
 //! - [`stats`], [`report`], [`chart`]: counting and presenting.
 //! - [`broker_process`]: a standalone broker started on demand;
 //!   [`cluster_process`]: etcd and brokers, for [`replication`]'s figures.
@@ -18,6 +19,7 @@ pub mod cluster_process;
 pub mod e2e;
 pub mod failover;
 pub mod group;
+pub mod group_load;
 pub mod loopback;
 pub mod paper;
 pub mod peers;

@@ -78,6 +78,12 @@ enum Command {
     /// SIGKILL to acks=all answered again, and an empty follower catching
     /// up — each with the CPU of every process.
     Replication(ReplicationArgs),
+    /// The coordinator's load from one large consumer group, on local
+    /// clusters this starts itself (--brokers is not used): every member on
+    /// the first broker without the member cache, then with it, then
+    /// members spread over three brokers; heartbeats/s, latency and CPU
+    /// per heartbeat.
+    GroupLoad(GroupLoadArgs),
     /// The ceiling for one consumer on this host: sendfile of a cached file
     /// through a loopback TCP connection to a reader (no broker, no
     /// parsing), best of several rounds.
@@ -263,6 +269,26 @@ struct ReplicationArgs {
     catch_up_bytes: u64,
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-replication")]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct GroupLoadArgs {
+    /// Members of the group (a thread and a connection each).
+    #[arg(long, default_value_t = 1000)]
+    members: usize,
+    /// Milliseconds between two heartbeats of a member (the client's
+    /// default heartbeat interval is 1 s).
+    #[arg(long, default_value_t = 1000)]
+    interval_ms: u64,
+    /// Seconds of heartbeats measured per configuration.
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+    /// Each member's session timeout.
+    #[arg(long, default_value_t = 30_000)]
+    session_timeout_ms: u32,
+    /// Where the table and JSON go.
+    #[arg(long, default_value = "loadgen-group-load")]
     out: PathBuf,
 }
 
@@ -618,6 +644,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             std::fs::write(args.out.join("latency.svg"), svg)?;
             eprintln!("table, JSON and charts written to {}", args.out.display());
+        }
+        Command::GroupLoad(args) => {
+            let spec = loadgen::group_load::GroupLoadSpec {
+                members: args.members,
+                interval: Duration::from_millis(args.interval_ms.max(1)),
+                seconds: args.seconds,
+                session_timeout_ms: args.session_timeout_ms,
+            };
+            let figures = loadgen::group_load::run(&spec)?;
+            std::fs::create_dir_all(&args.out)?;
+            let table = loadgen::group_load::table(&figures);
+            println!("{table}");
+            std::fs::write(args.out.join("group-load.md"), &table)?;
+            write_json(&args.out.join("group-load.json"), &figures)?;
         }
         Command::Failover(args) => {
             let spec = FailoverSpec {

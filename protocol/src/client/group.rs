@@ -33,7 +33,7 @@
 //! back-off, one attempt per poll at most, while the member goes on
 //! consuming its other partitions; [`GroupConsumer::outages`] says which
 //! are unavailable since when, and why. A heartbeat or commit that cannot
-//! reach the coordinator (the bootstrap broker down, etcd unavailable, a
+//! reach the coordinator (its broker down, etcd unavailable, a
 //! registry that is not the cluster's) is retried the same way while the
 //! member consumes what it owns; should the session lapse meanwhile, the
 //! member joins again once the coordinator answers (its partitions may
@@ -293,6 +293,8 @@ const CLAIM_ATTEMPTS_MAX: u32 = 8;
 /// A member of a consumer group. Not thread-safe; owns its connections.
 pub struct GroupConsumer {
     client: Client,
+    /// The member's group requests go here ([`Client::group_home`]).
+    home: Client,
     group: String,
     topics: Vec<String>,
     config: GroupConfig,
@@ -447,10 +449,12 @@ impl GroupConsumer {
         config: GroupConfig,
     ) -> Result<GroupConsumer, ClientError> {
         let client = client.clone();
+        let home = client.group_home(topics)?;
         let session_ms = u32::try_from(config.session_timeout.as_millis()).unwrap_or(u32::MAX);
-        let joined = client.join_group(group, &config.member_name, topics, session_ms)?;
+        let joined = home.join_group(group, &config.member_name, topics, session_ms)?;
         let mut consumer = GroupConsumer {
             client,
+            home,
             group: group.to_string(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
             config,
@@ -473,7 +477,7 @@ impl GroupConsumer {
             max_poll_interval: consumer.config.max_poll_interval,
         };
         consumer.beats = Some(Heartbeats::start(
-            &consumer.client,
+            &consumer.home,
             &consumer.group,
             consumer.joined.clone(),
             consumer.view.generation,
@@ -556,7 +560,7 @@ impl GroupConsumer {
     fn heartbeat(&mut self, max_wait_ms: u32) -> Result<(), ClientError> {
         let generation = self.view.generation;
         let answer = self
-            .client
+            .home
             .heartbeat(&self.group, &self.joined, generation, max_wait_ms);
         self.act_on(answer)
     }
@@ -568,7 +572,7 @@ impl GroupConsumer {
         let view = match answer {
             Err(error) if error.code() == Some(ErrorCode::UnknownMember) => {
                 self.rejoin()?;
-                self.client.heartbeat(&self.group, &self.joined, 0, 0)?
+                self.home.heartbeat(&self.group, &self.joined, 0, 0)?
             }
             other => other?,
         };
@@ -588,7 +592,7 @@ impl GroupConsumer {
         self.owned.clear();
         self.committed.clear();
         let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
-        self.joined = self.client.join_group(
+        self.joined = self.home.join_group(
             &self.group,
             &self.config.member_name,
             &topics,
@@ -648,11 +652,11 @@ impl GroupConsumer {
                     let all: Vec<(String, u32)> = self.owned.keys().cloned().collect();
                     self.release(&all)?;
                     std::thread::sleep(backoff(attempt));
-                    view = self.client.heartbeat(&self.group, &self.joined, 0, 0)?;
+                    view = self.home.heartbeat(&self.group, &self.joined, 0, 0)?;
                 }
                 Err(error) if error.code() == Some(ErrorCode::UnknownMember) => {
                     self.rejoin()?;
-                    view = self.client.heartbeat(&self.group, &self.joined, 0, 0)?;
+                    view = self.home.heartbeat(&self.group, &self.joined, 0, 0)?;
                 }
                 Err(error) => return Err(error),
             }
@@ -675,7 +679,7 @@ impl GroupConsumer {
             self.committed.remove(&(topic.clone(), *partition));
         }
         for (topic, ps) in by_topic {
-            self.client
+            self.home
                 .release_partitions(&self.group, &self.joined.member_id, topic, &ps)?;
         }
         Ok(())
@@ -691,13 +695,13 @@ impl GroupConsumer {
             by_topic.entry(topic).or_default().push(*partition);
         }
         for (topic, ps) in &by_topic {
-            self.client
+            self.home
                 .claim_partitions(&self.group, &self.joined, revision, topic, ps)?;
         }
         if partitions.is_empty() {
             return Ok(());
         }
-        let description = self.client.describe_group(&self.group)?;
+        let description = self.home.describe_group(&self.group)?;
         for (topic, partition) in partitions {
             let committed = description
                 .partitions
@@ -787,7 +791,7 @@ impl GroupConsumer {
         if offsets.is_empty() {
             return Ok(());
         }
-        self.client
+        self.home
             .commit_offsets(&self.group, &self.joined.member_id, &offsets)?;
         for offset in offsets {
             let position = Position {
@@ -1002,7 +1006,7 @@ impl GroupConsumer {
             beats.stop();
         }
         self.owned.clear();
-        let left = self.client.leave_group(&self.group, &self.joined);
+        let left = self.home.leave_group(&self.group, &self.joined);
         self.joined.session_id = 0;
         left
     }

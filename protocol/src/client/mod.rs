@@ -435,6 +435,11 @@ struct ClientShared {
     placements: Mutex<std::collections::HashMap<String, Vec<Option<String>>>>,
     /// Shard 0 of every broker the last Metadata listed.
     known_brokers: Mutex<Vec<String>>,
+    /// The address whose connection last broke or timed out: tried last on
+    /// the next reconnect. A stopped broker still accepts TCP connections
+    /// (the kernel does), so trying it first costs a whole handshake
+    /// timeout — for a heartbeat, most of its session.
+    failed: Mutex<Option<String>>,
 }
 
 /// Locks a mutex, also after a panic elsewhere (the data stays usable:
@@ -473,6 +478,7 @@ impl Client {
                 owners: Mutex::new(std::collections::HashMap::new()),
                 placements: Mutex::new(std::collections::HashMap::new()),
                 known_brokers: Mutex::new(Vec::new()),
+                failed: Mutex::new(None),
             }),
         })
     }
@@ -535,6 +541,7 @@ impl Client {
             });
             match result {
                 Err(error) if error.is_connection_error() => {
+                    *lock(&self.shared.failed) = Some(conn.address().to_string());
                     *slot = None;
                     if !repeatable || first_error.is_some() {
                         return Err(error);
@@ -881,6 +888,41 @@ impl Client {
         }
     }
 
+    /// A client for one group member's requests (join, heartbeats,
+    /// claims, commits), connected to a broker of the member's own.
+    ///
+    /// Any broker serves any group (the group's state is in etcd), but all
+    /// of them used to go to the first bootstrap broker, whose one control
+    /// thread served every heartbeat of the cluster (issue 27, item 7).
+    /// Each member now picks one of the live brokers at random — not by
+    /// the group's name, so that one large group spreads too — and falls
+    /// back to the others, then the bootstrap list, as any client does.
+    /// With one live broker known, it is this client itself.
+    pub fn group_home(&self, topics: &[&str]) -> Result<Client, ClientError> {
+        if lock(&self.shared.known_brokers).is_empty() {
+            // Only to learn the live brokers; a missing topic is the
+            // member's business, reported where it subscribes.
+            let _ = self.metadata(topics);
+        }
+        let mut brokers = lock(&self.shared.known_brokers).clone();
+        brokers.sort();
+        brokers.dedup();
+        if brokers.len() <= 1 {
+            return Ok(self.clone());
+        }
+        use std::hash::BuildHasher;
+        let pick = std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+            as usize
+            % brokers.len();
+        brokers.rotate_left(pick);
+        for address in &self.shared.bootstrap {
+            if !brokers.contains(address) {
+                brokers.push(address.clone());
+            }
+        }
+        Client::with_config(&brokers.join(","), self.shared.config.clone())
+    }
+
     /// Addresses to reconnect to: the bootstrap list, then shard 0 of each
     /// broker the last Metadata listed, so that a client whose bootstrap
     /// broker died goes on through the others.
@@ -889,6 +931,12 @@ impl Client {
         for known in lock(&self.shared.known_brokers).iter() {
             if !addresses.contains(known) {
                 addresses.push(known.clone());
+            }
+        }
+        if let Some(failed) = lock(&self.shared.failed).as_ref() {
+            if let Some(at) = addresses.iter().position(|a| a == failed) {
+                let failed = addresses.remove(at);
+                addresses.push(failed);
             }
         }
         addresses

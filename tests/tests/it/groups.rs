@@ -648,3 +648,118 @@ fn a_member_that_panics_mid_batch_commits_nothing_it_had_not_processed() {
         committed("closed")
     );
 }
+
+/// Issue 27, item 7: members whose clients know only the first broker send
+/// their group requests to every broker (each member picks one), and every
+/// group request's outcome is counted on the broker that served it.
+#[test]
+fn r27_7_members_spread_over_the_brokers_and_every_group_request_is_counted() {
+    use super::util::{metric, scrape};
+    let etcd = Etcd::start();
+    let brokers: Vec<Broker> = (1..=3)
+        .map(|id| {
+            Broker::start(BrokerOptions {
+                metrics: true,
+                ..BrokerOptions::clustered(&etcd, "spread", id)
+            })
+        })
+        .collect();
+    let client = brokers[0].client();
+    create(&client, "t", 6, &brokers);
+    produce_numbers(&client, "t", 6, 0, 600);
+    let config = || GroupConfig {
+        session_timeout: Duration::from_secs(30),
+        max_wait: Duration::from_millis(20),
+        auto_commit_interval: None,
+        ..GroupConfig::default()
+    };
+    // Twelve members whose bootstrap list is broker 1 alone.
+    let first = brokers[0].address();
+    let mut members: Vec<GroupConsumer> = (0..12)
+        .map(|_| GroupConsumer::subscribe(&first, "spread", &["t"], config()).unwrap())
+        .collect();
+    let mut got = BTreeMap::<u64, usize>::new();
+    eventually("every message, each partition owned once", WAIT, || {
+        let mut owned = Vec::new();
+        for member in &mut members {
+            for m in member.poll().map_err(|e| e.to_string())? {
+                let n: u64 = String::from_utf8(m.value).unwrap().parse().unwrap();
+                *got.entry(n).or_insert(0) += 1;
+            }
+            owned.extend(member.assignment());
+        }
+        owned.sort();
+        let missing = (0..600).filter(|n| !got.contains_key(n)).count();
+        (missing == 0 && owned.len() == 6 && owned.windows(2).all(|w| w[0] != w[1]))
+            .then_some(())
+            .ok_or(format!("{missing} missing, owned {owned:?}"))
+    });
+    for member in &mut members {
+        member.commit().unwrap();
+    }
+    for member in members {
+        member.close().unwrap();
+    }
+    // A claim that loses, and a session that lapsed, on broker 1.
+    let a = member(&client, "spread", &["t"]);
+    let revision = client.heartbeat("spread", &a, 0, 0).unwrap().revision;
+    client
+        .claim_partitions("spread", &a, revision, "t", &[0])
+        .unwrap();
+    let b = member(&client, "spread", &["t"]);
+    assert_eq!(
+        code(client.claim_partitions("spread", &b, revision, "t", &[0])),
+        ErrorCode::ClaimConflict
+    );
+    let lapsed = client
+        .join_group("spread", "lapsed", &["t"], 2_000)
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        code(client.heartbeat("spread", &lapsed, 0, 0)),
+        ErrorCode::UnknownMember
+    );
+    // The metrics endpoint publishes each shard's counters once a second.
+    std::thread::sleep(Duration::from_millis(1_500));
+
+    let names = [
+        "ringlog_group_joins_total",
+        "ringlog_group_heartbeats_total",
+        "ringlog_group_claims_total",
+        "ringlog_group_claim_conflicts_total",
+        "ringlog_group_commits_total",
+        "ringlog_group_leaves_total",
+        "ringlog_group_members_lost_total",
+    ];
+    let counts: Vec<Vec<u64>> = brokers
+        .iter()
+        .map(|broker| {
+            let text = scrape(broker.metrics.as_ref().unwrap());
+            names.iter().map(|name| metric(&text, name)).collect()
+        })
+        .collect();
+    let total = |i: usize| counts.iter().map(|c| c[i]).sum::<u64>();
+    for (name, i) in names.iter().zip(0..) {
+        eprintln!(
+            "{name}: {:?} on brokers 1, 2, 3",
+            counts.iter().map(|c| c[i]).collect::<Vec<_>>()
+        );
+    }
+    let serving = counts.iter().filter(|c| c[1] > 0).count();
+    assert!(
+        serving >= 2,
+        "heartbeats went to {serving} broker(s): {counts:?}"
+    );
+    assert!(total(0) >= 15, "joins {counts:?}");
+    assert!(
+        total(2) >= 7,
+        "claims: six partitions and one more {counts:?}"
+    );
+    assert!(total(3) >= 1, "claim conflicts {counts:?}");
+    assert!(
+        total(4) >= 6,
+        "a commit per owned partition's member {counts:?}"
+    );
+    assert!(total(5) >= 12, "leaves {counts:?}");
+    assert!(total(6) >= 1, "members lost {counts:?}");
+}

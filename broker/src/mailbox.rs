@@ -340,6 +340,7 @@ impl From<GroupError> for ControlError {
             GroupError::NotPartitionOwner { .. } => ErrorCode::NotPartitionOwner,
             GroupError::GroupNotEmpty { .. } => ErrorCode::GroupNotEmpty,
             GroupError::ForeignCluster { .. } => ErrorCode::ClusterIdMismatch,
+            GroupError::InvalidRequest { .. } => ErrorCode::InvalidRequest,
             _ => ErrorCode::CoordinatorUnavailable,
         };
         ControlError::new(code, error.to_string())

@@ -90,6 +90,13 @@ pub enum GroupError {
         /// The broker's cluster id.
         expected: String,
     },
+    /// A request no member could have made from what it was answered: a
+    /// claim's revision ahead of the registry's.
+    #[error("{reason}")]
+    InvalidRequest {
+        /// What is wrong with it.
+        reason: String,
+    },
     /// etcd did not answer in time.
     #[error("etcd is unavailable: {reason}")]
     Unavailable {
@@ -112,6 +119,9 @@ pub struct Groups {
     /// The broker's cluster: writes that nothing else fences (a join, a
     /// reset) compare it, so none lands in another cluster's registry.
     cluster_id: String,
+    /// The newest etcd revision an answer has shown: a claim's revision
+    /// above it is checked against etcd before it is believed.
+    seen_revision: u64,
 }
 
 impl Groups {
@@ -123,6 +133,7 @@ impl Groups {
             keys,
             timeout,
             cluster_id,
+            seen_revision: 0,
         }
     }
 
@@ -153,6 +164,10 @@ impl Groups {
 
     /// Joins `group`: a new session lease of `session_timeout_ms` (rounded
     /// up to whole seconds, as etcd leases are) and a member key under it.
+    /// The answer carries the session that applies — the lease's granted
+    /// TTL in milliseconds (2,500 asked is 3,000; etcd may also raise a TTL
+    /// below its minimum) — so a member paces its heartbeats on the real
+    /// session (issue 24, item 6).
     pub async fn join(
         &mut self,
         group: &str,
@@ -162,7 +177,10 @@ impl Groups {
     ) -> Result<Joined, GroupError> {
         let ttl_s = i64::from(session_timeout_ms.div_ceil(1000).max(1));
         let mut client = self.client.clone();
-        let lease = self.deadline(client.lease_grant(ttl_s, None)).await?.id();
+        let granted = self.deadline(client.lease_grant(ttl_s, None)).await?;
+        let lease = granted.id();
+        let session_timeout_ms =
+            u32::try_from(granted.ttl().max(1).saturating_mul(1000)).unwrap_or(u32::MAX);
         let member_id = format!("{}-{lease:016x}", sanitize(member_name));
         topics.sort();
         topics.dedup();
@@ -243,6 +261,7 @@ impl Groups {
             ))
             .await?;
         let revision = response.header().map_or(0, |h| h.revision()).max(0) as u64;
+        self.seen_revision = self.seen_revision.max(revision);
         let mut members: Vec<GroupMemberInfo> = response
             .kvs()
             .iter()
@@ -266,6 +285,7 @@ impl Groups {
         topic: &str,
         partitions: &[PartitionId],
     ) -> Result<(), GroupError> {
+        self.check_revision(revision).await?;
         let lease = i64::try_from(session_id).unwrap_or(-1);
         let revision = i64::try_from(revision).unwrap_or(i64::MAX - 1);
         let mut compares = vec![
@@ -407,6 +427,34 @@ impl Groups {
             member_id: member_id.to_string(),
             topic: first.map(|o| o.topic.clone()).unwrap_or_default(),
             partition: first.map_or(0, |o| o.partition),
+        })
+    }
+
+    /// Refuses a claim's revision that no view has carried: one ahead of
+    /// etcd's would pass the "no member changed since" compare for ever,
+    /// fencing nothing (issue 24, item 10). A revision this broker has not
+    /// seen yet (a view another broker served a moment ago) costs one read.
+    async fn check_revision(&mut self, revision: u64) -> Result<(), GroupError> {
+        if revision <= self.seen_revision {
+            return Ok(());
+        }
+        let mut client = self.client.clone();
+        let response = self
+            .deadline(client.get(
+                self.keys.cluster_id(),
+                Some(GetOptions::new().with_count_only()),
+            ))
+            .await?;
+        let now = response.header().map_or(0, |h| h.revision()).max(0) as u64;
+        self.seen_revision = self.seen_revision.max(now);
+        if revision <= now {
+            return Ok(());
+        }
+        Err(GroupError::InvalidRequest {
+            reason: format!(
+                "claim revision {revision} is ahead of the registry's ({now}): a claim carries \
+                 the revision of the view it was computed from"
+            ),
         })
     }
 

@@ -320,6 +320,16 @@ fn claims_commits_and_resets_are_fenced_and_every_error_is_named() {
     assert_eq!(twice.code(), Some(ErrorCode::InvalidRequest), "{twice}");
     assert!(twice.to_string().contains("named twice"), "{twice}");
     assert!(!twice.is_retriable());
+    // Issue 24, item 10: a revision no view carried fences nothing, so it
+    // is refused.
+    let ahead = client
+        .claim_partitions("g", &b, fresh.revision + 1_000_000, "t", &[3])
+        .unwrap_err();
+    assert_eq!(ahead.code(), Some(ErrorCode::InvalidRequest), "{ahead}");
+    assert!(
+        ahead.to_string().contains("ahead of the registry"),
+        "{ahead}"
+    );
     let twice = client
         .commit_offsets("g", &a.member_id, &[commit("t", 0, 12), commit("t", 0, 13)])
         .unwrap_err();
@@ -393,8 +403,12 @@ fn claims_commits_and_resets_are_fenced_and_every_error_is_named() {
     assert_eq!(short.session_timeout_ms, 2_000);
     let long = client.join_group("g", "long", &["t"], u32::MAX).unwrap();
     assert_eq!(long.session_timeout_ms, 300_000);
+    // And answered as etcd applies them: whole seconds (issue 24, item 6).
+    let odd = client.join_group("g", "odd", &["t"], 2_500).unwrap();
+    assert_eq!(odd.session_timeout_ms, 3_000, "2,500 ms asked");
     client.leave_group("g", &short).unwrap();
     client.leave_group("g", &long).unwrap();
+    client.leave_group("g", &odd).unwrap();
 
     // Bad input is refused with the right code, and harms nothing.
     assert_eq!(

@@ -280,6 +280,8 @@ pub enum GroupRequest {
         group: String,
         /// The member.
         member_id: String,
+        /// Its session.
+        session_id: u64,
         /// The topic.
         topic: String,
         /// The partitions.
@@ -291,6 +293,8 @@ pub enum GroupRequest {
         group: String,
         /// The member, or empty.
         member_id: String,
+        /// Its session (0 with an empty member id).
+        session_id: u64,
         /// The offsets.
         offsets: Vec<OffsetCommit>,
     },

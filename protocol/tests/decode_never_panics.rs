@@ -106,11 +106,12 @@ fn mutated_valid_inputs_never_panic_a_decoder() {
         group_codec::heartbeat_request(&mut fbb, "g", "host-1", 7, 99, 500).to_vec(),
         group_codec::claim_partitions_request(&mut fbb, "g", "host-1", 7, 12, "t", &[0, 3])
             .to_vec(),
-        group_codec::release_partitions_request(&mut fbb, "g", "host-1", "t", &[1]).to_vec(),
+        group_codec::release_partitions_request(&mut fbb, "g", "host-1", 7, "t", &[1]).to_vec(),
         group_codec::commit_offsets_request(
             &mut fbb,
             "g",
             "host-1",
+            7,
             &[OffsetCommit {
                 topic: "t".into(),
                 partition: 2,

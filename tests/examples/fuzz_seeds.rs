@@ -80,7 +80,7 @@ fn main() {
         ),
         (
             Api::ReleasePartitions,
-            groups::release_partitions_request(&mut fbb, "g", "m-1", "a", &[1]).to_vec(),
+            groups::release_partitions_request(&mut fbb, "g", "m-1", 7, "a", &[1]).to_vec(),
             vec![],
         ),
         (
@@ -89,6 +89,7 @@ fn main() {
                 &mut fbb,
                 "g",
                 "m-1",
+                7,
                 &[groups::OffsetCommit {
                     topic: "a".into(),
                     partition: 0,

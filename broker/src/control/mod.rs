@@ -97,6 +97,7 @@ where
     let data_dir = config.clustered().then(|| config.data_dir.clone());
     let join_new_cluster = config.join_new_cluster;
     let members_cache = std::time::Duration::from_millis(config.group_members_cache_ms);
+    let group_deadline = std::time::Duration::from_millis(config.etcd_timeout_ms);
     let fresh = config.fresh_data_dir;
     let replication = ReplicationDefaults {
         default_factor: config.default_replication_factor.max(1),
@@ -170,7 +171,7 @@ where
                     .collect();
                 let brokers = loaded.brokers.clone();
                 let _ = loaded_tx.send(Ok(loaded));
-                let groups = GroupPlane::new(registry.groups(), members_cache);
+                let groups = GroupPlane::new(registry.groups(), members_cache, group_deadline);
                 let mut plane = ControlPlane {
                     registry,
                     shards,
@@ -223,7 +224,7 @@ where
     ))
 }
 
-struct ControlPlane<R> {
+struct ControlPlane<R: Registry> {
     registry: R,
     shards: Vec<flume::Sender<ShardMsg>>,
     me: protocol::types::BrokerId,
@@ -232,7 +233,7 @@ struct ControlPlane<R> {
     /// The live brokers, as last reported.
     brokers: Vec<BrokerRecord>,
     /// Consumer groups and their parked heartbeats.
-    groups: GroupPlane,
+    groups: GroupPlane<R::Groups>,
     /// When the last on-demand registry read started.
     last_refresh: Option<std::time::Instant>,
     /// Where the applied topics are kept (clustered brokers only).
@@ -600,6 +601,13 @@ impl<R: Registry> ControlPlane<R> {
             TopicRecord::new(name, overrides, owners)
         };
         record.id = coordinator::registry::new_topic_id();
+        // A topic of this name deleted earlier may have left committed
+        // offsets (its delete's clean-up lost to a crash or an etcd
+        // outage): a new topic starts empty, so no group has a position in
+        // it (issue 24, item 13). Not while the name is a live topic here.
+        if !self.known.contains_key(name) {
+            self.groups.forget_topic(name).await?;
+        }
         self.registry.create_topic(record.clone()).await?;
         let result = self.open_everywhere(&record).await;
         tracing::info!(topic = %name, partitions, replication_factor = factor.max(1), "created topic");
@@ -612,6 +620,15 @@ impl<R: Registry> ControlPlane<R> {
             tokio::time::sleep(delay).await;
         }
         let dropped = self.drop_everywhere(name, &deleted.id).await;
+        match self.groups.forget_topic(name).await {
+            Ok(0) => {}
+            Ok(offsets) => {
+                tracing::info!(topic = %name, offsets, "removed the groups' committed offsets of the deleted topic")
+            }
+            Err(error) => {
+                tracing::warn!(topic = %name, error = %error.message, "the groups' committed offsets of the deleted topic stay until the name is created again")
+            }
+        }
         tracing::info!(topic = %name, id = %deleted.id, "deleted topic");
         dropped.map_err(|failures| {
             ControlError::new(

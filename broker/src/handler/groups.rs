@@ -22,6 +22,10 @@ use protocol::types::validate_topic_name;
 use protocol::{wire, ErrorCode};
 use std::rc::Rc;
 
+/// What a standalone broker answers every group request.
+pub const CLUSTER_REQUIRED: &str =
+    "consumer groups need a cluster: this broker runs standalone; start the brokers with --etcd";
+
 fn group_name(api: Api, name: Option<&str>) -> Result<String, Failure> {
     let name = name.unwrap_or_default();
     validate_topic_name(name).map_err(|e| {
@@ -54,6 +58,21 @@ fn member_id(api: Api, id: Option<&str>) -> Result<String, Failure> {
             format!("{api:?}: member_id is required"),
         )),
     }
+}
+
+/// A member's session, required where it fences the request (a client
+/// from before `session_id` was added to ReleasePartitions and
+/// CommitOffsets sends none).
+fn session_id(api: Api, id: u64) -> Result<u64, Failure> {
+    if id == 0 {
+        return Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!(
+                "{api:?}: session_id is required (the JoinGroup answer's; added within version 1)"
+            ),
+        ));
+    }
+    Ok(id)
 }
 
 /// Refuses a request naming one partition twice: etcd refuses the
@@ -173,6 +192,7 @@ fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failur
             GroupRequest::Release {
                 group: group_name(api, r.group())?,
                 member_id: member_id(api, r.member_id())?,
+                session_id: session_id(api, r.session_id())?,
                 topic,
                 partitions,
             }
@@ -197,9 +217,18 @@ fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failur
                 check_partitions(shard, &offset.topic, &[offset.partition])?;
             }
             distinct(api, offsets.iter().map(|o| (o.topic.as_str(), o.partition)))?;
+            let member_id = r.member_id().unwrap_or_default().to_string();
+            // A member's commit carries its session; a reset (no member)
+            // carries none.
+            let session_id = if member_id.is_empty() {
+                0
+            } else {
+                session_id(api, r.session_id())?
+            };
             GroupRequest::Commit {
                 group: group_name(api, r.group())?,
-                member_id: r.member_id().unwrap_or_default().to_string(),
+                member_id,
+                session_id,
                 offsets,
             }
         }
@@ -249,6 +278,11 @@ fn count(shard: &Shard, api: Api, outcome: Result<&GroupAnswer, ErrorCode>) {
 
 /// Handles a consumer group request.
 pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, Failure> {
+    // One order for all eight: a standalone broker says groups need a
+    // cluster before it looks at the request (issue 24, item 16).
+    if !shard.config.clustered() {
+        return Err(Failure::new(ErrorCode::ClusterRequired, CLUSTER_REQUIRED));
+    }
     let request = decode(shard, api, header)?;
     // What the response names: the topic of a claim or release, the group
     // of a leave.

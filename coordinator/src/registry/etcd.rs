@@ -1039,6 +1039,8 @@ impl Backoff {
 }
 
 impl Registry for Etcd {
+    type Groups = crate::groups::EtcdGroups;
+
     async fn topics(&mut self) -> Result<Vec<TopicRecord>, RegistryError> {
         self.check_identity()?;
         let now = snapshot(&mut self.client, &self.keys, self.options.request_timeout).await?;
@@ -1277,8 +1279,8 @@ impl Registry for Etcd {
         Some(self.lease_clock.clone())
     }
 
-    fn groups(&self) -> Option<crate::groups::Groups> {
-        Some(crate::groups::Groups::new(
+    fn groups(&self) -> Option<Self::Groups> {
+        Some(crate::groups::EtcdGroups::new(
             self.client.clone(),
             self.keys.clone(),
             self.options.request_timeout,

@@ -23,6 +23,9 @@ impl Memory {
 }
 
 impl Registry for Memory {
+    /// No groups: they need a cluster.
+    type Groups = crate::groups::MemoryGroups;
+
     async fn topics(&mut self) -> Result<Vec<TopicRecord>, RegistryError> {
         Ok(self.topics.values().map(|(t, _)| t.clone()).collect())
     }

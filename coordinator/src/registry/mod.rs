@@ -604,6 +604,10 @@ impl RegistryError {
 /// a current-thread runtime), which is why this is a plain trait with
 /// `impl Future` returns rather than a boxed, `Send` one.
 pub trait Registry {
+    /// The consumer group registries this store comes with (see
+    /// [`Registry::groups`]).
+    type Groups: crate::groups::GroupStore;
+
     /// Every registered topic, in name order.
     fn topics(&mut self) -> impl Future<Output = Result<Vec<TopicRecord>, RegistryError>>;
 
@@ -700,7 +704,7 @@ pub trait Registry {
 
     /// The consumer group registries, where the store has them (etcd);
     /// `None` for a single-broker store.
-    fn groups(&self) -> Option<crate::groups::Groups> {
+    fn groups(&self) -> Option<Self::Groups> {
         None
     }
 

@@ -90,6 +90,9 @@ impl Standalone {
 }
 
 impl Registry for Standalone {
+    /// No groups: they need a cluster.
+    type Groups = crate::groups::MemoryGroups;
+
     async fn topics(&mut self) -> Result<Vec<TopicRecord>, RegistryError> {
         Ok(self.topics.clone())
     }

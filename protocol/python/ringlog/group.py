@@ -227,8 +227,8 @@ class GroupConsumer:
         module.Start(b)
         module.AddGroup(b, g)
         module.AddMemberId(b, m)
+        module.AddSessionId(b, self.session_id)
         if api == CLAIM:
-            module.AddSessionId(b, self.session_id)
             module.AddRevision(b, revision)
         module.AddTopic(b, t)
         module.AddPartitions(b, vector)
@@ -274,6 +274,7 @@ class GroupConsumer:
         CommitOffsetsRequest.Start(b)
         CommitOffsetsRequest.AddGroup(b, g)
         CommitOffsetsRequest.AddMemberId(b, m)
+        CommitOffsetsRequest.AddSessionId(b, self.session_id)
         CommitOffsetsRequest.AddOffsets(b, vector)
         self._call(COMMIT, _finish(b, CommitOffsetsRequest.End(b)))
         self.committed.update(moved)

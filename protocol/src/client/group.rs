@@ -141,34 +141,55 @@ impl Client {
         .map(|_| ())
     }
 
-    /// Releases partitions the member owns.
+    /// Releases partitions the member's session owns.
     pub fn release_partitions(
         &self,
         group: &str,
-        member_id: &str,
+        joined: &Joined,
         topic: &str,
         partitions: &[u32],
     ) -> Result<(), ClientError> {
         self.group_call(
             Api::ReleasePartitions,
             |fbb| {
-                codec::release_partitions_request(fbb, group, member_id, topic, partitions).to_vec()
+                codec::release_partitions_request(
+                    fbb,
+                    group,
+                    &joined.member_id,
+                    joined.session_id,
+                    topic,
+                    partitions,
+                )
+                .to_vec()
             },
             false,
         )
         .map(|_| ())
     }
 
-    /// Commits offsets of partitions the member owns (all or none).
+    /// Commits offsets of partitions the member's session owns (all or
+    /// none).
     pub fn commit_offsets(
         &self,
         group: &str,
+        joined: &Joined,
+        offsets: &[OffsetCommit],
+    ) -> Result<u32, ClientError> {
+        self.commit_request(group, &joined.member_id, joined.session_id, offsets)
+    }
+
+    fn commit_request(
+        &self,
+        group: &str,
         member_id: &str,
+        session_id: u64,
         offsets: &[OffsetCommit],
     ) -> Result<u32, ClientError> {
         let response = self.group_call(
             Api::CommitOffsets,
-            |fbb| codec::commit_offsets_request(fbb, group, member_id, offsets).to_vec(),
+            |fbb| {
+                codec::commit_offsets_request(fbb, group, member_id, session_id, offsets).to_vec()
+            },
             true,
         )?;
         crate::codec::verify::<crate::wire::CommitOffsetsResponse>(&response)
@@ -179,7 +200,7 @@ impl Client {
     /// Sets the committed offsets of a group that has no live member
     /// (GROUP_NOT_EMPTY otherwise).
     pub fn reset_offsets(&self, group: &str, offsets: &[OffsetCommit]) -> Result<u32, ClientError> {
-        self.commit_offsets(group, "", offsets)
+        self.commit_request(group, "", 0, offsets)
     }
 
     /// Ends the member's session: its partitions are free at once.
@@ -306,6 +327,8 @@ pub struct GroupConsumer {
     committed: BTreeMap<(String, u32), Position>,
     /// Cuts of the log found under owned partitions, not yet taken.
     truncations: Vec<Truncation>,
+    /// Committed offsets the log did not hold, not yet taken.
+    offset_resets: Vec<OffsetReset>,
     /// With auto-commit: the positions as of the start of the last poll,
     /// everything earlier polls returned — what a drop commits.
     processed: BTreeMap<(String, u32), Position>,
@@ -321,6 +344,20 @@ pub struct GroupConsumer {
     coordinator: Option<Unavailable>,
 }
 
+/// A committed offset the partition's log did not hold, and what the
+/// member did instead (see [`GroupConsumer::take_offset_resets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetReset {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// The committed offset.
+    pub committed: u64,
+    /// What the fetch there answered.
+    pub error: String,
+}
+
 /// A partition this member owns.
 struct Owned {
     /// Open once the partition's broker answered.
@@ -330,6 +367,9 @@ struct Owned {
     position: Option<Position>,
     /// Set while the partition cannot be read.
     unavailable: Option<Unavailable>,
+    /// The committed offset it started at, until a fetch there succeeds:
+    /// one out of range or inside a message is replaced by `start_from`.
+    unchecked_commit: Option<u64>,
 }
 
 impl Owned {
@@ -415,6 +455,13 @@ pub struct Outage {
 /// to ride out — its broker down, moved, restarting, overloaded, or its
 /// data lost until an operator restores it (DATA_LOST) — rather than a
 /// failure to return: the member goes on with its other partitions.
+/// A fetch's refusal of its offset: not in the log, or not a message's
+/// start.
+fn bad_offset(error: &ClientError) -> bool {
+    matches!(error, ClientError::InvalidOffset { .. })
+        || error.code() == Some(ErrorCode::OffsetOutOfRange)
+}
+
 fn passes(error: &ClientError) -> bool {
     error.is_retriable() || error.code() == Some(ErrorCode::DataLost)
 }
@@ -463,6 +510,7 @@ impl GroupConsumer {
             owned: BTreeMap::new(),
             committed: BTreeMap::new(),
             truncations: Vec::new(),
+            offset_resets: Vec::new(),
             processed: BTreeMap::new(),
             missing: BTreeMap::new(),
             beats: None,
@@ -680,7 +728,7 @@ impl GroupConsumer {
         }
         for (topic, ps) in by_topic {
             self.home
-                .release_partitions(&self.group, &self.joined.member_id, topic, &ps)?;
+                .release_partitions(&self.group, &self.joined, topic, &ps)?;
         }
         Ok(())
     }
@@ -722,6 +770,7 @@ impl GroupConsumer {
                     consumer: None,
                     position: committed,
                     unavailable: None,
+                    unchecked_commit: committed.map(|p| p.offset),
                 },
             );
         }
@@ -792,7 +841,7 @@ impl GroupConsumer {
             return Ok(());
         }
         self.home
-            .commit_offsets(&self.group, &self.joined.member_id, &offsets)?;
+            .commit_offsets(&self.group, &self.joined, &offsets)?;
         for offset in offsets {
             let position = Position {
                 offset: offset.offset,
@@ -830,13 +879,27 @@ impl GroupConsumer {
         std::mem::take(&mut self.truncations)
     }
 
+    /// Takes the committed offsets this member found outside its
+    /// partitions' logs since the last call (a commit past the log's end,
+    /// below its start, or inside a message). Each such partition went on
+    /// where [`GroupConfig::start_from`] says instead of failing.
+    pub fn take_offset_resets(&mut self) -> Vec<OffsetReset> {
+        std::mem::take(&mut self.offset_resets)
+    }
+
     /// Commits the position of every owned partition.
     pub fn commit(&mut self) -> Result<(), ClientError> {
         let all: Vec<(String, u32)> = self.owned.keys().cloned().collect();
         self.last_commit = Instant::now();
         match self.commit_some(&all) {
-            Err(error) if error.code() == Some(ErrorCode::NotPartitionOwner) => {
-                // A partition was lost (the session lapsed): look again.
+            Err(error)
+                if matches!(
+                    error.code(),
+                    Some(ErrorCode::NotPartitionOwner | ErrorCode::UnknownMember)
+                ) =>
+            {
+                // A partition or the session was lost: look again (a
+                // heartbeat that finds the session gone joins again).
                 self.view.generation = 0;
                 self.heartbeat(0)
             }
@@ -973,6 +1036,26 @@ impl GroupConsumer {
         match polled {
             Ok(_) => {
                 owned.unavailable = None;
+                owned.unchecked_commit = None;
+                Ok(())
+            }
+            Err(error) if owned.unchecked_commit.is_some() && bad_offset(&error) => {
+                // The committed offset is not in the log (past its end,
+                // before its start, or inside a message: the broker does
+                // not check commits against logs). Start where
+                // `start_from` says, as Kafka's `auto.offset.reset`, and
+                // say so (issue 24, item 12).
+                let committed = owned.unchecked_commit.take().unwrap_or_default();
+                owned.consumer = None;
+                owned.position = None;
+                if self.offset_resets.len() < TRUNCATIONS_KEPT {
+                    self.offset_resets.push(OffsetReset {
+                        topic: topic.to_string(),
+                        partition,
+                        committed,
+                        error: error.to_string(),
+                    });
+                }
                 Ok(())
             }
             Err(error) if passes(&error) => {

@@ -51,7 +51,7 @@ pub use crate::codec::{
 pub use config::ClientConfig;
 pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OutOfRange, OwnedMessage, Truncation};
-pub use group::{GroupConfig, GroupConsumer, GroupMessage, Outage, StartFrom};
+pub use group::{GroupConfig, GroupConsumer, GroupMessage, OffsetReset, Outage, StartFrom};
 pub use offset_store::OffsetStore;
 pub use prefetch::PrefetchConsumer;
 pub use producer::{

@@ -32,21 +32,27 @@ pub struct GroupTopicInfo {
 pub struct GroupView {
     /// Equal views have equal generations ([`GroupView::fingerprint`]).
     pub generation: u64,
-    /// The etcd revision the members were read at.
+    /// A registry revision at which the members were read: a claim that
+    /// carries it passes only while no member has joined (or re-joined)
+    /// since.
     pub revision: u64,
     /// Members sorted by id.
     pub members: Vec<GroupMemberInfo>,
     /// The subscribed topics sorted by name.
     pub topics: Vec<GroupTopicInfo>,
-    /// The live brokers' ids, sorted.
+    /// The live brokers' ids, sorted (for a member's information: not
+    /// part of the generation).
     pub brokers: Vec<BrokerId>,
 }
 
 impl GroupView {
     /// The generation of a view: FNV-1a over its members (with their
-    /// topics), topics (with their partition counts) and live brokers, so
-    /// every broker gives the same view the same number. `generation` and
-    /// `revision` are not part of it.
+    /// topics) and topics (with their partition counts), so every broker
+    /// gives the same view the same number. `generation`, `revision` and
+    /// the live brokers are not part of it: the assignment depends on
+    /// neither, and a broker's death is an outage of its partitions that a
+    /// member rides out by keeping them (issue 24, item 8), not a reason
+    /// for every member of every group to rebalance.
     pub fn fingerprint(&self) -> u64 {
         let mut text = String::new();
         for member in &self.members {
@@ -60,10 +66,6 @@ impl GroupView {
         text.push('\u{3}');
         for topic in &self.topics {
             text.push_str(&format!("{}:{}\u{2}", topic.name, topic.partitions));
-        }
-        text.push('\u{3}');
-        for broker in &self.brokers {
-            text.push_str(&format!("{broker}\u{2}"));
         }
         fnv1a(text.as_bytes())
     }
@@ -386,6 +388,7 @@ pub fn release_partitions_request<'b>(
     fbb: &'b mut FlatBufferBuilder<'_>,
     group: &str,
     member_id: &str,
+    session_id: u64,
     topic: &str,
     partitions: &[PartitionId],
 ) -> &'b [u8] {
@@ -401,6 +404,7 @@ pub fn release_partitions_request<'b>(
             member_id: Some(member_id),
             topic: Some(topic),
             partitions: Some(partitions),
+            session_id,
         },
     );
     finish(fbb, root)
@@ -420,11 +424,13 @@ pub fn release_partitions_response<'b>(
     finish(fbb, root)
 }
 
-/// CommitOffsets request header (an empty `member_id` resets an empty group).
+/// CommitOffsets request header (an empty `member_id`, session 0, resets
+/// an empty group).
 pub fn commit_offsets_request<'b>(
     fbb: &'b mut FlatBufferBuilder<'_>,
     group: &str,
     member_id: &str,
+    session_id: u64,
     offsets: &[OffsetCommit],
 ) -> &'b [u8] {
     fbb.reset();
@@ -452,6 +458,7 @@ pub fn commit_offsets_request<'b>(
             group: Some(group),
             member_id: Some(member_id),
             offsets: Some(offsets),
+            session_id,
         },
     );
     finish(fbb, root)
@@ -649,9 +656,9 @@ mod tests {
     #[test]
     fn the_generation_follows_every_part_of_the_view() {
         let base = view();
-        let mut changed = base.clone();
-        changed.brokers.pop();
-        assert_ne!(changed.fingerprint(), base.fingerprint());
+        let mut same = base.clone();
+        same.brokers.pop();
+        assert_eq!(same.fingerprint(), base.fingerprint(), "a broker's death");
         let mut changed = base.clone();
         changed.topics[1].partitions = 3;
         assert_ne!(changed.fingerprint(), base.fingerprint());

@@ -5722,6 +5722,7 @@ pub mod ringlog {
             pub const VT_MEMBER_ID: ::flatbuffers::VOffsetT = 6;
             pub const VT_TOPIC: ::flatbuffers::VOffsetT = 8;
             pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 10;
+            pub const VT_SESSION_ID: ::flatbuffers::VOffsetT = 12;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -5738,6 +5739,7 @@ pub mod ringlog {
                 args: &'args ReleasePartitionsRequestArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<ReleasePartitionsRequest<'bldr>> {
                 let mut builder = ReleasePartitionsRequestBuilder::new(_fbb);
+                builder.add_session_id(args.session_id);
                 if let Some(x) = args.partitions {
                     builder.add_partitions(x);
                 }
@@ -5802,6 +5804,17 @@ pub mod ringlog {
                         )
                 }
             }
+            #[inline]
+            pub fn session_id(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(ReleasePartitionsRequest::VT_SESSION_ID, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for ReleasePartitionsRequest<'_> {
@@ -5831,6 +5844,7 @@ pub mod ringlog {
                         Self::VT_PARTITIONS,
                         false,
                     )?
+                    .visit_field::<u64>("session_id", Self::VT_SESSION_ID, false)?
                     .finish();
                 Ok(())
             }
@@ -5840,6 +5854,7 @@ pub mod ringlog {
             pub member_id: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub partitions: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+            pub session_id: u64,
         }
         impl<'a> Default for ReleasePartitionsRequestArgs<'a> {
             #[inline]
@@ -5849,6 +5864,7 @@ pub mod ringlog {
                     member_id: None,
                     topic: None,
                     partitions: None,
+                    session_id: 0,
                 }
             }
         }
@@ -5890,6 +5906,11 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_session_id(&mut self, session_id: u64) {
+                self.fbb_
+                    .push_slot::<u64>(ReleasePartitionsRequest::VT_SESSION_ID, session_id, 0);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> ReleasePartitionsRequestBuilder<'a, 'b, A> {
@@ -5913,6 +5934,7 @@ pub mod ringlog {
                 ds.field("member_id", &self.member_id());
                 ds.field("topic", &self.topic());
                 ds.field("partitions", &self.partitions());
+                ds.field("session_id", &self.session_id());
                 ds.finish()
             }
         }
@@ -6239,6 +6261,7 @@ pub mod ringlog {
             pub const VT_GROUP: ::flatbuffers::VOffsetT = 4;
             pub const VT_MEMBER_ID: ::flatbuffers::VOffsetT = 6;
             pub const VT_OFFSETS: ::flatbuffers::VOffsetT = 8;
+            pub const VT_SESSION_ID: ::flatbuffers::VOffsetT = 10;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -6255,6 +6278,7 @@ pub mod ringlog {
                 args: &'args CommitOffsetsRequestArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<CommitOffsetsRequest<'bldr>> {
                 let mut builder = CommitOffsetsRequestBuilder::new(_fbb);
+                builder.add_session_id(args.session_id);
                 if let Some(x) = args.offsets {
                     builder.add_offsets(x);
                 }
@@ -6306,6 +6330,17 @@ pub mod ringlog {
                     >>(CommitOffsetsRequest::VT_OFFSETS, None)
                 }
             }
+            #[inline]
+            pub fn session_id(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(CommitOffsetsRequest::VT_SESSION_ID, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for CommitOffsetsRequest<'_> {
@@ -6328,6 +6363,7 @@ pub mod ringlog {
                     .visit_field::<::flatbuffers::ForwardsUOffset<
                         ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<PartitionOffset>>,
                     >>("offsets", Self::VT_OFFSETS, false)?
+                    .visit_field::<u64>("session_id", Self::VT_SESSION_ID, false)?
                     .finish();
                 Ok(())
             }
@@ -6340,6 +6376,7 @@ pub mod ringlog {
                     ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<PartitionOffset<'a>>>,
                 >,
             >,
+            pub session_id: u64,
         }
         impl<'a> Default for CommitOffsetsRequestArgs<'a> {
             #[inline]
@@ -6348,6 +6385,7 @@ pub mod ringlog {
                     group: None,
                     member_id: None,
                     offsets: None,
+                    session_id: 0,
                 }
             }
         }
@@ -6384,6 +6422,11 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_session_id(&mut self, session_id: u64) {
+                self.fbb_
+                    .push_slot::<u64>(CommitOffsetsRequest::VT_SESSION_ID, session_id, 0);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> CommitOffsetsRequestBuilder<'a, 'b, A> {
@@ -6406,6 +6449,7 @@ pub mod ringlog {
                 ds.field("group", &self.group());
                 ds.field("member_id", &self.member_id());
                 ds.field("offsets", &self.offsets());
+                ds.field("session_id", &self.session_id());
                 ds.finish()
             }
         }

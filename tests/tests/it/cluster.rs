@@ -403,6 +403,9 @@ fn the_etcd_registry_behaves_like_the_standalone_and_memory_ones() {
             .unwrap();
         conformance::check(&mut registry, 7).await;
         conformance::check_replace(&mut registry, 7).await;
+        // The group registries: the same test the memory store passes.
+        let mut groups = coordinator::registry::Registry::groups(&registry).unwrap();
+        coordinator::groups::conformance::check(&mut groups).await;
     });
 }
 

@@ -304,12 +304,12 @@ fn claims_commits_and_resets_are_fenced_and_every_error_is_named() {
     };
     assert_eq!(
         client
-            .commit_offsets("g", &a.member_id, &[commit("t", 0, 11), commit("t", 1, 22)])
+            .commit_offsets("g", &a, &[commit("t", 0, 11), commit("t", 1, 22)])
             .unwrap(),
         2
     );
     assert_eq!(
-        code(client.commit_offsets("g", &a.member_id, &[commit("t", 2, 5)])),
+        code(client.commit_offsets("g", &a, &[commit("t", 2, 5)])),
         ErrorCode::NotPartitionOwner
     );
     // Issue 24, bug 3: a partition named twice is a bad request (etcd
@@ -331,7 +331,7 @@ fn claims_commits_and_resets_are_fenced_and_every_error_is_named() {
         "{ahead}"
     );
     let twice = client
-        .commit_offsets("g", &a.member_id, &[commit("t", 0, 12), commit("t", 0, 13)])
+        .commit_offsets("g", &a, &[commit("t", 0, 12), commit("t", 0, 13)])
         .unwrap_err();
     assert_eq!(twice.code(), Some(ErrorCode::InvalidRequest), "{twice}");
     // Issue 24, item 20: a header that is no flatbuffer is refused in one
@@ -360,11 +360,13 @@ fn claims_commits_and_resets_are_fenced_and_every_error_is_named() {
         .claim_partitions("g", &b, view.revision, "t", &[0, 1])
         .unwrap();
     client
-        .commit_offsets("g", &b.member_id, &[commit("t", 0, 33)])
+        .commit_offsets("g", &b, &[commit("t", 0, 33)])
         .unwrap();
+    // Issue 24, items 11 and 15: a commit from a session that ended says
+    // so, as a heartbeat does.
     assert_eq!(
-        code(client.commit_offsets("g", &a.member_id, &[commit("t", 0, 12)])),
-        ErrorCode::NotPartitionOwner
+        code(client.commit_offsets("g", &a, &[commit("t", 0, 12)])),
+        ErrorCode::UnknownMember
     );
     assert_eq!(
         code(client.heartbeat("g", &a, 0, 0)),
@@ -511,6 +513,164 @@ fn a_standalone_broker_says_groups_need_a_cluster() {
     assert!(!output.status.success());
     assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     assert!(stderr.contains("CLUSTER_REQUIRED"), "{stderr}");
+    // Issue 24, item 16: one order for all eight apis — a missing topic or
+    // a malformed request is still CLUSTER_REQUIRED here, never first
+    // UNKNOWN_TOPIC.
+    let nobody = protocol::client::Joined {
+        member_id: "m-1".into(),
+        session_id: 7,
+        session_timeout_ms: 6_000,
+    };
+    let commit = OffsetCommit {
+        topic: "missing".into(),
+        partition: 0,
+        offset: 0,
+        leader_epoch: -1,
+    };
+    let answers = [
+        client
+            .claim_partitions("g", &nobody, 1, "missing", &[0])
+            .map(|_| 0),
+        client
+            .release_partitions("g", &nobody, "missing", &[0])
+            .map(|_| 0),
+        client.commit_offsets("g", &nobody, &[commit]),
+        client.heartbeat("g", &nobody, 0, 0).map(|_| 0),
+        client.leave_group("g", &nobody).map(|_| 0),
+        client.describe_group("g").map(|_| 0),
+        client.list_groups().map(|_| 0),
+    ];
+    for answer in answers {
+        let error = answer.unwrap_err();
+        assert_eq!(error.code(), Some(ErrorCode::ClusterRequired), "{error}");
+    }
+}
+
+/// Issue 24, items 11, 13 and 15, against etcd: ReleasePartitions and
+/// CommitOffsets need the member's live session, and a topic deleted and
+/// created again keeps no group's committed offsets.
+#[test]
+fn r24_releases_and_commits_need_the_session_and_a_re_created_topic_has_no_old_offsets() {
+    let etcd = Etcd::start();
+    let brokers = cluster(&etcd, "r24-fence");
+    let client = brokers[0].client();
+    create(&client, "t", 2, &brokers);
+    let a = member(&client, "g", &["t"]);
+    let view = client.heartbeat("g", &a, 0, 0).unwrap();
+    client
+        .claim_partitions("g", &a, view.revision, "t", &[0, 1])
+        .unwrap();
+    let commit = |offset| OffsetCommit {
+        topic: "t".into(),
+        partition: 1,
+        offset,
+        leader_epoch: -1,
+    };
+    client.commit_offsets("g", &a, &[commit(0)]).unwrap();
+    // Someone who knows the member id but not its session.
+    let impostor = protocol::client::Joined {
+        session_id: a.session_id ^ 1,
+        ..a.clone()
+    };
+    assert_eq!(
+        code(client.release_partitions("g", &impostor, "t", &[0, 1])),
+        ErrorCode::UnknownMember
+    );
+    assert_eq!(
+        code(client.commit_offsets("g", &impostor, &[commit(0)])),
+        ErrorCode::UnknownMember
+    );
+    // A request without a session (a client from before the field).
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = protocol::codec::groups::release_partitions_request(
+        &mut fbb,
+        "g",
+        &a.member_id,
+        0,
+        "t",
+        &[0],
+    )
+    .to_vec();
+    let mut conn = protocol::client::Connection::connect(&brokers[0].address()).unwrap();
+    let refused = conn
+        .call(protocol::frame::Api::ReleasePartitions, &header, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("session_id is required"), "{refused}");
+    // A claim of a topic the member does not subscribe to (item 11).
+    create(&client, "other", 1, &brokers);
+    assert_eq!(
+        code(client.claim_partitions("g", &a, view.revision, "other", &[0])),
+        ErrorCode::InvalidRequest
+    );
+    let owners = |client: &Client| {
+        let described = client.describe_group("g").unwrap();
+        described
+            .partitions
+            .iter()
+            .map(|p| (p.partition, p.owner.clone(), p.offset))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        owners(&client),
+        vec![
+            (0, a.member_id.clone(), None),
+            (1, a.member_id.clone(), Some(0))
+        ],
+        "the impostor changed nothing"
+    );
+    // Item 13: the topic goes and comes back; its old offsets do not.
+    client.leave_group("g", &a).unwrap();
+    client.delete_topic("t").unwrap();
+    create(&client, "t", 2, &brokers);
+    let after = owners(&brokers[1].client());
+    assert_eq!(after, vec![], "no old owner or offset of the new topic");
+    eprintln!("re-created topic: the group had offset 0 of t-1 before the delete, nothing after");
+}
+
+/// Issue 24, item 12: the broker takes a committed offset as the member's
+/// position without reading the log (its control thread has none; Kafka
+/// checks nothing either), so a member finding one outside the log — past
+/// its end, or inside a message — starts where `start_from` says and
+/// reports it, instead of failing its next poll.
+#[test]
+fn r24_a_committed_offset_outside_the_log_is_replaced_by_start_from_and_reported() {
+    let etcd = Etcd::start();
+    let brokers = cluster(&etcd, "r24-bad-commit");
+    let client = brokers[0].client();
+    create(&client, "t", 1, &brokers);
+    produce_numbers(&client, "t", 1, 0, 10);
+    for bad in [123_456_789u64, 3] {
+        let reset = OffsetCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset: bad,
+            leader_epoch: -1,
+        };
+        assert_eq!(client.reset_offsets("g", &[reset]).unwrap(), 1);
+        let config = GroupConfig {
+            session_timeout: Duration::from_secs(3),
+            start_from: StartFrom::Earliest,
+            ..GroupConfig::default()
+        };
+        let mut member = GroupConsumer::subscribe_with(&client, "g", &["t"], config).unwrap();
+        let mut read = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        while read.len() < 10 && Instant::now() < deadline {
+            read.extend(member.poll().unwrap().into_iter().map(|m| m.offset));
+        }
+        assert_eq!(read.len(), 10, "all 10 read again from the start: {read:?}");
+        assert_eq!(read[0], 0);
+        let resets = member.take_offset_resets();
+        assert_eq!(resets.len(), 1, "{resets:?}");
+        assert_eq!((resets[0].partition, resets[0].committed), (0, bad));
+        eprintln!(
+            "committed {bad}: read {} messages from offset 0; reported: {}",
+            read.len(),
+            resets[0].error
+        );
+        member.close().unwrap();
+    }
 }
 
 /// Issue 26, item 3: a group member of a topic that does not exist says so

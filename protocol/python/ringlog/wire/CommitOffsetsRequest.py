@@ -63,8 +63,15 @@ class CommitOffsetsRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
+    # CommitOffsetsRequest
+    def SessionId(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def CommitOffsetsRequestStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder):
     CommitOffsetsRequestStart(builder)
@@ -92,6 +99,12 @@ def CommitOffsetsRequestStartOffsetsVector(builder, numElems):
 
 def StartOffsetsVector(builder, numElems):
     return CommitOffsetsRequestStartOffsetsVector(builder, numElems)
+
+def CommitOffsetsRequestAddSessionId(builder, sessionId):
+    builder.PrependUint64Slot(3, sessionId, 0)
+
+def AddSessionId(builder, sessionId):
+    CommitOffsetsRequestAddSessionId(builder, sessionId)
 
 def CommitOffsetsRequestEnd(builder):
     return builder.EndObject()

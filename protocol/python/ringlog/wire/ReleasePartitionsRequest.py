@@ -72,8 +72,15 @@ class ReleasePartitionsRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         return o == 0
 
+    # ReleasePartitionsRequest
+    def SessionId(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def ReleasePartitionsRequestStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(5)
 
 def Start(builder):
     ReleasePartitionsRequestStart(builder)
@@ -107,6 +114,12 @@ def ReleasePartitionsRequestStartPartitionsVector(builder, numElems):
 
 def StartPartitionsVector(builder, numElems):
     return ReleasePartitionsRequestStartPartitionsVector(builder, numElems)
+
+def ReleasePartitionsRequestAddSessionId(builder, sessionId):
+    builder.PrependUint64Slot(4, sessionId, 0)
+
+def AddSessionId(builder, sessionId):
+    ReleasePartitionsRequestAddSessionId(builder, sessionId)
 
 def ReleasePartitionsRequestEnd(builder):
     return builder.EndObject()

@@ -1,109 +1,17 @@
-//! Consumer groups in etcd: the paper's consumer, ownership and offset
-//! registries (keys in [`crate::keys`]).
-//!
-//! A member's session is an etcd lease: its member key and every ownership
-//! key it holds are bound to it, so a member that stops heartbeating loses
-//! its membership and its partitions at once when the lease expires, and a
-//! member that leaves revokes it. Safety rests on three transactions:
-//!
-//! - **claim**: succeeds only if the claimer's session is live, no member
-//!   key changed since the revision of the view the claim was computed from
-//!   (so a member that has not seen a join cannot take the joiner's share),
-//!   and none of the partitions has an owner. It never steals.
-//! - **commit**: succeeds only if the committer owns every partition it
-//!   commits, so a member whose session expired can never overwrite the
-//!   offsets of the partition's next owner.
-//! - **reset**: succeeds only if the group has no member at all.
-//!
-//! A member that has not seen a departure claims less than its fair share
-//! until its next view; nothing is owned twice at any time.
+//! The group registries in etcd: a member's session is an etcd lease, and
+//! each of the module's checks ([`super`]) is one etcd transaction.
 
+use super::{offset_value, parse_offset_value, sanitize, GroupError, GroupStore, MemberRecord};
 use crate::keys::{Key, Keys};
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use protocol::codec::groups::{GroupMemberInfo, GroupPartitionInfo, Joined, OffsetCommit};
 use protocol::types::PartitionId;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A member as its key stores it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemberRecord {
-    /// The member's id.
-    pub member_id: String,
-    /// Its subscribed topics, sorted.
-    pub topics: Vec<String>,
-    /// Its session timeout.
-    pub session_timeout_ms: u32,
-}
-
-/// Why a group operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum GroupError {
-    /// The session expired, was revoked, or never was.
-    #[error("member {member_id} has no live session in group {group:?}: join again")]
-    UnknownMember {
-        /// The group.
-        group: String,
-        /// The member.
-        member_id: String,
-    },
-    /// A claim lost against a newer view or an existing owner.
-    #[error("claim of {topic} {partitions:?} in group {group:?} refused: {reason}")]
-    ClaimConflict {
-        /// The group.
-        group: String,
-        /// The topic.
-        topic: String,
-        /// The partitions asked for.
-        partitions: Vec<PartitionId>,
-        /// What stood in the way.
-        reason: String,
-    },
-    /// A commit for a partition the member does not own.
-    #[error("member {member_id} does not own {topic}-{partition} in group {group:?}; nothing was committed")]
-    NotPartitionOwner {
-        /// The group.
-        group: String,
-        /// The member.
-        member_id: String,
-        /// The topic.
-        topic: String,
-        /// The partition.
-        partition: PartitionId,
-    },
-    /// A reset while members are live.
-    #[error(
-        "group {group:?} has {members} live member(s); stop them before resetting its offsets"
-    )]
-    GroupNotEmpty {
-        /// The group.
-        group: String,
-        /// How many.
-        members: usize,
-    },
-    /// The etcd prefix does not hold this broker's cluster (its id differs
-    /// or is missing): nothing is written there.
-    #[error("the registry does not hold this broker's cluster (id {expected}); group changes are refused until it does")]
-    ForeignCluster {
-        /// The broker's cluster id.
-        expected: String,
-    },
-    /// A request no member could have made from what it was answered: a
-    /// claim's revision ahead of the registry's.
-    #[error("{reason}")]
-    InvalidRequest {
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// etcd did not answer in time.
-    #[error("etcd is unavailable: {reason}")]
-    Unavailable {
-        /// The client's words.
-        reason: String,
-    },
-}
+/// Deletes per transaction when a topic's offsets go (etcd's default
+/// `--max-txn-ops` is 128).
+const DELETES_PER_TXN: usize = 100;
 
 fn unavailable(error: impl std::fmt::Display) -> GroupError {
     GroupError::Unavailable {
@@ -112,7 +20,7 @@ fn unavailable(error: impl std::fmt::Display) -> GroupError {
 }
 
 /// The group registries of one cluster. Owned by a broker's control thread.
-pub struct Groups {
+pub struct EtcdGroups {
     client: Client,
     keys: Keys,
     timeout: Duration,
@@ -124,11 +32,11 @@ pub struct Groups {
     seen_revision: u64,
 }
 
-impl Groups {
+impl EtcdGroups {
     /// Group operations over `client`, under `keys`, for the cluster
     /// `cluster_id`.
-    pub fn new(client: Client, keys: Keys, timeout: Duration, cluster_id: String) -> Groups {
-        Groups {
+    pub fn new(client: Client, keys: Keys, timeout: Duration, cluster_id: String) -> EtcdGroups {
+        EtcdGroups {
             client,
             keys,
             timeout,
@@ -136,7 +44,6 @@ impl Groups {
             seen_revision: 0,
         }
     }
-
     fn ours(&self) -> Compare {
         Compare::value(
             self.keys.cluster_id(),
@@ -144,7 +51,6 @@ impl Groups {
             self.cluster_id.as_str(),
         )
     }
-
     fn foreign(&self) -> GroupError {
         GroupError::ForeignCluster {
             expected: self.cluster_id.clone(),
@@ -162,13 +68,93 @@ impl Groups {
         }
     }
 
+    /// True when the member key is missing or bound to another lease.
+    async fn session_lost(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        lease: i64,
+    ) -> Result<bool, GroupError> {
+        let mut client = self.client.clone();
+        let response = self
+            .deadline(client.get(self.keys.group_member(group, member_id), None))
+            .await?;
+        Ok(response.kvs().first().is_none_or(|kv| kv.lease() != lease))
+    }
+
+    /// Refuses a claim's revision that no view has carried: one ahead of
+    /// etcd's would pass the "no member changed since" compare for ever,
+    /// fencing nothing (issue 24, item 10). A revision this broker has not
+    /// seen yet (a view another broker served a moment ago) costs one read.
+    async fn check_revision(&mut self, revision: u64) -> Result<(), GroupError> {
+        if revision <= self.seen_revision {
+            return Ok(());
+        }
+        let mut client = self.client.clone();
+        let response = self
+            .deadline(client.get(
+                self.keys.cluster_id(),
+                Some(GetOptions::new().with_count_only()),
+            ))
+            .await?;
+        let now = response.header().map_or(0, |h| h.revision()).max(0) as u64;
+        self.seen_revision = self.seen_revision.max(now);
+        if revision <= now {
+            return Ok(());
+        }
+        Err(GroupError::InvalidRequest {
+            reason: format!(
+                "claim revision {revision} is ahead of the registry's ({now}): a claim carries \
+                 the revision of the view it was computed from"
+            ),
+        })
+    }
+    fn offset_puts(&self, group: &str, offsets: &[OffsetCommit]) -> Vec<TxnOp> {
+        offsets
+            .iter()
+            .map(|o| {
+                TxnOp::put(
+                    self.keys.group_offset(group, &o.topic, o.partition),
+                    offset_value(o.offset, o.leader_epoch),
+                    None,
+                )
+            })
+            .collect()
+    }
+
+    /// The owner of every owned partition of the group.
+    async fn owners(
+        &mut self,
+        group: &str,
+    ) -> Result<BTreeMap<(String, PartitionId), String>, GroupError> {
+        let mut client = self.client.clone();
+        let response = self
+            .deadline(client.get(
+                self.keys.group_owners(group),
+                Some(GetOptions::new().with_prefix()),
+            ))
+            .await?;
+        let mut owners = BTreeMap::new();
+        for kv in response.kvs() {
+            let (Ok(key), Ok(owner)) = (kv.key_str(), kv.value_str()) else {
+                continue;
+            };
+            if let Some(Key::GroupOwner(_, topic, partition)) = self.keys.parse(key) {
+                owners.insert((topic.to_string(), partition), owner.to_string());
+            }
+        }
+        Ok(owners)
+    }
+}
+
+impl GroupStore for EtcdGroups {
     /// Joins `group`: a new session lease of `session_timeout_ms` (rounded
     /// up to whole seconds, as etcd leases are) and a member key under it.
     /// The answer carries the session that applies — the lease's granted
     /// TTL in milliseconds (2,500 asked is 3,000; etcd may also raise a TTL
     /// below its minimum) — so a member paces its heartbeats on the real
     /// session (issue 24, item 6).
-    pub async fn join(
+    async fn join(
         &mut self,
         group: &str,
         member_name: &str,
@@ -212,14 +198,12 @@ impl Groups {
         })
     }
 
-    /// Keeps a member's session alive once; `UnknownMember` when it has
-    /// expired or the member key is gone.
-    pub async fn heartbeat(
+    async fn heartbeat(
         &mut self,
         group: &str,
         member_id: &str,
         session_id: u64,
-    ) -> Result<(), GroupError> {
+    ) -> Result<u32, GroupError> {
         let unknown = || GroupError::UnknownMember {
             group: group.to_string(),
             member_id: member_id.to_string(),
@@ -241,7 +225,9 @@ impl Groups {
         // the session is this member's and alive.
         let member_is_live = !self.session_lost(group, member_id, lease).await?;
         match kept {
-            Ok(ttl) if ttl > 0 && member_is_live => Ok(()),
+            Ok(ttl) if ttl > 0 && member_is_live => {
+                Ok(u32::try_from(ttl.saturating_mul(1000)).unwrap_or(u32::MAX))
+            }
             Err(error) if member_is_live => Err(error),
             _ => Err(unknown()),
         }
@@ -249,10 +235,7 @@ impl Groups {
 
     /// The group's members, sorted by id, and the etcd revision they were
     /// read at.
-    pub async fn members(
-        &mut self,
-        group: &str,
-    ) -> Result<(Vec<GroupMemberInfo>, u64), GroupError> {
+    async fn members(&mut self, group: &str) -> Result<(Vec<GroupMemberInfo>, u64), GroupError> {
         let mut client = self.client.clone();
         let response = self
             .deadline(client.get(
@@ -276,7 +259,7 @@ impl Groups {
     }
 
     /// Claims `partitions` of `topic` for the member (see the module doc).
-    pub async fn claim(
+    async fn claim(
         &mut self,
         group: &str,
         member_id: &str,
@@ -347,29 +330,15 @@ impl Groups {
         })
     }
 
-    /// True when the member key is missing or bound to another lease.
-    async fn session_lost(
+    async fn release(
         &mut self,
         group: &str,
         member_id: &str,
-        lease: i64,
-    ) -> Result<bool, GroupError> {
-        let mut client = self.client.clone();
-        let response = self
-            .deadline(client.get(self.keys.group_member(group, member_id), None))
-            .await?;
-        Ok(response.kvs().first().is_none_or(|kv| kv.lease() != lease))
-    }
-
-    /// Releases the partitions of `topic` that the member owns; others are
-    /// left alone.
-    pub async fn release(
-        &mut self,
-        group: &str,
-        member_id: &str,
+        session_id: u64,
         topic: &str,
         partitions: &[PartitionId],
     ) -> Result<(), GroupError> {
+        let lease = i64::try_from(session_id).unwrap_or(-1);
         let ops: Vec<TxnOp> = partitions
             .iter()
             .map(|&p| {
@@ -381,36 +350,49 @@ impl Groups {
                 )
             })
             .collect();
-        if ops.is_empty() {
-            return Ok(());
-        }
+        let txn = Txn::new()
+            .when([Compare::lease(
+                self.keys.group_member(group, member_id),
+                CompareOp::Equal,
+                lease,
+            )])
+            .and_then(ops);
         let mut client = self.client.clone();
-        self.deadline(client.txn(Txn::new().and_then(ops))).await?;
-        Ok(())
+        if self.deadline(client.txn(txn)).await?.succeeded() {
+            Ok(())
+        } else {
+            Err(GroupError::unknown_member(group, member_id))
+        }
     }
 
-    /// Commits offsets of partitions the member owns, all or none.
-    pub async fn commit(
+    async fn commit(
         &mut self,
         group: &str,
         member_id: &str,
+        session_id: u64,
         offsets: &[OffsetCommit],
     ) -> Result<u32, GroupError> {
-        let compares: Vec<Compare> = offsets
-            .iter()
-            .map(|o| {
-                Compare::value(
-                    self.keys.group_owner(group, &o.topic, o.partition),
-                    CompareOp::Equal,
-                    member_id,
-                )
-            })
-            .collect();
+        let lease = i64::try_from(session_id).unwrap_or(-1);
+        let mut compares = vec![Compare::lease(
+            self.keys.group_member(group, member_id),
+            CompareOp::Equal,
+            lease,
+        )];
+        compares.extend(offsets.iter().map(|o| {
+            Compare::value(
+                self.keys.group_owner(group, &o.topic, o.partition),
+                CompareOp::Equal,
+                member_id,
+            )
+        }));
         let puts = self.offset_puts(group, offsets);
         let mut client = self.client.clone();
         let txn = Txn::new().when(compares).and_then(puts);
         if self.deadline(client.txn(txn)).await?.succeeded() {
             return Ok(offsets.len() as u32);
+        }
+        if self.session_lost(group, member_id, lease).await? {
+            return Err(GroupError::unknown_member(group, member_id));
         }
         let owners = self.owners(group).await?;
         let first = offsets
@@ -430,40 +412,8 @@ impl Groups {
         })
     }
 
-    /// Refuses a claim's revision that no view has carried: one ahead of
-    /// etcd's would pass the "no member changed since" compare for ever,
-    /// fencing nothing (issue 24, item 10). A revision this broker has not
-    /// seen yet (a view another broker served a moment ago) costs one read.
-    async fn check_revision(&mut self, revision: u64) -> Result<(), GroupError> {
-        if revision <= self.seen_revision {
-            return Ok(());
-        }
-        let mut client = self.client.clone();
-        let response = self
-            .deadline(client.get(
-                self.keys.cluster_id(),
-                Some(GetOptions::new().with_count_only()),
-            ))
-            .await?;
-        let now = response.header().map_or(0, |h| h.revision()).max(0) as u64;
-        self.seen_revision = self.seen_revision.max(now);
-        if revision <= now {
-            return Ok(());
-        }
-        Err(GroupError::InvalidRequest {
-            reason: format!(
-                "claim revision {revision} is ahead of the registry's ({now}): a claim carries \
-                 the revision of the view it was computed from"
-            ),
-        })
-    }
-
     /// Sets offsets of a group that has no live member.
-    pub async fn reset(
-        &mut self,
-        group: &str,
-        offsets: &[OffsetCommit],
-    ) -> Result<u32, GroupError> {
+    async fn reset(&mut self, group: &str, offsets: &[OffsetCommit]) -> Result<u32, GroupError> {
         let (members, revision) = self.members(group).await?;
         let not_empty = |members| GroupError::GroupNotEmpty {
             group: group.to_string(),
@@ -504,21 +454,8 @@ impl Groups {
         }
     }
 
-    fn offset_puts(&self, group: &str, offsets: &[OffsetCommit]) -> Vec<TxnOp> {
-        offsets
-            .iter()
-            .map(|o| {
-                TxnOp::put(
-                    self.keys.group_offset(group, &o.topic, o.partition),
-                    offset_value(o.offset, o.leader_epoch),
-                    None,
-                )
-            })
-            .collect()
-    }
-
     /// Ends a member's session: its member key and partitions go at once.
-    pub async fn leave(
+    async fn leave(
         &mut self,
         group: &str,
         member_id: &str,
@@ -536,32 +473,8 @@ impl Groups {
         Ok(())
     }
 
-    /// The owner of every owned partition of the group.
-    async fn owners(
-        &mut self,
-        group: &str,
-    ) -> Result<BTreeMap<(String, PartitionId), String>, GroupError> {
-        let mut client = self.client.clone();
-        let response = self
-            .deadline(client.get(
-                self.keys.group_owners(group),
-                Some(GetOptions::new().with_prefix()),
-            ))
-            .await?;
-        let mut owners = BTreeMap::new();
-        for kv in response.kvs() {
-            let (Ok(key), Ok(owner)) = (kv.key_str(), kv.value_str()) else {
-                continue;
-            };
-            if let Some(Key::GroupOwner(_, topic, partition)) = self.keys.parse(key) {
-                owners.insert((topic.to_string(), partition), owner.to_string());
-            }
-        }
-        Ok(owners)
-    }
-
     /// Every partition of the group with an owner or a committed offset.
-    pub async fn partitions(&mut self, group: &str) -> Result<Vec<GroupPartitionInfo>, GroupError> {
+    async fn partitions(&mut self, group: &str) -> Result<Vec<GroupPartitionInfo>, GroupError> {
         let owners = self.owners(group).await?;
         let mut client = self.client.clone();
         let response = self
@@ -606,7 +519,7 @@ impl Groups {
     }
 
     /// Every group with a member, an owner or a committed offset.
-    pub async fn list(&mut self) -> Result<Vec<String>, GroupError> {
+    async fn list(&mut self) -> Result<Vec<String>, GroupError> {
         let mut client = self.client.clone();
         let response = self
             .deadline(client.get(
@@ -629,65 +542,34 @@ impl Groups {
         groups.dedup();
         Ok(groups)
     }
-}
 
-/// A member name reduced to `[A-Za-z0-9._-]`, at most 64 bytes, so that it
-/// fits in a key segment; `member` when nothing is left.
-fn sanitize(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c))
-        .take(64)
-        .collect();
-    if cleaned.is_empty() {
-        "member".into()
-    } else {
-        cleaned
-    }
-}
-
-/// A committed offset's value in etcd: the offset, decimal, and the leader
-/// epoch it was read under when known (`"418 3"`; `"418"` otherwise, which
-/// is also what brokers before epochs wrote).
-fn offset_value(offset: u64, leader_epoch: i32) -> String {
-    if leader_epoch >= 0 {
-        format!("{offset} {leader_epoch}")
-    } else {
-        offset.to_string()
-    }
-}
-
-/// Reads [`offset_value`]'s text; `None` for anything else.
-fn parse_offset_value(value: &str) -> Option<(u64, i32)> {
-    match value.split_once(' ') {
-        None => Some((value.parse().ok()?, -1)),
-        Some((offset, epoch)) => {
-            let epoch: i32 = epoch.parse().ok()?;
-            Some((offset.parse().ok()?, epoch.max(-1)))
+    async fn forget_topic(&mut self, topic: &str) -> Result<u32, GroupError> {
+        let mut client = self.client.clone();
+        let response = self
+            .deadline(client.get(
+                self.keys.groups(),
+                Some(GetOptions::new().with_prefix().with_keys_only()),
+            ))
+            .await?;
+        let keys: Vec<String> = response
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key_str().ok())
+            .filter(
+                |key| matches!(self.keys.parse(key), Some(Key::GroupOffset(_, t, _)) if t == topic),
+            )
+            .map(str::to_string)
+            .collect();
+        // Within etcd's limit on operations per transaction; each batch
+        // deletes what it names, and a later delete of a key already gone
+        // is no harm.
+        for batch in keys.chunks(DELETES_PER_TXN) {
+            let ops: Vec<TxnOp> = batch
+                .iter()
+                .map(|k| TxnOp::delete(k.as_str(), None))
+                .collect();
+            self.deadline(client.txn(Txn::new().and_then(ops))).await?;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn committed_offsets_keep_their_epoch_and_read_the_old_form() {
-        assert_eq!(offset_value(418, 3), "418 3");
-        assert_eq!(offset_value(418, -1), "418");
-        assert_eq!(parse_offset_value("418 3"), Some((418, 3)));
-        assert_eq!(parse_offset_value("418"), Some((418, -1)));
-        assert_eq!(parse_offset_value("418 x"), None);
-        assert_eq!(parse_offset_value(""), None);
-        assert_eq!(parse_offset_value("-5"), None);
-    }
-
-    #[test]
-    fn member_names_fit_in_a_key_segment() {
-        assert_eq!(sanitize("host-1.example"), "host-1.example");
-        assert_eq!(sanitize("a/b c"), "abc");
-        assert_eq!(sanitize("///"), "member");
-        assert_eq!(sanitize(&"x".repeat(100)).len(), 64);
+        Ok(keys.len() as u32)
     }
 }

@@ -185,6 +185,7 @@ where
                     reminded_at: std::time::Instant::now(),
                     states: BTreeMap::new(),
                     replication,
+                    deadline: group_deadline,
                 };
                 plane.remember_topics();
                 // The shards opened the topics from `Loaded`; now their
@@ -234,6 +235,9 @@ struct ControlPlane<R: Registry> {
     brokers: Vec<BrokerRecord>,
     /// Consumer groups and their parked heartbeats.
     groups: GroupPlane<R::Groups>,
+    /// How long a topic's registration may take in all (`etcd_timeout_ms`),
+    /// however many registry operations it needs.
+    deadline: std::time::Duration,
     /// When the last on-demand registry read started.
     last_refresh: Option<std::time::Instant>,
     /// Where the applied topics are kept (clustered brokers only).
@@ -545,6 +549,34 @@ impl<R: Registry> ControlPlane<R> {
         partitions: u32,
         overrides: TopicSettings,
     ) -> Result<TopicRecord, ControlError> {
+        // One deadline for the registry's part, as for group requests (issue
+        // 24, item 17): it used to add up to three etcd timeouts, then
+        // answer INTERNAL.
+        let deadline = self.deadline;
+        let registered =
+            tokio::time::timeout(deadline, self.register_topic(name, partitions, overrides)).await;
+        let record = match registered {
+            Ok(record) => record?,
+            Err(_) => {
+                return Err(ControlError::new(
+                    ErrorCode::CoordinatorUnavailable,
+                    format!("the registry did not answer within {deadline:?}; the topic may or may not have been created: describe it before creating it again"),
+                ))
+            }
+        };
+        let result = self.open_everywhere(&record).await;
+        let copies = record.replicas.first().map_or(1, Vec::len);
+        tracing::info!(topic = %name, partitions, replication_factor = copies, "created topic");
+        result.map(|()| record)
+    }
+
+    /// Places a new topic's partitions and registers it.
+    async fn register_topic(
+        &mut self,
+        name: &str,
+        partitions: u32,
+        overrides: TopicSettings,
+    ) -> Result<TopicRecord, ControlError> {
         let live = self.registry.brokers().await?;
         let brokers: Vec<_> = live.iter().map(|b| b.broker_id).collect();
         let placeable: Vec<placement::Placeable> = live
@@ -609,9 +641,7 @@ impl<R: Registry> ControlPlane<R> {
             self.groups.forget_topic(name).await?;
         }
         self.registry.create_topic(record.clone()).await?;
-        let result = self.open_everywhere(&record).await;
-        tracing::info!(topic = %name, partitions, replication_factor = factor.max(1), "created topic");
-        result.map(|()| record)
+        Ok(record)
     }
 
     async fn delete_topic(&mut self, name: &str) -> Result<(), ControlError> {

@@ -265,7 +265,7 @@ mod tests {
     #[test]
     fn r24_1_names_of_every_valid_length_can_be_deleted_and_moved_aside() {
         let dir = temp("long");
-        for len in [1usize, 200, 225, 226, 240, 249] {
+        for len in 1usize..=249 {
             let topic: String = "t".repeat(len);
             for partition in [0u32, 999] {
                 let name = format!("{topic}-{partition}");

@@ -237,3 +237,49 @@ fn list_offsets_follows_a_deleted_and_re_created_topic() {
         "a partition past the topic: {error}"
     );
 }
+
+/// Issue 24, bug 1: a topic name of 226–249 characters could not be
+/// deleted (`File name too long` moving its directories aside) and then
+/// broke the next start. Every length from 220 to the limit of 249, one
+/// of them with 1,000 partitions (four-digit directory suffixes), is
+/// created, written, deleted, survives a restart, and can be created again.
+#[test]
+fn r24_1_topics_with_names_up_to_249_characters_and_1000_partitions_delete_and_restart() {
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    let name = |len: usize| -> String { "n".repeat(len) };
+    let lengths: Vec<usize> = (220..=249).collect();
+    for &len in &lengths {
+        let partitions = if len == 249 { 1_000 } else { 1 };
+        client
+            .create_topic(&name(len), partitions, &TopicSettings::default())
+            .unwrap_or_else(|e| panic!("create {len}: {e}"));
+    }
+    let mut producer = producer(&client, &name(249), AckMode::Flushed, 10);
+    for n in 0..2_000u64 {
+        producer.send(None, &n.to_le_bytes()).unwrap();
+    }
+    producer.flush().unwrap();
+    for &len in &lengths {
+        client
+            .delete_topic(&name(len))
+            .unwrap_or_else(|e| panic!("delete {len}: {e}"));
+    }
+    broker.stop();
+    broker.restart();
+    let client = broker.client();
+    let metadata = client.metadata(&[]).unwrap();
+    assert!(metadata.topics.is_empty(), "{:?}", metadata.topics.len());
+    for &len in &lengths {
+        client
+            .create_topic(&name(len), 2, &TopicSettings::default())
+            .unwrap_or_else(|e| panic!("create again {len}: {e}"));
+    }
+    let again = client.metadata(&[]).unwrap().topics.len();
+    assert_eq!(again, lengths.len());
+    eprintln!(
+        "names of {}..={} characters (1000 partitions at 249): deleted, restarted, created again: {again} topics",
+        lengths[0],
+        lengths[lengths.len() - 1]
+    );
+}

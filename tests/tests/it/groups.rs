@@ -619,6 +619,33 @@ fn r24_releases_and_commits_need_the_session_and_a_re_created_topic_has_no_old_o
         ],
         "the impostor changed nothing"
     );
+    // Items 14 and 15: JoinGroup's names and codes, and an unknown group.
+    assert_eq!(
+        code(client.join_group("bad/name", "x", &["t"], 3_000)),
+        ErrorCode::InvalidRequest
+    );
+    assert_eq!(
+        code(client.join_group("g", "x", &["bad/topic"], 3_000)),
+        ErrorCode::InvalidTopicName
+    );
+    assert_eq!(
+        code(client.join_group("g", "x", &[], 3_000)),
+        ErrorCode::InvalidRequest
+    );
+    let long = client
+        .join_group("g2", &format!("{}/x", "m".repeat(100)), &["t", "t"], 3_000)
+        .unwrap();
+    let name = long.member_id.rsplit_once('-').unwrap().0;
+    assert_eq!(name, "m".repeat(64), "sanitised and cut to 64");
+    let view = client.heartbeat("g2", &long, 0, 0).unwrap();
+    assert_eq!(
+        view.members[0].topics,
+        vec!["t".to_string()],
+        "deduplicated"
+    );
+    client.leave_group("g2", &long).unwrap();
+    let unknown = client.describe_group("no-such-group").unwrap();
+    assert!(unknown.view.members.is_empty() && unknown.partitions.is_empty());
     // Item 13: the topic goes and comes back; its old offsets do not.
     client.leave_group("g", &a).unwrap();
     client.delete_topic("t").unwrap();

@@ -122,6 +122,8 @@ pub enum ControlMsg {
         partitions: u32,
         /// Overrides (already validated against the broker's limits).
         overrides: TopicSettings,
+        /// A mirror's target topic: where it is mirrored from.
+        mirror_source: Option<String>,
         /// The record as registered, or why not.
         reply: flume::Sender<Result<TopicRecord, ControlError>>,
     },

@@ -109,11 +109,15 @@ pub enum ErrorCode {
     /// reused) until an operator restores the data or accepts the loss.
     /// Not retriable.
     DataLost = 35,
+    /// The partition is a mirror's copy of another cluster's (the message
+    /// names the source): only the mirror writes it, at the source's
+    /// offsets, until the topic is promoted. Not retriable.
+    MirroredPartition = 36,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 36] = [
+    pub const ALL: [ErrorCode; 37] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -150,6 +154,7 @@ impl ErrorCode {
         ErrorCode::InvalidReplicas,
         ErrorCode::NotEnoughReplicasAfterAppend,
         ErrorCode::DataLost,
+        ErrorCode::MirroredPartition,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -200,6 +205,7 @@ impl ErrorCode {
             ErrorCode::InvalidReplicas => "INVALID_REPLICAS",
             ErrorCode::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             ErrorCode::DataLost => "DATA_LOST",
+            ErrorCode::MirroredPartition => "MIRRORED_PARTITION",
         }
     }
 }

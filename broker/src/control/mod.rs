@@ -444,9 +444,12 @@ impl<R: Registry> ControlPlane<R> {
                 name,
                 partitions,
                 overrides,
+                mirror_source,
                 reply,
             } => {
-                let result = self.create_topic(&name, partitions, overrides).await;
+                let result = self
+                    .create_topic(&name, partitions, overrides, mirror_source)
+                    .await;
                 let _ = reply.send_async(result).await;
             }
             ControlMsg::DeleteTopic { name, reply } => {
@@ -548,13 +551,17 @@ impl<R: Registry> ControlPlane<R> {
         name: &str,
         partitions: u32,
         overrides: TopicSettings,
+        mirror_source: Option<String>,
     ) -> Result<TopicRecord, ControlError> {
         // One deadline for the registry's part, as for group requests (issue
         // 24, item 17): it used to add up to three etcd timeouts, then
         // answer INTERNAL.
         let deadline = self.deadline;
-        let registered =
-            tokio::time::timeout(deadline, self.register_topic(name, partitions, overrides)).await;
+        let registered = tokio::time::timeout(
+            deadline,
+            self.register_topic(name, partitions, overrides, mirror_source),
+        )
+        .await;
         let record = match registered {
             Ok(record) => record?,
             Err(_) => {
@@ -576,6 +583,7 @@ impl<R: Registry> ControlPlane<R> {
         name: &str,
         partitions: u32,
         overrides: TopicSettings,
+        mirror_source: Option<String>,
     ) -> Result<TopicRecord, ControlError> {
         let live = self.registry.brokers().await?;
         let brokers: Vec<_> = live.iter().map(|b| b.broker_id).collect();
@@ -633,6 +641,7 @@ impl<R: Registry> ControlPlane<R> {
             TopicRecord::new(name, overrides, owners)
         };
         record.id = coordinator::registry::new_topic_id();
+        record.mirror_source = mirror_source;
         // A topic of this name deleted earlier may have left committed
         // offsets (its delete's clean-up lost to a crash or an etcd
         // outage): a new topic starts empty, so no group has a position in

@@ -12,6 +12,7 @@ pub mod give_way;
 pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod mirror;
 pub mod multi_fetch;
 pub mod operations;
 pub mod produce;

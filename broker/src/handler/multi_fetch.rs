@@ -423,6 +423,11 @@ async fn read_part(
             let slice = partition_log::read_below(log, part.offset, bytes_max, limit).await?;
             answer.offsets = super::fetch::offsets_of(log);
             answer.length = slice.as_ref().map_or(0, |s| s.len);
+            // Where the chunk's segment starts, for consumers too: a mirror
+            // rolls its copy there (issue 21).
+            answer.segment_base = slice
+                .as_ref()
+                .map_or(part.offset, |s| part.offset - s.position);
             Ok((answer, slice))
         }
         What::Follower {

@@ -33,6 +33,7 @@ pub fn handle(
     };
     super::check_topic_id(shard, topic_name, request.topic_id())?;
     let owner = super::locate(shard, topic_name, partition)?;
+    let mirror = super::mirror::check(shard, topic_name, partition, &request)?;
     if let Owner::Broker(broker) = owner {
         return Err(Failure::not_owner(topic_name, partition, broker));
     }
@@ -90,7 +91,10 @@ pub fn handle(
     };
     // The log starts the writer or a flush as `acks` and the topic's flush
     // policy require (storage owns the policy, issue 8, item 18).
-    let appended = partition_log::append(&log, payload, summary.count, local_acks)?;
+    let appended = match mirror {
+        Some(at) => super::mirror::append(&log, at, payload, summary.count)?,
+        None => partition_log::append(&log, payload, summary.count, local_acks)?,
+    };
     shard.needs_timer(&log);
     let counters = &shard.metrics.counters;
     crate::metrics::bump(&counters.produce_messages_total, u64::from(summary.count));

@@ -16,6 +16,9 @@ use protocol::types::validate_topic_name;
 use protocol::{wire, ErrorCode};
 use std::rc::Rc;
 
+/// Longest `mirror_source` a CreateTopic may name.
+const MIRROR_SOURCE_BYTES_MAX: usize = 255;
+
 /// Handles a CreateTopic request.
 pub fn handle_create(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Failure> {
     let request = verify::<wire::CreateTopicRequest>(header)
@@ -34,6 +37,20 @@ pub fn handle_create(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Fai
         ));
     }
     let overrides = TopicSettings::decode(request.config());
+    let mirror_source = match request.mirror_source().unwrap_or_default() {
+        "" => None,
+        source
+            if source.len() > MIRROR_SOURCE_BYTES_MAX || source.chars().any(char::is_control) =>
+        {
+            return Err(Failure::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "mirror_source must be 1..={MIRROR_SOURCE_BYTES_MAX} bytes of printable text"
+                ),
+            ))
+        }
+        source => Some(source.to_string()),
+    };
     shard
         .config
         .topic_settings(&overrides)
@@ -43,6 +60,7 @@ pub fn handle_create(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Fai
         name: name.clone(),
         partitions,
         overrides,
+        mirror_source,
         reply,
     };
     let shard = shard.clone();

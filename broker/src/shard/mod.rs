@@ -54,6 +54,8 @@ pub struct Topic {
     pub min_insync: u32,
     /// Copies count written bytes, not flushed ones.
     pub write_caching: bool,
+    /// A mirror's target topic: where it is mirrored from.
+    pub mirror_source: Option<String>,
     /// Partitions moving, and the replica set each moves to.
     pub reassigning: BTreeMap<PartitionId, Vec<BrokerId>>,
 }
@@ -315,6 +317,7 @@ impl Shard {
                 write_caching: topic.write_caching,
             },
             id: topic.id.clone(),
+            mirror_source: topic.mirror_source.clone().unwrap_or_default(),
         }
     }
 
@@ -359,6 +362,7 @@ impl Shard {
             replicas,
             min_insync: stored.min_insync_replicas.max(1),
             write_caching: stored.write_caching,
+            mirror_source: stored.mirror_source.clone(),
             reassigning: stored.reassigning.clone(),
         };
         self.topics

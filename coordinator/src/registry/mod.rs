@@ -81,6 +81,10 @@ pub struct TopicRecord {
     /// (acks=all and the high watermark).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub write_caching: bool,
+    /// A mirror's target topic: where it is mirrored from. Its partitions
+    /// take only mirror appends until it is promoted (`None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror_source: Option<String>,
     /// The brokers of each partition's copies, the preferred leader first
     /// (`brokers[p] == replicas[p][0]`); empty for one copy. Chosen at
     /// creation; who leads now and who is in sync is the partition's state
@@ -116,6 +120,7 @@ impl TopicRecord {
             replication_factor: 0,
             min_insync_replicas: 0,
             write_caching: false,
+            mirror_source: None,
             replicas: Vec::new(),
             reassigning: BTreeMap::new(),
         }

@@ -45,6 +45,7 @@ class ErrorCode(enum.IntEnum):
     INVALID_REPLICAS = 33
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 34
     DATA_LOST = 35
+    MIRRORED_PARTITION = 36
 
 
 #: Codes after which the same request may succeed later.

@@ -584,10 +584,25 @@ impl Client {
         partitions: u32,
         settings: &TopicSettings,
     ) -> Result<TopicMetadata, ClientError> {
+        self.create_mirror_topic(name, partitions, settings, "")
+    }
+
+    /// Creates a mirror's target topic, mirrored from `source` (empty: an
+    /// ordinary topic): its partitions take only mirror appends, and refuse
+    /// ordinary produces with MIRRORED_PARTITION naming `source`.
+    pub fn create_mirror_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        settings: &TopicSettings,
+        source: &str,
+    ) -> Result<TopicMetadata, ClientError> {
         lock(&self.shared.placements).remove(name);
         let response = self.request(
             Api::CreateTopic,
-            |fbb| codec::create_topic_request(fbb, name, partitions, settings).to_vec(),
+            |fbb| {
+                codec::create_mirror_topic_request(fbb, name, partitions, settings, source).to_vec()
+            },
             std::time::Duration::ZERO,
             false,
         )?;

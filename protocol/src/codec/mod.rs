@@ -197,6 +197,9 @@ pub struct TopicMetadata {
     /// Unique per creation: a topic deleted and created again under this
     /// name has another. Empty from a broker older than topic ids.
     pub id: String,
+    /// A mirror's target topic: where it is mirrored from (empty: an
+    /// ordinary topic).
+    pub mirror_source: String,
 }
 
 /// A shard's listening address.
@@ -280,6 +283,8 @@ fn encode_topic<'b>(
     let partitions = fbb.create_vector(&partitions);
     let config = topic.settings.encode(fbb);
     let id = (!topic.id.is_empty()).then(|| fbb.create_string(&topic.id));
+    let mirror_source =
+        (!topic.mirror_source.is_empty()).then(|| fbb.create_string(&topic.mirror_source));
     wire::TopicInfo::create(
         fbb,
         &wire::TopicInfoArgs {
@@ -287,6 +292,7 @@ fn encode_topic<'b>(
             partitions: Some(partitions),
             config: Some(config),
             id,
+            mirror_source,
         },
     )
 }
@@ -316,6 +322,7 @@ pub fn decode_topic(info: wire::TopicInfo<'_>) -> TopicMetadata {
             .unwrap_or_default(),
         settings: TopicSettings::decode(info.config()),
         id: info.id().unwrap_or_default().to_string(),
+        mirror_source: info.mirror_source().unwrap_or_default().to_string(),
     }
 }
 
@@ -389,15 +396,29 @@ pub fn create_topic_request<'b>(
     partitions: u32,
     settings: &TopicSettings,
 ) -> &'b [u8] {
+    create_mirror_topic_request(fbb, name, partitions, settings, "")
+}
+
+/// CreateTopic request header of a mirror's target topic, mirrored from
+/// `mirror_source` (empty: an ordinary topic).
+pub fn create_mirror_topic_request<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    name: &str,
+    partitions: u32,
+    settings: &TopicSettings,
+    mirror_source: &str,
+) -> &'b [u8] {
     fbb.reset();
     let name = fbb.create_string(name);
     let config = settings.encode(fbb);
+    let mirror_source = (!mirror_source.is_empty()).then(|| fbb.create_string(mirror_source));
     let root = wire::CreateTopicRequest::create(
         fbb,
         &wire::CreateTopicRequestArgs {
             name: Some(name),
             partitions,
             config: Some(config),
+            mirror_source,
         },
     );
     finish(fbb, root)
@@ -444,6 +465,39 @@ pub fn produce_request_at<'b>(
     acks: AckMode,
     leader_epoch: i32,
 ) -> &'b [u8] {
+    produce_request_full(fbb, topic, topic_id, partition, acks, leader_epoch, None)
+}
+
+/// Where a mirror append goes: a source partition's chunk, copied verbatim
+/// at the source's offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MirrorAppend {
+    /// The chunk's offset in the source (and so in the copy).
+    pub offset: u64,
+    /// The base offset of the source's segment the chunk lies in.
+    pub segment_base: u64,
+}
+
+/// Produce request header of a mirror append (see [`MirrorAppend`]).
+pub fn mirror_append_request<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    partition: PartitionId,
+    acks: AckMode,
+    append: MirrorAppend,
+) -> &'b [u8] {
+    produce_request_full(fbb, topic, "", partition, acks, -1, Some(append))
+}
+
+fn produce_request_full<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    topic_id: &str,
+    partition: PartitionId,
+    acks: AckMode,
+    leader_epoch: i32,
+    mirror: Option<MirrorAppend>,
+) -> &'b [u8] {
     fbb.reset();
     let topic = fbb.create_string(topic);
     let topic_id = (!topic_id.is_empty()).then(|| fbb.create_string(topic_id));
@@ -455,6 +509,8 @@ pub fn produce_request_at<'b>(
             acks: acks.to_wire(),
             topic_id,
             leader_epoch,
+            mirror_offset: mirror.map_or(-1, |m| i64::try_from(m.offset).unwrap_or(i64::MAX)),
+            mirror_segment_base: mirror.map_or(0, |m| m.segment_base),
         },
     );
     finish(fbb, root)
@@ -856,6 +912,7 @@ mod tests {
                     ..TopicSettings::default()
                 },
                 id: "0123abcd".into(),
+                mirror_source: "dc1/clicks".into(),
             }],
         };
         let mut fbb = FlatBufferBuilder::new();

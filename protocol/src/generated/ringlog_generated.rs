@@ -1790,6 +1790,7 @@ pub mod ringlog {
             pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
             pub const VT_CONFIG: ::flatbuffers::VOffsetT = 8;
             pub const VT_ID: ::flatbuffers::VOffsetT = 10;
+            pub const VT_MIRROR_SOURCE: ::flatbuffers::VOffsetT = 12;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1806,6 +1807,9 @@ pub mod ringlog {
                 args: &'args TopicInfoArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<TopicInfo<'bldr>> {
                 let mut builder = TopicInfoBuilder::new(_fbb);
+                if let Some(x) = args.mirror_source {
+                    builder.add_mirror_source(x);
+                }
                 if let Some(x) = args.id {
                     builder.add_id(x);
                 }
@@ -1868,6 +1872,18 @@ pub mod ringlog {
                         .get::<::flatbuffers::ForwardsUOffset<&str>>(TopicInfo::VT_ID, None)
                 }
             }
+            #[inline]
+            pub fn mirror_source(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        TopicInfo::VT_MIRROR_SOURCE,
+                        None,
+                    )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for TopicInfo<'_> {
@@ -1891,6 +1907,11 @@ pub mod ringlog {
                         false,
                     )?
                     .visit_field::<::flatbuffers::ForwardsUOffset<&str>>("id", Self::VT_ID, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "mirror_source",
+                        Self::VT_MIRROR_SOURCE,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -1904,6 +1925,7 @@ pub mod ringlog {
             >,
             pub config: Option<::flatbuffers::WIPOffset<TopicConfig<'a>>>,
             pub id: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub mirror_source: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for TopicInfoArgs<'a> {
             #[inline]
@@ -1913,6 +1935,7 @@ pub mod ringlog {
                     partitions: None,
                     config: None,
                     id: None,
+                    mirror_source: None,
                 }
             }
         }
@@ -1953,6 +1976,13 @@ pub mod ringlog {
                     .push_slot_always::<::flatbuffers::WIPOffset<_>>(TopicInfo::VT_ID, id);
             }
             #[inline]
+            pub fn add_mirror_source(&mut self, mirror_source: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    TopicInfo::VT_MIRROR_SOURCE,
+                    mirror_source,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> TopicInfoBuilder<'a, 'b, A> {
@@ -1976,6 +2006,7 @@ pub mod ringlog {
                 ds.field("partitions", &self.partitions());
                 ds.field("config", &self.config());
                 ds.field("id", &self.id());
+                ds.field("mirror_source", &self.mirror_source());
                 ds.finish()
             }
         }
@@ -2168,6 +2199,7 @@ pub mod ringlog {
             pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
             pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 6;
             pub const VT_CONFIG: ::flatbuffers::VOffsetT = 8;
+            pub const VT_MIRROR_SOURCE: ::flatbuffers::VOffsetT = 10;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2184,6 +2216,9 @@ pub mod ringlog {
                 args: &'args CreateTopicRequestArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<CreateTopicRequest<'bldr>> {
                 let mut builder = CreateTopicRequestBuilder::new(_fbb);
+                if let Some(x) = args.mirror_source {
+                    builder.add_mirror_source(x);
+                }
                 if let Some(x) = args.config {
                     builder.add_config(x);
                 }
@@ -2230,6 +2265,18 @@ pub mod ringlog {
                         )
                 }
             }
+            #[inline]
+            pub fn mirror_source(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        CreateTopicRequest::VT_MIRROR_SOURCE,
+                        None,
+                    )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for CreateTopicRequest<'_> {
@@ -2250,6 +2297,11 @@ pub mod ringlog {
                         Self::VT_CONFIG,
                         false,
                     )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "mirror_source",
+                        Self::VT_MIRROR_SOURCE,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -2258,6 +2310,7 @@ pub mod ringlog {
             pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub partitions: u32,
             pub config: Option<::flatbuffers::WIPOffset<TopicConfig<'a>>>,
+            pub mirror_source: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for CreateTopicRequestArgs<'a> {
             #[inline]
@@ -2266,6 +2319,7 @@ pub mod ringlog {
                     name: None,
                     partitions: 0,
                     config: None,
+                    mirror_source: None,
                 }
             }
         }
@@ -2296,6 +2350,13 @@ pub mod ringlog {
                     );
             }
             #[inline]
+            pub fn add_mirror_source(&mut self, mirror_source: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    CreateTopicRequest::VT_MIRROR_SOURCE,
+                    mirror_source,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> CreateTopicRequestBuilder<'a, 'b, A> {
@@ -2318,6 +2379,7 @@ pub mod ringlog {
                 ds.field("name", &self.name());
                 ds.field("partitions", &self.partitions());
                 ds.field("config", &self.config());
+                ds.field("mirror_source", &self.mirror_source());
                 ds.finish()
             }
         }
@@ -2696,6 +2758,8 @@ pub mod ringlog {
             pub const VT_ACKS: ::flatbuffers::VOffsetT = 8;
             pub const VT_TOPIC_ID: ::flatbuffers::VOffsetT = 10;
             pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 12;
+            pub const VT_MIRROR_OFFSET: ::flatbuffers::VOffsetT = 14;
+            pub const VT_MIRROR_SEGMENT_BASE: ::flatbuffers::VOffsetT = 16;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2712,6 +2776,8 @@ pub mod ringlog {
                 args: &'args ProduceRequestArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<ProduceRequest<'bldr>> {
                 let mut builder = ProduceRequestBuilder::new(_fbb);
+                builder.add_mirror_segment_base(args.mirror_segment_base);
+                builder.add_mirror_offset(args.mirror_offset);
                 builder.add_leader_epoch(args.leader_epoch);
                 if let Some(x) = args.topic_id {
                     builder.add_topic_id(x);
@@ -2779,6 +2845,28 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn mirror_offset(&self) -> i64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i64>(ProduceRequest::VT_MIRROR_OFFSET, Some(-1))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn mirror_segment_base(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(ProduceRequest::VT_MIRROR_SEGMENT_BASE, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for ProduceRequest<'_> {
@@ -2801,6 +2889,8 @@ pub mod ringlog {
                         false,
                     )?
                     .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
+                    .visit_field::<i64>("mirror_offset", Self::VT_MIRROR_OFFSET, false)?
+                    .visit_field::<u64>("mirror_segment_base", Self::VT_MIRROR_SEGMENT_BASE, false)?
                     .finish();
                 Ok(())
             }
@@ -2811,6 +2901,8 @@ pub mod ringlog {
             pub acks: AckMode,
             pub topic_id: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub leader_epoch: i32,
+            pub mirror_offset: i64,
+            pub mirror_segment_base: u64,
         }
         impl<'a> Default for ProduceRequestArgs<'a> {
             #[inline]
@@ -2821,6 +2913,8 @@ pub mod ringlog {
                     acks: AckMode::None,
                     topic_id: None,
                     leader_epoch: -1,
+                    mirror_offset: -1,
+                    mirror_segment_base: 0,
                 }
             }
         }
@@ -2860,6 +2954,19 @@ pub mod ringlog {
                     .push_slot::<i32>(ProduceRequest::VT_LEADER_EPOCH, leader_epoch, -1);
             }
             #[inline]
+            pub fn add_mirror_offset(&mut self, mirror_offset: i64) {
+                self.fbb_
+                    .push_slot::<i64>(ProduceRequest::VT_MIRROR_OFFSET, mirror_offset, -1);
+            }
+            #[inline]
+            pub fn add_mirror_segment_base(&mut self, mirror_segment_base: u64) {
+                self.fbb_.push_slot::<u64>(
+                    ProduceRequest::VT_MIRROR_SEGMENT_BASE,
+                    mirror_segment_base,
+                    0,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> ProduceRequestBuilder<'a, 'b, A> {
@@ -2884,6 +2991,8 @@ pub mod ringlog {
                 ds.field("acks", &self.acks());
                 ds.field("topic_id", &self.topic_id());
                 ds.field("leader_epoch", &self.leader_epoch());
+                ds.field("mirror_offset", &self.mirror_offset());
+                ds.field("mirror_segment_base", &self.mirror_segment_base());
                 ds.finish()
             }
         }

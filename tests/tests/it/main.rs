@@ -23,6 +23,7 @@ mod group_faults;
 mod groups;
 mod limits;
 mod loadgen;
+mod mirror;
 mod more_partitions;
 mod multi_fetch;
 mod nemesis;

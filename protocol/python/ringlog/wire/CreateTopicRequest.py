@@ -49,8 +49,15 @@ class CreateTopicRequest(object):
             return obj
         return None
 
+    # CreateTopicRequest
+    def MirrorSource(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def CreateTopicRequestStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder):
     CreateTopicRequestStart(builder)
@@ -72,6 +79,12 @@ def CreateTopicRequestAddConfig(builder, config):
 
 def AddConfig(builder, config):
     CreateTopicRequestAddConfig(builder, config)
+
+def CreateTopicRequestAddMirrorSource(builder, mirrorSource):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(mirrorSource), 0)
+
+def AddMirrorSource(builder, mirrorSource):
+    CreateTopicRequestAddMirrorSource(builder, mirrorSource)
 
 def CreateTopicRequestEnd(builder):
     return builder.EndObject()

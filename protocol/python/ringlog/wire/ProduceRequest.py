@@ -59,8 +59,22 @@ class ProduceRequest(object):
             return self._tab.Get(flatbuffers.number_types.Int32Flags, o + self._tab.Pos)
         return -1
 
+    # ProduceRequest
+    def MirrorOffset(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Int64Flags, o + self._tab.Pos)
+        return -1
+
+    # ProduceRequest
+    def MirrorSegmentBase(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
 def ProduceRequestStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(7)
 
 def Start(builder):
     ProduceRequestStart(builder)
@@ -94,6 +108,18 @@ def ProduceRequestAddLeaderEpoch(builder, leaderEpoch):
 
 def AddLeaderEpoch(builder, leaderEpoch):
     ProduceRequestAddLeaderEpoch(builder, leaderEpoch)
+
+def ProduceRequestAddMirrorOffset(builder, mirrorOffset):
+    builder.PrependInt64Slot(5, mirrorOffset, -1)
+
+def AddMirrorOffset(builder, mirrorOffset):
+    ProduceRequestAddMirrorOffset(builder, mirrorOffset)
+
+def ProduceRequestAddMirrorSegmentBase(builder, mirrorSegmentBase):
+    builder.PrependUint64Slot(6, mirrorSegmentBase, 0)
+
+def AddMirrorSegmentBase(builder, mirrorSegmentBase):
+    ProduceRequestAddMirrorSegmentBase(builder, mirrorSegmentBase)
 
 def ProduceRequestEnd(builder):
     return builder.EndObject()

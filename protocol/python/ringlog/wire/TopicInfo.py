@@ -74,8 +74,15 @@ class TopicInfo(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # TopicInfo
+    def MirrorSource(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def TopicInfoStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(5)
 
 def Start(builder):
     TopicInfoStart(builder)
@@ -109,6 +116,12 @@ def TopicInfoAddId(builder, id):
 
 def AddId(builder, id):
     TopicInfoAddId(builder, id)
+
+def TopicInfoAddMirrorSource(builder, mirrorSource):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(mirrorSource), 0)
+
+def AddMirrorSource(builder, mirrorSource):
+    TopicInfoAddMirrorSource(builder, mirrorSource)
 
 def TopicInfoEnd(builder):
     return builder.EndObject()

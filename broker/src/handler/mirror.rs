@@ -1,0 +1,97 @@
+//! Mirror appends: a mirror's target topic (created with `mirror_source`)
+//! takes a source partition's bytes verbatim at the source's offsets, and
+//! nothing else. Offsets are byte positions, so a copy that appends the
+//! source's bytes where its own log ends, rolling where the source rolled,
+//! is the source's log file by file: a consumer's committed offset means
+//! the same message in both clusters (issue 21; `shared/REPLICATION.md`
+//! §5). The append itself is a follower's ([`partition_log::append_replica`]):
+//! whole, CRC-checked messages at the log's end, in the source's segment.
+
+use super::Failure;
+use crate::shard::Shard;
+use crate::storage::partition_log::{self, Appended, SharedLog};
+use protocol::codec::MirrorAppend;
+use protocol::types::PartitionId;
+use protocol::{wire, ErrorCode};
+
+/// What a Produce is to `topic`: an ordinary produce (`None`) or a mirror
+/// append. An ordinary produce to a mirror's target is MIRRORED_PARTITION;
+/// a mirror append to an ordinary topic is INVALID_REQUEST.
+pub fn check(
+    shard: &Shard,
+    topic: &str,
+    partition: PartitionId,
+    request: &wire::ProduceRequest<'_>,
+) -> Result<Option<MirrorAppend>, Failure> {
+    let source = shard
+        .topic(topic)
+        .and_then(|t| t.borrow().mirror_source.clone());
+    let offset = request.mirror_offset();
+    match (source, u64::try_from(offset)) {
+        (None, Err(_)) => Ok(None),
+        (Some(source), Err(_)) => Err(Failure::new(
+            ErrorCode::MirroredPartition,
+            format!(
+                "{topic}-{partition} is a mirror of {source:?}: only its mirror writes it, at the source's offsets, until the topic is promoted"
+            ),
+        )),
+        (None, Ok(_)) => Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!("a mirror append to {topic}-{partition}, which is not a mirror's target (create it with a mirror_source)"),
+        )),
+        (Some(_), Ok(offset)) => Ok(Some(MirrorAppend {
+            offset,
+            segment_base: request.mirror_segment_base(),
+        })),
+    }
+}
+
+/// Appends a mirror's chunk where the log ends. An empty log starts at the
+/// chunk's offset (the source's retention dropped what came before); a
+/// chunk anywhere else is OFFSET_OUT_OF_RANGE naming the end, where the
+/// mirror resumes.
+pub fn append(
+    log: &SharedLog,
+    append: MirrorAppend,
+    bytes: &[u8],
+    messages: u32,
+) -> Result<Appended, Failure> {
+    let MirrorAppend {
+        offset,
+        segment_base,
+    } = append;
+    {
+        let mut l = log.borrow_mut();
+        let (start, end) = (l.start_offset(), l.end_offset());
+        if start == end && offset > end {
+            l.rebase_empty(offset)?;
+        } else if offset != end {
+            return Err(Failure {
+                range: Some((start, end)),
+                ..Failure::new(
+                    ErrorCode::OffsetOutOfRange,
+                    format!(
+                        "{}: a mirror append at {offset}, but the copy ends at {end}: resume there",
+                        l.label()
+                    ),
+                )
+            });
+        }
+        if segment_base > offset {
+            return Err(Failure::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "{}: mirror_segment_base {segment_base} is past the chunk's offset {offset}",
+                    l.label()
+                ),
+            ));
+        }
+    }
+    Ok(partition_log::append_replica(
+        log,
+        offset,
+        bytes,
+        messages,
+        segment_base,
+    )?)
+}

@@ -1,0 +1,252 @@
+//! Issue 21, the broker's side of mirroring: a mirror's target topic takes
+//! a source partition's bytes verbatim at the source's offsets (a mirror
+//! append), refuses ordinary produces, and ends up with the source's
+//! segment files byte for byte.
+
+use super::util::producer;
+use harness::{Broker, BrokerOptions};
+use protocol::client::{AckMode, Client, Connection, OffsetSpec, TopicSettings};
+use protocol::codec::multi_fetch::{
+    decode_multi_fetch_response, multi_fetch_request, FetchPart, MultiFetch,
+};
+use protocol::codec::{self, MirrorAppend};
+use protocol::frame::Api;
+use protocol::message::MessageSetIter;
+use protocol::ErrorCode;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn small_segments() -> BrokerOptions {
+    BrokerOptions {
+        config_toml: "segment_bytes_min = 1024\n".into(),
+        ..BrokerOptions::default()
+    }
+}
+
+fn settings() -> TopicSettings {
+    TopicSettings {
+        segment_bytes: 64 * 1024,
+        ..TopicSettings::default()
+    }
+}
+
+/// One MultiFetch of `partition` at `offset`: the chunk cut to whole
+/// messages, and the base of the source segment it lies in.
+fn fetch(conn: &mut Connection, topic: &str, partition: u32, offset: u64) -> (Vec<u8>, u64, u32) {
+    let parts = [FetchPart::consumer(topic, partition, offset, 256 * 1024)];
+    let request = MultiFetch {
+        max_bytes: 256 * 1024,
+        max_wait_ms: 0,
+        replica_id: -1,
+        incarnation: String::new(),
+    };
+    let header = multi_fetch_request(&mut conn.fbb, &parts, &request).to_vec();
+    let frame = conn.call(Api::MultiFetch, &header, &[]).unwrap();
+    let mut answer = decode_multi_fetch_response(&frame.header, frame.payload.len()).unwrap();
+    let (part, range) = answer.remove(0);
+    assert_eq!(part.error, ErrorCode::None, "{}", part.message);
+    let chunk = &frame.payload[range];
+    let mut iter = MessageSetIter::new(chunk, offset);
+    let mut count = 0;
+    for message in iter.by_ref() {
+        message.unwrap();
+        count += 1;
+    }
+    (chunk[..iter.position()].to_vec(), part.segment_base, count)
+}
+
+/// A mirror append of `bytes` at `at`.
+fn mirror_append(
+    conn: &mut Connection,
+    topic: &str,
+    partition: u32,
+    at: MirrorAppend,
+    bytes: &[u8],
+) -> Result<u64, protocol::client::ClientError> {
+    let header =
+        codec::mirror_append_request(&mut conn.fbb, topic, partition, AckMode::Flushed, at)
+            .to_vec();
+    let frame = conn.call(Api::Produce, &header, bytes)?;
+    Ok(
+        codec::verify::<protocol::wire::ProduceResponse>(&frame.header)
+            .unwrap()
+            .end_offset(),
+    )
+}
+
+/// A connection to the shard of `broker` that owns `partition` of `topic`
+/// (MultiFetch is not forwarded between shards).
+fn shard_conn(broker: &Broker, topic: &str, partition: u32) -> Connection {
+    let metadata = broker.client().metadata(&[topic]).unwrap();
+    let shard = metadata.topics[0].partitions[partition as usize].shard_id;
+    Connection::connect(&broker.shards[usize::from(shard)]).unwrap()
+}
+
+/// Copies `partition` of `topic` from `source` to `target` from `from` to
+/// the source's end; returns the appends made.
+fn copy(source: &Broker, target: &Broker, topic: &str, partition: u32, from: u64) -> usize {
+    let mut read = shard_conn(source, topic, partition);
+    let mut write = Connection::connect(&target.address()).unwrap();
+    let (mut offset, mut appends) = (from, 0);
+    loop {
+        let (bytes, segment_base, count) = fetch(&mut read, topic, partition, offset);
+        if count == 0 {
+            return appends;
+        }
+        let at = MirrorAppend {
+            offset,
+            segment_base,
+        };
+        offset = mirror_append(&mut write, topic, partition, at, &bytes).unwrap();
+        appends += 1;
+    }
+}
+
+/// The segment files of a partition directory, by name.
+fn segments(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn r21_a_mirrored_partition_is_the_sources_segment_files_byte_for_byte_and_refuses_produces() {
+    let source = Broker::start(small_segments());
+    let target = Broker::start(small_segments());
+    let src = source.client();
+    src.create_topic("clicks", 2, &settings()).unwrap();
+    let mut p = producer(&src, "clicks", AckMode::Flushed, 100);
+    for n in 0..20_000u64 {
+        p.send(
+            None,
+            format!("click {n:08} {}", "x".repeat(n as usize % 50)).as_bytes(),
+        )
+        .unwrap();
+    }
+    p.flush().unwrap();
+    let dst = target.client();
+    let created = dst
+        .create_mirror_topic("clicks", 2, &settings(), "dc1/clicks")
+        .unwrap();
+    assert_eq!(created.mirror_source, "dc1/clicks");
+    let described = dst.metadata(&["clicks"]).unwrap();
+    assert_eq!(described.topics[0].mirror_source, "dc1/clicks");
+
+    // Nobody but the mirror writes it.
+    let mut ordinary = producer(&dst, "clicks", AckMode::Flushed, 1);
+    let refused = ordinary
+        .send(None, b"not mine")
+        .and_then(|_| ordinary.flush());
+    let error = refused.unwrap_err();
+    assert!(error.to_string().contains("MIRRORED_PARTITION"), "{error}");
+    assert!(error.to_string().contains("dc1/clicks"), "{error}");
+
+    let mut appends = 0;
+    for partition in 0..2 {
+        appends += copy(&source, &target, "clicks", partition, 0);
+    }
+    for partition in 0..2 {
+        let name = format!("clicks-{partition}");
+        let (from, to) = (
+            segments(&source.data_dir().join(&name)),
+            segments(&target.data_dir().join(&name)),
+        );
+        assert!(from.len() > 2, "several segments: {:?}", from.keys());
+        assert_eq!(
+            from.keys().collect::<Vec<_>>(),
+            to.keys().collect::<Vec<_>>()
+        );
+        assert!(from == to, "{name}: the copy's segment files differ");
+        let ends = |client: &Client| {
+            client
+                .list_offsets("clicks", partition, OffsetSpec::Latest, 0)
+                .unwrap()
+                .0
+        };
+        assert_eq!(ends(&src), ends(&dst));
+    }
+
+    // An append anywhere but the copy's end is refused with that end, and
+    // a mirror append to an ordinary topic is a bad request.
+    let mut write = Connection::connect(&target.address()).unwrap();
+    let end = dst
+        .list_offsets("clicks", 0, OffsetSpec::Latest, 0)
+        .unwrap()
+        .0;
+    let mut read = shard_conn(&source, "clicks", 0);
+    let (bytes, base, _) = fetch(&mut read, "clicks", 0, 0);
+    let behind = mirror_append(
+        &mut write,
+        "clicks",
+        0,
+        MirrorAppend {
+            offset: 0,
+            segment_base: base,
+        },
+        &bytes,
+    )
+    .unwrap_err();
+    assert_eq!(behind.code(), Some(ErrorCode::OffsetOutOfRange), "{behind}");
+    assert!(
+        behind.to_string().contains(&format!("ends at {end}")),
+        "{behind}"
+    );
+    dst.create_topic("plain", 1, &settings()).unwrap();
+    let plain = mirror_append(
+        &mut write,
+        "plain",
+        0,
+        MirrorAppend {
+            offset: 0,
+            segment_base: 0,
+        },
+        &bytes,
+    )
+    .unwrap_err();
+    assert_eq!(plain.code(), Some(ErrorCode::InvalidRequest), "{plain}");
+
+    // A copy made after the source's retention removed its first segment
+    // starts at the source's earliest offset: the log's first segment is
+    // based there, and the files are the source's from there on.
+    let from = segments(&source.data_dir().join("clicks-1"));
+    let second: u64 = from.keys().nth(1).unwrap()[..20].parse().unwrap();
+    dst.create_mirror_topic("late", 2, &settings(), "dc1/clicks")
+        .unwrap();
+    // The source's partition 1, copied into "late" from its second segment.
+    let mut read = shard_conn(&source, "clicks", 1);
+    let mut late_appends = 0;
+    let mut offset = second;
+    loop {
+        let (bytes, segment_base, count) = fetch(&mut read, "clicks", 1, offset);
+        if count == 0 {
+            break;
+        }
+        let at = MirrorAppend {
+            offset,
+            segment_base,
+        };
+        offset = mirror_append(&mut write, "late", 1, at, &bytes).unwrap();
+        late_appends += 1;
+    }
+    let late = segments(&target.data_dir().join("late-1"));
+    let expected: BTreeMap<String, Vec<u8>> = from.into_iter().skip(1).collect();
+    assert!(
+        late == expected,
+        "the late copy's files are the source's from its second segment"
+    );
+    let earliest = dst
+        .list_offsets("late", 1, OffsetSpec::Earliest, 0)
+        .unwrap()
+        .0;
+    assert_eq!(earliest, second);
+    eprintln!(
+        "mirrored clicks: 2 partitions, {appends} appends, segment files identical to the source's; \
+         an ordinary produce refused ({error}); a late copy starts at {second} ({late_appends} appends)"
+    );
+}

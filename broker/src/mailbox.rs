@@ -136,6 +136,13 @@ pub enum ControlMsg {
         /// The count now and the new partitions' brokers, or why not.
         reply: flume::Sender<Result<PartitionsCreated, ControlError>>,
     },
+    /// End mirroring of a mirror's target topic (`ringlog mirror promote`).
+    PromoteMirror {
+        /// The topic (name validated by the handler).
+        name: String,
+        /// What it was mirrored from, or why not.
+        reply: flume::Sender<Result<String, ControlError>>,
+    },
     /// Unregister a topic and drop its partitions on every shard.
     DeleteTopic {
         /// The name.

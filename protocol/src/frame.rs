@@ -62,6 +62,8 @@ pub enum Api {
     MultiFetch = 17,
     /// Raise a topic's partition count.
     CreatePartitions = 18,
+    /// End mirroring of a mirror's target topic: it becomes writable.
+    PromoteMirror = 19,
 }
 
 impl Api {
@@ -87,6 +89,7 @@ impl Api {
             16 => Api::ReassignPartition,
             17 => Api::MultiFetch,
             18 => Api::CreatePartitions,
+            19 => Api::PromoteMirror,
             _ => return None,
         })
     }

@@ -140,6 +140,11 @@ fn main() {
             vec![],
         ),
         (
+            Api::PromoteMirror,
+            protocol::codec::operations::promote_mirror_request(&mut fbb, "a").to_vec(),
+            vec![],
+        ),
+        (
             Api::MultiFetch,
             multi_fetch::multi_fetch_request(
                 &mut fbb,

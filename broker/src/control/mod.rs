@@ -24,6 +24,7 @@ pub mod groups;
 mod leadership;
 pub mod membership;
 mod more_partitions;
+mod promote;
 mod reassign;
 
 use crate::config::Config;
@@ -419,6 +420,9 @@ impl<R: Registry> ControlPlane<R> {
                 ControlMsg::CreatePartitions { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
+                ControlMsg::PromoteMirror { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
                 // Nothing is read from a foreign registry.
                 ControlMsg::Refresh { reply, .. } => {
                     let _ = reply.send_async(()).await;
@@ -532,6 +536,10 @@ impl<R: Registry> ControlPlane<R> {
                 reply,
             } => {
                 let result = self.create_partitions(&name, partitions).await;
+                let _ = reply.send_async(result).await;
+            }
+            ControlMsg::PromoteMirror { name, reply } => {
+                let result = self.promote_mirror(&name).await;
                 let _ = reply.send_async(result).await;
             }
             ControlMsg::CompleteReassignment {

@@ -95,3 +95,41 @@ pub fn append(
         segment_base,
     )?)
 }
+
+/// Handles a PromoteMirror request: the topic stops being a mirror's
+/// target and takes ordinary produces ([`crate::control`] rewrites its
+/// record).
+pub fn handle_promote(
+    shard: &std::rc::Rc<Shard>,
+    header: &[u8],
+) -> Result<super::Dispatched, Failure> {
+    let api = protocol::frame::Api::PromoteMirror;
+    let request = protocol::codec::verify::<wire::PromoteMirrorRequest>(header)
+        .map_err(|e| super::invalid_header(api, e))?;
+    let name = request.topic().unwrap_or_default().to_string();
+    protocol::types::validate_topic_name(&name)
+        .map_err(|e| Failure::new(ErrorCode::InvalidTopicName, e.to_string()))?;
+    let (reply, answer) = flume::bounded(1);
+    let msg = crate::mailbox::ControlMsg::PromoteMirror {
+        name: name.clone(),
+        reply,
+    };
+    let shard = shard.clone();
+    Ok(super::Dispatched::Later(Box::pin(async move {
+        let source = match super::topics::ask_control(&shard, msg, answer).await {
+            Ok(source) => source,
+            Err(error) => {
+                return Some(Failure::new(error.code, error.message).response(api as u16))
+            }
+        };
+        let header = super::with_builder(&shard, |fbb| {
+            protocol::codec::operations::promote_mirror_response(fbb, &name, &source).to_vec()
+        });
+        Some(super::Response {
+            api: api as u16,
+            error: 0,
+            header,
+            payload: super::Payload::None,
+        })
+    })))
+}

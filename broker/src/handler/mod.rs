@@ -405,6 +405,7 @@ fn dispatch_once(
         Api::Fetch => fetch::handle(shard, give_way, request_id, header),
         Api::MultiFetch => multi_fetch::handle(shard, give_way, request_id, header),
         Api::CreatePartitions => topics::handle_create_partitions(shard, header),
+        Api::PromoteMirror => mirror::handle_promote(shard, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),
         Api::Metadata => metadata::handle(shard, header),
         Api::CreateTopic => topics::handle_create(shard, header),

@@ -35,6 +35,7 @@ mod connection;
 mod consumer;
 mod group;
 mod heartbeat;
+mod mirror;
 mod offset_store;
 mod prefetch;
 mod producer;
@@ -52,6 +53,7 @@ pub use config::ClientConfig;
 pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OutOfRange, OwnedMessage, Truncation};
 pub use group::{GroupConfig, GroupConsumer, GroupMessage, OffsetReset, Outage, StartFrom};
+pub use mirror::MirrorChunk;
 pub use offset_store::OffsetStore;
 pub use prefetch::PrefetchConsumer;
 pub use producer::{
@@ -737,6 +739,22 @@ impl Client {
         )?;
         codec::operations::decode_partitions_created(&response.header)
             .map_err(|e| ClientError::protocol(format!("create partitions: {e}")))
+    }
+
+    /// Ends mirroring of a mirror's target topic: it takes ordinary
+    /// produces from now on, keeping every byte and offset it has. Returns
+    /// what it was mirrored from.
+    pub fn promote_mirror(&self, topic: &str) -> Result<String, ClientError> {
+        lock(&self.shared.placements).remove(topic);
+        let response = self.request(
+            Api::PromoteMirror,
+            |fbb| codec::operations::promote_mirror_request(fbb, topic).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        let decoded = verify::<wire::PromoteMirrorResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("promote mirror: {e}")))?;
+        Ok(decoded.mirror_source().unwrap_or_default().to_string())
     }
 
     /// An offset of a partition (earliest, latest, or before a time), with

@@ -54,6 +54,36 @@ pub struct Reassigned {
     pub moving_to: Vec<BrokerId>,
 }
 
+/// PromoteMirror request header.
+pub fn promote_mirror_request<'b>(fbb: &'b mut FlatBufferBuilder<'_>, topic: &str) -> &'b [u8] {
+    fbb.reset();
+    let topic = fbb.create_string(topic);
+    let root = wire::PromoteMirrorRequest::create(
+        fbb,
+        &wire::PromoteMirrorRequestArgs { topic: Some(topic) },
+    );
+    finish(fbb, root)
+}
+
+/// PromoteMirror response header: the topic and what it was mirrored from.
+pub fn promote_mirror_response<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    mirror_source: &str,
+) -> &'b [u8] {
+    fbb.reset();
+    let topic = fbb.create_string(topic);
+    let mirror_source = fbb.create_string(mirror_source);
+    let root = wire::PromoteMirrorResponse::create(
+        fbb,
+        &wire::PromoteMirrorResponseArgs {
+            topic: Some(topic),
+            mirror_source: Some(mirror_source),
+        },
+    );
+    finish(fbb, root)
+}
+
 /// A CreatePartitions answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionsCreated {

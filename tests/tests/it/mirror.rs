@@ -245,8 +245,185 @@ fn r21_a_mirrored_partition_is_the_sources_segment_files_byte_for_byte_and_refus
         .unwrap()
         .0;
     assert_eq!(earliest, second);
+    // Promote: the failover step. The topic takes ordinary produces at
+    // the offsets the mirror left, and no mirror appends.
+    let end = dst
+        .list_offsets("clicks", 0, OffsetSpec::Latest, 0)
+        .unwrap()
+        .0;
+    assert_eq!(dst.promote_mirror("clicks").unwrap(), "dc1/clicks");
+    let again = dst.promote_mirror("clicks").unwrap_err();
+    assert_eq!(again.code(), Some(ErrorCode::InvalidRequest), "{again}");
+    assert_eq!(
+        dst.metadata(&["clicks"]).unwrap().topics[0].mirror_source,
+        ""
+    );
+    let mut writable = producer(&dst, "clicks", AckMode::Flushed, 1);
+    let receipt = writable
+        .send_to(0, None, b"written in the new datacenter")
+        .unwrap();
+    writable.flush().unwrap();
+    let (bytes, base, _) = fetch(&mut shard_conn(&source, "clicks", 0), "clicks", 0, 0);
+    let late = mirror_append(
+        &mut write,
+        "clicks",
+        0,
+        MirrorAppend {
+            offset: end,
+            segment_base: base,
+        },
+        &bytes,
+    )
+    .unwrap_err();
+    assert_eq!(late.code(), Some(ErrorCode::InvalidRequest), "{late}");
+    let new_end = dst
+        .list_offsets("clicks", 0, OffsetSpec::Latest, 0)
+        .unwrap()
+        .0;
+    assert!(new_end > end, "the produce went on at {end}: {receipt:?}");
+    eprintln!("promoted clicks: partition 0 stopped mirroring at {end}, took a produce there, now ends at {new_end}");
     eprintln!(
         "mirrored clicks: 2 partitions, {appends} appends, segment files identical to the source's; \
          an ordinary produce refused ({error}); a late copy starts at {second} ({late_appends} appends)"
+    );
+}
+
+fn mirror_process(source: &Broker, target: &Broker, extra: &[&str]) -> std::process::Child {
+    std::process::Command::new(harness::binary("ringlog"))
+        .args([
+            "--brokers",
+            &target.address(),
+            "mirror",
+            "--from",
+            &source.address(),
+        ])
+        .args(["--topics", "ord.*", "--name", "dc1"])
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Issue 21, items 1–3 with real processes: `ringlog mirror` copies the
+/// matching topics while a producer writes the source, is SIGKILLed and
+/// started again 20 times, picks up a partition added to the source
+/// meanwhile, and leaves copies whose segment files are the source's —
+/// so no message is missing, doubled or moved. Then `ringlog mirror
+/// promote` makes the copy writable.
+#[test]
+fn r21_the_mirror_killed_20_times_under_load_leaves_byte_identical_copies() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let source = Broker::start(small_segments());
+    let target = Broker::start(small_segments());
+    let src = source.client();
+    src.create_topic("orders", 3, &settings()).unwrap();
+    src.create_topic("other", 1, &settings()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (client, stop) = (source.client(), stop.clone());
+        std::thread::spawn(move || {
+            let mut p = producer(&client, "orders", AckMode::Flushed, 50);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                p.send(None, format!("order {n:010}").as_bytes()).unwrap();
+                n += 1;
+                if n.is_multiple_of(500) {
+                    p.flush().unwrap();
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            }
+            p.flush().unwrap();
+            n
+        })
+    };
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    let mut mirror = mirror_process(&source, &target, &[]);
+    for round in 0..20 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        std::thread::sleep(std::time::Duration::from_millis(150 + (seed >> 33) % 350));
+        mirror.kill().unwrap(); // SIGKILL
+        mirror.wait().unwrap();
+        if round == 10 {
+            src.create_partitions("orders", 4).unwrap();
+        }
+        mirror = mirror_process(&source, &target, &[]);
+    }
+    mirror.kill().unwrap();
+    mirror.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let produced = writer.join().unwrap();
+    // Once more, to the end.
+    let status = mirror_process(&source, &target, &["--exit-at-end"])
+        .wait()
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let dst = target.client();
+    let metadata = dst.metadata(&[]).unwrap();
+    let names: Vec<&str> = metadata.topics.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, vec!["orders"], "only the matching topic");
+    assert_eq!(
+        metadata.topics[0].partitions.len(),
+        4,
+        "the added partition too"
+    );
+    let mut total = 0u64;
+    for partition in 0..4 {
+        let name = format!("orders-{partition}");
+        let (from, to) = (
+            segments(&source.data_dir().join(&name)),
+            segments(&target.data_dir().join(&name)),
+        );
+        assert_eq!(
+            from.keys().collect::<Vec<_>>(),
+            to.keys().collect::<Vec<_>>(),
+            "{name}"
+        );
+        assert!(from == to, "{name}: the copy's segment files differ");
+        let mut read = shard_conn(&target, "orders", partition);
+        let mut offset = 0;
+        loop {
+            let (bytes, _, count) = fetch(&mut read, "orders", partition, offset);
+            if count == 0 {
+                break;
+            }
+            offset += bytes.len() as u64;
+            total += u64::from(count);
+        }
+    }
+    assert_eq!(
+        total, produced,
+        "every produced message is in the copies once"
+    );
+    // The failover: promote, then write.
+    let output = std::process::Command::new(harness::binary("ringlog"))
+        .args([
+            "--brokers",
+            &target.address(),
+            "mirror",
+            "promote",
+            "orders",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("was a mirror of dc1/orders"), "{stdout}");
+    let mut writable = producer(&dst, "orders", AckMode::Flushed, 1);
+    writable.send_to(3, None, b"after the failover").unwrap();
+    writable.flush().unwrap();
+    eprintln!(
+        "mirror SIGKILLed 20 times under load: {produced} messages produced, {total} in the copies, 4 partitions (one added while mirroring) with segment files identical to the source's; promote printed:\n{stdout}"
     );
 }

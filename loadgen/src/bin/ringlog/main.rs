@@ -11,6 +11,7 @@ use protocol::client::{
 use std::io::{BufRead, Write};
 use std::time::Duration;
 
+mod mirror;
 mod operations;
 
 #[derive(Parser, Debug)]
@@ -115,6 +116,15 @@ enum Command {
         command: Option<PartitionsCommand>,
         #[command(flatten)]
         args: PartitionsArgs,
+    },
+    /// Copy topics from another cluster at the same offsets (runs until
+    /// stopped); promote a mirrored topic.
+    #[command(args_conflicts_with_subcommands = true)]
+    Mirror {
+        #[command(subcommand)]
+        command: Option<mirror::MirrorCommand>,
+        #[command(flatten)]
+        args: mirror::MirrorArgs,
     },
 }
 
@@ -424,6 +434,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             None | Some(BrokersCommand::List) => brokers(&cli.brokers),
             Some(BrokersCommand::Decommission { broker, wait }) => {
                 operations::decommission(&connect(&cli.brokers)?, broker, wait.wait())
+            }
+        },
+        Command::Mirror { command, args } => match command {
+            Some(mirror::MirrorCommand::Promote { topic }) => {
+                mirror::promote(&connect(&cli.brokers)?, &topic)
+            }
+            None => {
+                let target = args.target().unwrap_or(&cli.brokers).to_string();
+                mirror::run(args, connect(&target)?)
             }
         },
         Command::Partitions { command, args } => match command {

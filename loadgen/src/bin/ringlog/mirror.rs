@@ -1,0 +1,299 @@
+//! `ringlog mirror --from SRC --to DST --topics REGEX` and `ringlog mirror
+//! promote T`: the paper's multi-datacenter copy, with offsets kept.
+//!
+//! The mirror keeps no state of its own: each partition resumes where the
+//! target's copy ends (a new copy at the source's earliest offset), reads
+//! the source's committed bytes there, and appends them verbatim at the
+//! same offset (a mirror append, which the target accepts only at its end).
+//! So a kill -9 at any moment loses nothing and copies nothing twice: the
+//! next run starts from what the target stored. A broker restart on either
+//! side is a pause: the partition is retried after a back-off. Matching
+//! topics are created in the target with the source's partition count and
+//! settings (and more partitions when the source grows), and looked for
+//! again every few seconds.
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use protocol::client::{Client, ClientError, MirrorChunk, OffsetSpec};
+use protocol::codec::{AckMode, TopicMetadata, TopicSettings};
+use protocol::ErrorCode;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How often the source's topics are listed again.
+const SCAN_EVERY: Duration = Duration::from_secs(5);
+
+/// Bytes read per partition per request.
+const READ_BYTES: u32 = 1 << 20;
+
+/// How long a caught-up mirror sleeps before it reads again.
+const IDLE: Duration = Duration::from_millis(20);
+
+/// How long a partition whose broker did not answer waits.
+const PAUSE: Duration = Duration::from_millis(500);
+
+/// `ringlog mirror` without a subcommand: copy.
+#[derive(Args, Debug)]
+pub struct MirrorArgs {
+    /// The source cluster's brokers.
+    #[arg(long)]
+    from: Option<String>,
+    /// The target cluster's brokers (default: --brokers).
+    #[arg(long)]
+    to: Option<String>,
+    /// Which source topics to mirror: a regular expression matched against
+    /// the whole name.
+    #[arg(long, default_value = ".*")]
+    topics: String,
+    /// What the target topics say they mirror (`NAME/topic`; default: the
+    /// --from address).
+    #[arg(long)]
+    name: Option<String>,
+    /// Replication factor of the topics created in the target (default:
+    /// the target's default).
+    #[arg(long)]
+    replication_factor: Option<u32>,
+    /// Retention of the topics created in the target, in ms (default: the
+    /// source topic's).
+    #[arg(long)]
+    retention_ms: Option<u64>,
+    /// Stop once every partition has been copied up to the source's end.
+    #[arg(long)]
+    exit_at_end: bool,
+}
+
+impl MirrorArgs {
+    /// The target cluster, when --to names it.
+    pub fn target(&self) -> Option<&str> {
+        self.to.as_deref()
+    }
+}
+
+/// `ringlog mirror promote`.
+#[derive(Subcommand, Debug)]
+pub enum MirrorCommand {
+    /// End mirroring of a topic in the target (the failover step): it takes
+    /// ordinary produces from now on, at the offsets the mirror left.
+    Promote {
+        /// The topic.
+        topic: String,
+    },
+}
+
+/// One partition's copy.
+struct Copy {
+    /// Where the next read starts; `None` until looked up in the target.
+    position: Option<u64>,
+    /// Not before this (a broker did not answer).
+    retry_at: Instant,
+    /// Caught up with the source at the last read.
+    at_end: bool,
+}
+
+/// Promotes `topic` in the target and says where each partition stopped.
+pub fn promote(target: &Client, topic: &str) -> anyhow::Result<()> {
+    let source = target
+        .promote_mirror(topic)
+        .with_context(|| format!("promoting {topic}"))?;
+    let metadata = target.metadata(&[topic])?;
+    let partitions = metadata.topics.first().map_or(0, |t| t.partitions.len());
+    println!("promoted {topic} (was a mirror of {source}): it takes produces from now on");
+    println!("partition\tend_offset");
+    for partition in 0..partitions as u32 {
+        let (end, _) = target.list_offsets(topic, partition, OffsetSpec::Latest, 0)?;
+        println!("{partition}\t{end}");
+    }
+    Ok(())
+}
+
+/// Copies the matching topics until stopped (or, with --exit-at-end, until
+/// every partition is at the source's end).
+pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
+    let Some(from) = args.from.clone() else {
+        bail!("ringlog mirror needs --from SOURCE_BROKERS (and --to TARGET_BROKERS, or --brokers)");
+    };
+    let pattern = regex::Regex::new(&format!("^(?:{})$", args.topics))
+        .with_context(|| format!("--topics {:?} is not a regular expression", args.topics))?;
+    let label = args.name.clone().unwrap_or_else(|| from.clone());
+    let source = super::connect(&from)?;
+    let mut copies: BTreeMap<(String, u32), Copy> = BTreeMap::new();
+    let mut scanned: Option<Instant> = None;
+    loop {
+        if scanned.is_none_or(|at| at.elapsed() >= SCAN_EVERY) {
+            match scan(&args, &source, &target, &pattern, &label) {
+                Ok(partitions) => {
+                    for key in partitions {
+                        copies.entry(key).or_insert(Copy {
+                            position: None,
+                            retry_at: Instant::now(),
+                            at_end: false,
+                        });
+                    }
+                    scanned = Some(Instant::now());
+                }
+                Err(error) if scanned.is_some() => {
+                    eprintln!("warning: listing the topics again: {error:#}");
+                    scanned = Some(Instant::now());
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let mut progressed = false;
+        for ((topic, partition), copy) in copies.iter_mut() {
+            if copy.retry_at > Instant::now() {
+                continue;
+            }
+            match step(&source, &target, topic, *partition, copy) {
+                Ok(moved) => progressed |= moved,
+                Err(error) if passes(&error) => {
+                    eprintln!("warning: {topic}-{partition}: {error}; retrying");
+                    copy.retry_at = Instant::now() + PAUSE;
+                    copy.at_end = false;
+                }
+                Err(error) => {
+                    return Err(error).with_context(|| format!("mirroring {topic}-{partition}"))
+                }
+            }
+        }
+        if args.exit_at_end && !copies.is_empty() && copies.values().all(|c| c.at_end) {
+            return Ok(());
+        }
+        if !progressed {
+            std::thread::sleep(IDLE);
+        }
+    }
+}
+
+/// A failure the mirror rides out: a broker away or busy.
+fn passes(error: &ClientError) -> bool {
+    error.is_retriable() || error.is_connection_error()
+}
+
+/// Creates the target topics the source has and the target lacks (and the
+/// partitions a source topic gained); returns every partition to copy.
+fn scan(
+    args: &MirrorArgs,
+    source: &Client,
+    target: &Client,
+    pattern: &regex::Regex,
+    label: &str,
+) -> anyhow::Result<Vec<(String, u32)>> {
+    let listed = source
+        .metadata(&[])
+        .context("listing the source's topics")?;
+    let mut partitions = Vec::new();
+    for topic in listed.topics.iter().filter(|t| pattern.is_match(&t.name)) {
+        let count = topic.partitions.len() as u32;
+        let existing = target.metadata(&[topic.name.as_str()]);
+        let existing = match existing {
+            Ok(m) => m.topics.into_iter().find(|t| t.name == topic.name),
+            Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => None,
+            Err(e) => return Err(e).context("reading the target's topics"),
+        };
+        match existing {
+            None => {
+                let source_label = format!("{label}/{}", topic.name);
+                target
+                    .create_mirror_topic(&topic.name, count, &settings(args, topic), &source_label)
+                    .with_context(|| format!("creating {} in the target", topic.name))?;
+                println!(
+                    "created {} in the target ({count} partitions, a mirror of {source_label})",
+                    topic.name
+                );
+            }
+            Some(t) if t.mirror_source.is_empty() => {
+                // Promoted, or an ordinary topic of the same name: its
+                // writers own it now.
+                continue;
+            }
+            Some(t) if (t.partitions.len() as u32) < count => {
+                target.create_partitions(&topic.name, count)?;
+                println!(
+                    "{}: {} -> {count} partitions in the target",
+                    topic.name,
+                    t.partitions.len()
+                );
+            }
+            Some(_) => {}
+        }
+        partitions.extend((0..count).map(|p| (topic.name.clone(), p)));
+    }
+    Ok(partitions)
+}
+
+/// A target topic's settings: the source's, but the target's own
+/// replication factor, and the retention override.
+fn settings(args: &MirrorArgs, source: &TopicMetadata) -> TopicSettings {
+    TopicSettings {
+        retention_ms: args.retention_ms.unwrap_or(source.settings.retention_ms),
+        replication_factor: args.replication_factor.unwrap_or(0),
+        min_insync_replicas: 0,
+        write_caching: false,
+        ..source.settings
+    }
+}
+
+/// Where a partition's copy resumes: the target's end, or for an empty
+/// copy the source's earliest offset (its retention may have dropped the
+/// start).
+fn resume(
+    source: &Client,
+    target: &Client,
+    topic: &str,
+    partition: u32,
+) -> Result<u64, ClientError> {
+    let (end, offsets) = target.list_offsets(topic, partition, OffsetSpec::Latest, 0)?;
+    if offsets.start_offset < end {
+        return Ok(end);
+    }
+    let (earliest, _) = source.list_offsets(topic, partition, OffsetSpec::Earliest, 0)?;
+    Ok(end.max(earliest))
+}
+
+/// One read and append of a partition; true when bytes moved.
+fn step(
+    source: &Client,
+    target: &Client,
+    topic: &str,
+    partition: u32,
+    copy: &mut Copy,
+) -> Result<bool, ClientError> {
+    let position = match copy.position {
+        Some(position) => position,
+        None => {
+            let position = resume(source, target, topic, partition)?;
+            copy.position = Some(position);
+            position
+        }
+    };
+    let chunk: MirrorChunk = match source.mirror_read(topic, partition, position, READ_BYTES) {
+        Ok(chunk) => chunk,
+        Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {
+            // The source dropped what the copy still needs: a gap the
+            // mirror cannot fill. Say so rather than skip it silently.
+            return Err(ClientError::Protocol(format!(
+                "the source no longer holds offset {position} ({error}): its retention outran the mirror; the copy ends there"
+            )));
+        }
+        Err(error) => return Err(error),
+    };
+    if chunk.messages == 0 {
+        copy.at_end = true;
+        return Ok(false);
+    }
+    match target.mirror_append(topic, partition, &chunk, AckMode::Flushed) {
+        Ok(end) => {
+            copy.position = Some(end);
+            copy.at_end = false;
+            Ok(true)
+        }
+        Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {
+            // The copy ends elsewhere (another mirror of the same name
+            // copied it meanwhile, or the target lost unflushed bytes):
+            // resume where it ends.
+            copy.position = None;
+            Ok(false)
+        }
+        Err(error) => Err(error),
+    }
+}

@@ -543,6 +543,12 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                     s.replication_factor, s.min_insync_replicas, s.write_caching
                 );
             }
+            if !topic.mirror_source.is_empty() {
+                println!(
+                    "mirror of {}: only its mirror writes it, until `ringlog mirror promote {}`",
+                    topic.mirror_source, topic.name
+                );
+            }
             println!("partition\tleader\treplicas\tisr\tepoch\tshard\taddress\tstart_offset\tflushed_offset\tend_offset");
             let ids = |ids: &[u32], fallback: u32| {
                 if ids.is_empty() {

@@ -11,10 +11,17 @@
 //! topics are created in the target with the source's partition count and
 //! settings (and more partitions when the source grows), and looked for
 //! again every few seconds.
+//!
+//! With `--groups`, the committed offsets of the matching source groups
+//! are copied to the target's groups of the same name every second: valid
+//! there as they are, since the offsets are the same, but never past what
+//! the copy holds yet (a commit ahead of the copy is copied as the copy's
+//! end, a message boundary: at least once). A target group with live
+//! members is left alone: its members commit for themselves.
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use protocol::client::{Client, ClientError, MirrorChunk, OffsetSpec};
+use protocol::client::{Client, ClientError, MirrorChunk, OffsetCommit, OffsetSpec};
 use protocol::codec::{AckMode, TopicMetadata, TopicSettings};
 use protocol::ErrorCode;
 use std::collections::BTreeMap;
@@ -31,6 +38,9 @@ const IDLE: Duration = Duration::from_millis(20);
 
 /// How long a partition whose broker did not answer waits.
 const PAUSE: Duration = Duration::from_millis(500);
+
+/// How often the source groups' committed offsets are copied.
+const GROUPS_EVERY: Duration = Duration::from_secs(1);
 
 /// `ringlog mirror` without a subcommand: copy.
 #[derive(Args, Debug)]
@@ -57,7 +67,12 @@ pub struct MirrorArgs {
     /// source topic's).
     #[arg(long)]
     retention_ms: Option<u64>,
-    /// Stop once every partition has been copied up to the source's end.
+    /// Copy the committed offsets of the source groups whose names match
+    /// this regular expression (both clusters on etcd).
+    #[arg(long)]
+    groups: Option<String>,
+    /// Stop once every partition has been copied up to the source's end
+    /// (and, with --groups, the offsets copied once more).
     #[arg(long)]
     exit_at_end: bool,
 }
@@ -114,11 +129,24 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
     };
     let pattern = regex::Regex::new(&format!("^(?:{})$", args.topics))
         .with_context(|| format!("--topics {:?} is not a regular expression", args.topics))?;
+    let groups = match &args.groups {
+        Some(groups) => Some(
+            regex::Regex::new(&format!("^(?:{groups})$"))
+                .with_context(|| format!("--groups {groups:?} is not a regular expression"))?,
+        ),
+        None => None,
+    };
     let label = args.name.clone().unwrap_or_else(|| from.clone());
     let source = super::connect(&from)?;
     let mut copies: BTreeMap<(String, u32), Copy> = BTreeMap::new();
     let mut scanned: Option<Instant> = None;
+    let mut synced = GroupSync::default();
     loop {
+        if let Some(pattern) = &groups {
+            if synced.at.is_none_or(|at| at.elapsed() >= GROUPS_EVERY) {
+                synced.run(&source, &target, pattern, &copies)?;
+            }
+        }
         if scanned.is_none_or(|at| at.elapsed() >= SCAN_EVERY) {
             match scan(&args, &source, &target, &pattern, &label) {
                 Ok(partitions) => {
@@ -156,11 +184,95 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
             }
         }
         if args.exit_at_end && !copies.is_empty() && copies.values().all(|c| c.at_end) {
+            if let Some(pattern) = &groups {
+                synced.run(&source, &target, pattern, &copies)?;
+            }
             return Ok(());
         }
         if !progressed {
             std::thread::sleep(IDLE);
         }
+    }
+}
+
+/// The source groups' offsets as last copied.
+#[derive(Default)]
+struct GroupSync {
+    at: Option<Instant>,
+    copied: BTreeMap<(String, String, u32), u64>,
+    /// Target groups found with live members (said once each).
+    busy: std::collections::BTreeSet<String>,
+}
+
+impl GroupSync {
+    /// Copies what the matching source groups committed since the last
+    /// pass, bounded by what each copy holds.
+    fn run(
+        &mut self,
+        source: &Client,
+        target: &Client,
+        pattern: &regex::Regex,
+        copies: &BTreeMap<(String, u32), Copy>,
+    ) -> anyhow::Result<()> {
+        self.at = Some(Instant::now());
+        let groups = match source.list_groups() {
+            Ok(groups) => groups,
+            Err(e) if e.code() == Some(ErrorCode::ClusterRequired) => {
+                bail!("--groups needs the source cluster on etcd: {e}")
+            }
+            Err(e) if passes(&e) => {
+                eprintln!("warning: listing the source's groups: {e}; retrying");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for group in groups.iter().filter(|g| pattern.is_match(g)) {
+            let described = match source.describe_group(group) {
+                Ok(d) => d,
+                Err(e) if passes(&e) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let offsets: Vec<OffsetCommit> = described
+                .partitions
+                .iter()
+                .filter_map(|p| {
+                    let copy = copies.get(&(p.topic.clone(), p.partition))?;
+                    let offset = p.offset?.min(copy.position?);
+                    let key = (group.clone(), p.topic.clone(), p.partition);
+                    (self.copied.get(&key) != Some(&offset)).then(|| OffsetCommit {
+                        topic: p.topic.clone(),
+                        partition: p.partition,
+                        offset,
+                        leader_epoch: -1,
+                    })
+                })
+                .collect();
+            if offsets.is_empty() {
+                continue;
+            }
+            match target.reset_offsets(group, &offsets) {
+                Ok(_) => {
+                    self.busy.remove(group);
+                    for o in offsets {
+                        self.copied
+                            .insert((group.clone(), o.topic, o.partition), o.offset);
+                    }
+                }
+                Err(e) if e.code() == Some(ErrorCode::GroupNotEmpty) => {
+                    if self.busy.insert(group.clone()) {
+                        eprintln!("group {group} has live members in the target: its offsets are its own there; not copied while they are");
+                    }
+                }
+                Err(e) if e.code() == Some(ErrorCode::ClusterRequired) => {
+                    bail!("--groups needs the target cluster on etcd: {e}")
+                }
+                Err(e) if passes(&e) => {
+                    eprintln!("warning: copying group {group}'s offsets: {e}; retrying")
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 }
 

@@ -546,3 +546,62 @@ fn r21_a_replicated_topic_and_its_group_offsets_move_to_another_cluster() {
         rest.len()
     );
 }
+
+/// Issue 21, item 5: a running mirror's lag, throughput and errors, as
+/// Prometheus metrics and `ringlog mirror status`.
+#[test]
+fn r21_a_running_mirror_reports_its_lag_and_what_it_copied() {
+    let source = Broker::start(small_segments());
+    let target = Broker::start(small_segments());
+    let src = source.client();
+    src.create_topic("orders", 2, &settings()).unwrap();
+    let mut p = producer(&src, "orders", AckMode::Flushed, 100);
+    for n in 0..5_000u64 {
+        p.send_to((n % 2) as u32, None, format!("order {n:06}").as_bytes())
+            .unwrap();
+    }
+    p.flush().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let metrics = format!("127.0.0.1:{port}");
+    let mut mirror = mirror_process(&source, &target, &["--metrics", &metrics]);
+    let status = || {
+        let output = std::process::Command::new(harness::binary("ringlog"))
+            .args(["mirror", "status", "--metrics", &metrics])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+    // Caught up: both partitions at lag 0, every message counted.
+    let table = harness::eventually(
+        "the mirror caught up",
+        std::time::Duration::from_secs(30),
+        || {
+            let table = status();
+            let rows: Vec<Vec<&str>> = table
+                .lines()
+                .skip(1)
+                .map(|l| l.split('\t').collect())
+                .collect();
+            let copied: u64 = rows
+                .iter()
+                .filter_map(|r| r.get(5)?.parse::<u64>().ok())
+                .sum();
+            if rows.len() == 2 && rows.iter().all(|r| r[2] == "0") && copied == 5_000 {
+                Ok(table)
+            } else {
+                Err(table)
+            }
+        },
+    );
+    mirror.kill().unwrap();
+    mirror.wait().unwrap();
+    assert!(
+        table.starts_with("topic\tpartition\tlag_bytes\tlag_seconds"),
+        "{table}"
+    );
+    eprintln!("ringlog mirror status:\n{table}");
+}

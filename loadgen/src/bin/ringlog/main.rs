@@ -440,6 +440,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Some(mirror::MirrorCommand::Promote { topic }) => {
                 mirror::promote(&connect(&cli.brokers)?, &topic)
             }
+            Some(mirror::MirrorCommand::Status { metrics }) => mirror::status(&metrics),
             None => {
                 let target = args.target().unwrap_or(&cli.brokers).to_string();
                 mirror::run(args, connect(&target)?)

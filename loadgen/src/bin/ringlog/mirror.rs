@@ -75,6 +75,11 @@ pub struct MirrorArgs {
     /// (and, with --groups, the offsets copied once more).
     #[arg(long)]
     exit_at_end: bool,
+    /// Serve Prometheus metrics (per partition lag in bytes and seconds,
+    /// bytes and messages copied, errors) at this address, e.g.
+    /// 127.0.0.1:9700; `ringlog mirror status --metrics ADDR` reads them.
+    #[arg(long)]
+    metrics: Option<String>,
 }
 
 impl MirrorArgs {
@@ -93,6 +98,13 @@ pub enum MirrorCommand {
         /// The topic.
         topic: String,
     },
+    /// A running mirror's partitions: lag in bytes and seconds, what it
+    /// copied, errors (read from its --metrics address).
+    Status {
+        /// The mirror's --metrics address.
+        #[arg(long)]
+        metrics: String,
+    },
 }
 
 /// One partition's copy.
@@ -103,6 +115,161 @@ struct Copy {
     retry_at: Instant,
     /// Caught up with the source at the last read.
     at_end: bool,
+    /// Where the source's visible log ended at the last read.
+    source_end: u64,
+    /// Since when the copy has been behind the source (`None`: caught up).
+    behind_since: Option<Instant>,
+    /// Copied by this run.
+    bytes: u64,
+    messages: u64,
+    /// Failed reads and appends (each retried).
+    errors: u64,
+}
+
+impl Copy {
+    fn new() -> Copy {
+        Copy {
+            position: None,
+            retry_at: Instant::now(),
+            at_end: false,
+            source_end: 0,
+            behind_since: None,
+            bytes: 0,
+            messages: 0,
+            errors: 0,
+        }
+    }
+}
+
+/// The metrics text of every partition's copy (Prometheus exposition).
+fn render(copies: &BTreeMap<(String, u32), Copy>, groups_copied: u64) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let series = [
+        (
+            "ringlog_mirror_lag_bytes",
+            "gauge",
+            "Bytes the copy is behind the source's visible end.",
+        ),
+        (
+            "ringlog_mirror_lag_seconds",
+            "gauge",
+            "How long the copy has been behind the source (0: caught up).",
+        ),
+        (
+            "ringlog_mirror_copied_bytes_total",
+            "counter",
+            "Bytes appended to the copy by this run.",
+        ),
+        (
+            "ringlog_mirror_copied_messages_total",
+            "counter",
+            "Messages appended to the copy by this run.",
+        ),
+        (
+            "ringlog_mirror_errors_total",
+            "counter",
+            "Failed reads and appends (each retried).",
+        ),
+    ];
+    for (i, (name, kind, help)) in series.iter().enumerate() {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for ((topic, partition), c) in copies {
+            let position = c.position.unwrap_or(0);
+            let value = match i {
+                0 => c.source_end.saturating_sub(position) as f64,
+                1 => c.behind_since.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+                2 => c.bytes as f64,
+                3 => c.messages as f64,
+                _ => c.errors as f64,
+            };
+            let _ = writeln!(
+                out,
+                "{name}{{topic=\"{topic}\",partition=\"{partition}\"}} {value}"
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP ringlog_mirror_group_offsets_copied_total Committed offsets copied to the target's groups.\n# TYPE ringlog_mirror_group_offsets_copied_total counter\nringlog_mirror_group_offsets_copied_total {groups_copied}"
+    );
+    out
+}
+
+/// Serves the latest metrics text at `address`, one answer per connection.
+fn serve_metrics(address: &str) -> anyhow::Result<std::sync::Arc<std::sync::Mutex<String>>> {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind(address)
+        .with_context(|| format!("--metrics {address}: cannot listen there"))?;
+    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let shared = text.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let body = shared.lock().map(|t| t.clone()).unwrap_or_default();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    Ok(text)
+}
+
+/// Prints a running mirror's metrics as a table.
+pub fn status(metrics: &str) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(metrics).with_context(|| {
+        format!("no mirror answers at {metrics} (start it with --metrics {metrics})")
+    })?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {metrics}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    let mut rows: BTreeMap<(String, u32), [f64; 5]> = BTreeMap::new();
+    let names = [
+        "ringlog_mirror_lag_bytes",
+        "ringlog_mirror_lag_seconds",
+        "ringlog_mirror_copied_bytes_total",
+        "ringlog_mirror_copied_messages_total",
+        "ringlog_mirror_errors_total",
+    ];
+    for line in text.lines().filter(|l| l.starts_with("ringlog_mirror_")) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Some((name, labels)) = series.split_once('{') else {
+            continue;
+        };
+        let Some(column) = names.iter().position(|n| *n == name) else {
+            continue;
+        };
+        let label = |key: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{key}=\"")))
+                .map(|v| v.trim_end_matches(['"', '}']).to_string())
+        };
+        let (Some(topic), Some(partition)) = (label("topic"), label("partition")) else {
+            continue;
+        };
+        let partition: u32 = partition.parse().unwrap_or(0);
+        rows.entry((topic, partition)).or_default()[column] = value.parse().unwrap_or(0.0);
+    }
+    println!("topic\tpartition\tlag_bytes\tlag_seconds\tcopied_bytes\tcopied_messages\terrors");
+    for ((topic, partition), v) in rows {
+        println!(
+            "{topic}\t{partition}\t{}\t{:.1}\t{}\t{}\t{}",
+            v[0] as u64, v[1], v[2] as u64, v[3] as u64, v[4] as u64
+        );
+    }
+    Ok(())
 }
 
 /// Promotes `topic` in the target and says where each partition stopped.
@@ -141,7 +308,21 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
     let mut copies: BTreeMap<(String, u32), Copy> = BTreeMap::new();
     let mut scanned: Option<Instant> = None;
     let mut synced = GroupSync::default();
+    let metrics = match &args.metrics {
+        Some(address) => Some(serve_metrics(address)?),
+        None => None,
+    };
+    let mut rendered: Option<Instant> = None;
     loop {
+        if let Some(text) = &metrics {
+            if rendered.is_none_or(|at| at.elapsed() >= Duration::from_millis(500)) {
+                let body = render(&copies, synced.copied_total);
+                if let Ok(mut t) = text.lock() {
+                    *t = body;
+                }
+                rendered = Some(Instant::now());
+            }
+        }
         if let Some(pattern) = &groups {
             if synced.at.is_none_or(|at| at.elapsed() >= GROUPS_EVERY) {
                 synced.run(&source, &target, pattern, &copies)?;
@@ -151,11 +332,7 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
             match scan(&args, &source, &target, &pattern, &label) {
                 Ok(partitions) => {
                     for key in partitions {
-                        copies.entry(key).or_insert(Copy {
-                            position: None,
-                            retry_at: Instant::now(),
-                            at_end: false,
-                        });
+                        copies.entry(key).or_insert_with(Copy::new);
                     }
                     scanned = Some(Instant::now());
                 }
@@ -177,6 +354,7 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
                     eprintln!("warning: {topic}-{partition}: {error}; retrying");
                     copy.retry_at = Instant::now() + PAUSE;
                     copy.at_end = false;
+                    copy.errors += 1;
                 }
                 Err(error) => {
                     return Err(error).with_context(|| format!("mirroring {topic}-{partition}"))
@@ -200,6 +378,7 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
 struct GroupSync {
     at: Option<Instant>,
     copied: BTreeMap<(String, String, u32), u64>,
+    copied_total: u64,
     /// Target groups found with live members (said once each).
     busy: std::collections::BTreeSet<String>,
 }
@@ -253,6 +432,7 @@ impl GroupSync {
             match target.reset_offsets(group, &offsets) {
                 Ok(_) => {
                     self.busy.remove(group);
+                    self.copied_total += offsets.len() as u64;
                     for o in offsets {
                         self.copied
                             .insert((group.clone(), o.topic, o.partition), o.offset);
@@ -389,14 +569,22 @@ fn step(
         }
         Err(error) => return Err(error),
     };
+    copy.source_end = chunk.offsets.flushed_offset.max(position);
     if chunk.messages == 0 {
         copy.at_end = true;
+        copy.behind_since = None;
         return Ok(false);
     }
     match target.mirror_append(topic, partition, &chunk, AckMode::Flushed) {
         Ok(end) => {
             copy.position = Some(end);
             copy.at_end = false;
+            copy.behind_since.get_or_insert_with(Instant::now);
+            copy.bytes += chunk.bytes.len() as u64;
+            copy.messages += u64::from(chunk.messages);
+            if end >= copy.source_end {
+                copy.behind_since = None;
+            }
             Ok(true)
         }
         Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {

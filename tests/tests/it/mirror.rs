@@ -605,3 +605,115 @@ fn r21_a_running_mirror_reports_its_lag_and_what_it_copied() {
     );
     eprintln!("ringlog mirror status:\n{table}");
 }
+
+/// Issue 21, item 3: two mirrors of one name share the partitions through
+/// a group of the target cluster; when one is SIGKILLed, the other takes
+/// its share once the session ends, and the copies stay the source's.
+#[test]
+fn r21_two_mirrors_of_one_name_share_the_partitions_and_one_takes_over() {
+    let etcd = harness::etcd::Etcd::start();
+    let source = Broker::start(small_segments());
+    let target = clustered(&etcd, "dc2", 1);
+    let src = source.client();
+    src.create_topic("orders", 4, &settings()).unwrap();
+    let produce = |from: u64, to: u64| {
+        let mut p = producer(&src, "orders", AckMode::Flushed, 100);
+        for n in from..to {
+            p.send_to((n % 4) as u32, None, format!("order {n:06}").as_bytes())
+                .unwrap();
+        }
+        p.flush().unwrap();
+    };
+    produce(0, 8);
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (ma, mb) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let mut a = mirror_process(&source, &target, &["--metrics", &ma]);
+    let mut b = mirror_process(&source, &target, &["--metrics", &mb]);
+    harness::eventually(
+        "both mirrors in their group",
+        std::time::Duration::from_secs(30),
+        || {
+            let members = target
+                .client()
+                .describe_group("mirror.dc1")
+                .map_err(|e| e.to_string())?
+                .view
+                .members
+                .len();
+            if members == 2 {
+                Ok(())
+            } else {
+                Err(format!("{members} members"))
+            }
+        },
+    );
+    // Both hold a share before the load comes.
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    produce(8, 8_000);
+    let copied = |metrics: &str| -> Option<u64> {
+        let output = std::process::Command::new(harness::binary("ringlog"))
+            .args(["mirror", "status", "--metrics", metrics])
+            .output()
+            .ok()?;
+        let table = String::from_utf8_lossy(&output.stdout).to_string();
+        Some(
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split('\t').nth(5)?.parse::<u64>().ok())
+                .sum(),
+        )
+    };
+    let ends_equal = || {
+        let dst = target.client();
+        (0..4).all(|p| {
+            let end = |c: &Client| {
+                c.list_offsets("orders", p, OffsetSpec::Latest, 0)
+                    .map(|o| o.0)
+                    .ok()
+            };
+            end(&src).is_some() && end(&src) == end(&dst)
+        })
+    };
+    let (by_a, by_b) = harness::eventually(
+        "both mirrors copied, and all of it",
+        std::time::Duration::from_secs(30),
+        || match (copied(&ma), copied(&mb)) {
+            (Some(x), Some(y)) if x > 0 && y > 0 && x + y == 8_000 && ends_equal() => Ok((x, y)),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    a.kill().unwrap(); // SIGKILL: its session ends when etcd's lease does
+    a.wait().unwrap();
+    produce(8_000, 16_000);
+    harness::eventually(
+        "the survivor copied everything",
+        std::time::Duration::from_secs(60),
+        || {
+            if ends_equal() {
+                Ok(())
+            } else {
+                Err(format!("{:?}", copied(&mb)))
+            }
+        },
+    );
+    b.kill().unwrap();
+    b.wait().unwrap();
+    for partition in 0..4 {
+        let name = format!("orders-{partition}");
+        assert!(
+            segments(&source.data_dir().join(&name)) == segments(&target.data_dir().join(&name)),
+            "{name}: the copy differs"
+        );
+    }
+    eprintln!("two mirrors of one name: {by_a} and {by_b} of 8000 messages each; after one's SIGKILL the other copied the next 8000; copies identical");
+}

@@ -12,6 +12,16 @@
 //! settings (and more partitions when the source grows), and looked for
 //! again every few seconds.
 //!
+//! Several mirror processes of one `--name` share the partitions through a
+//! consumer group of the target cluster (`mirror.NAME`): each copies its
+//! range-assignment share of the group's view, and one that dies hands its
+//! share to the others when its session ends. No claim fences them, and
+//! none is needed: a mirror append lands only at the copy's end, with the
+//! source's bytes for that offset, so two mirrors copying one partition
+//! during a handover store it once (the later append is refused, and its
+//! mirror resumes at the new end). A standalone target has no groups: one
+//! mirror then copies everything.
+//!
 //! With `--groups`, the committed offsets of the matching source groups
 //! are copied to the target's groups of the same name every second: valid
 //! there as they are, since the offsets are the same, but never past what
@@ -21,7 +31,9 @@
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use protocol::client::{Client, ClientError, MirrorChunk, OffsetCommit, OffsetSpec};
+use protocol::client::{
+    Client, ClientError, GroupView, Joined, MirrorChunk, OffsetCommit, OffsetSpec,
+};
 use protocol::codec::{AckMode, TopicMetadata, TopicSettings};
 use protocol::ErrorCode;
 use std::collections::BTreeMap;
@@ -41,6 +53,120 @@ const PAUSE: Duration = Duration::from_millis(500);
 
 /// How often the source groups' committed offsets are copied.
 const GROUPS_EVERY: Duration = Duration::from_secs(1);
+
+/// The session of a mirror in its group, and how often it heartbeats.
+const SESSION_MS: u32 = 6_000;
+const BEAT_EVERY: Duration = Duration::from_secs(1);
+
+/// The mirrors of one name: who copies which partitions.
+struct Share {
+    group: String,
+    member: String,
+    topics: Vec<String>,
+    joined: Option<Joined>,
+    view: Option<GroupView>,
+    beat_at: Option<Instant>,
+    /// The target has no groups (standalone): this mirror copies all.
+    alone: bool,
+}
+
+impl Share {
+    fn new(name: &str) -> Share {
+        Share {
+            group: format!("mirror.{}", group_safe(name)),
+            member: format!("mirror-{}", std::process::id()),
+            topics: Vec::new(),
+            joined: None,
+            view: None,
+            beat_at: None,
+            alone: false,
+        }
+    }
+
+    /// Joins (again, when the mirrored topics changed) and heartbeats as
+    /// due; a coordinator that does not answer leaves the last view.
+    fn beat(&mut self, target: &Client, topics: Vec<String>) {
+        if self.alone || self.beat_at.is_some_and(|at| at.elapsed() < BEAT_EVERY) {
+            return;
+        }
+        self.beat_at = Some(Instant::now());
+        if topics != self.topics {
+            if let Some(joined) = self.joined.take() {
+                let _ = target.leave_group(&self.group, &joined);
+            }
+            self.topics = topics;
+            self.view = None;
+        }
+        if self.topics.is_empty() {
+            return;
+        }
+        if self.joined.is_none() {
+            let names: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+            match target.join_group(&self.group, &self.member, &names, SESSION_MS) {
+                Ok(joined) => self.joined = Some(joined),
+                Err(e) if e.code() == Some(ErrorCode::ClusterRequired) => {
+                    self.alone = true;
+                    return;
+                }
+                Err(e) => {
+                    eprintln!(
+                        "warning: joining {}: {e}; copying the last share meanwhile",
+                        self.group
+                    );
+                    return;
+                }
+            }
+        }
+        let Some(joined) = &self.joined else { return };
+        match target.heartbeat(&self.group, joined, 0, 0) {
+            Ok(view) => self.view = Some(view),
+            Err(e) if e.code() == Some(ErrorCode::UnknownMember) => {
+                self.joined = None; // the session lapsed: join again
+                self.view = None;
+            }
+            Err(e) => eprintln!("warning: heartbeat of {}: {e}", self.group),
+        }
+    }
+
+    /// Whether this mirror copies `partition` of `topic` now.
+    fn mine(&self, topic: &str, partition: u32) -> bool {
+        if self.alone {
+            return true;
+        }
+        let (Some(view), Some(joined)) = (&self.view, &self.joined) else {
+            return false;
+        };
+        view.assignment(&joined.member_id)
+            .iter()
+            .any(|(t, ps)| t == topic && ps.contains(&partition))
+    }
+
+    fn leave(&mut self, target: &Client) {
+        if let Some(joined) = self.joined.take() {
+            let _ = target.leave_group(&self.group, &joined);
+        }
+    }
+}
+
+/// A mirror name as a group name: the topic naming rule's characters.
+fn group_safe(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(200)
+        .collect();
+    if safe.is_empty() {
+        "mirror".into()
+    } else {
+        safe
+    }
+}
 
 /// `ringlog mirror` without a subcommand: copy.
 #[derive(Args, Debug)]
@@ -313,7 +439,11 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
         None => None,
     };
     let mut rendered: Option<Instant> = None;
+    let mut share = Share::new(&label);
     loop {
+        let mut topics: Vec<String> = copies.keys().map(|(t, _)| t.clone()).collect();
+        topics.dedup();
+        share.beat(&target, topics);
         if let Some(text) = &metrics {
             if rendered.is_none_or(|at| at.elapsed() >= Duration::from_millis(500)) {
                 let body = render(&copies, synced.copied_total);
@@ -345,6 +475,12 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
         }
         let mut progressed = false;
         for ((topic, partition), copy) in copies.iter_mut() {
+            if !share.mine(topic, *partition) {
+                // Another mirror's now: looked up again if it comes back.
+                copy.position = None;
+                copy.at_end = true;
+                continue;
+            }
             if copy.retry_at > Instant::now() {
                 continue;
             }
@@ -365,6 +501,7 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
             if let Some(pattern) = &groups {
                 synced.run(&source, &target, pattern, &copies)?;
             }
+            share.leave(&target);
             return Ok(());
         }
         if !progressed {
@@ -485,13 +622,25 @@ fn scan(
         match existing {
             None => {
                 let source_label = format!("{label}/{}", topic.name);
-                target
-                    .create_mirror_topic(&topic.name, count, &settings(args, topic), &source_label)
-                    .with_context(|| format!("creating {} in the target", topic.name))?;
-                println!(
-                    "created {} in the target ({count} partitions, a mirror of {source_label})",
-                    topic.name
+                let created = target.create_mirror_topic(
+                    &topic.name,
+                    count,
+                    &settings(args, topic),
+                    &source_label,
                 );
+                match created {
+                    Ok(_) => println!(
+                        "created {} in the target ({count} partitions, a mirror of {source_label})",
+                        topic.name
+                    ),
+                    // Another mirror of the name created it a moment ago:
+                    // the next scan looks at it.
+                    Err(e) if e.code() == Some(ErrorCode::TopicAlreadyExists) => continue,
+                    Err(e) => {
+                        return Err(e)
+                            .with_context(|| format!("creating {} in the target", topic.name))
+                    }
+                }
             }
             Some(t) if t.mirror_source.is_empty() => {
                 // Promoted, or an ordinary topic of the same name: its

@@ -341,6 +341,14 @@ impl ClientError {
         }
     }
 
+    /// For OFFSET_OUT_OF_RANGE: the valid offsets, `start..=end`.
+    pub fn offset_range(&self) -> Option<(u64, u64)> {
+        match self {
+            ClientError::Broker { range, .. } => *range,
+            _ => None,
+        }
+    }
+
     /// True when the broker says the partition is served elsewhere now
     /// (NOT_OWNER, NOT_LEADER, FENCED_LEADER_EPOCH,
     /// NOT_ENOUGH_REPLICAS_AFTER_APPEND): refresh Metadata and go there.

@@ -128,6 +128,12 @@ impl Share {
         }
     }
 
+    /// Whether this mirror knows its share: it runs alone, or it has a
+    /// view of its group.
+    fn decided(&self) -> bool {
+        self.alone || (self.joined.is_some() && self.view.is_some())
+    }
+
     /// Whether this mirror copies `partition` of `topic` now.
     fn mine(&self, topic: &str, partition: u32) -> bool {
         if self.alone {
@@ -333,8 +339,16 @@ fn serve_metrics(address: &str) -> anyhow::Result<std::sync::Arc<std::sync::Mute
         for stream in listener.incoming().flatten() {
             let mut stream = stream;
             let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut request = [0u8; 4096];
-            let _ = stream.read(&mut request);
+            // The request, up to its blank line (a scraper may send it in
+            // pieces; answering before it is all read resets the socket).
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
             let body = shared.lock().map(|t| t.clone()).unwrap_or_default();
             let _ = write!(
                 stream,
@@ -352,10 +366,8 @@ pub fn status(metrics: &str) -> anyhow::Result<()> {
     let mut stream = std::net::TcpStream::connect(metrics).with_context(|| {
         format!("no mirror answers at {metrics} (start it with --metrics {metrics})")
     })?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {metrics}\r\nConnection: close\r\n\r\n"
-    )?;
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {metrics}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes())?;
     let mut text = String::new();
     stream.read_to_string(&mut text)?;
     let mut rows: BTreeMap<(String, u32), [f64; 5]> = BTreeMap::new();
@@ -441,9 +453,6 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
     let mut rendered: Option<Instant> = None;
     let mut share = Share::new(&label);
     loop {
-        let mut topics: Vec<String> = copies.keys().map(|(t, _)| t.clone()).collect();
-        topics.dedup();
-        share.beat(&target, topics);
         if let Some(text) = &metrics {
             if rendered.is_none_or(|at| at.elapsed() >= Duration::from_millis(500)) {
                 let body = render(&copies, synced.copied_total);
@@ -473,6 +482,9 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
                 Err(error) => return Err(error),
             }
         }
+        let mut topics: Vec<String> = copies.keys().map(|(t, _)| t.clone()).collect();
+        topics.dedup();
+        share.beat(&target, topics);
         let mut progressed = false;
         for ((topic, partition), copy) in copies.iter_mut() {
             if !share.mine(topic, *partition) {
@@ -497,7 +509,11 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
                 }
             }
         }
-        if args.exit_at_end && !copies.is_empty() && copies.values().all(|c| c.at_end) {
+        if args.exit_at_end
+            && share.decided()
+            && !copies.is_empty()
+            && copies.values().all(|c| c.at_end)
+        {
             if let Some(pattern) = &groups {
                 synced.run(&source, &target, pattern, &copies)?;
             }
@@ -710,10 +726,21 @@ fn step(
     let chunk: MirrorChunk = match source.mirror_read(topic, partition, position, READ_BYTES) {
         Ok(chunk) => chunk,
         Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {
-            // The source dropped what the copy still needs: a gap the
-            // mirror cannot fill. Say so rather than skip it silently.
+            // Below the source's start: its retention outran the mirror, a
+            // gap the mirror cannot fill. Past its end: the source's log
+            // was cut under the copy (an unclean election) or is another
+            // log. Either way say so and stop, never skip or fork silently.
+            let why = match error.offset_range() {
+                Some((start, _)) if position < start => format!(
+                    "the source no longer holds offset {position} (it starts at {start}): its retention outran the mirror"
+                ),
+                Some((_, end)) => format!(
+                    "the source's log ends at {end}, below the copy's {position}: it was cut under the copy (an unclean election?) or is another log"
+                ),
+                None => error.to_string(),
+            };
             return Err(ClientError::Protocol(format!(
-                "the source no longer holds offset {position} ({error}): its retention outran the mirror; the copy ends there"
+                "{why}; the copy keeps what it has"
             )));
         }
         Err(error) => return Err(error),

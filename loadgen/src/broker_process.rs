@@ -62,7 +62,14 @@ pub fn spawn_ready(command: &mut Command) -> anyhow::Result<(Child, String)> {
 impl LocalBroker {
     /// Starts a broker with `shards` shards and waits until it is ready.
     pub fn start(shards: usize) -> anyhow::Result<LocalBroker> {
-        let dir = std::env::temp_dir().join(format!("ringlog-loadgen-{}", std::process::id()));
+        LocalBroker::start_named(shards, "broker")
+    }
+
+    /// [`LocalBroker::start`] for one of several brokers of this process:
+    /// `label` names its temporary directory.
+    pub fn start_named(shards: usize, label: &str) -> anyhow::Result<LocalBroker> {
+        let dir =
+            std::env::temp_dir().join(format!("ringlog-loadgen-{}-{label}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let data_dir = dir.join("data");
@@ -94,6 +101,13 @@ impl LocalBroker {
             brokers,
             data_dir,
         })
+    }
+}
+
+impl LocalBroker {
+    /// The broker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

@@ -34,6 +34,10 @@ pub const STAMP_BYTES: usize = 20;
 pub struct E2eSpec {
     /// Broker addresses.
     pub brokers: String,
+    /// Where the consumers read instead, when set: another cluster that
+    /// holds a copy of the topic (a mirror's target), so the latency is
+    /// from a produce in one cluster to its visibility in the other.
+    pub consume_from: Option<String>,
     /// Topic (created when missing).
     pub topic: String,
     /// Partitions of a created topic.
@@ -152,6 +156,12 @@ pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<E2eOutcome> {
     );
     let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
     let consumers = spec.consumers.clamp(1, partitions as usize);
+    let client = match &spec.consume_from {
+        Some(brokers) => {
+            crate::connect(brokers).with_context(|| format!("no broker reachable at {brokers}"))?
+        }
+        None => client,
+    };
     // Consumers start where this run's messages will begin: the end offset,
     // which may lie above the flushed (visible) offset. Each reads its
     // partitions through one TopicConsumer, which keeps a fetch in flight on

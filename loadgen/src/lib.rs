@@ -21,6 +21,7 @@ pub mod failover;
 pub mod group;
 pub mod group_load;
 pub mod loopback;
+pub mod mirror;
 pub mod paper;
 pub mod peers;
 pub mod replication;

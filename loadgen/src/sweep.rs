@@ -137,6 +137,7 @@ pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
         let e2e = |rate: Option<f64>| -> anyhow::Result<(e2e::E2eOutcome, crate::stats::Summary)> {
             let run = E2eSpec {
                 brokers: spec.brokers.clone(),
+                consume_from: None,
                 topic: format!("{}-{name}", spec.topic),
                 partitions: spec.partitions,
                 length: Length::Duration(spec.duration),

@@ -4,8 +4,9 @@
 //! source's bytes where its own log ends, rolling where the source rolled,
 //! is the source's log file by file: a consumer's committed offset means
 //! the same message in both clusters (issue 21; `shared/REPLICATION.md`
-//! §5). The append itself is a follower's ([`partition_log::append_replica`]):
-//! whole, CRC-checked messages at the log's end, in the source's segment.
+//! §5). The append itself is a follower's: whole, CRC-checked messages at the
+//! log's end, in the source's segment ([`partition_log::append_mirror`]),
+//! flushed as the produce's ack mode and the topic's policy say.
 
 use super::Failure;
 use crate::shard::Shard;
@@ -55,6 +56,7 @@ pub fn append(
     append: MirrorAppend,
     bytes: &[u8],
     messages: u32,
+    acks: protocol::codec::AckMode,
 ) -> Result<Appended, Failure> {
     let MirrorAppend {
         offset,
@@ -87,12 +89,13 @@ pub fn append(
             ));
         }
     }
-    Ok(partition_log::append_replica(
+    Ok(partition_log::append_mirror(
         log,
         offset,
         bytes,
         messages,
         segment_base,
+        acks,
     )?)
 }
 

@@ -92,7 +92,7 @@ pub fn handle(
     // The log starts the writer or a flush as `acks` and the topic's flush
     // policy require (storage owns the policy, issue 8, item 18).
     let appended = match mirror {
-        Some(at) => super::mirror::append(&log, at, payload, summary.count)?,
+        Some(at) => super::mirror::append(&log, at, payload, summary.count, local_acks)?,
         None => partition_log::append(&log, payload, summary.count, local_acks)?,
     };
     shard.needs_timer(&log);

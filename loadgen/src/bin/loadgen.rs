@@ -78,6 +78,10 @@ enum Command {
     /// SIGKILL to acks=all answered again, and an empty follower catching
     /// up — each with the CPU of every process.
     Replication(ReplicationArgs),
+    /// Mirroring between two clusters (two standalone brokers this starts
+    /// itself): the mirror's rate against the source's own consume rate,
+    /// and produce-to-target latency through a running mirror.
+    Mirror(MirrorArgs),
     /// The coordinator's load from one large consumer group, on local
     /// clusters this starts itself (--brokers is not used): every member on
     /// the first broker without the member cache, then with it, then
@@ -269,6 +273,31 @@ struct ReplicationArgs {
     catch_up_bytes: u64,
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-replication")]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct MirrorArgs {
+    /// Messages preloaded into the source for the rate runs.
+    #[arg(long, default_value_t = 2_000_000)]
+    messages: u64,
+    /// Payload bytes.
+    #[arg(long, default_value_t = 100)]
+    size: usize,
+    /// Partitions.
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+    /// Seconds of each latency run.
+    #[arg(long, default_value_t = 20.0)]
+    latency_seconds: f64,
+    /// Fractions of the mirror's rate the latency runs produce at.
+    #[arg(long, value_delimiter = ',', default_value = "0.1,0.5")]
+    loads: Vec<f64>,
+    /// Times each rate run is repeated, interleaved (medians reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Where the table and JSON go.
+    #[arg(long, default_value = "loadgen-mirror")]
     out: PathBuf,
 }
 
@@ -587,6 +616,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             plot(&args.common.plot, "produce", &summary)?;
         }
+        Command::Mirror(args) => {
+            let spec = loadgen::mirror::MirrorSpec {
+                messages: args.messages,
+                size: args.size,
+                partitions: args.partitions,
+                latency_seconds: args.latency_seconds,
+                loads: args.loads.clone(),
+                rounds: args.rounds,
+            };
+            let outcome = loadgen::mirror::run(&spec)?;
+            std::fs::create_dir_all(&args.out)?;
+            let table = loadgen::mirror::table(&outcome);
+            println!("{table}");
+            std::fs::write(args.out.join("mirror.md"), &table)?;
+            write_json(&args.out.join("mirror.json"), &outcome)?;
+        }
         Command::Replication(args) => {
             let spec = loadgen::replication::ReplicationSpec {
                 messages: args.messages,
@@ -804,6 +849,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::E2e(args) => {
             let spec = E2eSpec {
                 brokers: brokers.clone(),
+                consume_from: None,
                 topic: args.common.topic.clone(),
                 partitions: args.partitions,
                 length: args.common.length(),

@@ -557,3 +557,32 @@ fn replication_figures_run_on_their_own_cluster_and_the_catch_up_is_zero_copy() 
         "{catch_up:#}"
     );
 }
+
+/// `loadgen mirror` (issue 21, item 7) runs on two brokers of its own,
+/// repeats the rate runs, and finds the copy complete at each load.
+#[test]
+fn mirror_figures_run_on_two_brokers_of_their_own() {
+    let dir = TempDir::new("loadgen-mirror");
+    let out = dir.path().join("out");
+    let (stdout, _) = loadgen(&[
+        "mirror",
+        "--messages",
+        "20000",
+        "--rounds",
+        "2",
+        "--latency-seconds",
+        "1",
+        "--loads",
+        "0.01",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(out.join("mirror.md").exists(), "no table: {stdout}");
+    let report = json(&out.join("mirror.json"));
+    let rates = report["rates"].as_array().unwrap();
+    assert_eq!(rates.len(), 2, "{report:#}");
+    assert_eq!(rates[1]["rounds_msgs_per_sec"].as_array().unwrap().len(), 2);
+    let latency = &report["latency"][0];
+    assert!(latency["received"].as_u64().unwrap() > 0, "{report:#}");
+    assert_eq!(latency["anomalies"].as_u64(), Some(0), "{report:#}");
+}

@@ -854,7 +854,7 @@ pub use fetch_wait::{fetch_waits, WaitingFetch};
 use files::{open_segment_file, segment_file};
 pub use files::{read, read_below};
 pub use replica::truncate;
-pub use writer::{append, append_replica, request_sync, stored, sync_all, tick};
+pub use writer::{append, append_mirror, append_replica, request_sync, stored, sync_all, tick};
 
 #[cfg(test)]
 mod tests;

@@ -73,6 +73,42 @@ pub fn append_replica<S: Storage>(
     Ok(Appended { base, end, epoch })
 }
 
+/// A mirror's append (see [`PartitionLog::append_replica`]: the source's
+/// bytes at the source's offset, in the source's segment) written and
+/// flushed as a produce with `acks` would be — by the topic's flush
+/// policy, not at once as a follower's, since a mirror that loses unflushed
+/// bytes copies them again from where the log ends.
+pub fn append_mirror<S: Storage>(
+    log: &Shared<S>,
+    offset: u64,
+    bytes: &[u8],
+    messages: u32,
+    segment_base: u64,
+    acks: AckMode,
+) -> Result<Appended, StorageError> {
+    let (base, end, epoch, flush_now, chunk_full) = {
+        let mut l = log.borrow_mut();
+        let (base, end) = l.append_replica(offset, bytes, messages, segment_base)?;
+        if acks == AckMode::Flushed {
+            l.flush_wanted = l.flush_wanted.max(end);
+        }
+        (
+            base,
+            end,
+            l.epoch(),
+            l.flush_count_due(),
+            l.pending_bytes() >= WRITE_CHUNK_BYTES,
+        )
+    };
+    if flush_now || acks == AckMode::Flushed {
+        request_sync(log, true);
+    } else if chunk_full || acks == AckMode::Written {
+        request_sync(log, false);
+    }
+    flush_for_waiting_fetches(log);
+    Ok(Appended { base, end, epoch })
+}
+
 /// Waits until what [`append`] assigned is written (`acks = written`) or
 /// flushed (`acks = flushed`), or will never be. `acks = none` waits like
 /// `written`.

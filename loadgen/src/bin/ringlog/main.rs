@@ -443,7 +443,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Some(mirror::MirrorCommand::Status { metrics }) => mirror::status(&metrics),
             None => {
                 let target = args.target().unwrap_or(&cli.brokers).to_string();
-                mirror::run(args, connect(&target)?)
+                mirror::run(args, &target)
             }
         },
         Command::Partitions { command, args } => match command {

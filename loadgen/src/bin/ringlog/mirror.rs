@@ -43,7 +43,10 @@ use std::time::{Duration, Instant};
 const SCAN_EVERY: Duration = Duration::from_secs(5);
 
 /// Bytes read per partition per request.
-const READ_BYTES: u32 = 1 << 20;
+const READ_BYTES: u32 = 128 << 10;
+
+/// Chunks a worker copies of one partition before it turns to the next.
+const CHUNKS_PER_TURN: usize = 8;
 
 /// How long a caught-up mirror sleeps before it reads again.
 const IDLE: Duration = Duration::from_millis(20);
@@ -207,6 +210,9 @@ pub struct MirrorArgs {
     /// (and, with --groups, the offsets copied once more).
     #[arg(long)]
     exit_at_end: bool,
+    /// Partitions copied at once (each worker has its own connections).
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
     /// Serve Prometheus metrics (per partition lag in bytes and seconds,
     /// bytes and messages copied, errors) at this address, e.g.
     /// 127.0.0.1:9700; `ringlog mirror status --metrics ADDR` reads them.
@@ -428,7 +434,8 @@ pub fn promote(target: &Client, topic: &str) -> anyhow::Result<()> {
 
 /// Copies the matching topics until stopped (or, with --exit-at-end, until
 /// every partition is at the source's end).
-pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
+pub fn run(args: MirrorArgs, target_brokers: &str) -> anyhow::Result<()> {
+    let target = super::connect(target_brokers)?;
     let Some(from) = args.from.clone() else {
         bail!("ringlog mirror needs --from SOURCE_BROKERS (and --to TARGET_BROKERS, or --brokers)");
     };
@@ -443,6 +450,11 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
     };
     let label = args.name.clone().unwrap_or_else(|| from.clone());
     let source = super::connect(&from)?;
+    // Workers: a source and a target client each (their own connections).
+    let mut workers = Vec::new();
+    for _ in 0..args.workers.max(1) {
+        workers.push((super::connect(&from)?, super::connect(target_brokers)?));
+    }
     let mut copies: BTreeMap<(String, u32), Copy> = BTreeMap::new();
     let mut scanned: Option<Instant> = None;
     let mut synced = GroupSync::default();
@@ -485,29 +497,43 @@ pub fn run(args: MirrorArgs, target: Client) -> anyhow::Result<()> {
         let mut topics: Vec<String> = copies.keys().map(|(t, _)| t.clone()).collect();
         topics.dedup();
         share.beat(&target, topics);
-        let mut progressed = false;
-        for ((topic, partition), copy) in copies.iter_mut() {
-            if !share.mine(topic, *partition) {
+        // The partitions due now, dealt to the workers: each copies its
+        // share over connections of its own, so reads and appends of
+        // different partitions overlap (one client serialises its calls
+        // to a shard).
+        let mut dealt: Vec<Vec<(&(String, u32), &mut Copy)>> =
+            (0..workers.len()).map(|_| Vec::new()).collect();
+        for (n, (key, copy)) in copies.iter_mut().enumerate() {
+            if !share.mine(&key.0, key.1) {
                 // Another mirror's now: looked up again if it comes back.
                 copy.position = None;
                 copy.at_end = true;
                 continue;
             }
-            if copy.retry_at > Instant::now() {
-                continue;
+            if copy.retry_at <= Instant::now() {
+                dealt[n % workers.len()].push((key, copy));
             }
-            match step(&source, &target, topic, *partition, copy) {
-                Ok(moved) => progressed |= moved,
-                Err(error) if passes(&error) => {
-                    eprintln!("warning: {topic}-{partition}: {error}; retrying");
-                    copy.retry_at = Instant::now() + PAUSE;
-                    copy.at_end = false;
-                    copy.errors += 1;
-                }
-                Err(error) => {
-                    return Err(error).with_context(|| format!("mirroring {topic}-{partition}"))
-                }
-            }
+        }
+        let results: Vec<Result<bool, anyhow::Error>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = dealt
+                .into_iter()
+                .zip(&workers)
+                .filter(|(share, _)| !share.is_empty())
+                .map(|(share, (source, target))| {
+                    scope.spawn(move || copy_share(source, target, share))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a mirror worker panicked")))
+                })
+                .collect()
+        });
+        let mut progressed = false;
+        for result in results {
+            progressed |= result?;
         }
         if args.exit_at_end
             && share.decided()
@@ -609,6 +635,36 @@ impl GroupSync {
     }
 }
 
+/// Up to a few chunks of each partition of a worker's share; true when
+/// bytes moved. A partition whose broker is away is retried later; any
+/// other failure stops the mirror.
+fn copy_share(
+    source: &Client,
+    target: &Client,
+    share: Vec<(&(String, u32), &mut Copy)>,
+) -> anyhow::Result<bool> {
+    let mut progressed = false;
+    for ((topic, partition), copy) in share {
+        for _ in 0..CHUNKS_PER_TURN {
+            match step(source, target, topic, *partition, copy) {
+                Ok(true) => progressed = true,
+                Ok(false) => break,
+                Err(error) if passes(&error) => {
+                    eprintln!("warning: {topic}-{partition}: {error}; retrying");
+                    copy.retry_at = Instant::now() + PAUSE;
+                    copy.at_end = false;
+                    copy.errors += 1;
+                    break;
+                }
+                Err(error) => {
+                    return Err(error).with_context(|| format!("mirroring {topic}-{partition}"))
+                }
+            }
+        }
+    }
+    Ok(progressed)
+}
+
 /// A failure the mirror rides out: a broker away or busy.
 fn passes(error: &ClientError) -> bool {
     error.is_retriable() || error.is_connection_error()
@@ -699,7 +755,10 @@ fn resume(
     topic: &str,
     partition: u32,
 ) -> Result<u64, ClientError> {
-    let (end, offsets) = target.list_offsets(topic, partition, OffsetSpec::Latest, 0)?;
+    // Where the copy's log ends (written, perhaps not flushed yet): the
+    // next append must land exactly there.
+    let (_, offsets) = target.list_offsets(topic, partition, OffsetSpec::Latest, 0)?;
+    let end = offsets.end_offset;
     if offsets.start_offset < end {
         return Ok(end);
     }
@@ -751,7 +810,11 @@ fn step(
         copy.behind_since = None;
         return Ok(false);
     }
-    match target.mirror_append(topic, partition, &chunk, AckMode::Flushed) {
+    // acks=written: the mirror keeps no state, so bytes a target broker
+    // loses to a power cut before flushing are copied again from where its
+    // log ends after the restart (the next append there is refused with
+    // that end); waiting for each chunk's fdatasync would only slow it.
+    match target.mirror_append(topic, partition, &chunk, AckMode::Written) {
         Ok(end) => {
             copy.position = Some(end);
             copy.at_end = false;
@@ -766,8 +829,8 @@ fn step(
         Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {
             // The copy ends elsewhere (another mirror of the same name
             // copied it meanwhile, or the target lost unflushed bytes):
-            // resume where it ends.
-            copy.position = None;
+            // resume where it ends, which the refusal names.
+            copy.position = error.offset_range().map(|(_, end)| end);
             Ok(false)
         }
         Err(error) => Err(error),

@@ -72,8 +72,26 @@ pub fn ensure_topic(client: &Client, topic: &str, partitions: u32) -> anyhow::Re
     if let Some(existing) = existing_partitions(client, topic)? {
         return Ok(existing);
     }
-    let created = client.create_topic(topic, partitions, &TopicSettings::default())?;
-    Ok(created.partitions.len() as u32)
+    match client.create_topic(topic, partitions, &TopicSettings::default()) {
+        Ok(created) => Ok(created.partitions.len() as u32),
+        // The broker that answered Metadata had not applied a topic another
+        // broker created a moment ago (each follows the registry's watch):
+        // it exists; wait until this client sees it.
+        Err(error) if error.code() == Some(protocol::ErrorCode::TopicAlreadyExists) => {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                if let Some(existing) = existing_partitions(client, topic)? {
+                    return Ok(existing);
+                }
+                anyhow::ensure!(
+                    Instant::now() < deadline,
+                    "{error}, but Metadata does not list it"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// The partition count of `topic`, if it exists.

@@ -82,9 +82,14 @@ fn shard_conn(broker: &Broker, topic: &str, partition: u32) -> Connection {
     Connection::connect(&broker.shards[usize::from(shard)]).unwrap()
 }
 
-/// Copies `partition` of `topic` from `source` to `target` from `from` to
-/// the source's end; returns the appends made.
-fn copy(source: &Broker, target: &Broker, topic: &str, partition: u32, from: u64) -> usize {
+/// Copies `partition` of `topic` from `source` into `into` of `target`
+/// from `from` to the source's end; returns the appends made.
+fn copy(
+    (source, topic): (&Broker, &str),
+    (target, into): (&Broker, &str),
+    partition: u32,
+    from: u64,
+) -> usize {
     let mut read = shard_conn(source, topic, partition);
     let mut write = Connection::connect(&target.address()).unwrap();
     let (mut offset, mut appends) = (from, 0);
@@ -97,7 +102,7 @@ fn copy(source: &Broker, target: &Broker, topic: &str, partition: u32, from: u64
             offset,
             segment_base,
         };
-        offset = mirror_append(&mut write, topic, partition, at, &bytes).unwrap();
+        offset = mirror_append(&mut write, into, partition, at, &bytes).unwrap();
         appends += 1;
     }
 }
@@ -149,7 +154,7 @@ fn r21_a_mirrored_partition_is_the_sources_segment_files_byte_for_byte_and_refus
 
     let mut appends = 0;
     for partition in 0..2 {
-        appends += copy(&source, &target, "clicks", partition, 0);
+        appends += copy((&source, "clicks"), (&target, "clicks"), partition, 0);
     }
     for partition in 0..2 {
         let name = format!("clicks-{partition}");
@@ -219,21 +224,7 @@ fn r21_a_mirrored_partition_is_the_sources_segment_files_byte_for_byte_and_refus
     dst.create_mirror_topic("late", 2, &settings(), "dc1/clicks")
         .unwrap();
     // The source's partition 1, copied into "late" from its second segment.
-    let mut read = shard_conn(&source, "clicks", 1);
-    let mut late_appends = 0;
-    let mut offset = second;
-    loop {
-        let (bytes, segment_base, count) = fetch(&mut read, "clicks", 1, offset);
-        if count == 0 {
-            break;
-        }
-        let at = MirrorAppend {
-            offset,
-            segment_base,
-        };
-        offset = mirror_append(&mut write, "late", 1, at, &bytes).unwrap();
-        late_appends += 1;
-    }
+    let late_appends = copy((&source, "clicks"), (&target, "late"), 1, second);
     let late = segments(&target.data_dir().join("late-1"));
     let expected: BTreeMap<String, Vec<u8>> = from.into_iter().skip(1).collect();
     assert!(

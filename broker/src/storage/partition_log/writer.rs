@@ -23,9 +23,19 @@ pub fn append<S: Storage>(
     messages: u32,
     acks: AckMode,
 ) -> Result<Appended, StorageError> {
+    append_with(log, acks, |l| l.append(bytes, messages))
+}
+
+/// Appends with `place` (an ordinary or a mirror's append), then starts the
+/// writer or a flush as `acks` and the topic's flush policy require.
+fn append_with<S: Storage>(
+    log: &Shared<S>,
+    acks: AckMode,
+    place: impl FnOnce(&mut PartitionLog<S>) -> Result<(u64, u64), StorageError>,
+) -> Result<Appended, StorageError> {
     let (base, end, epoch, flush_now, chunk_full) = {
         let mut l = log.borrow_mut();
-        let (base, end) = l.append(bytes, messages)?;
+        let (base, end) = place(&mut l)?;
         if acks == AckMode::Flushed {
             // Its acknowledgement waits for a round that covers `end`; the
             // policy's rounds need only cover what is written by then.
@@ -86,27 +96,9 @@ pub fn append_mirror<S: Storage>(
     segment_base: u64,
     acks: AckMode,
 ) -> Result<Appended, StorageError> {
-    let (base, end, epoch, flush_now, chunk_full) = {
-        let mut l = log.borrow_mut();
-        let (base, end) = l.append_replica(offset, bytes, messages, segment_base)?;
-        if acks == AckMode::Flushed {
-            l.flush_wanted = l.flush_wanted.max(end);
-        }
-        (
-            base,
-            end,
-            l.epoch(),
-            l.flush_count_due(),
-            l.pending_bytes() >= WRITE_CHUNK_BYTES,
-        )
-    };
-    if flush_now || acks == AckMode::Flushed {
-        request_sync(log, true);
-    } else if chunk_full || acks == AckMode::Written {
-        request_sync(log, false);
-    }
-    flush_for_waiting_fetches(log);
-    Ok(Appended { base, end, epoch })
+    append_with(log, acks, |l| {
+        l.append_replica(offset, bytes, messages, segment_base)
+    })
 }
 
 /// Waits until what [`append`] assigned is written (`acks = written`) or

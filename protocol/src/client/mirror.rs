@@ -28,6 +28,9 @@ pub struct MirrorChunk {
     pub messages: u32,
     /// The source partition's offsets when it was read.
     pub offsets: PartitionOffsets,
+    /// The source sent bytes but not one whole message: the next message is
+    /// larger than the read asked for (read again with more).
+    pub cut: bool,
 }
 
 impl Client {
@@ -115,6 +118,7 @@ impl Client {
                 bytes: chunk[..iter.position()].to_vec(),
                 messages,
                 offsets: part.offsets,
+                cut: messages == 0 && !chunk.is_empty(),
             })
         })
     }

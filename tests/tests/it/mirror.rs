@@ -539,7 +539,8 @@ fn r21_a_replicated_topic_and_its_group_offsets_move_to_another_cluster() {
 }
 
 /// Issue 21, item 5: a running mirror's lag, throughput and errors, as
-/// Prometheus metrics and `ringlog mirror status`.
+/// Prometheus metrics and `ringlog mirror status`; a message larger than
+/// the mirror's reads is copied too.
 #[test]
 fn r21_a_running_mirror_reports_its_lag_and_what_it_copied() {
     let source = Broker::start(small_segments());
@@ -551,6 +552,9 @@ fn r21_a_running_mirror_reports_its_lag_and_what_it_copied() {
         p.send_to((n % 2) as u32, None, format!("order {n:06}").as_bytes())
             .unwrap();
     }
+    // One message larger than the mirror's reads (128 KiB): read again
+    // with room for it, not taken for the log's end.
+    p.send_to(0, None, &vec![b'x'; 300 * 1024]).unwrap();
     p.flush().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -581,7 +585,7 @@ fn r21_a_running_mirror_reports_its_lag_and_what_it_copied() {
                 .iter()
                 .filter_map(|r| r.get(5)?.parse::<u64>().ok())
                 .sum();
-            if rows.len() == 2 && rows.iter().all(|r| r[2] == "0") && copied == 5_000 {
+            if rows.len() == 2 && rows.iter().all(|r| r[2] == "0") && copied == 5_001 {
                 Ok(table)
             } else {
                 Err(table)

@@ -42,6 +42,10 @@ use std::time::{Duration, Instant};
 /// How often the source's topics are listed again.
 const SCAN_EVERY: Duration = Duration::from_secs(5);
 
+/// Bytes a read asks for when the next message is larger than
+/// [`READ_BYTES`] (a broker's `message_bytes_max` is at most this).
+const READ_BYTES_MAX: u32 = 64 << 20;
+
 /// Bytes read per partition per request.
 const READ_BYTES: u32 = 128 << 10;
 
@@ -782,7 +786,18 @@ fn step(
             position
         }
     };
-    let chunk: MirrorChunk = match source.mirror_read(topic, partition, position, READ_BYTES) {
+    // A message larger than a read is read again with room for it (up to
+    // the largest a broker takes), never taken for the end of the log.
+    let mut max_bytes = READ_BYTES;
+    let read = loop {
+        match source.mirror_read(topic, partition, position, max_bytes) {
+            Ok(chunk) if chunk.cut && max_bytes < READ_BYTES_MAX => {
+                max_bytes = (max_bytes * 8).min(READ_BYTES_MAX);
+            }
+            other => break other,
+        }
+    };
+    let chunk: MirrorChunk = match read {
         Ok(chunk) => chunk,
         Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {
             // Below the source's start: its retention outran the mirror, a

@@ -274,6 +274,34 @@ fn check_length(length: u32, position: usize) -> Result<(), MessageError> {
     Ok(())
 }
 
+/// The whole messages at the start of `bytes`, judged by their length
+/// fields and magic bytes only: their byte length and count. For a copier
+/// that hands the bytes on to a broker, which checks every CRC itself (a
+/// mirror), so the bytes are not hashed twice. A length or magic byte that
+/// cannot be a message's is an error, as in [`MessageSetIter`].
+pub fn whole_messages(bytes: &[u8]) -> Result<(usize, u32), MessageError> {
+    let mut position = 0usize;
+    let mut count = 0u32;
+    while let Some(header) = bytes.get(position..position + MESSAGE_HEADER_BYTES) {
+        let length = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        check_length(length, position)?;
+        let magic_attr = header[4];
+        if magic_attr >> 4 != MAGIC || magic_attr & 0x0f & !ATTR_KNOWN != 0 {
+            return Err(MessageError::BadMagic {
+                position,
+                byte: magic_attr,
+            });
+        }
+        let end = position + 4 + length as usize;
+        if end > bytes.len() {
+            break;
+        }
+        position = end;
+        count += 1;
+    }
+    Ok((position, count))
+}
+
 /// What a whole, valid message set holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageSetSummary {
@@ -314,6 +342,46 @@ pub fn validate_message_set(bytes: &[u8]) -> Result<MessageSetSummary, MessageEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_messages_finds_the_iterators_boundaries_without_hashing() {
+        let mut set = Vec::new();
+        for n in 0..20u32 {
+            let value = vec![n as u8; 1 + n as usize * 7];
+            let key = (n % 3 == 0).then_some(&b"k"[..]);
+            encode_message(&mut set, key, &value);
+        }
+        for cut in [0, 5, 9, 10, set.len() / 2, set.len() - 1, set.len()] {
+            let bytes = &set[..cut];
+            let mut iter = MessageSetIter::new(bytes, 0);
+            let count = iter
+                .by_ref()
+                .inspect(|m| assert!(m.is_ok(), "{m:?}"))
+                .count() as u32;
+            assert_eq!(
+                whole_messages(bytes).unwrap(),
+                (iter.position(), count),
+                "cut at {cut}"
+            );
+        }
+        // A bad CRC is the receiving broker's to find; a length or magic
+        // byte that no message has is found here.
+        let mut flipped = set.clone();
+        flipped[12] ^= 0xff;
+        assert_eq!(whole_messages(&flipped).unwrap().1, 20);
+        let mut garbage = set.clone();
+        garbage[4] = 0x77;
+        let refused = whole_messages(&garbage).unwrap_err();
+        assert!(
+            matches!(refused, MessageError::BadMagic { position: 0, .. }),
+            "{refused:?}"
+        );
+        let refused = whole_messages(&[0, 0, 0, 0, 0x10, 0, 0, 0, 0]).unwrap_err();
+        assert!(
+            matches!(refused, MessageError::BadLength { .. }),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn plain_message_costs_nine_bytes() {

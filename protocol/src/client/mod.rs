@@ -53,7 +53,7 @@ pub use config::ClientConfig;
 pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OutOfRange, OwnedMessage, Truncation};
 pub use group::{GroupConfig, GroupConsumer, GroupMessage, OffsetReset, Outage, StartFrom};
-pub use mirror::MirrorChunk;
+pub use mirror::{MirrorChunk, MirrorRead};
 pub use offset_store::OffsetStore;
 pub use prefetch::PrefetchConsumer;
 pub use producer::{

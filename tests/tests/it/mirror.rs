@@ -543,8 +543,12 @@ fn r21_a_replicated_topic_and_its_group_offsets_move_to_another_cluster() {
 /// the mirror's reads is copied too.
 #[test]
 fn r21_a_running_mirror_reports_its_lag_and_what_it_copied() {
-    let source = Broker::start(small_segments());
-    let target = Broker::start(small_segments());
+    let large = || BrokerOptions {
+        config_toml: "segment_bytes_min = 1024\nmessage_bytes_max = 4194304\n".into(),
+        ..BrokerOptions::default()
+    };
+    let source = Broker::start(large());
+    let target = Broker::start(large());
     let src = source.client();
     src.create_topic("orders", 2, &settings()).unwrap();
     let mut p = producer(&src, "orders", AckMode::Flushed, 100);
@@ -552,9 +556,9 @@ fn r21_a_running_mirror_reports_its_lag_and_what_it_copied() {
         p.send_to((n % 2) as u32, None, format!("order {n:06}").as_bytes())
             .unwrap();
     }
-    // One message larger than the mirror's reads (128 KiB): read again
-    // with room for it, not taken for the log's end.
-    p.send_to(0, None, &vec![b'x'; 300 * 1024]).unwrap();
+    // One message larger than the mirror's reads (1 MiB): read again with
+    // room for it, not taken for the log's end.
+    p.send_to(0, None, &vec![b'x'; 2 * 1024 * 1024]).unwrap();
     p.flush().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -599,6 +603,56 @@ fn r21_a_running_mirror_reports_its_lag_and_what_it_copied() {
         "{table}"
     );
     eprintln!("ringlog mirror status:\n{table}");
+}
+
+/// A target whose brokers take only small requests (`max_request_bytes`
+/// 64 KiB, below the mirror's 1 MiB reads) gets appends cut to fit, and
+/// the copy is still the source's byte for byte.
+#[test]
+fn r21_a_target_that_takes_only_small_requests_gets_appends_cut_to_fit() {
+    let source = Broker::start(small_segments());
+    let target = Broker::start(BrokerOptions {
+        config_toml:
+            "segment_bytes_min = 1024\nmax_request_bytes = 65536\nmessage_bytes_max = 50000\n"
+                .into(),
+        ..BrokerOptions::default()
+    });
+    let src = source.client();
+    src.create_topic("orders", 1, &settings()).unwrap();
+    let mut p = producer(&src, "orders", AckMode::Flushed, 20);
+    for n in 0..600u64 {
+        let size = 10 + (n * 7919) % 40_000;
+        p.send(None, &vec![b'a' + (n % 26) as u8; size as usize])
+            .unwrap();
+    }
+    p.flush().unwrap();
+    let output = std::process::Command::new(harness::binary("ringlog"))
+        .args(["--brokers", &target.address(), "mirror"])
+        .args(["--from", &source.address(), "--topics", "orders"])
+        .arg("--exit-at-end")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the target refused a") && stderr.contains("appending at most"),
+        "{stderr}"
+    );
+    assert!(
+        segments(&source.data_dir().join("orders-0"))
+            == segments(&target.data_dir().join("orders-0")),
+        "the copy's segment files differ from the source's"
+    );
+    let (_, offsets) = target
+        .client()
+        .list_offsets("orders", 0, OffsetSpec::Latest, 0)
+        .unwrap();
+    eprintln!(
+        "600 messages of up to 40 KB into a target of 64 KiB requests: copy ends at {}, segment files identical; the mirror said: {}",
+        offsets.end_offset,
+        stderr.lines().find(|l| l.contains("appending at most")).unwrap_or_default()
+    );
 }
 
 /// Issue 21, item 3: two mirrors of one name share the partitions through

@@ -32,11 +32,14 @@
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use protocol::client::{
-    Client, ClientError, GroupView, Joined, MirrorChunk, OffsetCommit, OffsetSpec,
+    Client, ClientError, GroupView, Joined, MirrorChunk, MirrorRead, OffsetCommit, OffsetSpec,
 };
 use protocol::codec::{AckMode, TopicMetadata, TopicSettings};
+use protocol::message::whole_messages;
 use protocol::ErrorCode;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How often the source's topics are listed again.
@@ -46,14 +49,25 @@ const SCAN_EVERY: Duration = Duration::from_secs(5);
 /// [`READ_BYTES`] (a broker's `message_bytes_max` is at most this).
 const READ_BYTES_MAX: u32 = 64 << 20;
 
-/// Bytes read per partition per request.
-const READ_BYTES: u32 = 128 << 10;
+/// Bytes read per partition per request (and so the size of its
+/// appends; less when the target takes smaller requests).
+const READ_BYTES: u32 = 1 << 20;
 
-/// Chunks a worker copies of one partition before it turns to the next.
-const CHUNKS_PER_TURN: usize = 8;
+/// The least a mirror's appends are cut to for a target that takes only
+/// small requests (a broker's `max_request_bytes` is at least 64 KiB).
+const APPEND_BYTES_MIN: u32 = 16 << 10;
 
-/// How long a caught-up mirror sleeps before it reads again.
+/// How long a caught-up worker's read waits at the source for news
+/// before it asks again.
+const LONG_POLL: Duration = Duration::from_millis(500);
+
+/// How long a worker with nothing to read, or a caught-up one reading
+/// several source shards, pauses before it reads again.
 const IDLE: Duration = Duration::from_millis(20);
+
+/// How often the supervisor looks at the share, the workers' deal and the
+/// metrics.
+const TICK: Duration = Duration::from_millis(50);
 
 /// How long a partition whose broker did not answer waits.
 const PAUSE: Duration = Duration::from_millis(500);
@@ -214,7 +228,9 @@ pub struct MirrorArgs {
     /// (and, with --groups, the offsets copied once more).
     #[arg(long)]
     exit_at_end: bool,
-    /// Partitions copied at once (each worker has its own connections).
+    /// Workers copying at once, each over connections of its own: the
+    /// partitions are dealt to them by the source shard that serves them,
+    /// and a worker reads all its partitions of a shard in one request.
     #[arg(long, default_value_t = 4)]
     workers: usize,
     /// Serve Prometheus metrics (per partition lag in bytes and seconds,
@@ -266,6 +282,15 @@ struct Copy {
     messages: u64,
     /// Failed reads and appends (each retried).
     errors: u64,
+    /// This mirror's to copy now (its share of the mirrors of its name).
+    mine: bool,
+    /// The source shard that serves it (`None`: looked up again).
+    owner: Option<String>,
+    /// The worker that copies it.
+    worker: usize,
+    /// Bytes its next read asks for after a message larger than a read
+    /// (`None`: [`READ_BYTES`], or less for a target of small requests).
+    read_grown: Option<u32>,
 }
 
 impl Copy {
@@ -279,6 +304,10 @@ impl Copy {
             bytes: 0,
             messages: 0,
             errors: 0,
+            mine: false,
+            owner: None,
+            worker: 0,
+            read_grown: None,
         }
     }
 }
@@ -459,100 +488,432 @@ pub fn run(args: MirrorArgs, target_brokers: &str) -> anyhow::Result<()> {
     for _ in 0..args.workers.max(1) {
         workers.push((super::connect(&from)?, super::connect(target_brokers)?));
     }
-    let mut copies: BTreeMap<(String, u32), Copy> = BTreeMap::new();
-    let mut scanned: Option<Instant> = None;
-    let mut synced = GroupSync::default();
     let metrics = match &args.metrics {
         Some(address) => Some(serve_metrics(address)?),
         None => None,
     };
-    let mut rendered: Option<Instant> = None;
-    let mut share = Share::new(&label);
-    loop {
-        if let Some(text) = &metrics {
-            if rendered.is_none_or(|at| at.elapsed() >= Duration::from_millis(500)) {
-                let body = render(&copies, synced.copied_total);
-                if let Ok(mut t) = text.lock() {
-                    *t = body;
-                }
-                rendered = Some(Instant::now());
-            }
+    let copies = std::sync::Arc::new(Copies::default());
+    let count = workers.len();
+    // Detached: a worker waiting in a long-polling read does not hold up
+    // the mirror's exit.
+    for (index, (source, target)) in workers.into_iter().enumerate() {
+        let copies = copies.clone();
+        std::thread::Builder::new()
+            .name(format!("mirror-worker-{index}"))
+            .spawn(move || work(index, &source, &target, &copies))
+            .context("starting a mirror worker")?;
+    }
+    let supervisor = Supervisor {
+        args: &args,
+        source: &source,
+        target: &target,
+        pattern: &pattern,
+        groups: groups.as_ref(),
+        label: &label,
+        metrics: metrics.as_ref(),
+        workers: count,
+    };
+    let result = supervisor.run(&copies);
+    copies.stop.store(true, Ordering::Relaxed);
+    result
+}
+
+/// The partitions' copies, shared by the supervisor (which adds them,
+/// decides which are this mirror's and which worker copies each, and
+/// reports) and the workers (which copy them).
+struct Copies {
+    map: Mutex<BTreeMap<(String, u32), Copy>>,
+    /// Set when the mirror ends: the workers return.
+    stop: AtomicBool,
+    /// A worker's failure, which ends the mirror.
+    failure: Mutex<Option<anyhow::Error>>,
+    /// The largest append the target took or is thought to take: lowered
+    /// when it refuses one as too large (its `max_request_bytes`).
+    append_max: AtomicU32,
+}
+
+impl Default for Copies {
+    fn default() -> Copies {
+        Copies {
+            map: Mutex::default(),
+            stop: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            append_max: AtomicU32::new(READ_BYTES_MAX),
         }
-        if let Some(pattern) = &groups {
-            if synced.at.is_none_or(|at| at.elapsed() >= GROUPS_EVERY) {
-                synced.run(&source, &target, pattern, &copies)?;
-            }
+    }
+}
+
+impl Copies {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, u32), Copy>> {
+        self.map
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Changes one partition's copy, if it is still there.
+    fn update(&self, key: &(String, u32), change: impl FnOnce(&mut Copy)) {
+        if let Some(copy) = self.lock().get_mut(key) {
+            change(copy);
         }
-        if scanned.is_none_or(|at| at.elapsed() >= SCAN_EVERY) {
-            match scan(&args, &source, &target, &pattern, &label) {
-                Ok(partitions) => {
-                    for key in partitions {
-                        copies.entry(key).or_insert_with(Copy::new);
+    }
+
+    /// A read or append that failed in a way the mirror rides out: the
+    /// partition waits a moment and is looked up again.
+    fn retry_later(&self, key: &(String, u32), error: &ClientError) {
+        eprintln!("warning: {}-{}: {error}; retrying", key.0, key.1);
+        self.update(key, |copy| {
+            copy.retry_at = Instant::now() + PAUSE;
+            copy.at_end = false;
+            copy.errors += 1;
+            copy.owner = None;
+        });
+    }
+}
+
+/// The main thread's part: the topics to copy, the share of them that is
+/// this mirror's, which worker copies each, metrics and group offsets.
+struct Supervisor<'a> {
+    args: &'a MirrorArgs,
+    source: &'a Client,
+    target: &'a Client,
+    pattern: &'a regex::Regex,
+    groups: Option<&'a regex::Regex>,
+    label: &'a str,
+    metrics: Option<&'a std::sync::Arc<Mutex<String>>>,
+    workers: usize,
+}
+
+impl Supervisor<'_> {
+    fn run(&self, copies: &Copies) -> anyhow::Result<()> {
+        let mut scanned: Option<Instant> = None;
+        let mut synced = GroupSync::default();
+        let mut rendered: Option<Instant> = None;
+        let mut share = Share::new(self.label);
+        loop {
+            if let Some(error) = copies.failure.lock().ok().and_then(|mut f| f.take()) {
+                return Err(error);
+            }
+            if let Some(text) = self.metrics {
+                if rendered.is_none_or(|at| at.elapsed() >= Duration::from_millis(500)) {
+                    let body = render(&copies.lock(), synced.copied_total);
+                    if let Ok(mut t) = text.lock() {
+                        *t = body;
                     }
-                    scanned = Some(Instant::now());
+                    rendered = Some(Instant::now());
                 }
-                Err(error) if scanned.is_some() => {
-                    eprintln!("warning: listing the topics again: {error:#}");
-                    scanned = Some(Instant::now());
+            }
+            if let Some(pattern) = self.groups {
+                if synced.at.is_none_or(|at| at.elapsed() >= GROUPS_EVERY) {
+                    synced.run(self.source, self.target, pattern, &positions(copies))?;
                 }
-                Err(error) => return Err(error),
+            }
+            if scanned.is_none_or(|at| at.elapsed() >= SCAN_EVERY) {
+                match scan(
+                    self.args,
+                    self.source,
+                    self.target,
+                    self.pattern,
+                    self.label,
+                ) {
+                    Ok(partitions) => {
+                        let mut map = copies.lock();
+                        for key in partitions {
+                            map.entry(key).or_insert_with(Copy::new);
+                        }
+                        scanned = Some(Instant::now());
+                    }
+                    Err(error) if scanned.is_some() => {
+                        eprintln!("warning: listing the topics again: {error:#}");
+                        scanned = Some(Instant::now());
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+            let mut topics: Vec<String> = copies.lock().keys().map(|(t, _)| t.clone()).collect();
+            topics.dedup();
+            share.beat(self.target, topics);
+            self.deal(copies, &share);
+            if self.args.exit_at_end && share.decided() {
+                let map = copies.lock();
+                let done = !map.is_empty() && map.values().all(|c| c.at_end);
+                drop(map);
+                if done {
+                    if let Some(pattern) = self.groups {
+                        synced.run(self.source, self.target, pattern, &positions(copies))?;
+                    }
+                    share.leave(self.target);
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(TICK);
+        }
+    }
+
+    /// Marks this mirror's partitions and deals them to the workers by the
+    /// source shard that serves them: with at least as many workers as
+    /// shards, each worker reads one shard only (in one long-polling
+    /// MultiFetch for all its partitions there), and a shard's partitions
+    /// are spread over the workers it has; with fewer, a worker reads
+    /// several shards.
+    fn deal(&self, copies: &Copies, share: &Share) {
+        let unplaced: Vec<(String, u32)> = copies
+            .lock()
+            .iter()
+            .filter(|(key, c)| c.owner.is_none() && share.mine(&key.0, key.1))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in unplaced {
+            // Not placed now (the broker is away): tried again next tick.
+            if let Ok(address) = self.source.shard_address(&key.0, key.1) {
+                copies.update(&key, |c| c.owner = Some(address));
             }
         }
-        let mut topics: Vec<String> = copies.keys().map(|(t, _)| t.clone()).collect();
-        topics.dedup();
-        share.beat(&target, topics);
-        // The partitions due now, dealt to the workers: each copies its
-        // share over connections of its own, so reads and appends of
-        // different partitions overlap (one client serialises its calls
-        // to a shard).
-        let mut dealt: Vec<Vec<(&(String, u32), &mut Copy)>> =
-            (0..workers.len()).map(|_| Vec::new()).collect();
-        for (n, (key, copy)) in copies.iter_mut().enumerate() {
-            if !share.mine(&key.0, key.1) {
+        let mut map = copies.lock();
+        let mut by_shard: BTreeMap<String, Vec<&mut Copy>> = BTreeMap::new();
+        for (key, copy) in map.iter_mut() {
+            copy.mine = share.mine(&key.0, key.1);
+            if !copy.mine {
                 // Another mirror's now: looked up again if it comes back.
                 copy.position = None;
                 copy.at_end = true;
                 continue;
             }
-            if copy.retry_at <= Instant::now() {
-                dealt[n % workers.len()].push((key, copy));
+            if let Some(owner) = copy.owner.clone() {
+                by_shard.entry(owner).or_default().push(copy);
             }
         }
-        let results: Vec<Result<bool, anyhow::Error>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = dealt
-                .into_iter()
-                .zip(&workers)
-                .filter(|(share, _)| !share.is_empty())
-                .map(|(share, (source, target))| {
-                    scope.spawn(move || copy_share(source, target, share))
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a mirror worker panicked")))
-                })
-                .collect()
+        let shards = by_shard.len().max(1);
+        for (s, (_, shard)) in by_shard.into_iter().enumerate() {
+            // This shard's workers: s, s + shards, s + 2 * shards, ...
+            let own = self.workers.saturating_sub(s).div_ceil(shards);
+            for (j, copy) in shard.into_iter().enumerate() {
+                copy.worker = (s + (j % own.max(1)) * shards) % self.workers;
+            }
+        }
+    }
+}
+
+/// Where each copy stands, for the group offsets' bound.
+fn positions(copies: &Copies) -> BTreeMap<(String, u32), u64> {
+    copies
+        .lock()
+        .iter()
+        .filter_map(|(key, c)| Some((key.clone(), c.position?)))
+        .collect()
+}
+
+/// A worker: copies the partitions dealt to it until the mirror ends. A
+/// failure the mirror cannot ride out ends the mirror.
+fn work(index: usize, source: &Client, target: &Client, copies: &Copies) {
+    let mut quiet = false;
+    let mut turn = 0usize;
+    while !copies.stop.load(Ordering::Relaxed) {
+        match round(index, source, target, copies, quiet, turn) {
+            Ok(moved) => quiet = !moved,
+            Err(error) => {
+                if let Ok(mut failure) = copies.failure.lock() {
+                    failure.get_or_insert(error);
+                }
+                copies.stop.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
+        turn = turn.wrapping_add(1);
+    }
+}
+
+/// One read of each source shard a worker copies from, and the appends of
+/// what it answered; true when there is more to do at once. After a quiet
+/// round, a worker of one shard waits in the read for news (the source
+/// answers as soon as any of its partitions has some); one of several
+/// shards polls them after a pause.
+fn round(
+    index: usize,
+    source: &Client,
+    target: &Client,
+    copies: &Copies,
+    quiet: bool,
+    turn: usize,
+) -> anyhow::Result<bool> {
+    let now = Instant::now();
+    // Each due partition: its key, position, grown read and source shard.
+    let due: Vec<_> = copies
+        .lock()
+        .iter()
+        .filter(|(_, c)| c.mine && c.worker == index && c.retry_at <= now)
+        .filter_map(|(key, c)| Some((key.clone(), c.position, c.read_grown, c.owner.clone()?)))
+        .collect();
+    let mut by_shard: BTreeMap<String, Vec<MirrorRead>> = BTreeMap::new();
+    let append_max = copies.append_max.load(Ordering::Relaxed);
+    for (key, position, grown, owner) in due {
+        let max_bytes = grown.unwrap_or(READ_BYTES.min(append_max));
+        let offset = match position {
+            Some(position) => position,
+            None => match resume(source, target, &key.0, key.1) {
+                Ok(position) => position,
+                Err(error) if passes(&error) => {
+                    copies.retry_later(&key, &error);
+                    continue;
+                }
+                Err(error) => {
+                    return Err(error).with_context(|| format!("mirroring {}-{}", key.0, key.1))
+                }
+            },
+        };
+        by_shard.entry(owner).or_default().push(MirrorRead {
+            topic: key.0,
+            partition: key.1,
+            offset,
+            max_bytes,
         });
-        let mut progressed = false;
-        for result in results {
-            progressed |= result?;
-        }
-        if args.exit_at_end
-            && share.decided()
-            && !copies.is_empty()
-            && copies.values().all(|c| c.at_end)
-        {
-            if let Some(pattern) = &groups {
-                synced.run(&source, &target, pattern, &copies)?;
+    }
+    if by_shard.is_empty() {
+        std::thread::sleep(IDLE);
+        return Ok(false);
+    }
+    let wait = if quiet && by_shard.len() == 1 {
+        LONG_POLL
+    } else {
+        Duration::ZERO
+    };
+    let mut more = false;
+    let several = by_shard.len() > 1;
+    for (address, mut reads) in by_shard {
+        // Past the read's byte budget a shard answers nothing: each
+        // partition comes first in turn.
+        let len = reads.len();
+        reads.rotate_left(turn % len);
+        let answers = match source.mirror_read_many(&address, &reads, wait) {
+            Ok(answers) => answers,
+            Err(error) if passes(&error) => {
+                for read in &reads {
+                    copies.retry_later(&(read.topic.clone(), read.partition), &error);
+                }
+                continue;
             }
-            share.leave(&target);
-            return Ok(());
+            Err(error) => return Err(error).with_context(|| format!("reading from {address}")),
+        };
+        for (read, answer) in reads.iter().zip(answers) {
+            more |= settle(target, read, answer, copies)
+                .with_context(|| format!("mirroring {}-{}", read.topic, read.partition))?;
         }
-        if !progressed {
-            std::thread::sleep(IDLE);
+    }
+    if several && !more {
+        std::thread::sleep(IDLE);
+    }
+    Ok(more)
+}
+
+/// Appends one partition's answer to its copy; true when there is more
+/// to copy at once.
+fn settle(
+    target: &Client,
+    read: &MirrorRead,
+    answer: Result<MirrorChunk, ClientError>,
+    copies: &Copies,
+) -> Result<bool, ClientError> {
+    let key = (read.topic.clone(), read.partition);
+    let position = read.offset;
+    let chunk = match answer {
+        Ok(chunk) => chunk,
+        Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {
+            // Below the source's start: its retention outran the mirror, a
+            // gap the mirror cannot fill. Past its end: the source's log
+            // was cut under the copy (an unclean election) or is another
+            // log. Either way say so and stop, never skip or fork silently.
+            let why = match error.offset_range() {
+                Some((start, _)) if position < start => format!(
+                    "the source no longer holds offset {position} (it starts at {start}): its retention outran the mirror"
+                ),
+                Some((_, end)) => format!(
+                    "the source's log ends at {end}, below the copy's {position}: it was cut under the copy (an unclean election?) or is another log"
+                ),
+                None => error.to_string(),
+            };
+            return Err(ClientError::Protocol(format!(
+                "{why}; the copy keeps what it has"
+            )));
         }
+        Err(error) if passes(&error) => {
+            copies.retry_later(&key, &error);
+            return Ok(false);
+        }
+        Err(error) => return Err(error),
+    };
+    let source_end = chunk.offsets.flushed_offset.max(position);
+    if chunk.cut {
+        // A message larger than a read is read again with room for it (up
+        // to the largest a broker takes), never taken for the end of the
+        // log.
+        copies.update(&key, |c| {
+            c.read_grown = Some(read.max_bytes.saturating_mul(8).min(READ_BYTES_MAX));
+            c.position = c.mine.then_some(position);
+        });
+        return Ok(true);
+    }
+    if chunk.messages == 0 {
+        copies.update(&key, |c| {
+            c.source_end = source_end;
+            c.at_end = true;
+            c.behind_since = None;
+            c.position = c.mine.then_some(position);
+        });
+        return Ok(false);
+    }
+    let chunk = fitted(chunk, copies.append_max.load(Ordering::Relaxed));
+    // acks=written: the mirror keeps no state, so bytes a target broker
+    // loses to a power cut before flushing are copied again from where its
+    // log ends after the restart (the next append there is refused with
+    // that end); waiting for each chunk's fdatasync would only slow it.
+    match target.mirror_append(&read.topic, read.partition, &chunk, AckMode::Written) {
+        Ok(end) => {
+            copies.update(&key, |c| {
+                c.position = c.mine.then_some(end);
+                c.source_end = source_end;
+                c.at_end = false;
+                c.read_grown = None;
+                c.bytes += chunk.bytes.len() as u64;
+                c.messages += u64::from(chunk.messages);
+                if end >= source_end {
+                    c.behind_since = None;
+                } else {
+                    c.behind_since.get_or_insert_with(Instant::now);
+                }
+            });
+            Ok(true)
+        }
+        Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {
+            // The copy ends elsewhere (another mirror of the same name
+            // copied it meanwhile, or the target lost unflushed bytes):
+            // resume where it ends, which the refusal names.
+            let end = error.offset_range().map(|(_, end)| end);
+            copies.update(&key, |c| c.position = end.filter(|_| c.mine));
+            Ok(true)
+        }
+        Err(error) if error.code() == Some(ErrorCode::FrameTooLarge) && chunk.messages > 1 => {
+            // The target's max_request_bytes is below this append: smaller
+            // appends from now on (the refused one is copied again).
+            let smaller = (chunk.bytes.len() as u32 / 2).max(APPEND_BYTES_MIN);
+            let before = copies.append_max.fetch_min(smaller, Ordering::Relaxed);
+            if smaller < before {
+                eprintln!(
+                    "the target refused a {} byte append as too large: appending at most {smaller} bytes at a time",
+                    chunk.bytes.len()
+                );
+            }
+            Ok(true)
+        }
+        Err(error) if error.code() == Some(ErrorCode::FrameTooLarge) => {
+            Err(ClientError::Protocol(format!(
+                "the message at offset {position} ({} bytes) is larger than the target takes in one request (its max_request_bytes); raise it there: {error}",
+                chunk.bytes.len()
+            )))
+        }
+        Err(error) if passes(&error) => {
+            copies.retry_later(&key, &error);
+            Ok(false)
+        }
+        Err(error) => Err(error),
     }
 }
 
@@ -574,7 +935,7 @@ impl GroupSync {
         source: &Client,
         target: &Client,
         pattern: &regex::Regex,
-        copies: &BTreeMap<(String, u32), Copy>,
+        positions: &BTreeMap<(String, u32), u64>,
     ) -> anyhow::Result<()> {
         self.at = Some(Instant::now());
         let groups = match source.list_groups() {
@@ -598,8 +959,8 @@ impl GroupSync {
                 .partitions
                 .iter()
                 .filter_map(|p| {
-                    let copy = copies.get(&(p.topic.clone(), p.partition))?;
-                    let offset = p.offset?.min(copy.position?);
+                    let copied = positions.get(&(p.topic.clone(), p.partition))?;
+                    let offset = p.offset?.min(*copied);
                     let key = (group.clone(), p.topic.clone(), p.partition);
                     (self.copied.get(&key) != Some(&offset)).then(|| OffsetCommit {
                         topic: p.topic.clone(),
@@ -637,36 +998,6 @@ impl GroupSync {
         }
         Ok(())
     }
-}
-
-/// Up to a few chunks of each partition of a worker's share; true when
-/// bytes moved. A partition whose broker is away is retried later; any
-/// other failure stops the mirror.
-fn copy_share(
-    source: &Client,
-    target: &Client,
-    share: Vec<(&(String, u32), &mut Copy)>,
-) -> anyhow::Result<bool> {
-    let mut progressed = false;
-    for ((topic, partition), copy) in share {
-        for _ in 0..CHUNKS_PER_TURN {
-            match step(source, target, topic, *partition, copy) {
-                Ok(true) => progressed = true,
-                Ok(false) => break,
-                Err(error) if passes(&error) => {
-                    eprintln!("warning: {topic}-{partition}: {error}; retrying");
-                    copy.retry_at = Instant::now() + PAUSE;
-                    copy.at_end = false;
-                    copy.errors += 1;
-                    break;
-                }
-                Err(error) => {
-                    return Err(error).with_context(|| format!("mirroring {topic}-{partition}"))
-                }
-            }
-        }
-    }
-    Ok(progressed)
 }
 
 /// A failure the mirror rides out: a broker away or busy.
@@ -770,84 +1101,21 @@ fn resume(
     Ok(end.max(earliest))
 }
 
-/// One read and append of a partition; true when bytes moved.
-fn step(
-    source: &Client,
-    target: &Client,
-    topic: &str,
-    partition: u32,
-    copy: &mut Copy,
-) -> Result<bool, ClientError> {
-    let position = match copy.position {
-        Some(position) => position,
-        None => {
-            let position = resume(source, target, topic, partition)?;
-            copy.position = Some(position);
-            position
-        }
-    };
-    // A message larger than a read is read again with room for it (up to
-    // the largest a broker takes), never taken for the end of the log.
-    let mut max_bytes = READ_BYTES;
-    let read = loop {
-        match source.mirror_read(topic, partition, position, max_bytes) {
-            Ok(chunk) if chunk.cut && max_bytes < READ_BYTES_MAX => {
-                max_bytes = (max_bytes * 8).min(READ_BYTES_MAX);
-            }
-            other => break other,
-        }
-    };
-    let chunk: MirrorChunk = match read {
-        Ok(chunk) => chunk,
-        Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {
-            // Below the source's start: its retention outran the mirror, a
-            // gap the mirror cannot fill. Past its end: the source's log
-            // was cut under the copy (an unclean election) or is another
-            // log. Either way say so and stop, never skip or fork silently.
-            let why = match error.offset_range() {
-                Some((start, _)) if position < start => format!(
-                    "the source no longer holds offset {position} (it starts at {start}): its retention outran the mirror"
-                ),
-                Some((_, end)) => format!(
-                    "the source's log ends at {end}, below the copy's {position}: it was cut under the copy (an unclean election?) or is another log"
-                ),
-                None => error.to_string(),
-            };
-            return Err(ClientError::Protocol(format!(
-                "{why}; the copy keeps what it has"
-            )));
-        }
-        Err(error) => return Err(error),
-    };
-    copy.source_end = chunk.offsets.flushed_offset.max(position);
-    if chunk.messages == 0 {
-        copy.at_end = true;
-        copy.behind_since = None;
-        return Ok(false);
+/// `chunk` cut to the whole messages within `max` bytes (at least its
+/// first message): what a target that takes only small requests gets in
+/// one append; the rest is read again.
+fn fitted(mut chunk: MirrorChunk, max: u32) -> MirrorChunk {
+    let max = max as usize;
+    if chunk.bytes.len() <= max {
+        return chunk;
     }
-    // acks=written: the mirror keeps no state, so bytes a target broker
-    // loses to a power cut before flushing are copied again from where its
-    // log ends after the restart (the next append there is refused with
-    // that end); waiting for each chunk's fdatasync would only slow it.
-    match target.mirror_append(topic, partition, &chunk, AckMode::Written) {
-        Ok(end) => {
-            copy.position = Some(end);
-            copy.at_end = false;
-            copy.behind_since.get_or_insert_with(Instant::now);
-            copy.bytes += chunk.bytes.len() as u64;
-            copy.messages += u64::from(chunk.messages);
-            if end >= copy.source_end {
-                copy.behind_since = None;
-            }
-            Ok(true)
-        }
-        Err(error) if error.code() == Some(ErrorCode::OffsetOutOfRange) => {
-            // The copy ends elsewhere (another mirror of the same name
-            // copied it meanwhile, or the target lost unflushed bytes):
-            // resume where it ends, which the refusal names.
-            copy.position = error.offset_range().map(|(_, end)| end);
-            Ok(false)
-        }
-        Err(error) => Err(error),
+    let (mut len, mut messages) = whole_messages(&chunk.bytes[..max]).unwrap_or((0, 0));
+    if messages == 0 {
+        let first = &chunk.bytes[..4];
+        len = 4 + u32::from_le_bytes([first[0], first[1], first[2], first[3]]) as usize;
+        messages = 1;
     }
+    chunk.bytes = chunk.bytes.slice(..len);
+    chunk.messages = messages;
+    chunk
 }

@@ -279,7 +279,7 @@ struct ReplicationArgs {
 #[derive(Args, Debug)]
 struct MirrorArgs {
     /// Messages preloaded into the source for the rate runs.
-    #[arg(long, default_value_t = 2_000_000)]
+    #[arg(long, default_value_t = 4_000_000)]
     messages: u64,
     /// Payload bytes.
     #[arg(long, default_value_t = 100)]
@@ -294,7 +294,7 @@ struct MirrorArgs {
     #[arg(long, value_delimiter = ',', default_value = "0.1,0.5")]
     loads: Vec<f64>,
     /// Times each rate run is repeated, interleaved (medians reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Where the table and JSON go.
     #[arg(long, default_value = "loadgen-mirror")]

@@ -580,8 +580,14 @@ fn mirror_figures_run_on_two_brokers_of_their_own() {
     assert!(out.join("mirror.md").exists(), "no table: {stdout}");
     let report = json(&out.join("mirror.json"));
     let rates = report["rates"].as_array().unwrap();
-    assert_eq!(rates.len(), 2, "{report:#}");
+    assert_eq!(rates.len(), 3, "{report:#}");
     assert_eq!(rates[1]["rounds_msgs_per_sec"].as_array().unwrap().len(), 2);
+    // The copy's own span is inside the whole run's.
+    let (copy, whole) = (
+        rates[1]["msgs_per_sec"].as_f64().unwrap(),
+        rates[2]["msgs_per_sec"].as_f64().unwrap(),
+    );
+    assert!(copy >= whole && whole > 0.0, "{report:#}");
     let latency = &report["latency"][0];
     assert!(latency["received"].as_u64().unwrap() > 0, "{report:#}");
     assert_eq!(latency["anomalies"].as_u64(), Some(0), "{report:#}");

@@ -530,6 +530,10 @@ struct Copies {
     /// The largest append the target took or is thought to take: lowered
     /// when it refuses one as too large (its `max_request_bytes`).
     append_max: AtomicU32,
+    /// When the first read went out and the last append was taken: the
+    /// copy's own span, without the process's start, the topics' creation
+    /// and the end's detection (what `--exit-at-end` reports).
+    span: Mutex<(Option<Instant>, Option<Instant>)>,
 }
 
 impl Default for Copies {
@@ -539,6 +543,7 @@ impl Default for Copies {
             stop: AtomicBool::new(false),
             failure: Mutex::new(None),
             append_max: AtomicU32::new(READ_BYTES_MAX),
+            span: Mutex::new((None, None)),
         }
     }
 }
@@ -554,6 +559,38 @@ impl Copies {
     fn update(&self, key: &(String, u32), change: impl FnOnce(&mut Copy)) {
         if let Some(copy) = self.lock().get_mut(key) {
             change(copy);
+        }
+    }
+
+    /// Notes a read going out (the first one starts the copy's span) or
+    /// an append taken (the last one ends it).
+    fn mark(&self, appended: bool) {
+        let now = Instant::now();
+        let mut span = self.span.lock().unwrap_or_else(|p| p.into_inner());
+        if appended {
+            span.1 = Some(now);
+        } else {
+            span.0.get_or_insert(now);
+        }
+    }
+
+    /// What this run copied, as `--exit-at-end` prints it at the end.
+    fn summary(&self) -> String {
+        let (messages, bytes) = self
+            .lock()
+            .values()
+            .fold((0u64, 0u64), |(m, b), c| (m + c.messages, b + c.bytes));
+        let span = *self.span.lock().unwrap_or_else(|p| p.into_inner());
+        match span {
+            (Some(first), Some(last)) if last > first => {
+                let seconds = (last - first).as_secs_f64();
+                format!(
+                    "copied {messages} messages ({bytes} bytes) in {seconds:.3} s from the first read to the last append: {:.0} msg/s, {:.1} MB/s",
+                    messages as f64 / seconds,
+                    bytes as f64 / 1e6 / seconds
+                )
+            }
+            _ => format!("copied {messages} messages ({bytes} bytes)"),
         }
     }
 
@@ -642,6 +679,7 @@ impl Supervisor<'_> {
                         synced.run(self.source, self.target, pattern, &positions(copies))?;
                     }
                     share.leave(self.target);
+                    println!("{}", copies.summary());
                     return Ok(());
                 }
             }
@@ -783,6 +821,7 @@ fn round(
         // partition comes first in turn.
         let len = reads.len();
         reads.rotate_left(turn % len);
+        copies.mark(false);
         let answers = match source.mirror_read_many(&address, &reads, wait) {
             Ok(answers) => answers,
             Err(error) if passes(&error) => {
@@ -867,6 +906,7 @@ fn settle(
     // that end); waiting for each chunk's fdatasync would only slow it.
     match target.mirror_append(&read.topic, read.partition, &chunk, AckMode::Written) {
         Ok(end) => {
+            copies.mark(true);
             copies.update(&key, |c| {
                 c.position = c.mine.then_some(end);
                 c.source_end = source_end;

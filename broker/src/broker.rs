@@ -37,6 +37,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     config.validate()?;
     // Bad certificate files stop the start with one line, before anything binds.
     crate::net::tls::init(&config)?;
+    crate::auth::init(&config)?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("creating data dir {}", config.data_dir.display()))?;
     let _lock = lock_data_dir(&config)?;
@@ -377,6 +378,9 @@ async fn shard_main(context: ShardContext) {
         failed_silent_produces: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
         connections: Cell::new(0),
         accept_problems: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
+        security: crate::auth::Cache::default(),
+        denials_log: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
+        login_failures_log: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
         metadata_version: Cell::new(0),
         metadata_all: RefCell::new(None),
         timer_work: RefCell::new(Vec::new()),

@@ -33,6 +33,36 @@ impl Default for TopicDefaults {
     }
 }
 
+/// How clients prove who they are (`authentication`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Authentication {
+    /// No login needed: a connection without one acts as `User:ANONYMOUS`;
+    /// a login offered is checked all the same (clients can start logging
+    /// in before a broker requires it).
+    #[default]
+    None,
+    /// A SCRAM-SHA-256 login in the Handshake.
+    Scram,
+    /// A TLS client certificate (`tls_client_ca`), its subject's common
+    /// name the user: `User:CN`.
+    Tls,
+    /// A SCRAM login, or else a TLS client certificate.
+    ScramOrTls,
+}
+
+impl Authentication {
+    /// Its name in the configuration.
+    pub fn word(self) -> &'static str {
+        match self {
+            Authentication::None => "none",
+            Authentication::Scram => "scram",
+            Authentication::Tls => "tls",
+            Authentication::ScramOrTls => "scram_or_tls",
+        }
+    }
+}
+
 /// The broker's configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -123,6 +153,30 @@ pub struct Config {
     /// alike), verifies the leader's certificate with these (default:
     /// `tls_client_ca`), and presents `tls_cert` as its own.
     pub tls_peer_ca: Option<PathBuf>,
+    /// How clients log in: `none` (the default), `scram`, `tls` or
+    /// `scram_or_tls`.
+    pub authentication: Authentication,
+    /// Check every request against the access control rules (off: every
+    /// connection may do everything, today's behaviour).
+    pub authorization: bool,
+    /// Principals allowed everything, whatever the rules say
+    /// (`["User:admin"]`).
+    pub super_users: Vec<String>,
+    /// A failed login is answered this long after it failed, then the
+    /// connection is closed: guessing passwords costs time, and a failure
+    /// takes as long as any other (no timing oracle).
+    pub login_failure_delay_ms: u64,
+    /// Failed logins one client address may make per minute; past it, its
+    /// logins are refused without being checked until the minute is over.
+    pub login_failures_per_minute_max: u32,
+    /// Client addresses whose failed logins are remembered at once (the
+    /// table's memory is bounded by this, not by the clients).
+    pub login_failure_addresses_max: usize,
+    /// The user this broker logs in as to other brokers (a follower to its
+    /// leaders) when they need a SCRAM login; with `broker_password_file`.
+    pub broker_user: Option<String>,
+    /// The file holding `broker_user`'s password (its first line).
+    pub broker_password_file: Option<PathBuf>,
     /// While a consumer's fetch waits at a partition's flushed end, the
     /// partition's appends are flushed within `waiting_fetch_flush_us`, so
     /// tailing consumers see messages after a few milliseconds instead of
@@ -201,6 +255,14 @@ impl Default for Config {
             tls_key: None,
             tls_client_ca: None,
             tls_peer_ca: None,
+            authentication: Authentication::None,
+            authorization: false,
+            super_users: Vec::new(),
+            login_failure_delay_ms: 500,
+            login_failures_per_minute_max: 20,
+            login_failure_addresses_max: 10_000,
+            broker_user: None,
+            broker_password_file: None,
             flush_for_waiting_fetches: true,
             waiting_fetch_flush_us: 2_000,
             topic_defaults: TopicDefaults::default(),
@@ -336,6 +398,7 @@ impl Config {
                 "a cluster broker with TLS listeners follows its leaders over TLS: set tls_peer_ca to the CA that signed the brokers' certificates (or tls_client_ca, which it defaults to)".into(),
             ));
         }
+        self.validate_security()?;
         if self.max_connections < self.shards {
             return Err(ConfigError(format!(
                 "max_connections must be at least one per shard ({}), got {}",
@@ -374,6 +437,59 @@ impl Config {
         self.topic_settings(&protocol::codec::TopicSettings::default())
             .map(|_| ())
             .map_err(ConfigError)
+    }
+
+    fn validate_security(&self) -> Result<(), ConfigError> {
+        let needs_certificates = matches!(
+            self.authentication,
+            Authentication::Tls | Authentication::ScramOrTls
+        );
+        if needs_certificates && self.tls_client_ca.is_none() {
+            return Err(ConfigError(format!(
+                "authentication = {:?} takes the principal from a TLS client certificate: set tls_cert, tls_key and tls_client_ca",
+                self.authentication.word()
+            )));
+        }
+        for user in &self.super_users {
+            protocol::acl::check_principal(user)
+                .map_err(|e| ConfigError(format!("super_users: {e}")))?;
+        }
+        if self.login_failure_delay_ms > 10_000 {
+            return Err(ConfigError(format!(
+                "login_failure_delay_ms must be 0..=10000, got {}",
+                self.login_failure_delay_ms
+            )));
+        }
+        if self.login_failures_per_minute_max == 0 {
+            return Err(ConfigError(
+                "login_failures_per_minute_max must be at least 1".into(),
+            ));
+        }
+        if !(1..=10_000_000).contains(&self.login_failure_addresses_max) {
+            return Err(ConfigError(format!(
+                "login_failure_addresses_max must be 1..=10000000, got {}",
+                self.login_failure_addresses_max
+            )));
+        }
+        match (&self.broker_user, &self.broker_password_file) {
+            (Some(user), Some(_)) => protocol::scram::check_user(user)
+                .map_err(|e| ConfigError(format!("broker_user: {e}")))?,
+            (None, None) => {}
+            _ => {
+                return Err(ConfigError(
+                    "broker_user and broker_password_file go together: set both, or neither".into(),
+                ))
+            }
+        }
+        if self.clustered()
+            && self.authentication == Authentication::Scram
+            && self.broker_user.is_none()
+        {
+            return Err(ConfigError(
+                "authentication = \"scram\" in a cluster: set broker_user and broker_password_file, the login this broker's followers use with their leaders".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Connections one shard serves at once.

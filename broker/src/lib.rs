@@ -39,6 +39,7 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
+pub mod auth;
 pub mod broker;
 pub mod config;
 pub mod control;

@@ -143,6 +143,16 @@ pub enum ControlMsg {
         /// What it was mirrored from, or why not.
         reply: flume::Sender<Result<String, ControlError>>,
     },
+    /// Change the users or the access control rules (AlterUsers,
+    /// CreateAcls, DeleteAcls; already validated by the handler). The
+    /// control thread publishes the new set to every shard before it
+    /// answers.
+    Security {
+        /// The change.
+        change: coordinator::security::SecurityChange,
+        /// What it did, or why not.
+        reply: flume::Sender<Result<coordinator::security::Changed, ControlError>>,
+    },
     /// Unregister a topic and drop its partitions on every shard.
     DeleteTopic {
         /// The name.

@@ -81,6 +81,9 @@ counters! {
     group_commits_total: "CommitOffsets requests that committed",
     group_leaves_total: "LeaveGroup requests answered",
     group_members_lost_total: "Group requests answered UNKNOWN_MEMBER (a member whose session had lapsed)",
+    logins_total: "Connections opened with a principal (anonymous ones included)",
+    login_failures_total: "Logins refused with AUTHENTICATION_FAILED (wrong password or user, bad exchange, blocked address); each closed the connection after login_failure_delay_ms",
+    authorization_denied_total: "Requests refused with AUTHORIZATION_FAILED",
 }
 
 /// Flushes of a shard's partitions. Shared with each partition's log (the

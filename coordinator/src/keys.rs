@@ -13,6 +13,8 @@
 //! | `groups/<group>/members/<member>` | [`MemberRecord`]: member id, subscribed topics, session timeout | the broker that served JoinGroup | the member's session lease, kept alive by its heartbeats through any broker |
 //! | `groups/<group>/owners/<topic>/<partition:010>` | the owning member's id | the broker that served ClaimPartitions: a txn that succeeds only if no member joined since the claimer's view, the claimer's session is live, and no owner exists | the owner's session lease: a dead member's partitions are free when its session expires |
 //! | `groups/<group>/offsets/<topic>/<partition:010>` | the committed offset, decimal, then a space and the leader epoch of the message before it when the committer knew it (`418 3`; KIP-320) | CommitOffsets: a txn that succeeds only if the committer owns the partition (or, for a reset, the group has no member) | none: persistent |
+//! | `security/users/<name>`    | the user's SCRAM-SHA-256 credential, `SCRAM-SHA-256:ITERATIONS:SALT:STORED_KEY:SERVER_KEY` (not JSON; never a password) | AlterUsers through any broker, or `ringlog users add --etcd` before any broker runs | none: persistent |
+//! | `security/acls/<rule>`     | the access control rule, in its text form, which is also its key (`allow User:alice read topic:clicks`) | CreateAcls / DeleteAcls through any broker | none: persistent |
 //!
 //! Ids are zero-padded to ten digits so that etcd's byte order is numeric
 //! order. Topic names are restricted to `[A-Za-z0-9._-]`, so they never
@@ -125,6 +127,31 @@ impl Keys {
         )
     }
 
+    /// The prefix of users' credentials and access rules.
+    pub fn security(&self) -> String {
+        format!("{}security/", self.prefix)
+    }
+
+    /// The prefix of users' credentials.
+    pub fn users(&self) -> String {
+        format!("{}security/users/", self.prefix)
+    }
+
+    /// One user's credential.
+    pub fn user(&self, name: &str) -> String {
+        format!("{}security/users/{name}", self.prefix)
+    }
+
+    /// The prefix of the access control rules.
+    pub fn acls(&self) -> String {
+        format!("{}security/acls/", self.prefix)
+    }
+
+    /// One access control rule, named by its text form.
+    pub fn acl(&self, rule: &str) -> String {
+        format!("{}security/acls/{rule}", self.prefix)
+    }
+
     /// What a key of this cluster names, if it is one of the registries.
     pub fn parse<'k>(&self, key: &'k str) -> Option<Key<'k>> {
         let rest = key.strip_prefix(self.prefix.as_str())?;
@@ -143,6 +170,12 @@ impl Keys {
         }
         if let Some(name) = rest.strip_prefix("topics/") {
             return (!name.is_empty() && !name.contains('/')).then_some(Key::Topic(name));
+        }
+        if let Some(name) = rest.strip_prefix("security/users/") {
+            return (!name.is_empty()).then_some(Key::User(name));
+        }
+        if let Some(rule) = rest.strip_prefix("security/acls/") {
+            return (!rule.is_empty()).then_some(Key::Acl(rule));
         }
         if let Some(group_rest) = rest.strip_prefix("groups/") {
             let mut parts = group_rest.split('/');
@@ -183,6 +216,10 @@ pub enum Key<'k> {
     GroupOwner(&'k str, &'k str, u32),
     /// `groups/<group>/offsets/<topic>/<partition>`.
     GroupOffset(&'k str, &'k str, u32),
+    /// `security/users/<name>`.
+    User(&'k str),
+    /// `security/acls/<rule>`.
+    Acl(&'k str),
 }
 
 #[cfg(test)]
@@ -198,6 +235,9 @@ mod tests {
         assert_eq!(keys.cluster_id(), "/ringlog/prod/cluster-id");
         assert_eq!(keys.parse(&keys.cluster_id()), Some(Key::ClusterId));
         assert_eq!(keys.parse("/ringlog/other/cluster-id"), None);
+        assert_eq!(keys.parse(&keys.user("alice")), Some(Key::User("alice")));
+        let rule = "allow User:alice read topic:clicks";
+        assert_eq!(keys.parse(&keys.acl(rule)), Some(Key::Acl(rule)));
         let state = keys.partition("00ab", 7);
         assert_eq!(state, "/ringlog/prod/partitions/00ab/0000000007");
         assert_eq!(keys.parse(&state), Some(Key::Partition("00ab", 7)));

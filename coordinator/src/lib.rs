@@ -18,6 +18,7 @@ pub mod keys;
 pub mod placement;
 pub mod registry;
 pub mod replicas;
+pub mod security;
 
 /// The paper's range rebalance (it lives in `protocol`, since every client
 /// runs it).

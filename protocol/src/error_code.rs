@@ -113,11 +113,23 @@ pub enum ErrorCode {
     /// names the source): only the mirror writes it, at the source's
     /// offsets, until the topic is promoted. Not retriable.
     MirroredPartition = 36,
+    /// The broker needs a login before this request: a Handshake without
+    /// one (the message names the mechanisms it takes), or a request sent
+    /// while a login is under way. Not retriable as it is.
+    AuthenticationRequired = 37,
+    /// The login failed: wrong user name or password (which one is not
+    /// said), a mechanism the broker does not take, a malformed exchange,
+    /// or too many failed logins from the client's address. The broker
+    /// closes the connection after a short delay.
+    AuthenticationFailed = 38,
+    /// The connection's principal may not do this: the message names the
+    /// operation and the resource. Not retriable as it is.
+    AuthorizationFailed = 39,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 37] = [
+    pub const ALL: [ErrorCode; 40] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -155,6 +167,9 @@ impl ErrorCode {
         ErrorCode::NotEnoughReplicasAfterAppend,
         ErrorCode::DataLost,
         ErrorCode::MirroredPartition,
+        ErrorCode::AuthenticationRequired,
+        ErrorCode::AuthenticationFailed,
+        ErrorCode::AuthorizationFailed,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -206,6 +221,9 @@ impl ErrorCode {
             ErrorCode::NotEnoughReplicasAfterAppend => "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
             ErrorCode::DataLost => "DATA_LOST",
             ErrorCode::MirroredPartition => "MIRRORED_PARTITION",
+            ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
+            ErrorCode::AuthenticationFailed => "AUTHENTICATION_FAILED",
+            ErrorCode::AuthorizationFailed => "AUTHORIZATION_FAILED",
         }
     }
 }

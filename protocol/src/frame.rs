@@ -64,6 +64,18 @@ pub enum Api {
     CreatePartitions = 18,
     /// End mirroring of a mirror's target topic: it becomes writable.
     PromoteMirror = 19,
+    /// The rest of a login begun in the Handshake (SCRAM's final messages).
+    Authenticate = 20,
+    /// Add access control rules.
+    CreateAcls = 21,
+    /// Remove access control rules.
+    DeleteAcls = 22,
+    /// List access control rules.
+    DescribeAcls = 23,
+    /// Add, replace or remove users' login credentials.
+    AlterUsers = 24,
+    /// List the users that may log in.
+    ListUsers = 25,
 }
 
 impl Api {
@@ -90,6 +102,12 @@ impl Api {
             17 => Api::MultiFetch,
             18 => Api::CreatePartitions,
             19 => Api::PromoteMirror,
+            20 => Api::Authenticate,
+            21 => Api::CreateAcls,
+            22 => Api::DeleteAcls,
+            23 => Api::DescribeAcls,
+            24 => Api::AlterUsers,
+            25 => Api::ListUsers,
             _ => return None,
         })
     }

@@ -5,17 +5,21 @@
 //! - [`codec`]: flatbuffer headers (`schema/ringlog.fbs`), verified on decode.
 //! - [`error_code`]: typed error codes; [`types`]: newtypes and the topic name rule.
 //! - [`rebalance`]: the paper's range assignment every group member computes.
+//! - [`scram`] and [`acl`]: the login's SCRAM-SHA-256 exchange, and access
+//!   control rules with the check a broker makes on every request.
 //! - `client` (feature `client`, on by default): a blocking, std-only Rust client.
 //!
 //! Everything but `client` is I/O-free. `PROTOCOL.md` beside this crate is the
 //! specification for clients in other languages.
 #![deny(missing_docs)]
 
+pub mod acl;
 pub mod codec;
 pub mod error_code;
 pub mod frame;
 pub mod message;
 pub mod rebalance;
+pub mod scram;
 pub mod types;
 
 #[cfg(feature = "client")]

@@ -100,6 +100,8 @@ where
     let members_cache = std::time::Duration::from_millis(config.group_members_cache_ms);
     let group_deadline = std::time::Duration::from_millis(config.etcd_timeout_ms);
     let fresh = config.fresh_data_dir;
+    let super_users = config.super_users.clone();
+    let super_users_at_load = super_users.clone();
     let replication = ReplicationDefaults {
         default_factor: config.default_replication_factor.max(1),
         default_min_insync: config.default_min_insync_replicas.max(1),
@@ -143,6 +145,11 @@ where
                     }
                     let topics = registry.topics().await?;
                     let brokers = registry.brokers().await?;
+                    // Users and rules before any connection is served: a
+                    // broker that could not read them would refuse every
+                    // login and request (it fails closed), so it does not
+                    // start instead.
+                    crate::auth::publish(registry.security().await?, &super_users_at_load);
                     let lease = registry.lease_clock();
                     Ok::<_, RegistryError>((
                         registry,
@@ -187,6 +194,7 @@ where
                     states: BTreeMap::new(),
                     replication,
                     deadline: group_deadline,
+                    super_users,
                 };
                 plane.remember_topics();
                 // The shards opened the topics from `Loaded`; now their
@@ -253,6 +261,8 @@ struct ControlPlane<R: Registry> {
     states: BTreeMap<(String, u32), Versioned>,
     /// The replication defaults.
     replication: ReplicationDefaults,
+    /// The configuration's super users, published with the rules.
+    super_users: Vec<String>,
 }
 
 /// The broker's replication defaults, for topics that do not say.
@@ -326,6 +336,17 @@ enum Next {
 }
 
 impl<R: Registry> ControlPlane<R> {
+    /// Reads the users and rules again and publishes them to every shard;
+    /// when the registry does not answer, the last ones stay.
+    async fn publish_security(&mut self) {
+        match self.registry.security().await {
+            Ok(records) => crate::auth::publish(records, &self.super_users),
+            Err(error) => {
+                tracing::warn!(%error, "reading users and access rules; the last ones read stay in force")
+            }
+        }
+    }
+
     async fn serve(&mut self, inbox: flume::Receiver<ControlMsg>, stopped: flume::Receiver<()>) {
         loop {
             // Every arm is cancel-safe: the ones that lose the race lose
@@ -421,6 +442,9 @@ impl<R: Registry> ControlPlane<R> {
                     let _ = reply.send_async(Err(refused())).await;
                 }
                 ControlMsg::PromoteMirror { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
+                ControlMsg::Security { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
                 // Nothing is read from a foreign registry.
@@ -541,6 +565,13 @@ impl<R: Registry> ControlPlane<R> {
             ControlMsg::PromoteMirror { name, reply } => {
                 let result = self.promote_mirror(&name).await;
                 let _ = reply.send_async(result).await;
+            }
+            ControlMsg::Security { change, reply } => {
+                let result = self.registry.change_security(change).await;
+                if result.is_ok() {
+                    self.publish_security().await;
+                }
+                let _ = reply.send_async(result.map_err(ControlError::from)).await;
             }
             ControlMsg::CompleteReassignment {
                 topic,
@@ -844,6 +875,7 @@ impl<R: Registry> ControlPlane<R> {
         }
         match event {
             RegistryEvent::ForeignCluster(_) | RegistryEvent::GroupMembers(_) => {}
+            RegistryEvent::SecurityChanged => self.publish_security().await,
             RegistryEvent::PartitionState {
                 topic_id,
                 partition,
@@ -868,6 +900,8 @@ impl<R: Registry> ControlPlane<R> {
                 for (topic_id, partition, state) in partitions {
                     self.learn_state(&topic_id, partition, state).await;
                 }
+                // Users or rules may have changed while the watch was lost.
+                self.publish_security().await;
                 // A snapshot is not a list of deletes: a topic it lacks may
                 // have been deleted, or the snapshot may be an older backup.
                 // Its data is moved aside, never removed. And the snapshot

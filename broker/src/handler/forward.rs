@@ -182,6 +182,7 @@ pub fn serve_forwarded(
         request_id,
         header: &header,
         payload: &payload,
+        principal: None,
     };
     // Nothing on this shard writes the answer in order with others: a
     // forwarded fetch waits out its time (see give_way.rs).

@@ -276,8 +276,14 @@ fn count(shard: &Shard, api: Api, outcome: Result<&GroupAnswer, ErrorCode>) {
     crate::metrics::bump(counter, 1);
 }
 
-/// Handles a consumer group request.
-pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, Failure> {
+/// Handles a consumer group request of `principal` (ListGroups lists only
+/// the groups it may describe, with authorization on).
+pub fn handle(
+    shard: &Rc<Shard>,
+    api: Api,
+    header: &[u8],
+    principal: &str,
+) -> Result<Dispatched, Failure> {
     // One order for all eight: a standalone broker says groups need a
     // cluster before it looks at the request (issue 24, item 16).
     if !shard.config.clustered() {
@@ -293,6 +299,7 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
     };
     let (reply, answer) = flume::bounded(1);
     let shard = shard.clone();
+    let principal = principal.to_string();
     Ok(Dispatched::Later(Box::pin(async move {
         let stopping = || Failure::new(ErrorCode::ShuttingDown, "the broker is stopping");
         let answer = if shard
@@ -330,7 +337,17 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
                 GroupAnswer::Described(description) => {
                     codec::describe_group_response(fbb, &description)
                 }
-                GroupAnswer::Groups(groups) => codec::list_groups_response(fbb, &groups),
+                GroupAnswer::Groups(mut groups) => {
+                    groups.retain(|g| {
+                        crate::auth::authorize::may_describe(
+                            &shard,
+                            &principal,
+                            protocol::acl::ResourceType::Group,
+                            g,
+                        )
+                    });
+                    codec::list_groups_response(fbb, &groups)
+                }
             }
             .to_vec()
         });

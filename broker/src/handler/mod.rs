@@ -17,6 +17,7 @@ pub mod multi_fetch;
 pub mod operations;
 pub mod produce;
 pub mod replicated;
+pub mod security;
 pub mod topics;
 
 use crate::shard::{LocateError, Owner, Shard};
@@ -292,6 +293,9 @@ pub struct Request<'a> {
     pub header: &'a [u8],
     /// The bytes after the header (a produce's message set).
     pub payload: &'a [u8],
+    /// Who sent it (the connection's principal); `None` for a request
+    /// forwarded from another shard, checked where it arrived.
+    pub principal: Option<&'a str>,
 }
 
 /// Dispatches one request. `give_way` is its connection's (see
@@ -314,6 +318,7 @@ fn refresh_then_retry(
 ) -> Dispatched {
     let (api, version, request_id) = (request.api, request.version, request.request_id);
     let (header, payload) = (request.header.to_vec(), request.payload.to_vec());
+    let principal = request.principal.map(str::to_string);
     let (shard, give_way) = (shard.clone(), give_way.clone());
     Dispatched::Later(Box::pin(async move {
         let (reply, refreshed) = flume::bounded(1);
@@ -334,6 +339,7 @@ fn refresh_then_retry(
             request_id,
             header: &header,
             payload: &payload,
+            principal: principal.as_deref(),
         };
         match dispatch_once(&shard, &give_way, again, false) {
             Dispatched::Silent => None,
@@ -359,6 +365,7 @@ fn dispatch_once(
         request_id,
         header,
         payload,
+        principal,
     } = request;
     crate::metrics::bump(&shard.metrics.counters.requests_total, 1);
     let Some(known) = Api::from_u16(api) else {
@@ -400,6 +407,14 @@ fn dispatch_once(
             ),
         );
     }
+    if shard.config.authorization && may_refresh {
+        if let Some(principal) = principal {
+            if let Err(failure) = crate::auth::authorize::check(shard, principal, known, header) {
+                return fail(shard, api, failure);
+            }
+        }
+    }
+    let principal = principal.unwrap_or(protocol::acl::ANONYMOUS);
     let result = match known {
         Api::Produce => produce::handle(shard, request_id, header, payload),
         Api::Fetch => fetch::handle(shard, give_way, request_id, header),
@@ -407,7 +422,7 @@ fn dispatch_once(
         Api::CreatePartitions => topics::handle_create_partitions(shard, header),
         Api::PromoteMirror => mirror::handle_promote(shard, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),
-        Api::Metadata => metadata::handle(shard, header),
+        Api::Metadata => metadata::handle(shard, header, principal),
         Api::CreateTopic => topics::handle_create(shard, header),
         Api::DeleteTopic => topics::handle_delete(shard, header),
         Api::ElectLeaders => operations::handle_elect(shard, header),
@@ -419,11 +434,16 @@ fn dispatch_once(
         | Api::CommitOffsets
         | Api::LeaveGroup
         | Api::DescribeGroup
-        | Api::ListGroups => groups::handle(shard, known, header),
-        Api::Handshake => Err(Failure::new(
+        | Api::ListGroups => groups::handle(shard, known, header, principal),
+        Api::Handshake | Api::Authenticate => Err(Failure::new(
             ErrorCode::InvalidRequest,
-            "the handshake was already done",
+            "the handshake and its login were already done",
         )),
+        Api::CreateAcls
+        | Api::DeleteAcls
+        | Api::DescribeAcls
+        | Api::AlterUsers
+        | Api::ListUsers => security::handle(shard, known, header),
         _ => Err(Failure::new(
             ErrorCode::UnknownApi,
             format!("api {api} is not served"),

@@ -132,6 +132,11 @@ async fn accept_tls(shard: &Shard, stream: TcpStream) -> Option<Transport> {
 
 struct Conn {
     stream: RefCell<Transport>,
+    /// The client's address (failed logins are counted per address).
+    address: Option<std::net::IpAddr>,
+    /// The principal of the client's verified TLS certificate, or why it
+    /// has none; `None` without a certificate.
+    certificate: Option<Result<String, String>>,
     /// Encrypted: fetches are read and written through the session, not
     /// sent with sendfile.
     tls: bool,
@@ -156,10 +161,22 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         return;
     }
     let _ = stream.set_nodelay(true);
+    let address = stream.peer_addr().ok().map(|a| a.ip());
     let Some(stream) = accept_tls(&shard, stream).await else {
         return;
     };
+    let certificate = match &stream {
+        Transport::Tls(tls) => tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .map(|der| crate::auth::certificate::principal(der)),
+        Transport::Plain(_) => None,
+    };
     let conn = Rc::new(Conn {
+        address,
+        certificate,
         tls: matches!(stream, Transport::Tls(_)),
         stream: RefCell::new(stream),
         fd,
@@ -265,7 +282,7 @@ fn grown(len: usize, frame_bytes: usize) -> usize {
 async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
     let mut buf = vec![0u8; READ_BUFFER_BYTES];
     let mut filled = 0usize;
-    let mut handshaken = false;
+    let mut access = Access::Handshake;
     let config = &shard.config;
     let connected_at = Instant::now();
     let mut frame_started_at = connected_at;
@@ -273,6 +290,7 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
     // (a mirror's or a batching producer's appends, one at a time).
     let mut large_frame = false;
     loop {
+        let handshaken = matches!(access, Access::Open(_));
         let frame_max = if handshaken {
             config.max_request_bytes
         } else {
@@ -318,15 +336,7 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
             let frame_end = start + prefix.frame_bytes;
             let header = &buf[header_start..payload_start];
             let payload = &buf[payload_start..frame_end];
-            let dispatched = if !handshaken {
-                match handshake(shard, prefix, header) {
-                    Ok(response) => {
-                        handshaken = true;
-                        Dispatched::Ready(response)
-                    }
-                    Err(response) => Dispatched::Ready(response),
-                }
-            } else {
+            let dispatched = if let Access::Open(principal) = &access {
                 // Producers wait while the shard's unwritten bytes are over
                 // its share of unwritten_bytes_max (issue 8, item 14): this
                 // connection stops reading until the disk catches up.
@@ -339,8 +349,21 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                     request_id: prefix.request_id,
                     header,
                     payload,
+                    principal: Some(principal),
                 };
                 handler::dispatch(shard, &conn.give_way, request)
+            } else {
+                match login_frame(shard, conn, &mut access, prefix, header) {
+                    Ok(response) => Dispatched::Ready(response),
+                    Err(response) => {
+                        // A failed login: answered after the delay, then
+                        // the connection closes.
+                        let delay = Duration::from_millis(config.login_failure_delay_ms);
+                        glommio::timer::sleep(delay).await;
+                        push(shard, conn, Queued::Ready(prefix.request_id, response));
+                        return Ok(());
+                    }
+                }
             };
             start = frame_end;
             match dispatched {
@@ -469,49 +492,104 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
     }
 }
 
-/// The first frame must be a Handshake whose protocol version we speak.
-fn handshake(shard: &Shard, prefix: FramePrefix, header: &[u8]) -> Result<Response, Response> {
+/// Where a connection stands in its opening.
+enum Access {
+    /// Waiting for the Handshake.
+    Handshake,
+    /// A SCRAM login under way: waiting for its Authenticate.
+    Login(Box<protocol::scram::ServerFirst>),
+    /// Open, acting as this principal.
+    Open(Rc<str>),
+}
+
+/// A frame before the connection is open: the Handshake (with its login),
+/// or a login's Authenticate. `Err` is a failed login's answer: the caller
+/// sends it after the delay and closes the connection.
+fn login_frame(
+    shard: &Shard,
+    conn: &Conn,
+    access: &mut Access,
+    prefix: FramePrefix,
+    header: &[u8],
+) -> Result<Response, Response> {
     let api = prefix.api;
+    let refused = |code, message: &str| handler::error_response(api, code, message, None);
+    if matches!(access, Access::Login(_)) {
+        if api != Api::Authenticate as u16 {
+            return Ok(refused(
+                ErrorCode::AuthenticationRequired,
+                "a login is under way: finish it with Authenticate before any other request",
+            ));
+        }
+        let Access::Login(exchange) = std::mem::replace(access, Access::Handshake) else {
+            return Ok(refused(ErrorCode::Internal, "no login under way"));
+        };
+        let request = match verify::<wire::AuthenticateRequest>(header) {
+            Ok(request) => request,
+            Err(e) => {
+                let message = handler::invalid_header(Api::Authenticate, e).message;
+                return Err(login_failed(shard, conn, api, &message, None));
+            }
+        };
+        let client_final = request.sasl_bytes().map(|b| b.bytes()).unwrap_or_default();
+        return match crate::auth::login::finish(*exchange, client_final) {
+            Ok((principal, server_final)) => {
+                let header = handler::with_builder(shard, |fbb| {
+                    protocol::codec::security::authenticate_response(fbb, &server_final, &principal)
+                        .to_vec()
+                });
+                opened(shard, access, principal);
+                Ok(Response {
+                    api,
+                    error: 0,
+                    header,
+                    payload: Payload::None,
+                })
+            }
+            Err(refusal) => Err(login_failed(
+                shard,
+                conn,
+                api,
+                &refusal.message,
+                refusal.user.as_deref(),
+            )),
+        };
+    }
     if api != Api::Handshake as u16 {
-        return Err(handler::error_response(
-            api,
+        return Ok(refused(
             ErrorCode::HandshakeRequired,
             "the first request on a connection must be a Handshake",
-            None,
         ));
     }
     // PROTOCOL.md §1: every api answers a layout version other than 0
     // with UNSUPPORTED_VERSION, the handshake too (issue 8, item 13).
     if prefix.version_or_error != frame::API_VERSION {
-        return Err(handler::error_response(
-            api,
+        return Ok(refused(
             ErrorCode::UnsupportedVersion,
             &format!(
                 "Handshake api version {} is not supported (this broker speaks {})",
                 prefix.version_or_error,
                 frame::API_VERSION
             ),
-            None,
         ));
     }
-    let request = verify::<wire::HandshakeRequest>(header).map_err(|e| {
-        handler::error_response(
-            api,
-            ErrorCode::InvalidRequest,
-            &handler::invalid_header(Api::Handshake, e).message,
-            None,
-        )
-    })?;
+    let request = match verify::<wire::HandshakeRequest>(header) {
+        Ok(request) => request,
+        Err(e) => {
+            return Ok(refused(
+                ErrorCode::InvalidRequest,
+                &handler::invalid_header(Api::Handshake, e).message,
+            ))
+        }
+    };
     if request.protocol_version() != frame::PROTOCOL_VERSION {
-        return Err(handler::error_response(
-            api,
+        return Ok(refused(
             ErrorCode::UnsupportedVersion,
             &format!(
                 "client speaks protocol version {}, this broker speaks {}",
                 request.protocol_version(),
                 frame::PROTOCOL_VERSION
             ),
-            None,
         ));
     }
     tracing::debug!(
@@ -519,6 +597,34 @@ fn handshake(shard: &Shard, prefix: FramePrefix, header: &[u8]) -> Result<Respon
         shard = shard.id,
         "handshake"
     );
+    let step = shard.security.with(|snapshot| {
+        crate::auth::login::begin(
+            &shard.config,
+            snapshot,
+            conn.certificate.as_ref(),
+            request.sasl_mechanism(),
+            request.sasl_bytes().map(|b| b.bytes()),
+            conn.address,
+            crate::auth::limiter(),
+        )
+    });
+    let (next, principal) = match step {
+        Ok(crate::auth::login::Step::Open(principal)) => (None, Some(principal)),
+        Ok(crate::auth::login::Step::Continue(exchange, answer)) => {
+            *access = Access::Login(exchange);
+            (Some(answer), None)
+        }
+        Err(refusal) if refusal.failed => {
+            return Err(login_failed(
+                shard,
+                conn,
+                api,
+                &refusal.message,
+                refusal.user.as_deref(),
+            ))
+        }
+        Err(refusal) => return Ok(refused(refusal.code, &refusal.message)),
+    };
     let header = handler::with_builder(shard, |fbb| {
         protocol::codec::handshake_response(
             fbb,
@@ -526,15 +632,51 @@ fn handshake(shard: &Shard, prefix: FramePrefix, header: &[u8]) -> Result<Respon
             shard.id,
             shard.shard_count() as u16,
             crate::VERSION,
+            protocol::codec::HandshakeLogin {
+                next: next.as_deref(),
+                principal: principal.as_deref().unwrap_or_default(),
+            },
         )
         .to_vec()
     });
+    if let Some(principal) = principal {
+        opened(shard, access, principal);
+    }
     Ok(Response {
         api,
         error: 0,
         header,
         payload: Payload::None,
     })
+}
+
+fn opened(shard: &Shard, access: &mut Access, principal: String) {
+    crate::metrics::bump(&shard.metrics.counters.logins_total, 1);
+    *access = Access::Open(principal.into());
+}
+
+/// A failed login: counted against the client's address and in the
+/// metrics, logged (rate-limited), and answered AUTHENTICATION_FAILED.
+fn login_failed(
+    shard: &Shard,
+    conn: &Conn,
+    api: u16,
+    message: &str,
+    user: Option<&str>,
+) -> Response {
+    crate::metrics::bump(&shard.metrics.counters.login_failures_total, 1);
+    if let Some(address) = conn.address {
+        crate::auth::limiter().failed(address, Instant::now());
+    }
+    if let Some(suppressed) = shard.login_failures_log.allow() {
+        tracing::warn!(
+            address = ?conn.address,
+            user = user.unwrap_or(""),
+            suppressed,
+            "login failed: {message}"
+        );
+    }
+    handler::error_response(api, ErrorCode::AuthenticationFailed, message, None)
 }
 
 async fn write_loop(shard: Rc<Shard>, conn: Rc<Conn>) {

@@ -59,7 +59,15 @@ pub fn server_config(config: &Config) -> anyhow::Result<Option<Arc<rustls::Serve
                     .add(cert)
                     .with_context(|| format!("{}: not a usable CA certificate", ca.display()))?;
             }
-            let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+            let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots));
+            // With `scram_or_tls`, a client may log in with SCRAM instead
+            // of presenting a certificate; one it presents is still checked.
+            let verifier = if config.authentication == crate::config::Authentication::ScramOrTls {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            let verifier = verifier
                 .build()
                 .with_context(|| format!("client CA {}", ca.display()))?;
             builder.with_client_cert_verifier(verifier)

@@ -182,6 +182,64 @@ async fn serve_link(shard: &Rc<Shard>, key: LinkKey) -> Result<(), String> {
     follow(shard, key, stream).await
 }
 
+/// The Handshake, with the SCRAM login of `broker_user` when the broker
+/// has one (its leaders need it: `authentication = "scram"`).
+async fn log_in<S>(
+    fbb: &mut protocol::flatbuffers::FlatBufferBuilder<'static>,
+    stream: &mut S,
+) -> Result<(), String>
+where
+    S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
+{
+    let refused = |prefix: &FramePrefix, header: &[u8], what: &str| {
+        let why = codec::verify::<protocol::wire::ErrorResponse>(header)
+            .ok()
+            .and_then(|e| e.message().map(str::to_string))
+            .unwrap_or_default();
+        format!(
+            "the {what} was refused ({}): {why}",
+            ErrorCode::from_u16(prefix.version_or_error)
+                .map_or_else(|n| n.to_string(), |c| c.name().to_string())
+        )
+    };
+    let Some((user, password)) = crate::auth::broker_login() else {
+        let hello = codec::handshake_request(fbb, "ringlog-follower").to_vec();
+        let (prefix, header, _) = exchange(stream, &frame_of(Api::Handshake, 0, &hello)).await?;
+        if prefix.version_or_error != 0 {
+            return Err(refused(&prefix, &header, "handshake"));
+        }
+        return Ok(());
+    };
+    let (client, first) = protocol::scram::client_first(user).map_err(|e| e.to_string())?;
+    let hello = codec::security::handshake_login_request(
+        fbb,
+        "ringlog-follower",
+        protocol::scram::MECHANISM,
+        &first,
+    )
+    .to_vec();
+    let (prefix, header, _) = exchange(stream, &frame_of(Api::Handshake, 0, &hello)).await?;
+    if prefix.version_or_error != 0 {
+        return Err(refused(&prefix, &header, "handshake"));
+    }
+    let answer = codec::verify::<protocol::wire::HandshakeResponse>(&header)
+        .map_err(|e| format!("the leader's handshake answer: {e}"))?;
+    let server_first = answer.sasl_bytes().map(|b| b.bytes()).unwrap_or_default();
+    let (client, last) = client
+        .finish(password, server_first)
+        .map_err(|e| format!("logging in as {user}: {e}"))?;
+    let proof = codec::security::authenticate_request(fbb, &last).to_vec();
+    let (prefix, header, _) = exchange(stream, &frame_of(Api::Authenticate, 1, &proof)).await?;
+    if prefix.version_or_error != 0 {
+        return Err(refused(&prefix, &header, &format!("login of {user}")));
+    }
+    let answer = codec::verify::<protocol::wire::AuthenticateResponse>(&header)
+        .map_err(|e| format!("the leader's login answer: {e}"))?;
+    client
+        .verify(answer.sasl_bytes().map(|b| b.bytes()).unwrap_or_default())
+        .map_err(|e| format!("logging in as {user}: {e}"))
+}
+
 /// `step` (a connect, a TLS handshake) within 5 s.
 async fn within_connect_timeout<T>(
     step: impl std::future::Future<Output = Result<T, String>>,
@@ -199,14 +257,7 @@ where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
     let mut fbb = protocol::flatbuffers::FlatBufferBuilder::with_capacity(256);
-    let hello = codec::handshake_request(&mut fbb, "ringlog-follower").to_vec();
-    let (prefix, _, _) = exchange(&mut stream, &frame_of(Api::Handshake, 0, &hello)).await?;
-    if prefix.version_or_error != 0 {
-        return Err(format!(
-            "the handshake was refused (error {})",
-            prefix.version_or_error
-        ));
-    }
+    log_in(&mut fbb, &mut stream).await?;
     let part_bytes = (shard.config.message_bytes_max as u32 + 4096).max(1 << 20);
     let mut backoff: BTreeMap<(String, u32), Instant> = BTreeMap::new();
     let quiet = crate::log_limit::LogLimit::new(Duration::from_secs(10));

@@ -125,6 +125,12 @@ pub struct Shard {
     pub accept_problems: crate::log_limit::LogLimit,
     /// One log line per second for failed fire-and-forget produces.
     pub failed_silent_produces: crate::log_limit::LogLimit,
+    /// The users and access rules as this shard last saw them published.
+    pub security: crate::auth::Cache,
+    /// One log line per second for denied requests.
+    pub denials_log: crate::log_limit::LogLimit,
+    /// One log line per second for failed logins.
+    pub login_failures_log: crate::log_limit::LogLimit,
     /// The shard's disk: every partition's flushes are batched by its one
     /// driver (appends go straight to io_uring).
     pub storage: DiskStorage,

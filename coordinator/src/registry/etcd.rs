@@ -846,6 +846,7 @@ impl Watcher {
                 }
             }
             let mut brokers_changed = false;
+            let mut security_changed = false;
             for event in response.events() {
                 let Some(kv) = event.kv() else { continue };
                 next_revision = next_revision.max(kv.mod_revision() + 1);
@@ -890,6 +891,10 @@ impl Watcher {
                             state,
                         })
                     }
+                    (Some(Key::User(_) | Key::Acl(_)), _) => {
+                        security_changed = true;
+                        None
+                    }
                     _ => None,
                 };
                 if let Some(change) = change {
@@ -897,6 +902,15 @@ impl Watcher {
                         return WatchEnd::Closed;
                     }
                 }
+            }
+            if security_changed
+                && self
+                    .events
+                    .send(RegistryEvent::SecurityChanged)
+                    .await
+                    .is_err()
+            {
+                return WatchEnd::Closed;
             }
             if brokers_changed {
                 let list = brokers.values().cloned().collect();
@@ -1286,6 +1300,29 @@ impl Registry for Etcd {
             self.options.request_timeout,
             self.cluster_id.clone(),
         ))
+    }
+
+    async fn security(&mut self) -> Result<crate::security::SecurityRecords, RegistryError> {
+        let timeout = self.options.request_timeout;
+        tokio::time::timeout(
+            timeout,
+            crate::security::read_etcd(&mut self.client, &self.keys),
+        )
+        .await
+        .map_err(|_| unavailable(format!("no answer within {timeout:?}")))?
+    }
+
+    async fn change_security(
+        &mut self,
+        change: crate::security::SecurityChange,
+    ) -> Result<crate::security::Changed, RegistryError> {
+        let timeout = self.options.request_timeout;
+        tokio::time::timeout(
+            timeout,
+            crate::security::change_etcd(&mut self.client, &self.keys, &change),
+        )
+        .await
+        .map_err(|_| unavailable(format!("no answer within {timeout:?}")))?
     }
 
     async fn next_event(&mut self) -> RegistryEvent {

@@ -9,6 +9,7 @@ pub struct Memory {
     me: BrokerRecord,
     topics: BTreeMap<String, (TopicRecord, i64)>,
     revision: i64,
+    security: crate::security::SecurityRecords,
 }
 
 impl Memory {
@@ -18,6 +19,7 @@ impl Memory {
             me,
             topics: BTreeMap::new(),
             revision: 0,
+            security: Default::default(),
         }
     }
 }
@@ -75,6 +77,17 @@ impl Registry for Memory {
 
     async fn next_event(&mut self) -> RegistryEvent {
         std::future::pending().await
+    }
+
+    async fn security(&mut self) -> Result<crate::security::SecurityRecords, RegistryError> {
+        Ok(self.security.clone())
+    }
+
+    async fn change_security(
+        &mut self,
+        change: crate::security::SecurityChange,
+    ) -> Result<crate::security::Changed, RegistryError> {
+        Ok(self.security.apply(&change))
     }
 }
 

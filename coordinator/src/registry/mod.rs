@@ -425,6 +425,9 @@ pub enum RegistryEvent {
     /// etcd behind the same address, another cluster's data, the id key
     /// deleted): nothing it says applies until a `Resync` follows.
     ForeignCluster(Foreign),
+    /// Users or access rules changed: read them again
+    /// ([`Registry::security`]).
+    SecurityChanged,
 }
 
 /// Which cluster a registry belongs to, as a broker sees it.
@@ -595,7 +598,11 @@ pub fn new_topic_id() -> String {
 }
 
 impl RegistryError {
-    fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> RegistryError {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> RegistryError {
         RegistryError::Io {
             op,
             path: path.into(),
@@ -696,6 +703,17 @@ pub trait Registry {
         }
     }
 
+    /// The users and access control rules.
+    fn security(
+        &mut self,
+    ) -> impl Future<Output = Result<crate::security::SecurityRecords, RegistryError>>;
+
+    /// Changes the users or the access control rules.
+    fn change_security(
+        &mut self,
+        change: crate::security::SecurityChange,
+    ) -> impl Future<Output = Result<crate::security::Changed, RegistryError>>;
+
     /// Which cluster the registry holds, for a store shared by a cluster
     /// (etcd); `None` for a single-broker store.
     fn identity(&self) -> Option<Identity> {
@@ -777,6 +795,68 @@ pub mod conformance {
             );
             assert_eq!(registry.topics().await.unwrap(), vec![b]);
         }
+        check_security(registry).await;
+    }
+
+    /// Users and access rules: stored, replaced, removed, counted.
+    pub async fn check_security(registry: &mut impl Registry) {
+        use crate::security::{Changed, SecurityChange};
+        use protocol::acl::AclRule;
+        use protocol::scram::{Credential, ITERATIONS_MIN};
+        assert_eq!(registry.security().await.unwrap(), Default::default());
+        let alice = Credential::new(b"one", ITERATIONS_MIN);
+        let again = Credential::new(b"two", ITERATIONS_MIN);
+        let users =
+            |upserts: Vec<(&str, &Credential)>, deletions: Vec<&str>| SecurityChange::Users {
+                upserts: upserts
+                    .into_iter()
+                    .map(|(n, c)| (n.to_string(), c.clone()))
+                    .collect(),
+                deletions: deletions.into_iter().map(str::to_string).collect(),
+            };
+        let changed = registry
+            .change_security(users(vec![("alice", &alice), ("bob", &alice)], vec![]))
+            .await
+            .unwrap();
+        assert_eq!(
+            changed,
+            Changed {
+                added: 2,
+                removed: 0
+            }
+        );
+        let changed = registry
+            .change_security(users(vec![("alice", &again)], vec!["bob", "carol"]))
+            .await
+            .unwrap();
+        assert_eq!(
+            changed,
+            Changed {
+                added: 1,
+                removed: 1
+            }
+        );
+        let read = AclRule::parse("allow User:alice read topic:clicks").unwrap();
+        let deny = AclRule::parse("deny User:* write topic-prefix:audit.").unwrap();
+        let changed = registry
+            .change_security(SecurityChange::AddAcls(vec![
+                read.clone(),
+                deny.clone(),
+                read.clone(),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!(changed.added, 2);
+        let stored = registry.security().await.unwrap();
+        assert_eq!(stored.users.len(), 1);
+        assert_eq!(stored.users.get("alice"), Some(&again));
+        assert_eq!(stored.acls, vec![read.clone(), deny.clone()]);
+        let changed = registry
+            .change_security(SecurityChange::RemoveAcls(vec![read.clone(), read]))
+            .await
+            .unwrap();
+        assert_eq!(changed.removed, 1);
+        assert_eq!(registry.security().await.unwrap().acls, vec![deny]);
     }
 
     /// Reads a record with its revision and rewrites it only at that

@@ -30,6 +30,10 @@ pub struct Standalone {
     topics: Vec<TopicRecord>,
     /// Bumped by every change: the revision a rewrite compares.
     revision: i64,
+    /// `security.toml`'s modification time as last read or written: a
+    /// change by `ringlog users add --data-dir` while the broker runs is
+    /// noticed within a second ([`Registry::next_event`]).
+    security_seen: Option<std::time::SystemTime>,
 }
 
 impl Standalone {
@@ -59,6 +63,7 @@ impl Standalone {
             me,
             topics,
             revision: 1,
+            security_seen: None,
         })
     }
 
@@ -161,7 +166,30 @@ impl Registry for Standalone {
     }
 
     async fn next_event(&mut self) -> RegistryEvent {
-        std::future::pending().await
+        // No one else writes topics here; only the security file may change
+        // under the broker. Cancel-safe: nothing changes until it returns.
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let now = crate::security::file_version(&self.data_dir);
+            if now != self.security_seen {
+                self.security_seen = now;
+                return RegistryEvent::SecurityChanged;
+            }
+        }
+    }
+
+    async fn security(&mut self) -> Result<crate::security::SecurityRecords, RegistryError> {
+        self.security_seen = crate::security::file_version(&self.data_dir);
+        crate::security::read_file(&self.data_dir)
+    }
+
+    async fn change_security(
+        &mut self,
+        change: crate::security::SecurityChange,
+    ) -> Result<crate::security::Changed, RegistryError> {
+        let changed = crate::security::change_file(&self.data_dir, &change)?;
+        self.security_seen = crate::security::file_version(&self.data_dir);
+        Ok(changed)
     }
 }
 

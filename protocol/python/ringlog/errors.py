@@ -46,6 +46,9 @@ class ErrorCode(enum.IntEnum):
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 34
     DATA_LOST = 35
     MIRRORED_PARTITION = 36
+    AUTHENTICATION_REQUIRED = 37
+    AUTHENTICATION_FAILED = 38
+    AUTHORIZATION_FAILED = 39
 
 
 #: Codes after which the same request may succeed later.

@@ -54,6 +54,30 @@ pub struct ClientConfig {
     /// TLS for every connection (trusted CA, optional client certificate);
     /// `None` (the default) connects in plain TCP.
     pub tls: Option<super::TlsConfig>,
+    /// A SCRAM-SHA-256 login for every connection, for brokers that need
+    /// one (`authentication = "scram"`); `None` (the default) logs in as no
+    /// one: the broker's anonymous user, or the TLS certificate's.
+    pub login: Option<Login>,
+}
+
+/// A user and password to log in with (SCRAM-SHA-256: the password never
+/// leaves the client; the client also checks that the broker knows the
+/// user's credential).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Login {
+    /// The user name.
+    pub user: String,
+    /// The password's bytes (UTF-8 as typed; not normalised).
+    pub password: Vec<u8>,
+}
+
+impl std::fmt::Debug for Login {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password stays out of logs and panics.
+        f.debug_struct("Login")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ClientConfig {
@@ -66,6 +90,7 @@ impl Default for ClientConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             tls: None,
+            login: None,
         }
     }
 }

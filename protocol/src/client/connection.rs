@@ -36,6 +36,9 @@ pub struct BrokerHello {
     /// The broker's build ("VERSION (GIT_REVISION)"); empty from a broker
     /// that predates the field.
     pub broker_version: String,
+    /// Who this connection acts as ("User:alice", "User:ANONYMOUS");
+    /// empty from a broker that predates logins.
+    pub principal: String,
 }
 
 /// A connection to one broker shard. Not thread-safe; one owner at a time.
@@ -124,7 +127,26 @@ impl Connection {
             waiting: handshake_timeout,
         };
         let name = format!("ringlog-rust/{}", env!("CARGO_PKG_VERSION"));
-        let header = codec::handshake_request(&mut conn.fbb, &name).to_vec();
+        let login =
+            match &config.login {
+                Some(login) => Some(crate::scram::client_first(&login.user).map_err(|e| {
+                    ClientError::Login {
+                        address: address.to_string(),
+                        reason: e.to_string(),
+                    }
+                })?),
+                None => None,
+            };
+        let header = match &login {
+            Some((_, first)) => codec::security::handshake_login_request(
+                &mut conn.fbb,
+                &name,
+                crate::scram::MECHANISM,
+                first,
+            )
+            .to_vec(),
+            None => codec::handshake_request(&mut conn.fbb, &name).to_vec(),
+        };
         let response = match conn.call(Api::Handshake, &header, &[]) {
             Ok(response) => response,
             Err(ClientError::Io(e))
@@ -153,7 +175,6 @@ impl Connection {
             }
             Err(other) => return Err(other),
         };
-        conn.expect_wait(Duration::ZERO)?;
         let hello = verify::<wire::HandshakeResponse>(&response.header)
             .map_err(|e| ClientError::protocol(format!("handshake response: {e}")))?;
         conn.hello = BrokerHello {
@@ -161,8 +182,45 @@ impl Connection {
             shard_id: hello.shard_id(),
             shard_count: hello.shard_count(),
             broker_version: hello.broker_version().unwrap_or_default().to_string(),
+            principal: hello.principal().unwrap_or_default().to_string(),
         };
+        if let (Some((exchange, _)), Some(login)) = (login, &config.login) {
+            let server_first = hello
+                .sasl_bytes()
+                .map(|b| b.bytes().to_vec())
+                .unwrap_or_default();
+            conn.hello.principal = conn.authenticate(exchange, login, &server_first)?;
+        }
+        conn.expect_wait(Duration::ZERO)?;
         Ok(conn)
+    }
+
+    /// The rest of a SCRAM login begun in the Handshake: the proof, and
+    /// the check of the broker's signature. Returns the principal.
+    fn authenticate(
+        &mut self,
+        exchange: crate::scram::ClientFirst,
+        login: &super::Login,
+        server_first: &[u8],
+    ) -> Result<String, ClientError> {
+        let failed = |reason: String| ClientError::Login {
+            address: self.address.clone(),
+            reason,
+        };
+        let (exchange, proof) = exchange
+            .finish(&login.password, server_first)
+            .map_err(|e| failed(e.to_string()))?;
+        let header = codec::security::authenticate_request(&mut self.fbb, &proof).to_vec();
+        let response = self.call(Api::Authenticate, &header, &[])?;
+        let answer = verify::<wire::AuthenticateResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("authenticate response: {e}")))?;
+        exchange
+            .verify(answer.sasl_bytes().map(|b| b.bytes()).unwrap_or_default())
+            .map_err(|e| ClientError::Login {
+                address: self.address.clone(),
+                reason: e.to_string(),
+            })?;
+        Ok(answer.principal().unwrap_or_default().to_string())
     }
 
     /// Another handle on the socket, to shut it down from another thread

@@ -49,7 +49,7 @@ pub use crate::codec::groups::{
 pub use crate::codec::{
     AckMode, Metadata, OffsetSpec, PartitionOffsets, TopicMetadata, TopicSettings,
 };
-pub use config::ClientConfig;
+pub use config::{ClientConfig, Login};
 pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OutOfRange, OwnedMessage, Truncation};
 pub use group::{GroupConfig, GroupConsumer, GroupMessage, OffsetReset, Outage, StartFrom};
@@ -114,6 +114,18 @@ pub enum ClientError {
     /// The broker sent something this client cannot understand.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// This client's side of a login failed: the broker's SCRAM messages
+    /// did not check out (it does not know the user's credential: another
+    /// cluster, or someone in between), or the user name is not valid. A
+    /// broker's refusal is a [`ClientError::Broker`] with
+    /// AUTHENTICATION_FAILED instead.
+    #[error("login to {address} failed: {reason}")]
+    Login {
+        /// The broker's address.
+        address: String,
+        /// What did not check out.
+        reason: String,
+    },
     /// A fetched message failed its checks.
     #[error("corrupt message in {partition}: {source}")]
     Corrupt {
@@ -234,6 +246,10 @@ impl Clone for ClientError {
                 source: io(source),
             },
             ClientError::Io(e) => ClientError::Io(io(e)),
+            ClientError::Login { address, reason } => ClientError::Login {
+                address: address.clone(),
+                reason: reason.clone(),
+            },
             ClientError::NoBroker { tried } => ClientError::NoBroker {
                 tried: tried.clone(),
             },
@@ -377,6 +393,20 @@ impl ClientError {
                 | ClientError::Timeout { .. }
                 | ClientError::Protocol(_)
         )
+    }
+
+    /// True for a login the broker refused or that did not check out
+    /// (AUTHENTICATION_REQUIRED, AUTHENTICATION_FAILED, [`ClientError::Login`]):
+    /// not worth trying on another broker or again as it is.
+    pub fn is_login_failure(&self) -> bool {
+        match self {
+            ClientError::Login { .. } => true,
+            ClientError::Broker { code, .. } => matches!(
+                code,
+                ErrorCode::AuthenticationRequired | ErrorCode::AuthenticationFailed
+            ),
+            _ => false,
+        }
     }
 
     /// True when the same request may succeed if sent again later: a
@@ -765,6 +795,89 @@ impl Client {
         Ok(decoded.mirror_source().unwrap_or_default().to_string())
     }
 
+    /// Adds access control rules (those present already stay); returns
+    /// how many were new. Needs alter on the cluster.
+    pub fn create_acls(&self, rules: &[crate::acl::AclRule]) -> Result<u32, ClientError> {
+        let response = self.request(
+            Api::CreateAcls,
+            |fbb| codec::security::create_acls_request(fbb, rules).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        verify::<wire::CreateAclsResponse>(&response.header)
+            .map(|r| r.created())
+            .map_err(|e| ClientError::protocol(format!("create acls: {e}")))
+    }
+
+    /// Removes access control rules where they exist; returns how many
+    /// did. Needs alter on the cluster.
+    pub fn delete_acls(&self, rules: &[crate::acl::AclRule]) -> Result<u32, ClientError> {
+        let response = self.request(
+            Api::DeleteAcls,
+            |fbb| codec::security::delete_acls_request(fbb, rules).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        verify::<wire::DeleteAclsResponse>(&response.header)
+            .map(|r| r.deleted())
+            .map_err(|e| ClientError::protocol(format!("delete acls: {e}")))
+    }
+
+    /// The access control rules that match `filter`. Needs describe on the
+    /// cluster.
+    pub fn describe_acls(
+        &self,
+        filter: &codec::security::AclFilter,
+    ) -> Result<Vec<crate::acl::AclRule>, ClientError> {
+        let response = self.request(
+            Api::DescribeAcls,
+            |fbb| codec::security::describe_acls_request(fbb, filter).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        codec::security::decode_describe_acls(&response.header)
+            .map_err(|e| ClientError::protocol(format!("describe acls: {e}")))
+    }
+
+    /// Adds or replaces users (each with a credential made here from its
+    /// password: [`crate::scram::Credential::new`]) and removes others.
+    /// Returns (upserted, removed). Needs alter on the cluster.
+    pub fn alter_users(
+        &self,
+        upserts: &[(String, crate::scram::Credential)],
+        deletions: &[String],
+    ) -> Result<(u32, u32), ClientError> {
+        let upserts: Vec<(String, String)> = upserts
+            .iter()
+            .map(|(name, credential)| (name.clone(), credential.to_text()))
+            .collect();
+        let response = self.request(
+            Api::AlterUsers,
+            |fbb| codec::security::alter_users_request(fbb, &upserts, deletions).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        verify::<wire::AlterUsersResponse>(&response.header)
+            .map(|r| (r.upserted(), r.deleted()))
+            .map_err(|e| ClientError::protocol(format!("alter users: {e}")))
+    }
+
+    /// The users who may log in, sorted. Needs describe on the cluster.
+    pub fn list_users(&self) -> Result<Vec<String>, ClientError> {
+        let response = self.request(
+            Api::ListUsers,
+            |fbb| codec::security::list_users_request(fbb).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        let decoded = verify::<wire::ListUsersResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("list users: {e}")))?;
+        Ok(decoded
+            .users()
+            .map(|u| u.iter().map(str::to_string).collect())
+            .unwrap_or_default())
+    }
+
     /// An offset of a partition (earliest, latest, or before a time), with
     /// the partition's current offsets. Asks the shard that owns the
     /// partition, on whichever broker stores it.
@@ -1018,6 +1131,9 @@ fn connect_any(bootstrap: &[String], config: &ClientConfig) -> Result<Connection
     for address in bootstrap {
         match Connection::connect_with(address, config) {
             Ok(conn) => return Ok(conn),
+            // A login refused by one broker is refused by all of them:
+            // trying each would only count more failures against us.
+            Err(e) if e.is_login_failure() => return Err(e),
             Err(e) => tried.push((address.clone(), e)),
         }
     }

@@ -91,6 +91,7 @@ impl OffsetSpec {
 pub mod groups;
 pub mod multi_fetch;
 pub mod operations;
+pub mod security;
 
 /// Verifies `bytes` as a flatbuffer whose root is `T` and returns the root.
 ///
@@ -370,6 +371,7 @@ pub fn handshake_request<'b>(fbb: &'b mut FlatBufferBuilder<'_>, client_name: &s
         &wire::HandshakeRequestArgs {
             protocol_version: crate::frame::PROTOCOL_VERSION,
             client_name: Some(name),
+            ..Default::default()
         },
     );
     finish(fbb, root)
@@ -648,9 +650,12 @@ pub fn handshake_response<'b>(
     shard_id: ShardId,
     shard_count: u16,
     broker_version: &str,
+    login: HandshakeLogin<'_>,
 ) -> &'b [u8] {
     fbb.reset();
     let broker_version = fbb.create_string(broker_version);
+    let sasl_bytes = login.next.map(|b| fbb.create_vector(b));
+    let principal = fbb.create_string(login.principal);
     let root = wire::HandshakeResponse::create(
         fbb,
         &wire::HandshakeResponseArgs {
@@ -659,9 +664,21 @@ pub fn handshake_response<'b>(
             shard_id,
             shard_count,
             broker_version: Some(broker_version),
+            sasl_bytes,
+            principal: Some(principal),
         },
     );
     finish(fbb, root)
+}
+
+/// A Handshake answer's login part.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HandshakeLogin<'a> {
+    /// The mechanism's next message (SCRAM's server-first); `None`: no
+    /// login under way.
+    pub next: Option<&'a [u8]>,
+    /// Who the connection acts as; empty while a login is under way.
+    pub principal: &'a str,
 }
 
 /// What an error response carries beside its code and message.

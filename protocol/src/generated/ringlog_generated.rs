@@ -201,6 +201,396 @@ pub mod ringlog {
         }
 
         impl ::flatbuffers::SimpleToVerifyInSlice for OffsetSpec {}
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        pub const ENUM_MIN_RESOURCE_TYPE: u8 = 0;
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        pub const ENUM_MAX_RESOURCE_TYPE: u8 = 3;
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        #[allow(non_camel_case_types)]
+        pub const ENUM_VALUES_RESOURCE_TYPE: [ResourceType; 4] = [
+            ResourceType::Any,
+            ResourceType::Cluster,
+            ResourceType::Topic,
+            ResourceType::Group,
+        ];
+
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        #[repr(transparent)]
+        pub struct ResourceType(pub u8);
+        #[allow(non_upper_case_globals)]
+        impl ResourceType {
+            pub const Any: Self = Self(0);
+            pub const Cluster: Self = Self(1);
+            pub const Topic: Self = Self(2);
+            pub const Group: Self = Self(3);
+
+            pub const ENUM_MIN: u8 = 0;
+            pub const ENUM_MAX: u8 = 3;
+            pub const ENUM_VALUES: &'static [Self] =
+                &[Self::Any, Self::Cluster, Self::Topic, Self::Group];
+            /// Returns the variant's name or "" if unknown.
+            pub fn variant_name(self) -> Option<&'static str> {
+                match self {
+                    Self::Any => Some("Any"),
+                    Self::Cluster => Some("Cluster"),
+                    Self::Topic => Some("Topic"),
+                    Self::Group => Some("Group"),
+                    _ => None,
+                }
+            }
+        }
+        impl ::core::fmt::Debug for ResourceType {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+                if let Some(name) = self.variant_name() {
+                    f.write_str(name)
+                } else {
+                    f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
+                }
+            }
+        }
+        impl<'a> ::flatbuffers::Follow<'a> for ResourceType {
+            type Inner = Self;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                let b = unsafe { ::flatbuffers::read_scalar_at::<u8>(buf, loc) };
+                Self(b)
+            }
+        }
+
+        impl ::flatbuffers::Push for ResourceType {
+            type Output = ResourceType;
+            #[inline]
+            unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+                unsafe { ::flatbuffers::emplace_scalar::<u8>(dst, self.0) };
+            }
+        }
+
+        impl ::flatbuffers::EndianScalar for ResourceType {
+            type Scalar = u8;
+            #[inline]
+            fn to_little_endian(self) -> u8 {
+                self.0.to_le()
+            }
+            #[inline]
+            #[allow(clippy::wrong_self_convention)]
+            fn from_little_endian(v: u8) -> Self {
+                let b = u8::from_le(v);
+                Self(b)
+            }
+        }
+
+        impl<'a> ::flatbuffers::Verifiable for ResourceType {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                u8::run_verifier(v, pos)
+            }
+        }
+
+        impl ::flatbuffers::SimpleToVerifyInSlice for ResourceType {}
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        pub const ENUM_MIN_PATTERN_TYPE: u8 = 0;
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        pub const ENUM_MAX_PATTERN_TYPE: u8 = 1;
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        #[allow(non_camel_case_types)]
+        pub const ENUM_VALUES_PATTERN_TYPE: [PatternType; 2] =
+            [PatternType::Literal, PatternType::Prefixed];
+
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        #[repr(transparent)]
+        pub struct PatternType(pub u8);
+        #[allow(non_upper_case_globals)]
+        impl PatternType {
+            pub const Literal: Self = Self(0);
+            pub const Prefixed: Self = Self(1);
+
+            pub const ENUM_MIN: u8 = 0;
+            pub const ENUM_MAX: u8 = 1;
+            pub const ENUM_VALUES: &'static [Self] = &[Self::Literal, Self::Prefixed];
+            /// Returns the variant's name or "" if unknown.
+            pub fn variant_name(self) -> Option<&'static str> {
+                match self {
+                    Self::Literal => Some("Literal"),
+                    Self::Prefixed => Some("Prefixed"),
+                    _ => None,
+                }
+            }
+        }
+        impl ::core::fmt::Debug for PatternType {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+                if let Some(name) = self.variant_name() {
+                    f.write_str(name)
+                } else {
+                    f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
+                }
+            }
+        }
+        impl<'a> ::flatbuffers::Follow<'a> for PatternType {
+            type Inner = Self;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                let b = unsafe { ::flatbuffers::read_scalar_at::<u8>(buf, loc) };
+                Self(b)
+            }
+        }
+
+        impl ::flatbuffers::Push for PatternType {
+            type Output = PatternType;
+            #[inline]
+            unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+                unsafe { ::flatbuffers::emplace_scalar::<u8>(dst, self.0) };
+            }
+        }
+
+        impl ::flatbuffers::EndianScalar for PatternType {
+            type Scalar = u8;
+            #[inline]
+            fn to_little_endian(self) -> u8 {
+                self.0.to_le()
+            }
+            #[inline]
+            #[allow(clippy::wrong_self_convention)]
+            fn from_little_endian(v: u8) -> Self {
+                let b = u8::from_le(v);
+                Self(b)
+            }
+        }
+
+        impl<'a> ::flatbuffers::Verifiable for PatternType {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                u8::run_verifier(v, pos)
+            }
+        }
+
+        impl ::flatbuffers::SimpleToVerifyInSlice for PatternType {}
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        pub const ENUM_MIN_ACL_OPERATION: u8 = 0;
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        pub const ENUM_MAX_ACL_OPERATION: u8 = 6;
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        #[allow(non_camel_case_types)]
+        pub const ENUM_VALUES_ACL_OPERATION: [AclOperation; 7] = [
+            AclOperation::All,
+            AclOperation::Read,
+            AclOperation::Write,
+            AclOperation::Create,
+            AclOperation::Delete,
+            AclOperation::Alter,
+            AclOperation::Describe,
+        ];
+
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        #[repr(transparent)]
+        pub struct AclOperation(pub u8);
+        #[allow(non_upper_case_globals)]
+        impl AclOperation {
+            pub const All: Self = Self(0);
+            pub const Read: Self = Self(1);
+            pub const Write: Self = Self(2);
+            pub const Create: Self = Self(3);
+            pub const Delete: Self = Self(4);
+            pub const Alter: Self = Self(5);
+            pub const Describe: Self = Self(6);
+
+            pub const ENUM_MIN: u8 = 0;
+            pub const ENUM_MAX: u8 = 6;
+            pub const ENUM_VALUES: &'static [Self] = &[
+                Self::All,
+                Self::Read,
+                Self::Write,
+                Self::Create,
+                Self::Delete,
+                Self::Alter,
+                Self::Describe,
+            ];
+            /// Returns the variant's name or "" if unknown.
+            pub fn variant_name(self) -> Option<&'static str> {
+                match self {
+                    Self::All => Some("All"),
+                    Self::Read => Some("Read"),
+                    Self::Write => Some("Write"),
+                    Self::Create => Some("Create"),
+                    Self::Delete => Some("Delete"),
+                    Self::Alter => Some("Alter"),
+                    Self::Describe => Some("Describe"),
+                    _ => None,
+                }
+            }
+        }
+        impl ::core::fmt::Debug for AclOperation {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+                if let Some(name) = self.variant_name() {
+                    f.write_str(name)
+                } else {
+                    f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
+                }
+            }
+        }
+        impl<'a> ::flatbuffers::Follow<'a> for AclOperation {
+            type Inner = Self;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                let b = unsafe { ::flatbuffers::read_scalar_at::<u8>(buf, loc) };
+                Self(b)
+            }
+        }
+
+        impl ::flatbuffers::Push for AclOperation {
+            type Output = AclOperation;
+            #[inline]
+            unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+                unsafe { ::flatbuffers::emplace_scalar::<u8>(dst, self.0) };
+            }
+        }
+
+        impl ::flatbuffers::EndianScalar for AclOperation {
+            type Scalar = u8;
+            #[inline]
+            fn to_little_endian(self) -> u8 {
+                self.0.to_le()
+            }
+            #[inline]
+            #[allow(clippy::wrong_self_convention)]
+            fn from_little_endian(v: u8) -> Self {
+                let b = u8::from_le(v);
+                Self(b)
+            }
+        }
+
+        impl<'a> ::flatbuffers::Verifiable for AclOperation {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                u8::run_verifier(v, pos)
+            }
+        }
+
+        impl ::flatbuffers::SimpleToVerifyInSlice for AclOperation {}
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        pub const ENUM_MIN_ACL_PERMISSION: u8 = 0;
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        pub const ENUM_MAX_ACL_PERMISSION: u8 = 1;
+        #[deprecated(
+            since = "2.0.0",
+            note = "Use associated constants instead. This will no longer be generated in 2021."
+        )]
+        #[allow(non_camel_case_types)]
+        pub const ENUM_VALUES_ACL_PERMISSION: [AclPermission; 2] =
+            [AclPermission::Allow, AclPermission::Deny];
+
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        #[repr(transparent)]
+        pub struct AclPermission(pub u8);
+        #[allow(non_upper_case_globals)]
+        impl AclPermission {
+            pub const Allow: Self = Self(0);
+            pub const Deny: Self = Self(1);
+
+            pub const ENUM_MIN: u8 = 0;
+            pub const ENUM_MAX: u8 = 1;
+            pub const ENUM_VALUES: &'static [Self] = &[Self::Allow, Self::Deny];
+            /// Returns the variant's name or "" if unknown.
+            pub fn variant_name(self) -> Option<&'static str> {
+                match self {
+                    Self::Allow => Some("Allow"),
+                    Self::Deny => Some("Deny"),
+                    _ => None,
+                }
+            }
+        }
+        impl ::core::fmt::Debug for AclPermission {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+                if let Some(name) = self.variant_name() {
+                    f.write_str(name)
+                } else {
+                    f.write_fmt(format_args!("<UNKNOWN {:?}>", self.0))
+                }
+            }
+        }
+        impl<'a> ::flatbuffers::Follow<'a> for AclPermission {
+            type Inner = Self;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                let b = unsafe { ::flatbuffers::read_scalar_at::<u8>(buf, loc) };
+                Self(b)
+            }
+        }
+
+        impl ::flatbuffers::Push for AclPermission {
+            type Output = AclPermission;
+            #[inline]
+            unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+                unsafe { ::flatbuffers::emplace_scalar::<u8>(dst, self.0) };
+            }
+        }
+
+        impl ::flatbuffers::EndianScalar for AclPermission {
+            type Scalar = u8;
+            #[inline]
+            fn to_little_endian(self) -> u8 {
+                self.0.to_le()
+            }
+            #[inline]
+            #[allow(clippy::wrong_self_convention)]
+            fn from_little_endian(v: u8) -> Self {
+                let b = u8::from_le(v);
+                Self(b)
+            }
+        }
+
+        impl<'a> ::flatbuffers::Verifiable for AclPermission {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                u8::run_verifier(v, pos)
+            }
+        }
+
+        impl ::flatbuffers::SimpleToVerifyInSlice for AclPermission {}
         pub enum HandshakeRequestOffset {}
         #[derive(Copy, Clone, PartialEq)]
 
@@ -221,6 +611,8 @@ pub mod ringlog {
         impl<'a> HandshakeRequest<'a> {
             pub const VT_PROTOCOL_VERSION: ::flatbuffers::VOffsetT = 4;
             pub const VT_CLIENT_NAME: ::flatbuffers::VOffsetT = 6;
+            pub const VT_SASL_MECHANISM: ::flatbuffers::VOffsetT = 8;
+            pub const VT_SASL_BYTES: ::flatbuffers::VOffsetT = 10;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -237,6 +629,12 @@ pub mod ringlog {
                 args: &'args HandshakeRequestArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<HandshakeRequest<'bldr>> {
                 let mut builder = HandshakeRequestBuilder::new(_fbb);
+                if let Some(x) = args.sasl_bytes {
+                    builder.add_sasl_bytes(x);
+                }
+                if let Some(x) = args.sasl_mechanism {
+                    builder.add_sasl_mechanism(x);
+                }
                 if let Some(x) = args.client_name {
                     builder.add_client_name(x);
                 }
@@ -267,6 +665,31 @@ pub mod ringlog {
                     )
                 }
             }
+            #[inline]
+            pub fn sasl_mechanism(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        HandshakeRequest::VT_SASL_MECHANISM,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn sasl_bytes(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(
+                            HandshakeRequest::VT_SASL_BYTES,
+                            None,
+                        )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for HandshakeRequest<'_> {
@@ -282,6 +705,16 @@ pub mod ringlog {
                         Self::VT_CLIENT_NAME,
                         false,
                     )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "sasl_mechanism",
+                        Self::VT_SASL_MECHANISM,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>(
+                        "sasl_bytes",
+                        Self::VT_SASL_BYTES,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -289,6 +722,8 @@ pub mod ringlog {
         pub struct HandshakeRequestArgs<'a> {
             pub protocol_version: u16,
             pub client_name: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub sasl_mechanism: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub sasl_bytes: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
         }
         impl<'a> Default for HandshakeRequestArgs<'a> {
             #[inline]
@@ -296,6 +731,8 @@ pub mod ringlog {
                 HandshakeRequestArgs {
                     protocol_version: 0,
                     client_name: None,
+                    sasl_mechanism: None,
+                    sasl_bytes: None,
                 }
             }
         }
@@ -321,6 +758,26 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_sasl_mechanism(
+                &mut self,
+                sasl_mechanism: ::flatbuffers::WIPOffset<&'b str>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    HandshakeRequest::VT_SASL_MECHANISM,
+                    sasl_mechanism,
+                );
+            }
+            #[inline]
+            pub fn add_sasl_bytes(
+                &mut self,
+                sasl_bytes: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u8>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    HandshakeRequest::VT_SASL_BYTES,
+                    sasl_bytes,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> HandshakeRequestBuilder<'a, 'b, A> {
@@ -342,6 +799,8 @@ pub mod ringlog {
                 let mut ds = f.debug_struct("HandshakeRequest");
                 ds.field("protocol_version", &self.protocol_version());
                 ds.field("client_name", &self.client_name());
+                ds.field("sasl_mechanism", &self.sasl_mechanism());
+                ds.field("sasl_bytes", &self.sasl_bytes());
                 ds.finish()
             }
         }
@@ -368,6 +827,8 @@ pub mod ringlog {
             pub const VT_SHARD_ID: ::flatbuffers::VOffsetT = 8;
             pub const VT_SHARD_COUNT: ::flatbuffers::VOffsetT = 10;
             pub const VT_BROKER_VERSION: ::flatbuffers::VOffsetT = 12;
+            pub const VT_SASL_BYTES: ::flatbuffers::VOffsetT = 14;
+            pub const VT_PRINCIPAL: ::flatbuffers::VOffsetT = 16;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -384,6 +845,12 @@ pub mod ringlog {
                 args: &'args HandshakeResponseArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<HandshakeResponse<'bldr>> {
                 let mut builder = HandshakeResponseBuilder::new(_fbb);
+                if let Some(x) = args.principal {
+                    builder.add_principal(x);
+                }
+                if let Some(x) = args.sasl_bytes {
+                    builder.add_sasl_bytes(x);
+                }
                 if let Some(x) = args.broker_version {
                     builder.add_broker_version(x);
                 }
@@ -450,6 +917,31 @@ pub mod ringlog {
                     )
                 }
             }
+            #[inline]
+            pub fn sasl_bytes(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(
+                            HandshakeResponse::VT_SASL_BYTES,
+                            None,
+                        )
+                }
+            }
+            #[inline]
+            pub fn principal(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        HandshakeResponse::VT_PRINCIPAL,
+                        None,
+                    )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for HandshakeResponse<'_> {
@@ -468,6 +960,16 @@ pub mod ringlog {
                         Self::VT_BROKER_VERSION,
                         false,
                     )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>(
+                        "sasl_bytes",
+                        Self::VT_SASL_BYTES,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "principal",
+                        Self::VT_PRINCIPAL,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -478,6 +980,8 @@ pub mod ringlog {
             pub shard_id: u16,
             pub shard_count: u16,
             pub broker_version: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub sasl_bytes: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+            pub principal: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for HandshakeResponseArgs<'a> {
             #[inline]
@@ -488,6 +992,8 @@ pub mod ringlog {
                     shard_id: 0,
                     shard_count: 0,
                     broker_version: None,
+                    sasl_bytes: None,
+                    principal: None,
                 }
             }
         }
@@ -531,6 +1037,23 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_sasl_bytes(
+                &mut self,
+                sasl_bytes: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u8>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    HandshakeResponse::VT_SASL_BYTES,
+                    sasl_bytes,
+                );
+            }
+            #[inline]
+            pub fn add_principal(&mut self, principal: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    HandshakeResponse::VT_PRINCIPAL,
+                    principal,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> HandshakeResponseBuilder<'a, 'b, A> {
@@ -555,6 +1078,283 @@ pub mod ringlog {
                 ds.field("shard_id", &self.shard_id());
                 ds.field("shard_count", &self.shard_count());
                 ds.field("broker_version", &self.broker_version());
+                ds.field("sasl_bytes", &self.sasl_bytes());
+                ds.field("principal", &self.principal());
+                ds.finish()
+            }
+        }
+        pub enum AuthenticateRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct AuthenticateRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for AuthenticateRequest<'a> {
+            type Inner = AuthenticateRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> AuthenticateRequest<'a> {
+            pub const VT_SASL_BYTES: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                AuthenticateRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args AuthenticateRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<AuthenticateRequest<'bldr>> {
+                let mut builder = AuthenticateRequestBuilder::new(_fbb);
+                if let Some(x) = args.sasl_bytes {
+                    builder.add_sasl_bytes(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn sasl_bytes(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(
+                            AuthenticateRequest::VT_SASL_BYTES,
+                            None,
+                        )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for AuthenticateRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>(
+                        "sasl_bytes",
+                        Self::VT_SASL_BYTES,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct AuthenticateRequestArgs<'a> {
+            pub sasl_bytes: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+        }
+        impl<'a> Default for AuthenticateRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                AuthenticateRequestArgs { sasl_bytes: None }
+            }
+        }
+
+        pub struct AuthenticateRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AuthenticateRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_sasl_bytes(
+                &mut self,
+                sasl_bytes: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u8>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AuthenticateRequest::VT_SASL_BYTES,
+                    sasl_bytes,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> AuthenticateRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                AuthenticateRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<AuthenticateRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for AuthenticateRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("AuthenticateRequest");
+                ds.field("sasl_bytes", &self.sasl_bytes());
+                ds.finish()
+            }
+        }
+        pub enum AuthenticateResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct AuthenticateResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for AuthenticateResponse<'a> {
+            type Inner = AuthenticateResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> AuthenticateResponse<'a> {
+            pub const VT_SASL_BYTES: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PRINCIPAL: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                AuthenticateResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args AuthenticateResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<AuthenticateResponse<'bldr>> {
+                let mut builder = AuthenticateResponseBuilder::new(_fbb);
+                if let Some(x) = args.principal {
+                    builder.add_principal(x);
+                }
+                if let Some(x) = args.sasl_bytes {
+                    builder.add_sasl_bytes(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn sasl_bytes(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(
+                            AuthenticateResponse::VT_SASL_BYTES,
+                            None,
+                        )
+                }
+            }
+            #[inline]
+            pub fn principal(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        AuthenticateResponse::VT_PRINCIPAL,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for AuthenticateResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>(
+                        "sasl_bytes",
+                        Self::VT_SASL_BYTES,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "principal",
+                        Self::VT_PRINCIPAL,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct AuthenticateResponseArgs<'a> {
+            pub sasl_bytes: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+            pub principal: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for AuthenticateResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                AuthenticateResponseArgs {
+                    sasl_bytes: None,
+                    principal: None,
+                }
+            }
+        }
+
+        pub struct AuthenticateResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AuthenticateResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_sasl_bytes(
+                &mut self,
+                sasl_bytes: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u8>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AuthenticateResponse::VT_SASL_BYTES,
+                    sasl_bytes,
+                );
+            }
+            #[inline]
+            pub fn add_principal(&mut self, principal: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AuthenticateResponse::VT_PRINCIPAL,
+                    principal,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> AuthenticateResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                AuthenticateResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<AuthenticateResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for AuthenticateResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("AuthenticateResponse");
+                ds.field("sasl_bytes", &self.sasl_bytes());
+                ds.field("principal", &self.principal());
                 ds.finish()
             }
         }
@@ -10350,6 +11150,1681 @@ pub mod ringlog {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 let mut ds = f.debug_struct("MultiFetchResponse");
                 ds.field("partitions", &self.partitions());
+                ds.finish()
+            }
+        }
+        pub enum AclRuleOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct AclRule<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for AclRule<'a> {
+            type Inner = AclRule<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> AclRule<'a> {
+            pub const VT_PRINCIPAL: ::flatbuffers::VOffsetT = 4;
+            pub const VT_RESOURCE_TYPE: ::flatbuffers::VOffsetT = 6;
+            pub const VT_RESOURCE_NAME: ::flatbuffers::VOffsetT = 8;
+            pub const VT_PATTERN: ::flatbuffers::VOffsetT = 10;
+            pub const VT_OPERATION: ::flatbuffers::VOffsetT = 12;
+            pub const VT_PERMISSION: ::flatbuffers::VOffsetT = 14;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                AclRule { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args AclRuleArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<AclRule<'bldr>> {
+                let mut builder = AclRuleBuilder::new(_fbb);
+                if let Some(x) = args.resource_name {
+                    builder.add_resource_name(x);
+                }
+                if let Some(x) = args.principal {
+                    builder.add_principal(x);
+                }
+                builder.add_permission(args.permission);
+                builder.add_operation(args.operation);
+                builder.add_pattern(args.pattern);
+                builder.add_resource_type(args.resource_type);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn principal(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(AclRule::VT_PRINCIPAL, None)
+                }
+            }
+            #[inline]
+            pub fn resource_type(&self) -> ResourceType {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<ResourceType>(AclRule::VT_RESOURCE_TYPE, Some(ResourceType::Any))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn resource_name(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        AclRule::VT_RESOURCE_NAME,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn pattern(&self) -> PatternType {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<PatternType>(AclRule::VT_PATTERN, Some(PatternType::Literal))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn operation(&self) -> AclOperation {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<AclOperation>(AclRule::VT_OPERATION, Some(AclOperation::All))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn permission(&self) -> AclPermission {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<AclPermission>(AclRule::VT_PERMISSION, Some(AclPermission::Allow))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for AclRule<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "principal",
+                        Self::VT_PRINCIPAL,
+                        false,
+                    )?
+                    .visit_field::<ResourceType>("resource_type", Self::VT_RESOURCE_TYPE, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "resource_name",
+                        Self::VT_RESOURCE_NAME,
+                        false,
+                    )?
+                    .visit_field::<PatternType>("pattern", Self::VT_PATTERN, false)?
+                    .visit_field::<AclOperation>("operation", Self::VT_OPERATION, false)?
+                    .visit_field::<AclPermission>("permission", Self::VT_PERMISSION, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct AclRuleArgs<'a> {
+            pub principal: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub resource_type: ResourceType,
+            pub resource_name: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub pattern: PatternType,
+            pub operation: AclOperation,
+            pub permission: AclPermission,
+        }
+        impl<'a> Default for AclRuleArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                AclRuleArgs {
+                    principal: None,
+                    resource_type: ResourceType::Any,
+                    resource_name: None,
+                    pattern: PatternType::Literal,
+                    operation: AclOperation::All,
+                    permission: AclPermission::Allow,
+                }
+            }
+        }
+
+        pub struct AclRuleBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AclRuleBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_principal(&mut self, principal: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AclRule::VT_PRINCIPAL,
+                    principal,
+                );
+            }
+            #[inline]
+            pub fn add_resource_type(&mut self, resource_type: ResourceType) {
+                self.fbb_.push_slot::<ResourceType>(
+                    AclRule::VT_RESOURCE_TYPE,
+                    resource_type,
+                    ResourceType::Any,
+                );
+            }
+            #[inline]
+            pub fn add_resource_name(&mut self, resource_name: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AclRule::VT_RESOURCE_NAME,
+                    resource_name,
+                );
+            }
+            #[inline]
+            pub fn add_pattern(&mut self, pattern: PatternType) {
+                self.fbb_.push_slot::<PatternType>(
+                    AclRule::VT_PATTERN,
+                    pattern,
+                    PatternType::Literal,
+                );
+            }
+            #[inline]
+            pub fn add_operation(&mut self, operation: AclOperation) {
+                self.fbb_.push_slot::<AclOperation>(
+                    AclRule::VT_OPERATION,
+                    operation,
+                    AclOperation::All,
+                );
+            }
+            #[inline]
+            pub fn add_permission(&mut self, permission: AclPermission) {
+                self.fbb_.push_slot::<AclPermission>(
+                    AclRule::VT_PERMISSION,
+                    permission,
+                    AclPermission::Allow,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> AclRuleBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                AclRuleBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<AclRule<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for AclRule<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("AclRule");
+                ds.field("principal", &self.principal());
+                ds.field("resource_type", &self.resource_type());
+                ds.field("resource_name", &self.resource_name());
+                ds.field("pattern", &self.pattern());
+                ds.field("operation", &self.operation());
+                ds.field("permission", &self.permission());
+                ds.finish()
+            }
+        }
+        pub enum CreateAclsRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct CreateAclsRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for CreateAclsRequest<'a> {
+            type Inner = CreateAclsRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> CreateAclsRequest<'a> {
+            pub const VT_RULES: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                CreateAclsRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args CreateAclsRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<CreateAclsRequest<'bldr>> {
+                let mut builder = CreateAclsRequestBuilder::new(_fbb);
+                if let Some(x) = args.rules {
+                    builder.add_rules(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn rules(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AclRule<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AclRule>>,
+                    >>(CreateAclsRequest::VT_RULES, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for CreateAclsRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<AclRule>>,
+                    >>("rules", Self::VT_RULES, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct CreateAclsRequestArgs<'a> {
+            pub rules: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AclRule<'a>>>,
+                >,
+            >,
+        }
+        impl<'a> Default for CreateAclsRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                CreateAclsRequestArgs { rules: None }
+            }
+        }
+
+        pub struct CreateAclsRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CreateAclsRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_rules(
+                &mut self,
+                rules: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<AclRule<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    CreateAclsRequest::VT_RULES,
+                    rules,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> CreateAclsRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                CreateAclsRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<CreateAclsRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for CreateAclsRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("CreateAclsRequest");
+                ds.field("rules", &self.rules());
+                ds.finish()
+            }
+        }
+        pub enum CreateAclsResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct CreateAclsResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for CreateAclsResponse<'a> {
+            type Inner = CreateAclsResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> CreateAclsResponse<'a> {
+            pub const VT_CREATED: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                CreateAclsResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args CreateAclsResponseArgs,
+            ) -> ::flatbuffers::WIPOffset<CreateAclsResponse<'bldr>> {
+                let mut builder = CreateAclsResponseBuilder::new(_fbb);
+                builder.add_created(args.created);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn created(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(CreateAclsResponse::VT_CREATED, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for CreateAclsResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<u32>("created", Self::VT_CREATED, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct CreateAclsResponseArgs {
+            pub created: u32,
+        }
+        impl<'a> Default for CreateAclsResponseArgs {
+            #[inline]
+            fn default() -> Self {
+                CreateAclsResponseArgs { created: 0 }
+            }
+        }
+
+        pub struct CreateAclsResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CreateAclsResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_created(&mut self, created: u32) {
+                self.fbb_
+                    .push_slot::<u32>(CreateAclsResponse::VT_CREATED, created, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> CreateAclsResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                CreateAclsResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<CreateAclsResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for CreateAclsResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("CreateAclsResponse");
+                ds.field("created", &self.created());
+                ds.finish()
+            }
+        }
+        pub enum DeleteAclsRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DeleteAclsRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DeleteAclsRequest<'a> {
+            type Inner = DeleteAclsRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DeleteAclsRequest<'a> {
+            pub const VT_RULES: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DeleteAclsRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args DeleteAclsRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<DeleteAclsRequest<'bldr>> {
+                let mut builder = DeleteAclsRequestBuilder::new(_fbb);
+                if let Some(x) = args.rules {
+                    builder.add_rules(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn rules(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AclRule<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AclRule>>,
+                    >>(DeleteAclsRequest::VT_RULES, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DeleteAclsRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<AclRule>>,
+                    >>("rules", Self::VT_RULES, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct DeleteAclsRequestArgs<'a> {
+            pub rules: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AclRule<'a>>>,
+                >,
+            >,
+        }
+        impl<'a> Default for DeleteAclsRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                DeleteAclsRequestArgs { rules: None }
+            }
+        }
+
+        pub struct DeleteAclsRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DeleteAclsRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_rules(
+                &mut self,
+                rules: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<AclRule<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DeleteAclsRequest::VT_RULES,
+                    rules,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DeleteAclsRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DeleteAclsRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DeleteAclsRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DeleteAclsRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DeleteAclsRequest");
+                ds.field("rules", &self.rules());
+                ds.finish()
+            }
+        }
+        pub enum DeleteAclsResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DeleteAclsResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DeleteAclsResponse<'a> {
+            type Inner = DeleteAclsResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DeleteAclsResponse<'a> {
+            pub const VT_DELETED: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DeleteAclsResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args DeleteAclsResponseArgs,
+            ) -> ::flatbuffers::WIPOffset<DeleteAclsResponse<'bldr>> {
+                let mut builder = DeleteAclsResponseBuilder::new(_fbb);
+                builder.add_deleted(args.deleted);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn deleted(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(DeleteAclsResponse::VT_DELETED, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DeleteAclsResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<u32>("deleted", Self::VT_DELETED, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct DeleteAclsResponseArgs {
+            pub deleted: u32,
+        }
+        impl<'a> Default for DeleteAclsResponseArgs {
+            #[inline]
+            fn default() -> Self {
+                DeleteAclsResponseArgs { deleted: 0 }
+            }
+        }
+
+        pub struct DeleteAclsResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DeleteAclsResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_deleted(&mut self, deleted: u32) {
+                self.fbb_
+                    .push_slot::<u32>(DeleteAclsResponse::VT_DELETED, deleted, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DeleteAclsResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DeleteAclsResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DeleteAclsResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DeleteAclsResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DeleteAclsResponse");
+                ds.field("deleted", &self.deleted());
+                ds.finish()
+            }
+        }
+        pub enum DescribeAclsRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DescribeAclsRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DescribeAclsRequest<'a> {
+            type Inner = DescribeAclsRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DescribeAclsRequest<'a> {
+            pub const VT_PRINCIPAL: ::flatbuffers::VOffsetT = 4;
+            pub const VT_RESOURCE_TYPE: ::flatbuffers::VOffsetT = 6;
+            pub const VT_RESOURCE_NAME: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DescribeAclsRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args DescribeAclsRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<DescribeAclsRequest<'bldr>> {
+                let mut builder = DescribeAclsRequestBuilder::new(_fbb);
+                if let Some(x) = args.resource_name {
+                    builder.add_resource_name(x);
+                }
+                if let Some(x) = args.principal {
+                    builder.add_principal(x);
+                }
+                builder.add_resource_type(args.resource_type);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn principal(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        DescribeAclsRequest::VT_PRINCIPAL,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn resource_type(&self) -> ResourceType {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<ResourceType>(
+                            DescribeAclsRequest::VT_RESOURCE_TYPE,
+                            Some(ResourceType::Any),
+                        )
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn resource_name(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        DescribeAclsRequest::VT_RESOURCE_NAME,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DescribeAclsRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "principal",
+                        Self::VT_PRINCIPAL,
+                        false,
+                    )?
+                    .visit_field::<ResourceType>("resource_type", Self::VT_RESOURCE_TYPE, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "resource_name",
+                        Self::VT_RESOURCE_NAME,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct DescribeAclsRequestArgs<'a> {
+            pub principal: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub resource_type: ResourceType,
+            pub resource_name: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for DescribeAclsRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                DescribeAclsRequestArgs {
+                    principal: None,
+                    resource_type: ResourceType::Any,
+                    resource_name: None,
+                }
+            }
+        }
+
+        pub struct DescribeAclsRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DescribeAclsRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_principal(&mut self, principal: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DescribeAclsRequest::VT_PRINCIPAL,
+                    principal,
+                );
+            }
+            #[inline]
+            pub fn add_resource_type(&mut self, resource_type: ResourceType) {
+                self.fbb_.push_slot::<ResourceType>(
+                    DescribeAclsRequest::VT_RESOURCE_TYPE,
+                    resource_type,
+                    ResourceType::Any,
+                );
+            }
+            #[inline]
+            pub fn add_resource_name(&mut self, resource_name: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DescribeAclsRequest::VT_RESOURCE_NAME,
+                    resource_name,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DescribeAclsRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DescribeAclsRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DescribeAclsRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DescribeAclsRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DescribeAclsRequest");
+                ds.field("principal", &self.principal());
+                ds.field("resource_type", &self.resource_type());
+                ds.field("resource_name", &self.resource_name());
+                ds.finish()
+            }
+        }
+        pub enum DescribeAclsResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DescribeAclsResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DescribeAclsResponse<'a> {
+            type Inner = DescribeAclsResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DescribeAclsResponse<'a> {
+            pub const VT_RULES: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DescribeAclsResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args DescribeAclsResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<DescribeAclsResponse<'bldr>> {
+                let mut builder = DescribeAclsResponseBuilder::new(_fbb);
+                if let Some(x) = args.rules {
+                    builder.add_rules(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn rules(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AclRule<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AclRule>>,
+                    >>(DescribeAclsResponse::VT_RULES, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DescribeAclsResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<AclRule>>,
+                    >>("rules", Self::VT_RULES, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct DescribeAclsResponseArgs<'a> {
+            pub rules: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<AclRule<'a>>>,
+                >,
+            >,
+        }
+        impl<'a> Default for DescribeAclsResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                DescribeAclsResponseArgs { rules: None }
+            }
+        }
+
+        pub struct DescribeAclsResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DescribeAclsResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_rules(
+                &mut self,
+                rules: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<AclRule<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DescribeAclsResponse::VT_RULES,
+                    rules,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DescribeAclsResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DescribeAclsResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DescribeAclsResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DescribeAclsResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DescribeAclsResponse");
+                ds.field("rules", &self.rules());
+                ds.finish()
+            }
+        }
+        pub enum UserCredentialOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct UserCredential<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for UserCredential<'a> {
+            type Inner = UserCredential<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> UserCredential<'a> {
+            pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
+            pub const VT_CREDENTIAL: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                UserCredential { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args UserCredentialArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<UserCredential<'bldr>> {
+                let mut builder = UserCredentialBuilder::new(_fbb);
+                if let Some(x) = args.credential {
+                    builder.add_credential(x);
+                }
+                if let Some(x) = args.name {
+                    builder.add_name(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn name(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(UserCredential::VT_NAME, None)
+                }
+            }
+            #[inline]
+            pub fn credential(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        UserCredential::VT_CREDENTIAL,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for UserCredential<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "name",
+                        Self::VT_NAME,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "credential",
+                        Self::VT_CREDENTIAL,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct UserCredentialArgs<'a> {
+            pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub credential: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for UserCredentialArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                UserCredentialArgs {
+                    name: None,
+                    credential: None,
+                }
+            }
+        }
+
+        pub struct UserCredentialBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> UserCredentialBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_name(&mut self, name: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(UserCredential::VT_NAME, name);
+            }
+            #[inline]
+            pub fn add_credential(&mut self, credential: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    UserCredential::VT_CREDENTIAL,
+                    credential,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> UserCredentialBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                UserCredentialBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<UserCredential<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for UserCredential<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("UserCredential");
+                ds.field("name", &self.name());
+                ds.field("credential", &self.credential());
+                ds.finish()
+            }
+        }
+        pub enum AlterUsersRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct AlterUsersRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for AlterUsersRequest<'a> {
+            type Inner = AlterUsersRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> AlterUsersRequest<'a> {
+            pub const VT_UPSERTS: ::flatbuffers::VOffsetT = 4;
+            pub const VT_DELETIONS: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                AlterUsersRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args AlterUsersRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<AlterUsersRequest<'bldr>> {
+                let mut builder = AlterUsersRequestBuilder::new(_fbb);
+                if let Some(x) = args.deletions {
+                    builder.add_deletions(x);
+                }
+                if let Some(x) = args.upserts {
+                    builder.add_upserts(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn upserts(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<UserCredential<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<UserCredential>>,
+                    >>(AlterUsersRequest::VT_UPSERTS, None)
+                }
+            }
+            #[inline]
+            pub fn deletions(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                    >>(AlterUsersRequest::VT_DELETIONS, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for AlterUsersRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<UserCredential>>,
+                    >>("upserts", Self::VT_UPSERTS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<&'_ str>>,
+                    >>("deletions", Self::VT_DELETIONS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct AlterUsersRequestArgs<'a> {
+            pub upserts: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<UserCredential<'a>>>,
+                >,
+            >,
+            pub deletions: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                >,
+            >,
+        }
+        impl<'a> Default for AlterUsersRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                AlterUsersRequestArgs {
+                    upserts: None,
+                    deletions: None,
+                }
+            }
+        }
+
+        pub struct AlterUsersRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AlterUsersRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_upserts(
+                &mut self,
+                upserts: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<UserCredential<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AlterUsersRequest::VT_UPSERTS,
+                    upserts,
+                );
+            }
+            #[inline]
+            pub fn add_deletions(
+                &mut self,
+                deletions: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<&'b str>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AlterUsersRequest::VT_DELETIONS,
+                    deletions,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> AlterUsersRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                AlterUsersRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<AlterUsersRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for AlterUsersRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("AlterUsersRequest");
+                ds.field("upserts", &self.upserts());
+                ds.field("deletions", &self.deletions());
+                ds.finish()
+            }
+        }
+        pub enum AlterUsersResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct AlterUsersResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for AlterUsersResponse<'a> {
+            type Inner = AlterUsersResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> AlterUsersResponse<'a> {
+            pub const VT_UPSERTED: ::flatbuffers::VOffsetT = 4;
+            pub const VT_DELETED: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                AlterUsersResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args AlterUsersResponseArgs,
+            ) -> ::flatbuffers::WIPOffset<AlterUsersResponse<'bldr>> {
+                let mut builder = AlterUsersResponseBuilder::new(_fbb);
+                builder.add_deleted(args.deleted);
+                builder.add_upserted(args.upserted);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn upserted(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(AlterUsersResponse::VT_UPSERTED, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn deleted(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(AlterUsersResponse::VT_DELETED, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for AlterUsersResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<u32>("upserted", Self::VT_UPSERTED, false)?
+                    .visit_field::<u32>("deleted", Self::VT_DELETED, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct AlterUsersResponseArgs {
+            pub upserted: u32,
+            pub deleted: u32,
+        }
+        impl<'a> Default for AlterUsersResponseArgs {
+            #[inline]
+            fn default() -> Self {
+                AlterUsersResponseArgs {
+                    upserted: 0,
+                    deleted: 0,
+                }
+            }
+        }
+
+        pub struct AlterUsersResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AlterUsersResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_upserted(&mut self, upserted: u32) {
+                self.fbb_
+                    .push_slot::<u32>(AlterUsersResponse::VT_UPSERTED, upserted, 0);
+            }
+            #[inline]
+            pub fn add_deleted(&mut self, deleted: u32) {
+                self.fbb_
+                    .push_slot::<u32>(AlterUsersResponse::VT_DELETED, deleted, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> AlterUsersResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                AlterUsersResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<AlterUsersResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for AlterUsersResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("AlterUsersResponse");
+                ds.field("upserted", &self.upserted());
+                ds.field("deleted", &self.deleted());
+                ds.finish()
+            }
+        }
+        pub enum ListUsersRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ListUsersRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ListUsersRequest<'a> {
+            type Inner = ListUsersRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ListUsersRequest<'a> {
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ListUsersRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                _args: &'args ListUsersRequestArgs,
+            ) -> ::flatbuffers::WIPOffset<ListUsersRequest<'bldr>> {
+                let mut builder = ListUsersRequestBuilder::new(_fbb);
+                builder.finish()
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ListUsersRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?.finish();
+                Ok(())
+            }
+        }
+        pub struct ListUsersRequestArgs {}
+        impl<'a> Default for ListUsersRequestArgs {
+            #[inline]
+            fn default() -> Self {
+                ListUsersRequestArgs {}
+            }
+        }
+
+        pub struct ListUsersRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ListUsersRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ListUsersRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ListUsersRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ListUsersRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ListUsersRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ListUsersRequest");
+                ds.finish()
+            }
+        }
+        pub enum ListUsersResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ListUsersResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ListUsersResponse<'a> {
+            type Inner = ListUsersResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ListUsersResponse<'a> {
+            pub const VT_USERS: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ListUsersResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ListUsersResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ListUsersResponse<'bldr>> {
+                let mut builder = ListUsersResponseBuilder::new(_fbb);
+                if let Some(x) = args.users {
+                    builder.add_users(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn users(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                    >>(ListUsersResponse::VT_USERS, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ListUsersResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<&'_ str>>,
+                    >>("users", Self::VT_USERS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ListUsersResponseArgs<'a> {
+            pub users: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                >,
+            >,
+        }
+        impl<'a> Default for ListUsersResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ListUsersResponseArgs { users: None }
+            }
+        }
+
+        pub struct ListUsersResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ListUsersResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_users(
+                &mut self,
+                users: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<&'b str>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ListUsersResponse::VT_USERS,
+                    users,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ListUsersResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ListUsersResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ListUsersResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ListUsersResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ListUsersResponse");
+                ds.field("users", &self.users());
                 ds.finish()
             }
         }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 mod mirror;
 mod operations;
+mod security;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -42,8 +43,38 @@ struct Cli {
     /// [default: the host of each address].
     #[arg(long, value_name = "NAME", global = true)]
     tls_server_name: Option<String>,
+    /// Log in as this user (SCRAM-SHA-256), with --password-file.
+    #[arg(long, env = "RINGLOG_USER", value_name = "NAME", global = true)]
+    user: Option<String>,
+    /// With --user: the file whose first line is the password (never the
+    /// password itself on the command line).
+    #[arg(
+        long,
+        env = "RINGLOG_PASSWORD_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    password_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The login of this run, read once from --user and --password-file.
+static LOGIN: std::sync::OnceLock<Option<protocol::client::Login>> = std::sync::OnceLock::new();
+
+fn login(cli: &Cli) -> anyhow::Result<Option<protocol::client::Login>> {
+    match (&cli.user, &cli.password_file) {
+        (None, None) => Ok(None),
+        (Some(user), Some(file)) => {
+            protocol::scram::check_user(user).context("--user")?;
+            Ok(Some(protocol::client::Login {
+                user: user.clone(),
+                password: security::read_password(file)?,
+            }))
+        }
+        (Some(_), None) => bail!("--user needs --password-file FILE (or RINGLOG_PASSWORD_FILE): a password is never taken from the command line"),
+        (None, Some(_)) => bail!("--password-file needs --user NAME (or RINGLOG_USER)"),
+    }
 }
 
 /// The TLS settings of this run, read once from the flags: every command
@@ -117,6 +148,13 @@ enum Command {
         #[command(flatten)]
         args: PartitionsArgs,
     },
+    /// Users who may log in (SCRAM-SHA-256): add, remove, list.
+    #[command(subcommand)]
+    Users(security::UsersCommand),
+    /// Access control rules: who may do what to which topic, group or the
+    /// cluster.
+    #[command(subcommand)]
+    Acl(security::AclCommand),
     /// Copy topics from another cluster at the same offsets (runs until
     /// stopped); promote a mirrored topic.
     #[command(args_conflicts_with_subcommands = true)]
@@ -415,16 +453,42 @@ fn main() {
 fn connect(brokers: &str) -> anyhow::Result<Client> {
     let config = ClientConfig {
         tls: TLS.get().cloned().flatten(),
+        login: LOGIN.get().cloned().flatten(),
         ..ClientConfig::default()
     };
-    Client::with_config(brokers, config).with_context(|| {
-        format!("no broker reachable at {brokers} (set --brokers or RINGLOG_BROKERS; start one with `broker --data-dir DIR`)")
-    })
+    match Client::with_config(brokers, config) {
+        Ok(client) => Ok(client),
+        // A broker answered: it refused the login, which says why.
+        Err(error) if error.is_login_failure() => Err(error.into()),
+        Err(error) => Err(anyhow::Error::new(error).context(format!(
+            "no broker reachable at {brokers} (set --brokers or RINGLOG_BROKERS; start one with `broker --data-dir DIR`)"
+        ))),
+    }
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     let _ = TLS.set(tls_config(&cli)?);
+    // `users add NAME --password-file F` without --user: no login, and the
+    // file holds the new user's password (the bootstrap of the first user).
+    let adding_without_login = cli.user.is_none()
+        && matches!(
+            cli.command,
+            Command::Users(security::UsersCommand::Add { .. })
+        );
+    let _ = LOGIN.set(if adding_without_login {
+        None
+    } else {
+        login(&cli)?
+    });
     match cli.command {
+        Command::Users(command) => security::users(
+            &cli.brokers,
+            command,
+            cli.password_file
+                .as_deref()
+                .filter(|_| adding_without_login),
+        ),
+        Command::Acl(command) => security::acl(&cli.brokers, command),
         Command::Topic(command) => topic(&cli.brokers, command),
         Command::Produce(args) => produce(&cli.brokers, args),
         Command::Consume(args) => consume(&cli.brokers, args),

@@ -38,8 +38,42 @@ class HandshakeRequest(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # HandshakeRequest
+    def SaslMechanism(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # HandshakeRequest
+    def SaslBytes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # HandshakeRequest
+    def SaslBytesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # HandshakeRequest
+    def SaslBytesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # HandshakeRequest
+    def SaslBytesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        return o == 0
+
 def HandshakeRequestStart(builder):
-    builder.StartObject(2)
+    builder.StartObject(4)
 
 def Start(builder):
     HandshakeRequestStart(builder)
@@ -55,6 +89,24 @@ def HandshakeRequestAddClientName(builder, clientName):
 
 def AddClientName(builder, clientName):
     HandshakeRequestAddClientName(builder, clientName)
+
+def HandshakeRequestAddSaslMechanism(builder, saslMechanism):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(saslMechanism), 0)
+
+def AddSaslMechanism(builder, saslMechanism):
+    HandshakeRequestAddSaslMechanism(builder, saslMechanism)
+
+def HandshakeRequestAddSaslBytes(builder, saslBytes):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(saslBytes), 0)
+
+def AddSaslBytes(builder, saslBytes):
+    HandshakeRequestAddSaslBytes(builder, saslBytes)
+
+def HandshakeRequestStartSaslBytesVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def StartSaslBytesVector(builder, numElems):
+    return HandshakeRequestStartSaslBytesVector(builder, numElems)
 
 def HandshakeRequestEnd(builder):
     return builder.EndObject()

@@ -59,8 +59,42 @@ class HandshakeResponse(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # HandshakeResponse
+    def SaslBytes(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # HandshakeResponse
+    def SaslBytesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # HandshakeResponse
+    def SaslBytesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # HandshakeResponse
+    def SaslBytesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+    # HandshakeResponse
+    def Principal(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def HandshakeResponseStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(7)
 
 def Start(builder):
     HandshakeResponseStart(builder)
@@ -94,6 +128,24 @@ def HandshakeResponseAddBrokerVersion(builder, brokerVersion):
 
 def AddBrokerVersion(builder, brokerVersion):
     HandshakeResponseAddBrokerVersion(builder, brokerVersion)
+
+def HandshakeResponseAddSaslBytes(builder, saslBytes):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(saslBytes), 0)
+
+def AddSaslBytes(builder, saslBytes):
+    HandshakeResponseAddSaslBytes(builder, saslBytes)
+
+def HandshakeResponseStartSaslBytesVector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def StartSaslBytesVector(builder, numElems):
+    return HandshakeResponseStartSaslBytesVector(builder, numElems)
+
+def HandshakeResponseAddPrincipal(builder, principal):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(principal), 0)
+
+def AddPrincipal(builder, principal):
+    HandshakeResponseAddPrincipal(builder, principal)
 
 def HandshakeResponseEnd(builder):
     return builder.EndObject()

@@ -1,0 +1,275 @@
+//! A connection's login: from the Handshake to the principal it acts as.
+//!
+//! | `authentication` | Handshake without a login | Handshake with SCRAM-SHA-256 |
+//! |---|---|---|
+//! | `none` (default) | the certificate's principal, else `User:ANONYMOUS` | checked; its user |
+//! | `scram` | AUTHENTICATION_REQUIRED (the connection may try again) | checked; its user |
+//! | `tls` | the certificate's principal | AUTHENTICATION_FAILED: certificates only |
+//! | `scram_or_tls` | the certificate's principal, else AUTHENTICATION_REQUIRED | checked; its user |
+//!
+//! A SCRAM login takes two round trips: the Handshake carries the client's
+//! first message and its answer the broker's; Authenticate carries the
+//! client's proof and its answer the broker's signature. Until then the
+//! connection serves nothing else, and all of it must happen within
+//! `handshake_timeout_ms`. Every failure — wrong password, unknown user
+//! (indistinguishable: [`protocol::scram`]), a mechanism not offered, a
+//! malformed message, an address past its failed logins ([`super::limiter`])
+//! — is answered AUTHENTICATION_FAILED after `login_failure_delay_ms`, and
+//! the connection is closed.
+
+use crate::config::{Authentication, Config};
+use protocol::scram::{self, ScramError, ServerFirst};
+use protocol::ErrorCode;
+use std::net::IpAddr;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// What the Handshake's login part led to.
+#[derive(Debug)]
+pub enum Step {
+    /// The connection is open, acting as this principal.
+    Open(String),
+    /// A SCRAM login is under way: answer with these bytes, then take
+    /// Authenticate.
+    Continue(Box<ServerFirst>, Vec<u8>),
+}
+
+/// A login refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// AUTHENTICATION_REQUIRED or AUTHENTICATION_FAILED.
+    pub code: ErrorCode,
+    /// For the client (never which of user and password was wrong).
+    pub message: String,
+    /// A failed login: answered after the delay, then the connection is
+    /// closed, and the address's failures count it. Otherwise the client
+    /// may send another Handshake.
+    pub failed: bool,
+    /// The user the client named, for the broker's log.
+    pub user: Option<String>,
+}
+
+impl Refusal {
+    fn failed(message: impl Into<String>, user: Option<&str>) -> Refusal {
+        Refusal {
+            code: ErrorCode::AuthenticationFailed,
+            message: message.into(),
+            failed: true,
+            user: user.map(str::to_string),
+        }
+    }
+}
+
+/// This process's secret for made-up salts of users that do not exist.
+fn secret() -> &'static [u8; 32] {
+    static SECRET: OnceLock<[u8; 32]> = OnceLock::new();
+    SECRET.get_or_init(|| {
+        let mut bytes = [0u8; 32];
+        scram::fill_random(&mut bytes);
+        bytes
+    })
+}
+
+/// The login part of a Handshake: `mechanism` and `first` as the client
+/// sent them (absent or empty: none), `certificate` the principal of the
+/// client's verified TLS certificate (or why it has none), `address` the
+/// client's.
+pub fn begin(
+    config: &Config,
+    users: &super::Snapshot,
+    certificate: Option<&Result<String, String>>,
+    mechanism: Option<&str>,
+    first: Option<&[u8]>,
+    address: Option<IpAddr>,
+    limiter: &super::limiter::Limiter,
+) -> Result<Step, Refusal> {
+    let mode = config.authentication;
+    let Some(mechanism) = mechanism.filter(|m| !m.is_empty()) else {
+        return match (mode, certificate) {
+            (Authentication::Scram, _) | (Authentication::ScramOrTls, None) => Err(Refusal {
+                code: ErrorCode::AuthenticationRequired,
+                message: format!(
+                    "this broker needs a login: a Handshake with sasl_mechanism {}{} (the CLI: --user NAME --password-file FILE)",
+                    scram::MECHANISM,
+                    if mode == Authentication::ScramOrTls { ", or a TLS client certificate" } else { "" }
+                ),
+                failed: false,
+                user: None,
+            }),
+            (_, Some(Ok(principal))) => Ok(Step::Open(principal.clone())),
+            (Authentication::None, _) => Ok(Step::Open(protocol::acl::ANONYMOUS.to_string())),
+            (_, Some(Err(why))) => Err(Refusal::failed(why.clone(), None)),
+            (Authentication::Tls, None) => Err(Refusal::failed(
+                "this broker authenticates by TLS client certificate, and the connection presented none",
+                None,
+            )),
+        };
+    };
+    if mode == Authentication::Tls {
+        return Err(Refusal::failed(
+            "this broker authenticates by TLS client certificate, not by a SASL login",
+            None,
+        ));
+    }
+    if mechanism != scram::MECHANISM {
+        return Err(Refusal::failed(
+            format!(
+                "mechanism {:?} is not offered: this broker takes {}",
+                mechanism.chars().take(64).collect::<String>(),
+                scram::MECHANISM
+            ),
+            None,
+        ));
+    }
+    if let Some(address) = address {
+        if let Some(wait) = limiter.blocked(address, Instant::now()) {
+            return Err(Refusal::failed(
+                format!(
+                    "too many failed logins from {address}: its logins are refused for {} s more",
+                    wait.as_secs().max(1)
+                ),
+                None,
+            ));
+        }
+    }
+    let first = first.unwrap_or_default();
+    match scram::server_first(first, |user| users.users.get(user).cloned(), secret()) {
+        Ok((exchange, answer)) => Ok(Step::Continue(Box::new(exchange), answer)),
+        Err(error) => Err(Refusal::failed(format!("login failed: {error}"), None)),
+    }
+}
+
+/// The Authenticate request of a SCRAM login: the principal and the
+/// broker's final message, or the refusal.
+pub fn finish(exchange: ServerFirst, client_final: &[u8]) -> Result<(String, Vec<u8>), Refusal> {
+    let user = exchange.user().to_string();
+    match exchange.finish(client_final) {
+        Ok((user, answer)) => Ok((format!("User:{user}"), answer)),
+        Err(ScramError::WrongPassword) => Err(Refusal::failed(
+            format!("login failed for user {user:?}: wrong user name or password"),
+            Some(&user),
+        )),
+        Err(error) => Err(Refusal::failed(
+            format!("login failed: {error}"),
+            Some(&user),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use coordinator::security::SecurityRecords;
+    use protocol::scram::{client_first, Credential, ITERATIONS_MIN};
+
+    fn snapshot() -> super::super::Snapshot {
+        let mut records = SecurityRecords::default();
+        records
+            .users
+            .insert("alice".into(), Credential::new(b"pw", ITERATIONS_MIN));
+        super::super::Snapshot {
+            users: records.users.into_iter().collect(),
+            acls: Default::default(),
+        }
+    }
+
+    fn config(authentication: Authentication) -> Config {
+        Config {
+            authentication,
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn each_mode_answers_a_handshake_without_a_login_as_its_table_says() {
+        let users = snapshot();
+        let limiter = super::super::limiter::Limiter::new(3, 10);
+        let cert = Ok("User:carol".to_string());
+        let open = |mode, cert: Option<&Result<String, String>>| match begin(
+            &config(mode),
+            &users,
+            cert,
+            None,
+            None,
+            None,
+            &limiter,
+        ) {
+            Ok(Step::Open(p)) => Ok(p),
+            Ok(Step::Continue(..)) => Err(ErrorCode::Internal),
+            Err(r) => Err(r.code),
+        };
+        assert_eq!(open(Authentication::None, None).unwrap(), "User:ANONYMOUS");
+        assert_eq!(
+            open(Authentication::None, Some(&cert)).unwrap(),
+            "User:carol"
+        );
+        assert_eq!(
+            open(Authentication::Scram, Some(&cert)),
+            Err(ErrorCode::AuthenticationRequired)
+        );
+        assert_eq!(
+            open(Authentication::Tls, Some(&cert)).unwrap(),
+            "User:carol"
+        );
+        assert_eq!(
+            open(Authentication::ScramOrTls, Some(&cert)).unwrap(),
+            "User:carol"
+        );
+        assert_eq!(
+            open(Authentication::ScramOrTls, None),
+            Err(ErrorCode::AuthenticationRequired)
+        );
+        let no_cn = Err("no common name".to_string());
+        assert_eq!(
+            open(Authentication::Tls, Some(&no_cn)),
+            Err(ErrorCode::AuthenticationFailed)
+        );
+    }
+
+    #[test]
+    fn a_scram_login_opens_as_its_user_and_failures_are_blocked_per_address() {
+        let users = snapshot();
+        let limiter = super::super::limiter::Limiter::new(2, 10);
+        let address: IpAddr = "127.0.0.9".parse().unwrap();
+        let attempt = |password: &[u8]| -> Result<String, Refusal> {
+            let (client, first) = client_first("alice").unwrap();
+            let step = begin(
+                &config(Authentication::Scram),
+                &users,
+                None,
+                Some(scram::MECHANISM),
+                Some(&first),
+                Some(address),
+                &limiter,
+            )?;
+            let Step::Continue(exchange, answer) = step else {
+                panic!("no exchange")
+            };
+            let (_, last) = client.finish(password, &answer).unwrap();
+            let (principal, _) = finish(*exchange, &last)?;
+            Ok(principal)
+        };
+        assert_eq!(attempt(b"pw").unwrap(), "User:alice");
+        for _ in 0..2 {
+            let refusal = attempt(b"guess").unwrap_err();
+            assert!(refusal.failed && refusal.message.contains("wrong user name or password"));
+            limiter.failed(address, Instant::now());
+        }
+        let blocked = attempt(b"pw").unwrap_err();
+        assert!(
+            blocked.message.contains("too many failed logins"),
+            "{blocked:?}"
+        );
+        let other = begin(
+            &config(Authentication::Scram),
+            &users,
+            None,
+            Some("PLAIN"),
+            Some(b"x"),
+            None,
+            &limiter,
+        )
+        .unwrap_err();
+        assert!(other.message.contains("is not offered"), "{other:?}");
+    }
+}

@@ -1,0 +1,379 @@
+//! What the registry keeps for security: the users who may log in (their
+//! SCRAM-SHA-256 credentials, never a password) and the access control
+//! rules.
+//!
+//! | store      | where                                                  |
+//! |------------|--------------------------------------------------------|
+//! | standalone | `<data-dir>/security.toml`, rewritten atomically       |
+//! | memory     | the process's memory (tests)                           |
+//! | etcd       | `security/users/<name>` and `security/acls/<rule>` under the cluster's prefix ([`crate::keys`]) |
+//!
+//! The first user is written before any broker runs, straight into the
+//! store (`ringlog users add NAME --password-file F --data-dir DIR`, or
+//! `--etcd URL`): [`change_file`] and [`change_etcd`]. From then on users
+//! and rules change through any broker (AlterUsers, CreateAcls,
+//! DeleteAcls), whose control thread owns the registry.
+
+use crate::keys::{Key, Keys};
+use crate::registry::RegistryError;
+use protocol::acl::AclRule;
+use protocol::scram::Credential;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// File name of the standalone store inside the data directory.
+pub const SECURITY_FILE: &str = "security.toml";
+
+/// The users and rules, as stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecurityRecords {
+    /// Each user's credential, by name.
+    pub users: BTreeMap<String, Credential>,
+    /// The access control rules, sorted, without duplicates.
+    pub acls: Vec<AclRule>,
+}
+
+/// A change to the users or the rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecurityChange {
+    /// Add or replace these users' credentials, remove those users.
+    Users {
+        /// (name, credential) to add or replace.
+        upserts: Vec<(String, Credential)>,
+        /// Names to remove.
+        deletions: Vec<String>,
+    },
+    /// Add these rules (those present already stay as they are).
+    AddAcls(Vec<AclRule>),
+    /// Remove these rules where they exist.
+    RemoveAcls(Vec<AclRule>),
+}
+
+/// What a change did: users added or replaced and removed, or rules
+/// created and deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Changed {
+    /// Users upserted, or rules that were new.
+    pub added: u32,
+    /// Users or rules that existed and are gone.
+    pub removed: u32,
+}
+
+impl SecurityRecords {
+    /// Applies `change` in memory.
+    pub fn apply(&mut self, change: &SecurityChange) -> Changed {
+        let mut changed = Changed::default();
+        match change {
+            SecurityChange::Users { upserts, deletions } => {
+                for (name, credential) in upserts {
+                    self.users.insert(name.clone(), credential.clone());
+                    changed.added += 1;
+                }
+                for name in deletions {
+                    changed.removed += u32::from(self.users.remove(name).is_some());
+                }
+            }
+            SecurityChange::AddAcls(rules) => {
+                for rule in rules {
+                    if let Err(at) = self.acls.binary_search(rule) {
+                        self.acls.insert(at, rule.clone());
+                        changed.added += 1;
+                    }
+                }
+            }
+            SecurityChange::RemoveAcls(rules) => {
+                for rule in rules {
+                    if let Ok(at) = self.acls.binary_search(rule) {
+                        self.acls.remove(at);
+                        changed.removed += 1;
+                    }
+                }
+            }
+        }
+        changed
+    }
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct SecurityFile {
+    /// name = "SCRAM-SHA-256:..."
+    #[serde(default)]
+    users: BTreeMap<String, String>,
+    /// Rules in their text form.
+    #[serde(default)]
+    acls: Vec<String>,
+}
+
+fn corrupt(path: &Path, reason: impl std::fmt::Display) -> RegistryError {
+    RegistryError::Corrupt {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Reads `<dir>/security.toml`; a missing file holds no users and no rules.
+pub fn read_file(dir: &Path) -> Result<SecurityRecords, RegistryError> {
+    let path = dir.join(SECURITY_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SecurityRecords::default()),
+        Err(e) => return Err(RegistryError::io("reading", &path, e)),
+    };
+    let file: SecurityFile = toml::from_str(&text).map_err(|e| corrupt(&path, e))?;
+    let mut records = SecurityRecords::default();
+    for (name, credential) in file.users {
+        protocol::scram::check_user(&name).map_err(|e| corrupt(&path, e))?;
+        let credential = Credential::from_text(&credential)
+            .map_err(|e| corrupt(&path, format!("user {name}: {e}")))?;
+        records.users.insert(name, credential);
+    }
+    for line in file.acls {
+        records
+            .acls
+            .push(AclRule::parse(&line).map_err(|e| corrupt(&path, e))?);
+    }
+    records.acls.sort();
+    records.acls.dedup();
+    Ok(records)
+}
+
+/// Replaces `<dir>/security.toml` atomically and durably.
+pub fn write_file(dir: &Path, records: &SecurityRecords) -> Result<(), RegistryError> {
+    let path = dir.join(SECURITY_FILE);
+    let tmp = dir.join(format!("{SECURITY_FILE}.tmp"));
+    let file = SecurityFile {
+        users: records
+            .users
+            .iter()
+            .map(|(name, c)| (name.clone(), c.to_text()))
+            .collect(),
+        acls: records.acls.iter().map(|r| r.to_string()).collect(),
+    };
+    let text = toml::to_string(&file)
+        .map_err(|e| RegistryError::io("encoding", &path, std::io::Error::other(e)))?;
+    let mut out =
+        std::fs::File::create(&tmp).map_err(|e| RegistryError::io("creating", &tmp, e))?;
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.sync_all())
+        .map_err(|e| RegistryError::io("writing", &tmp, e))?;
+    drop(out);
+    std::fs::rename(&tmp, &path).map_err(|e| RegistryError::io("renaming", &path, e))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| RegistryError::io("syncing", dir, e))?;
+    Ok(())
+}
+
+/// Applies `change` to `<dir>/security.toml` (read, change, replace).
+pub fn change_file(dir: &Path, change: &SecurityChange) -> Result<Changed, RegistryError> {
+    let mut records = read_file(dir)?;
+    let changed = records.apply(change);
+    write_file(dir, &records)?;
+    Ok(changed)
+}
+
+/// The modification time of `<dir>/security.toml` (`None`: no file), so a
+/// standalone broker notices a change written by `ringlog users add
+/// --data-dir` while it runs.
+pub fn file_version(dir: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(dir.join(SECURITY_FILE))
+        .and_then(|m| m.modified())
+        .ok()
+}
+
+/// Reads the users and rules under `keys` in etcd. An entry that does
+/// not parse is skipped with a warning (it grants nothing).
+pub async fn read_etcd(
+    client: &mut etcd_client::Client,
+    keys: &Keys,
+) -> Result<SecurityRecords, RegistryError> {
+    let options = etcd_client::GetOptions::new().with_prefix();
+    let response = client
+        .get(keys.security(), Some(options))
+        .await
+        .map_err(|e| RegistryError::Unavailable {
+            reason: format!("reading users and access rules: {e}"),
+        })?;
+    let mut records = SecurityRecords::default();
+    for kv in response.kvs() {
+        let (Ok(key), Ok(value)) = (
+            std::str::from_utf8(kv.key()),
+            std::str::from_utf8(kv.value()),
+        ) else {
+            continue;
+        };
+        match keys.parse(key) {
+            Some(Key::User(name)) => match Credential::from_text(value) {
+                Ok(credential) if protocol::scram::check_user(name).is_ok() => {
+                    records.users.insert(name.to_string(), credential);
+                }
+                _ => tracing::warn!(
+                    key,
+                    "a user's credential in etcd does not parse; that user cannot log in"
+                ),
+            },
+            Some(Key::Acl(text)) => match AclRule::parse(text) {
+                Ok(rule) => records.acls.push(rule),
+                Err(error) => {
+                    tracing::warn!(key, %error, "an access rule in etcd does not parse; it grants and denies nothing")
+                }
+            },
+            _ => {}
+        }
+    }
+    records.acls.sort();
+    records.acls.dedup();
+    Ok(records)
+}
+
+/// Applies `change` to etcd under `keys`, in one transaction.
+pub async fn change_etcd(
+    client: &mut etcd_client::Client,
+    keys: &Keys,
+    change: &SecurityChange,
+) -> Result<Changed, RegistryError> {
+    let before = read_etcd(client, keys).await?;
+    let mut after = before.clone();
+    let changed = after.apply(change);
+    let mut ops = Vec::new();
+    match change {
+        SecurityChange::Users { upserts, deletions } => {
+            for (name, credential) in upserts {
+                ops.push(etcd_client::TxnOp::put(
+                    keys.user(name),
+                    credential.to_text(),
+                    None,
+                ));
+            }
+            for name in deletions {
+                ops.push(etcd_client::TxnOp::delete(keys.user(name), None));
+            }
+        }
+        SecurityChange::AddAcls(rules) => {
+            for rule in rules {
+                let text = rule.to_string();
+                ops.push(etcd_client::TxnOp::put(keys.acl(&text), text, None));
+            }
+        }
+        SecurityChange::RemoveAcls(rules) => {
+            for rule in rules {
+                ops.push(etcd_client::TxnOp::delete(
+                    keys.acl(&rule.to_string()),
+                    None,
+                ));
+            }
+        }
+    }
+    if ops.is_empty() {
+        return Ok(changed);
+    }
+    client
+        .txn(etcd_client::Txn::new().and_then(ops))
+        .await
+        .map_err(|e| RegistryError::Unavailable {
+            reason: format!("changing users or access rules: {e}"),
+        })?;
+    Ok(changed)
+}
+
+/// Connects to etcd at `endpoints` for the CLI's bootstrap (no broker
+/// involved), within 5 s.
+async fn connect_etcd(endpoints: &[String]) -> Result<etcd_client::Client, RegistryError> {
+    let options = etcd_client::ConnectOptions::new()
+        .with_connect_timeout(std::time::Duration::from_secs(5))
+        .with_timeout(std::time::Duration::from_secs(5));
+    etcd_client::Client::connect(endpoints.to_vec(), Some(options))
+        .await
+        .map_err(|e| RegistryError::Unavailable {
+            reason: format!("connecting to {}: {e}", endpoints.join(",")),
+        })
+}
+
+/// Applies `change` to cluster `cluster`'s registry in the etcd at
+/// `endpoints` (`ringlog users add --etcd`, before any broker runs).
+pub async fn change_at(
+    endpoints: &[String],
+    cluster: &str,
+    change: &SecurityChange,
+) -> Result<Changed, RegistryError> {
+    let mut client = connect_etcd(endpoints).await?;
+    change_etcd(&mut client, &Keys::new(cluster), change).await
+}
+
+/// The users and rules of cluster `cluster` in the etcd at `endpoints`.
+pub async fn read_at(
+    endpoints: &[String],
+    cluster: &str,
+) -> Result<SecurityRecords, RegistryError> {
+    let mut client = connect_etcd(endpoints).await?;
+    read_etcd(&mut client, &Keys::new(cluster)).await
+}
+
+/// The password in a file: its first line, without the line ending.
+/// Refused when the file is empty or unreadable (the error names it).
+pub fn read_password_file(path: &Path) -> Result<Vec<u8>, std::io::Error> {
+    let text = std::fs::read(path).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("reading the password file {}: {e}", path.display()),
+        )
+    })?;
+    let line = text.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    if line.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the password file {} is empty", path.display()),
+        ));
+    }
+    Ok(line.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_store_keeps_users_and_rules_across_reads_and_refuses_a_corrupt_file() {
+        let dir = std::env::temp_dir().join(format!("ringlog-security-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(read_file(&dir).unwrap(), SecurityRecords::default());
+        assert_eq!(file_version(&dir), None);
+        let alice = Credential::new(b"pw", protocol::scram::ITERATIONS_MIN);
+        let changed = change_file(
+            &dir,
+            &SecurityChange::Users {
+                upserts: vec![("alice".into(), alice.clone())],
+                deletions: vec!["nobody".into()],
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            changed,
+            Changed {
+                added: 1,
+                removed: 0
+            }
+        );
+        let rule = AclRule::parse("allow User:alice read topic:clicks").unwrap();
+        let add = SecurityChange::AddAcls(vec![rule.clone(), rule.clone()]);
+        assert_eq!(change_file(&dir, &add).unwrap().added, 1);
+        assert_eq!(change_file(&dir, &add).unwrap().added, 0);
+        let records = read_file(&dir).unwrap();
+        assert_eq!(records.users.get("alice"), Some(&alice));
+        assert_eq!(records.acls, vec![rule.clone()]);
+        assert!(file_version(&dir).is_some());
+        let text = std::fs::read_to_string(dir.join(SECURITY_FILE)).unwrap();
+        assert!(!text.contains("pw\""), "{text}");
+        let removed = change_file(&dir, &SecurityChange::RemoveAcls(vec![rule])).unwrap();
+        assert_eq!(removed.removed, 1);
+        std::fs::write(dir.join(SECURITY_FILE), "acls = [\"allow nobody\"]").unwrap();
+        assert!(matches!(
+            read_file(&dir),
+            Err(RegistryError::Corrupt { .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

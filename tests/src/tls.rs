@@ -15,7 +15,8 @@ pub struct TlsFiles {
     pub server_cert: PathBuf,
     /// The broker's key.
     pub server_key: PathBuf,
-    /// A client certificate signed by `ca`, and its key.
+    /// A client certificate signed by `ca` (common name `client`: the
+    /// principal `User:client`), and its key.
     pub client_cert: PathBuf,
     /// The client's key.
     pub client_key: PathBuf,
@@ -49,10 +50,17 @@ fn ca(name: &str) -> Ca {
     }
 }
 
-fn leaf(ca: &Ca, names: &[&str]) -> (String, String) {
+/// A certificate for `names`, signed by `ca`, whose subject's common name
+/// is `common_name` (the principal a broker takes from it).
+fn leaf(ca: &Ca, names: &[&str], common_name: &str) -> (String, String) {
     let key = KeyPair::generate().unwrap_or_else(|e| panic!("key: {e}"));
-    let params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-        .unwrap_or_else(|e| panic!("params: {e}"));
+    let mut params =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap_or_else(|e| panic!("params: {e}"));
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, common_name);
     let cert = params
         .signed_by(&key, &ca.issuer)
         .unwrap_or_else(|e| panic!("certificate: {e}"));
@@ -70,9 +78,9 @@ pub fn make_certificates(dir: &Path) -> TlsFiles {
     std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let trusted = ca("ringlog test CA");
     let other = ca("untrusted CA");
-    let (server_cert, server_key) = leaf(&trusted, &["127.0.0.1", "localhost"]);
-    let (client_cert, client_key) = leaf(&trusted, &["client.test"]);
-    let (other_cert, other_key) = leaf(&other, &["intruder.test"]);
+    let (server_cert, server_key) = leaf(&trusted, &["127.0.0.1", "localhost"], "broker");
+    let (client_cert, client_key) = leaf(&trusted, &["client.test"], "client");
+    let (other_cert, other_key) = leaf(&other, &["intruder.test"], "intruder");
     TlsFiles {
         ca: write(dir, "ca.pem", &trusted.pem),
         server_cert: write(dir, "broker.pem", &server_cert),

@@ -35,6 +35,7 @@ mod python;
 mod replica_operations;
 mod replication;
 mod retention;
+mod security;
 mod stalled_consumer;
 mod tls;
 mod truncation;

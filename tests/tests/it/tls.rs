@@ -2,7 +2,7 @@
 //! the Rust client and the CLI, client certificates, and every way in
 //! without the right credentials refused with an error (never a hang).
 
-use super::util::{metric, read_all, scrape};
+use super::util::{metric, metric_reaching, read_all, scrape};
 use harness::tls::{make_certificates, TlsFiles};
 use harness::{binary, check_numbered_payload, numbered_payload, Broker, BrokerOptions};
 use protocol::client::{
@@ -19,23 +19,6 @@ fn cert_dir(label: &str) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     std::env::temp_dir().join(format!("ringlog-tls-{}-{label}-{n}", std::process::id()))
-}
-
-/// The sum of a metric over shards once it reaches `at_least` (the
-/// endpoint publishes once a second), or its last value after 5 s.
-fn metric_reaching(broker: &Broker, name: &str, at_least: u64) -> u64 {
-    let endpoint = broker
-        .metrics
-        .as_deref()
-        .unwrap_or_else(|| panic!("metrics"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let value = metric(&scrape(endpoint), name);
-        if value >= at_least || Instant::now() > deadline {
-            return value;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn tls_broker(files: &TlsFiles, client_certificates: bool) -> Broker {

@@ -151,6 +151,23 @@ pub fn metric(text: &str, name: &str) -> u64 {
         .sum()
 }
 
+/// The sum of a metric over shards once it reaches `at_least` (the
+/// endpoint publishes once a second), or its last value after 5 s.
+pub fn metric_reaching(broker: &harness::Broker, name: &str, at_least: u64) -> u64 {
+    let endpoint = broker
+        .metrics
+        .as_deref()
+        .unwrap_or_else(|| panic!("the broker serves no metrics"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let value = metric(&scrape(endpoint), name);
+        if value >= at_least || std::time::Instant::now() > deadline {
+            return value;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Segment files (`*.log`) in a partition directory of the broker's data dir.
 pub fn segment_count(broker: &harness::Broker, dir: &str) -> usize {
     std::fs::read_dir(broker.data_dir().join(dir))

@@ -34,6 +34,11 @@ use std::time::Duration;
 
 /// Runs the broker until SIGTERM/SIGINT.
 pub fn run(mut config: Config) -> anyhow::Result<()> {
+    // Signals are blocked before any thread starts (the metrics endpoint's
+    // among them), so only sigwait sees them: a thread that did not block
+    // them would take a SIGTERM's default action, killing the process
+    // without its graceful stop.
+    let signals = blocked_signals()?;
     config.validate()?;
     // Bad certificate files stop the start with one line, before anything binds.
     crate::net::tls::init(&config)?;
@@ -220,8 +225,6 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         None => None,
     };
 
-    // Signals are blocked before any thread starts, so only sigwait sees them.
-    let signals = blocked_signals()?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let alive = Arc::new(AtomicUsize::new(config.shards));

@@ -177,6 +177,15 @@ pub struct Config {
     pub broker_user: Option<String>,
     /// The file holding `broker_user`'s password (its first line).
     pub broker_password_file: Option<PathBuf>,
+    /// The quota of a principal without its own (`[quota_default]`; every
+    /// field 0 = no bound, the default). See `auth/quota.rs`.
+    pub quota_default: crate::auth::quota::Quota,
+    /// Principals' own quotas (`[quotas."User:alice"]`), each replacing
+    /// the default for its principal. Super users are never throttled.
+    pub quotas: std::collections::BTreeMap<String, crate::auth::quota::Quota>,
+    /// Connections one client address may hold at once (0: no bound but
+    /// `max_connections`).
+    pub max_connections_per_address: u32,
     /// While a consumer's fetch waits at a partition's flushed end, the
     /// partition's appends are flushed within `waiting_fetch_flush_us`, so
     /// tailing consumers see messages after a few milliseconds instead of
@@ -263,6 +272,9 @@ impl Default for Config {
             login_failure_addresses_max: 10_000,
             broker_user: None,
             broker_password_file: None,
+            quota_default: Default::default(),
+            quotas: Default::default(),
+            max_connections_per_address: 0,
             flush_for_waiting_fetches: true,
             waiting_fetch_flush_us: 2_000,
             topic_defaults: TopicDefaults::default(),
@@ -453,6 +465,10 @@ impl Config {
         for user in &self.super_users {
             protocol::acl::check_principal(user)
                 .map_err(|e| ConfigError(format!("super_users: {e}")))?;
+        }
+        for principal in self.quotas.keys() {
+            protocol::acl::check_principal(principal)
+                .map_err(|e| ConfigError(format!("quotas: {e}")))?;
         }
         if self.login_failure_delay_ms > 10_000 {
             return Err(ConfigError(format!(

@@ -228,7 +228,13 @@ pub async fn read_etcd(
     Ok(records)
 }
 
-/// Applies `change` to etcd under `keys`, in one transaction.
+/// Operations per etcd transaction (etcd refuses more than 128 by
+/// default).
+const TXN_OPS_MAX: usize = 100;
+
+/// Applies `change` to etcd under `keys`: one transaction per hundred
+/// keys (a request of up to a thousand rules is several; each key's
+/// change is atomic, the request as a whole is not).
 pub async fn change_etcd(
     client: &mut etcd_client::Client,
     keys: &Keys,
@@ -237,44 +243,45 @@ pub async fn change_etcd(
     let before = read_etcd(client, keys).await?;
     let mut after = before.clone();
     let changed = after.apply(change);
-    let mut ops = Vec::new();
+    // Each key once, with its last change: etcd refuses a transaction
+    // that names a key twice.
+    let mut writes: BTreeMap<String, Option<String>> = BTreeMap::new();
     match change {
         SecurityChange::Users { upserts, deletions } => {
             for (name, credential) in upserts {
-                ops.push(etcd_client::TxnOp::put(
-                    keys.user(name),
-                    credential.to_text(),
-                    None,
-                ));
+                writes.insert(keys.user(name), Some(credential.to_text()));
             }
             for name in deletions {
-                ops.push(etcd_client::TxnOp::delete(keys.user(name), None));
+                writes.insert(keys.user(name), None);
             }
         }
         SecurityChange::AddAcls(rules) => {
             for rule in rules {
                 let text = rule.to_string();
-                ops.push(etcd_client::TxnOp::put(keys.acl(&text), text, None));
+                writes.insert(keys.acl(&text), Some(text));
             }
         }
         SecurityChange::RemoveAcls(rules) => {
             for rule in rules {
-                ops.push(etcd_client::TxnOp::delete(
-                    keys.acl(&rule.to_string()),
-                    None,
-                ));
+                writes.insert(keys.acl(&rule.to_string()), None);
             }
         }
     }
-    if ops.is_empty() {
-        return Ok(changed);
+    let ops: Vec<etcd_client::TxnOp> = writes
+        .into_iter()
+        .map(|(key, value)| match value {
+            Some(value) => etcd_client::TxnOp::put(key, value, None),
+            None => etcd_client::TxnOp::delete(key, None),
+        })
+        .collect();
+    for chunk in ops.chunks(TXN_OPS_MAX) {
+        client
+            .txn(etcd_client::Txn::new().and_then(chunk.to_vec()))
+            .await
+            .map_err(|e| RegistryError::Unavailable {
+                reason: format!("changing users or access rules: {e}"),
+            })?;
     }
-    client
-        .txn(etcd_client::Txn::new().and_then(ops))
-        .await
-        .map_err(|e| RegistryError::Unavailable {
-            reason: format!("changing users or access rules: {e}"),
-        })?;
     Ok(changed)
 }
 

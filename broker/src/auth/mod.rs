@@ -4,6 +4,9 @@
 //!   certificate's subject) that gives a connection its principal, with a
 //!   delay before every failure's answer and a per-address bound on failed
 //!   logins ([`limiter`]).
+//! - [`quota`]: produce, fetch and request rates per principal, enforced
+//!   by delaying the connection's next read; connections per principal and
+//!   per client address.
 //! - [`authorize`]: the check every request makes, when `authorization` is
 //!   on, against the access control rules: which operation on which
 //!   resource each api needs (PROTOCOL.md §7 has the same table).
@@ -24,6 +27,7 @@ pub mod authorize;
 pub mod certificate;
 pub mod limiter;
 pub mod login;
+pub mod quota;
 
 use coordinator::security::SecurityRecords;
 use protocol::acl::Acls;
@@ -61,6 +65,7 @@ pub fn init(config: &crate::config::Config) -> anyhow::Result<()> {
         _ => None,
     };
     let _ = BROKER_LOGIN.set(login);
+    quota::init(config);
     if config.authentication == crate::config::Authentication::None && !config.authorization {
         tracing::info!("security is off: no login is needed and every connection may do everything (authentication = \"none\", authorization = false)");
     } else if config.authentication == crate::config::Authentication::None {

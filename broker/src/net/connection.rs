@@ -137,6 +137,11 @@ struct Conn {
     /// The principal of the client's verified TLS certificate, or why it
     /// has none; `None` without a certificate.
     certificate: Option<Result<String, String>>,
+    /// Once open: the principal's quota usage, when a quota applies to it
+    /// (its connection is counted there while it lives).
+    quota: RefCell<Option<crate::auth::quota::PrincipalSlot>>,
+    /// A quota's delay: nothing more is read from the client until then.
+    muted_until: Cell<Option<Instant>>,
     /// Encrypted: fetches are read and written through the session, not
     /// sent with sendfile.
     tls: bool,
@@ -162,6 +167,21 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     }
     let _ = stream.set_nodelay(true);
     let address = stream.peer_addr().ok().map(|a| a.ip());
+    // Counted against its address's bound while it lives.
+    let _address_slot = match address.map(|a| crate::auth::quota::quotas().admit_address(a)) {
+        Some(Err(message)) => {
+            crate::metrics::bump(&shard.metrics.counters.connections_refused_total, 1);
+            if let Some(left_out) = shard.accept_problems.allow() {
+                tracing::warn!(left_out, "refused a connection: {message}");
+            }
+            if super::tls::acceptor().is_none() {
+                refuse_saying(stream, &message).await;
+            }
+            return;
+        }
+        Some(Ok(slot)) => slot,
+        None => None,
+    };
     let Some(stream) = accept_tls(&shard, stream).await else {
         return;
     };
@@ -177,6 +197,8 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let conn = Rc::new(Conn {
         address,
         certificate,
+        quota: RefCell::new(None),
+        muted_until: Cell::new(None),
         tls: matches!(stream, Transport::Tls(_)),
         stream: RefCell::new(stream),
         fd,
@@ -199,12 +221,18 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
 /// frame (request id 0, api Handshake, as a reply to the Handshake it would
 /// send) and closes it.
 pub async fn refuse(stream: TcpStream) {
-    let response = handler::error_response(
-        Api::Handshake as u16,
-        ErrorCode::Overloaded,
+    refuse_saying(
+        stream,
         "the broker serves max_connections connections already; retry later or raise max_connections",
-        None,
-    );
+    )
+    .await
+}
+
+/// Answers a connection with one OVERLOADED error frame saying `message`,
+/// and closes it.
+async fn refuse_saying(stream: TcpStream, message: &str) {
+    let response =
+        handler::error_response(Api::Handshake as u16, ErrorCode::Overloaded, message, None);
     let mut out = Vec::new();
     frame::write_frame(
         &mut out,
@@ -337,6 +365,11 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
             let header = &buf[header_start..payload_start];
             let payload = &buf[payload_start..frame_end];
             let dispatched = if let Access::Open(principal) = &access {
+                // A quota's delay: the client's next request waits in its
+                // socket (KIP-219's mute).
+                if let Some(until) = conn.muted_until.take() {
+                    glommio::timer::sleep(until.saturating_duration_since(Instant::now())).await;
+                }
                 // Producers wait while the shard's unwritten bytes are over
                 // its share of unwritten_bytes_max (issue 8, item 14): this
                 // connection stops reading until the disk catches up.
@@ -351,7 +384,8 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                     payload,
                     principal: Some(principal),
                 };
-                handler::dispatch(shard, &conn.give_way, request)
+                let dispatched = handler::dispatch(shard, &conn.give_way, request);
+                charge_request(conn, prefix, payload.len(), dispatched)
             } else {
                 match login_frame(shard, conn, &mut access, prefix, header) {
                     Ok(response) => Dispatched::Ready(response),
@@ -538,7 +572,7 @@ fn login_frame(
                     protocol::codec::security::authenticate_response(fbb, &server_final, &principal)
                         .to_vec()
                 });
-                opened(shard, access, principal);
+                opened(shard, conn, access, principal, api)?;
                 Ok(Response {
                     api,
                     error: 0,
@@ -640,7 +674,7 @@ fn login_frame(
         .to_vec()
     });
     if let Some(principal) = principal {
-        opened(shard, access, principal);
+        opened(shard, conn, access, principal, api)?;
     }
     Ok(Response {
         api,
@@ -650,9 +684,106 @@ fn login_frame(
     })
 }
 
-fn opened(shard: &Shard, access: &mut Access, principal: String) {
+/// The connection opens as `principal`, counted against its quota's
+/// connections; `Err` (OVERLOADED) past them.
+fn opened(
+    shard: &Shard,
+    conn: &Conn,
+    access: &mut Access,
+    principal: String,
+    api: u16,
+) -> Result<(), Response> {
+    let exempt = shard.security.with(|s| s.acls.is_super_user(&principal));
+    if !exempt {
+        match crate::auth::quota::quotas().admit_principal(&principal) {
+            Ok(slot) => *conn.quota.borrow_mut() = slot,
+            Err(message) => {
+                return Err(handler::error_response(
+                    api,
+                    ErrorCode::Overloaded,
+                    &message,
+                    None,
+                ))
+            }
+        }
+    }
     crate::metrics::bump(&shard.metrics.counters.logins_total, 1);
     *access = Access::Open(principal.into());
+    Ok(())
+}
+
+/// Charges a request to its principal's quota; when the principal is in
+/// debt, the connection reads nothing more until it is paid, and a
+/// Produce's answer says for how long.
+fn charge_request(
+    conn: &Conn,
+    prefix: FramePrefix,
+    payload_bytes: usize,
+    dispatched: Dispatched,
+) -> Dispatched {
+    let delay = match &*conn.quota.borrow() {
+        Some(slot) => {
+            let produced = if prefix.api == Api::Produce as u16 {
+                payload_bytes as u64
+            } else {
+                0
+            };
+            slot.usage().charge_request(produced)
+        }
+        None => return dispatched,
+    };
+    if delay.is_zero() {
+        return dispatched;
+    }
+    mute(conn, delay);
+    let throttle_ms = delay.as_millis().min(u128::from(u32::MAX)) as u32;
+    match dispatched {
+        Dispatched::Ready(response) => Dispatched::Ready(throttled(response, throttle_ms)),
+        Dispatched::Later(later) => Dispatched::Later(Box::pin(async move {
+            later.await.map(|response| throttled(response, throttle_ms))
+        })),
+        other => other,
+    }
+}
+
+/// Charges a fetch answer's log bytes to its principal's fetch quota as it
+/// goes out; in debt, the answer says for how long the connection's next
+/// request waits, and it does.
+fn charge_fetch(conn: &Conn, response: Response) -> Response {
+    let fetched = response.api == Api::Fetch as u16 || response.api == Api::MultiFetch as u16;
+    if !fetched || response.payload.is_empty() {
+        return response;
+    }
+    let delay = match &*conn.quota.borrow() {
+        Some(slot) => slot.usage().charge_fetch(response.payload.len() as u64),
+        None => return response,
+    };
+    if delay.is_zero() {
+        return response;
+    }
+    mute(conn, delay);
+    throttled(response, delay.as_millis().min(u128::from(u32::MAX)) as u32)
+}
+
+/// The client's next request is read `delay` from now at the earliest.
+fn mute(conn: &Conn, delay: Duration) {
+    let until = Instant::now() + delay;
+    let later = conn.muted_until.get().map_or(until, |at| at.max(until));
+    conn.muted_until.set(Some(later));
+}
+
+/// A successful Produce, Fetch or MultiFetch answer with its throttle time.
+fn throttled(mut response: Response, throttle_ms: u32) -> Response {
+    if response.error != 0 {
+        return response;
+    }
+    let Some(api) = Api::from_u16(response.api) else {
+        return response;
+    };
+    if let Some(header) = protocol::codec::with_throttle(api, &response.header, throttle_ms) {
+        response.header = header;
+    }
+    response
 }
 
 /// A failed login: counted against the client's address and in the
@@ -762,6 +893,7 @@ async fn write_responses(shard: &Shard, conn: &Conn) -> io::Result<()> {
                 }
             }
         };
+        let response = charge_fetch(conn, response);
         frame::write_prefix(
             &mut out,
             response.api,

@@ -856,6 +856,22 @@ pub mod conformance {
             .await
             .unwrap();
         assert_eq!(changed.removed, 1);
+        assert_eq!(registry.security().await.unwrap().acls, vec![deny.clone()]);
+        // A request's worth of rules: more than one etcd transaction holds.
+        let many: Vec<AclRule> = (0..300)
+            .map(|i| AclRule::parse(&format!("allow User:u{i} read topic:t{i}")).unwrap())
+            .collect();
+        let changed = registry
+            .change_security(SecurityChange::AddAcls(many.clone()))
+            .await
+            .unwrap();
+        assert_eq!(changed.added, 300);
+        assert_eq!(registry.security().await.unwrap().acls.len(), 301);
+        let changed = registry
+            .change_security(SecurityChange::RemoveAcls(many))
+            .await
+            .unwrap();
+        assert_eq!(changed.removed, 300);
         assert_eq!(registry.security().await.unwrap().acls, vec![deny]);
     }
 

@@ -341,6 +341,8 @@ struct LaneCounts {
     written: u64,
     closed: bool,
     acked_messages: u64,
+    /// The brokers' quota delays reported in answers (`throttle_ms`).
+    throttled_ms: u64,
     /// With latency tracking: (latency, messages) per answered request.
     latencies: Vec<(Duration, u32)>,
     /// Batch buffers handed back by the reader for reuse.
@@ -842,6 +844,20 @@ impl Producer {
             .iter()
             .map(|l| lock(&l.state.counts).acked_messages)
             .sum()
+    }
+
+    /// How long the brokers held this producer's connections back for its
+    /// principal's quota, as their answers reported (`throttle_ms`; over
+    /// the connections open now). Zero where no quota applies.
+    pub fn throttled(&self) -> Duration {
+        Duration::from_millis(
+            self.shared
+                .lock()
+                .lanes
+                .iter()
+                .map(|l| lock(&l.state.counts).throttled_ms)
+                .sum(),
+        )
     }
 }
 
@@ -1597,6 +1613,7 @@ fn open_lane(setup: &Setup, events: &Arc<Events>, address: &str) -> Result<Lane,
                     Ok(()) => match verify::<wire::ProduceResponse>(&frame.header) {
                         Ok(ack) => {
                             counts.acked_messages += u64::from(ack.message_count());
+                            counts.throttled_ms += u64::from(ack.throttle_ms());
                             Answer::Stored(Stored {
                                 base_offset: ack.base_offset(),
                                 end_offset: ack.end_offset(),

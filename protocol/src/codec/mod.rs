@@ -801,6 +801,7 @@ pub fn produce_response<'b>(
             base_offset,
             end_offset,
             message_count,
+            throttle_ms: 0,
         },
     );
     finish(fbb, root)
@@ -873,9 +874,71 @@ pub fn replica_fetch_response<'b>(
             segment_base: replica.segment_base,
             diverging_epoch,
             diverging_end_offset,
+            throttle_ms: 0,
         },
     );
     finish(fbb, root)
+}
+
+/// A Produce, Fetch or MultiFetch answer's header again, with
+/// `throttle_ms` set (a quota's delay, decided once the answer is known).
+/// `None` for a header of another api or that does not verify.
+pub fn with_throttle(api: crate::frame::Api, header: &[u8], throttle_ms: u32) -> Option<Vec<u8>> {
+    use crate::frame::Api;
+    let mut fbb = FlatBufferBuilder::with_capacity(header.len() + 64);
+    match api {
+        Api::Produce => {
+            let r = verify::<wire::ProduceResponse>(header).ok()?;
+            let root = wire::ProduceResponse::create(
+                &mut fbb,
+                &wire::ProduceResponseArgs {
+                    base_offset: r.base_offset(),
+                    end_offset: r.end_offset(),
+                    message_count: r.message_count(),
+                    throttle_ms,
+                },
+            );
+            Some(finish(&mut fbb, root).to_vec())
+        }
+        Api::Fetch => {
+            let r = verify::<wire::FetchResponse>(header).ok()?;
+            let root = wire::FetchResponse::create(
+                &mut fbb,
+                &wire::FetchResponseArgs {
+                    offset: r.offset(),
+                    length: r.length(),
+                    start_offset: r.start_offset(),
+                    flushed_offset: r.flushed_offset(),
+                    leader_epoch: r.leader_epoch(),
+                    chunk_epoch: r.chunk_epoch(),
+                    segment_base: r.segment_base(),
+                    diverging_epoch: r.diverging_epoch(),
+                    diverging_end_offset: r.diverging_end_offset(),
+                    throttle_ms,
+                },
+            );
+            Some(finish(&mut fbb, root).to_vec())
+        }
+        Api::MultiFetch => {
+            let r = verify::<wire::MultiFetchResponse>(header).ok()?;
+            let total: usize = r
+                .partitions()
+                .iter()
+                .flatten()
+                .map(|p| p.length() as usize)
+                .sum();
+            let parts: Vec<multi_fetch::FetchedPart> =
+                multi_fetch::decode_multi_fetch_response(header, total)
+                    .ok()?
+                    .into_iter()
+                    .map(|(part, _)| part)
+                    .collect();
+            Some(
+                multi_fetch::multi_fetch_response_throttled(&mut fbb, &parts, throttle_ms).to_vec(),
+            )
+        }
+        _ => None,
+    }
 }
 
 /// ListOffsets response header.
@@ -900,6 +963,46 @@ pub fn list_offsets_response<'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_throttle_time_is_set_into_each_answer_that_carries_one() {
+        use crate::frame::Api;
+        let mut fbb = FlatBufferBuilder::new();
+        let produced = produce_response(&mut fbb, 10, 20, 3).to_vec();
+        let header = with_throttle(Api::Produce, &produced, 750).unwrap();
+        let r = verify::<wire::ProduceResponse>(&header).unwrap();
+        assert_eq!(
+            (
+                r.base_offset(),
+                r.end_offset(),
+                r.message_count(),
+                r.throttle_ms()
+            ),
+            (10, 20, 3, 750)
+        );
+        let offsets = PartitionOffsets {
+            start_offset: 1,
+            flushed_offset: 2,
+            end_offset: 3,
+        };
+        let fetched = fetch_response(&mut fbb, 5, 7, offsets).to_vec();
+        let header = with_throttle(Api::Fetch, &fetched, 9).unwrap();
+        let r = verify::<wire::FetchResponse>(&header).unwrap();
+        assert_eq!(
+            (r.offset(), r.length(), r.flushed_offset(), r.throttle_ms()),
+            (5, 7, 2, 9)
+        );
+        let mut part = multi_fetch::FetchedPart::empty("t", 3, 40);
+        part.length = 12;
+        let multi = multi_fetch::multi_fetch_response(&mut fbb, &[part.clone()]).to_vec();
+        let header = with_throttle(Api::MultiFetch, &multi, 11).unwrap();
+        let r = verify::<wire::MultiFetchResponse>(&header).unwrap();
+        assert_eq!(r.throttle_ms(), 11);
+        let parts = multi_fetch::decode_multi_fetch_response(&header, 12).unwrap();
+        assert_eq!(parts[0].0, part);
+        assert_eq!(with_throttle(Api::Metadata, &produced, 1), None);
+        assert_eq!(with_throttle(Api::Produce, b"junk", 1), None);
+    }
 
     #[test]
     fn metadata_round_trips() {

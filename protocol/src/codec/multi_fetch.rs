@@ -156,6 +156,16 @@ pub fn multi_fetch_response<'b>(
     fbb: &'b mut FlatBufferBuilder<'_>,
     parts: &[FetchedPart],
 ) -> &'b [u8] {
+    multi_fetch_response_throttled(fbb, parts, 0)
+}
+
+/// MultiFetch response header with a quota's delay (see
+/// [`super::with_throttle`]).
+pub fn multi_fetch_response_throttled<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    parts: &[FetchedPart],
+    throttle_ms: u32,
+) -> &'b [u8] {
     fbb.reset();
     let mut offsets = Vec::with_capacity(parts.len());
     for part in parts {
@@ -188,6 +198,7 @@ pub fn multi_fetch_response<'b>(
         fbb,
         &wire::MultiFetchResponseArgs {
             partitions: Some(partitions),
+            throttle_ms,
         },
     );
     finish(fbb, root)

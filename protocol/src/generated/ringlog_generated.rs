@@ -3817,6 +3817,7 @@ pub mod ringlog {
             pub const VT_BASE_OFFSET: ::flatbuffers::VOffsetT = 4;
             pub const VT_END_OFFSET: ::flatbuffers::VOffsetT = 6;
             pub const VT_MESSAGE_COUNT: ::flatbuffers::VOffsetT = 8;
+            pub const VT_THROTTLE_MS: ::flatbuffers::VOffsetT = 10;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3835,6 +3836,7 @@ pub mod ringlog {
                 let mut builder = ProduceResponseBuilder::new(_fbb);
                 builder.add_end_offset(args.end_offset);
                 builder.add_base_offset(args.base_offset);
+                builder.add_throttle_ms(args.throttle_ms);
                 builder.add_message_count(args.message_count);
                 builder.finish()
             }
@@ -3872,6 +3874,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn throttle_ms(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(ProduceResponse::VT_THROTTLE_MS, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for ProduceResponse<'_> {
@@ -3884,6 +3897,7 @@ pub mod ringlog {
                     .visit_field::<u64>("base_offset", Self::VT_BASE_OFFSET, false)?
                     .visit_field::<u64>("end_offset", Self::VT_END_OFFSET, false)?
                     .visit_field::<u32>("message_count", Self::VT_MESSAGE_COUNT, false)?
+                    .visit_field::<u32>("throttle_ms", Self::VT_THROTTLE_MS, false)?
                     .finish();
                 Ok(())
             }
@@ -3892,6 +3906,7 @@ pub mod ringlog {
             pub base_offset: u64,
             pub end_offset: u64,
             pub message_count: u32,
+            pub throttle_ms: u32,
         }
         impl<'a> Default for ProduceResponseArgs {
             #[inline]
@@ -3900,6 +3915,7 @@ pub mod ringlog {
                     base_offset: 0,
                     end_offset: 0,
                     message_count: 0,
+                    throttle_ms: 0,
                 }
             }
         }
@@ -3925,6 +3941,11 @@ pub mod ringlog {
                     .push_slot::<u32>(ProduceResponse::VT_MESSAGE_COUNT, message_count, 0);
             }
             #[inline]
+            pub fn add_throttle_ms(&mut self, throttle_ms: u32) {
+                self.fbb_
+                    .push_slot::<u32>(ProduceResponse::VT_THROTTLE_MS, throttle_ms, 0);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> ProduceResponseBuilder<'a, 'b, A> {
@@ -3947,6 +3968,7 @@ pub mod ringlog {
                 ds.field("base_offset", &self.base_offset());
                 ds.field("end_offset", &self.end_offset());
                 ds.field("message_count", &self.message_count());
+                ds.field("throttle_ms", &self.throttle_ms());
                 ds.finish()
             }
         }
@@ -4343,6 +4365,7 @@ pub mod ringlog {
             pub const VT_SEGMENT_BASE: ::flatbuffers::VOffsetT = 16;
             pub const VT_DIVERGING_EPOCH: ::flatbuffers::VOffsetT = 18;
             pub const VT_DIVERGING_END_OFFSET: ::flatbuffers::VOffsetT = 20;
+            pub const VT_THROTTLE_MS: ::flatbuffers::VOffsetT = 22;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -4364,6 +4387,7 @@ pub mod ringlog {
                 builder.add_flushed_offset(args.flushed_offset);
                 builder.add_start_offset(args.start_offset);
                 builder.add_offset(args.offset);
+                builder.add_throttle_ms(args.throttle_ms);
                 builder.add_diverging_epoch(args.diverging_epoch);
                 builder.add_chunk_epoch(args.chunk_epoch);
                 builder.add_leader_epoch(args.leader_epoch);
@@ -4470,6 +4494,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn throttle_ms(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(FetchResponse::VT_THROTTLE_MS, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for FetchResponse<'_> {
@@ -4492,6 +4527,7 @@ pub mod ringlog {
                         Self::VT_DIVERGING_END_OFFSET,
                         false,
                     )?
+                    .visit_field::<u32>("throttle_ms", Self::VT_THROTTLE_MS, false)?
                     .finish();
                 Ok(())
             }
@@ -4506,6 +4542,7 @@ pub mod ringlog {
             pub segment_base: u64,
             pub diverging_epoch: i32,
             pub diverging_end_offset: u64,
+            pub throttle_ms: u32,
         }
         impl<'a> Default for FetchResponseArgs {
             #[inline]
@@ -4520,6 +4557,7 @@ pub mod ringlog {
                     segment_base: 0,
                     diverging_epoch: -1,
                     diverging_end_offset: 0,
+                    throttle_ms: 0,
                 }
             }
         }
@@ -4578,6 +4616,11 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_throttle_ms(&mut self, throttle_ms: u32) {
+                self.fbb_
+                    .push_slot::<u32>(FetchResponse::VT_THROTTLE_MS, throttle_ms, 0);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> FetchResponseBuilder<'a, 'b, A> {
@@ -4606,6 +4649,7 @@ pub mod ringlog {
                 ds.field("segment_base", &self.segment_base());
                 ds.field("diverging_epoch", &self.diverging_epoch());
                 ds.field("diverging_end_offset", &self.diverging_end_offset());
+                ds.field("throttle_ms", &self.throttle_ms());
                 ds.finish()
             }
         }
@@ -11045,6 +11089,7 @@ pub mod ringlog {
 
         impl<'a> MultiFetchResponse<'a> {
             pub const VT_PARTITIONS: ::flatbuffers::VOffsetT = 4;
+            pub const VT_THROTTLE_MS: ::flatbuffers::VOffsetT = 6;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -11061,6 +11106,7 @@ pub mod ringlog {
                 args: &'args MultiFetchResponseArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<MultiFetchResponse<'bldr>> {
                 let mut builder = MultiFetchResponseBuilder::new(_fbb);
+                builder.add_throttle_ms(args.throttle_ms);
                 if let Some(x) = args.partitions {
                     builder.add_partitions(x);
                 }
@@ -11082,6 +11128,17 @@ pub mod ringlog {
                     >>(MultiFetchResponse::VT_PARTITIONS, None)
                 }
             }
+            #[inline]
+            pub fn throttle_ms(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(MultiFetchResponse::VT_THROTTLE_MS, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for MultiFetchResponse<'_> {
@@ -11094,6 +11151,7 @@ pub mod ringlog {
                     .visit_field::<::flatbuffers::ForwardsUOffset<
                         ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<FetchedPartition>>,
                     >>("partitions", Self::VT_PARTITIONS, false)?
+                    .visit_field::<u32>("throttle_ms", Self::VT_THROTTLE_MS, false)?
                     .finish();
                 Ok(())
             }
@@ -11104,11 +11162,15 @@ pub mod ringlog {
                     ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<FetchedPartition<'a>>>,
                 >,
             >,
+            pub throttle_ms: u32,
         }
         impl<'a> Default for MultiFetchResponseArgs<'a> {
             #[inline]
             fn default() -> Self {
-                MultiFetchResponseArgs { partitions: None }
+                MultiFetchResponseArgs {
+                    partitions: None,
+                    throttle_ms: 0,
+                }
             }
         }
 
@@ -11128,6 +11190,11 @@ pub mod ringlog {
                     MultiFetchResponse::VT_PARTITIONS,
                     partitions,
                 );
+            }
+            #[inline]
+            pub fn add_throttle_ms(&mut self, throttle_ms: u32) {
+                self.fbb_
+                    .push_slot::<u32>(MultiFetchResponse::VT_THROTTLE_MS, throttle_ms, 0);
             }
             #[inline]
             pub fn new(
@@ -11150,6 +11217,7 @@ pub mod ringlog {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 let mut ds = f.debug_struct("MultiFetchResponse");
                 ds.field("partitions", &self.partitions());
+                ds.field("throttle_ms", &self.throttle_ms());
                 ds.finish()
             }
         }

@@ -606,3 +606,107 @@ fn r22_a_cluster_shares_users_and_rules_through_etcd_and_a_revoke_reaches_every_
     println!("cluster: followers logged in as admin (200 acks=all messages on 2 copies); alice's group member refused without read on the group, then read 200; a revoke through broker 1 refused on broker 2 {took:?} after DeleteAcls answered");
     assert!(took < Duration::from_secs(1), "{took:?}");
 }
+
+/// Produces 1,000-byte messages as fast as `client`'s principal may for
+/// `seconds` (or `max_messages`), then flushes; (bytes acknowledged per
+/// second, the producer's reported throttle time).
+fn produce_flat_out(
+    client: &Client,
+    topic: &str,
+    seconds: u64,
+    max_messages: u64,
+) -> (f64, Duration) {
+    let mut producer = Producer::new(
+        client,
+        topic,
+        ProducerConfig {
+            acks: AckMode::Written,
+            batch_messages: 64,
+            batch_bytes: 64 << 10,
+            inflight_max: 2,
+            buffer_bytes_max: 256 << 10,
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap();
+    let payload = vec![b'q'; 1000];
+    let started = Instant::now();
+    let mut sent = 0u64;
+    while started.elapsed() < Duration::from_secs(seconds) && sent < max_messages {
+        producer.send(None, &payload).unwrap();
+        sent += 1;
+    }
+    producer.flush().unwrap();
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(producer.acked_messages(), sent);
+    // Each stored message is its payload and 9 bytes of framing.
+    ((sent * 1009) as f64 / elapsed, producer.throttled())
+}
+
+/// Item 3: a principal's produce quota slows it to its byte rate (measured
+/// within 10%), by delaying its connection, never dropping a message; a
+/// principal without a quota beside it is unaffected; connections per
+/// principal are bounded.
+#[test]
+fn r22_a_quota_slows_a_producer_to_its_rate_and_leaves_another_principal_alone() {
+    let dir = TempDir::new("security-quota");
+    let toml = format!(
+        "{SECURE}[quotas.\"User:slow\"]\nproduce_bytes_per_second = 1000000\nconnections = 8\n"
+    );
+    let broker = secured_broker(&toml, &dir);
+    let address = broker.address();
+    let admin = login(&address, "admin", "admin-secret");
+    admin
+        .create_topic("metered", 1, &TopicSettings::default())
+        .unwrap();
+    let users: Vec<(String, Credential)> = ["slow", "fast"]
+        .iter()
+        .map(|u| {
+            (
+                u.to_string(),
+                Credential::new(format!("{u}-pw").as_bytes(), ITERATIONS_MIN),
+            )
+        })
+        .collect();
+    admin.alter_users(&users, &[]).unwrap();
+    admin
+        .create_acls(&[rule("allow User:* write topic:metered")])
+        .unwrap();
+    let (slow, fast) = std::thread::scope(|scope| {
+        let slow = scope.spawn(|| {
+            produce_flat_out(&login(&address, "slow", "slow-pw"), "metered", 6, u64::MAX)
+        });
+        // The other one only until it has shown its speed (50 MB).
+        let fast = scope
+            .spawn(|| produce_flat_out(&login(&address, "fast", "fast-pw"), "metered", 6, 50_000));
+        (slow.join().unwrap(), fast.join().unwrap())
+    });
+    println!(
+        "quota 1,000,000 B/s: User:slow produced {:.0} B/s (throttled {:?} as its answers said); User:fast beside it, no quota: {:.0} B/s",
+        slow.0, slow.1, fast.0
+    );
+    assert!(
+        (900_000.0..=1_100_000.0).contains(&slow.0),
+        "the quota's principal produced {:.0} B/s",
+        slow.0
+    );
+    assert!(slow.1 > Duration::from_secs(1), "{:?}", slow.1);
+    assert!(
+        fast.0 > 5_000_000.0,
+        "the principal without a quota produced {:.0} B/s",
+        fast.0
+    );
+    assert_eq!(fast.1, Duration::ZERO);
+    // Its connections are bounded too: 8 open, the 9th refused.
+    let open: Vec<Client> = (0..8).map(|_| login(&address, "slow", "slow-pw")).collect();
+    let (code, message) = code_of(Client::with_config(
+        &address,
+        config(Some(("slow", "slow-pw"))),
+    ));
+    assert_eq!(code, ErrorCode::Overloaded, "{message}");
+    assert!(
+        message.contains("User:slow holds 8 connections already"),
+        "{message}"
+    );
+    drop(open);
+}

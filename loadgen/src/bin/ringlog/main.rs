@@ -767,8 +767,17 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
         AckMode::None => "sent (no acknowledgement requested)".to_string(),
         _ => format!("acknowledged ({:?})", args.acks).to_lowercase(),
     };
+    let throttled = producer.throttled();
+    let throttled = if throttled.is_zero() {
+        String::new()
+    } else {
+        format!(
+            "; the brokers held it back {:.1} s in all for its quota",
+            throttled.as_secs_f64()
+        )
+    };
     eprintln!(
-        "{} {acked} to topic {}",
+        "{} {acked} to topic {}{throttled}",
         plural(count as usize, "message"),
         args.topic
     );

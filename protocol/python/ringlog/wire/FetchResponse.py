@@ -87,8 +87,15 @@ class FetchResponse(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # FetchResponse
+    def ThrottleMs(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def FetchResponseStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(10)
 
 def Start(builder):
     FetchResponseStart(builder)
@@ -146,6 +153,12 @@ def FetchResponseAddDivergingEndOffset(builder, divergingEndOffset):
 
 def AddDivergingEndOffset(builder, divergingEndOffset):
     FetchResponseAddDivergingEndOffset(builder, divergingEndOffset)
+
+def FetchResponseAddThrottleMs(builder, throttleMs):
+    builder.PrependUint32Slot(9, throttleMs, 0)
+
+def AddThrottleMs(builder, throttleMs):
+    FetchResponseAddThrottleMs(builder, throttleMs)
 
 def FetchResponseEnd(builder):
     return builder.EndObject()

@@ -49,8 +49,15 @@ class MultiFetchResponse(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
         return o == 0
 
+    # MultiFetchResponse
+    def ThrottleMs(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def MultiFetchResponseStart(builder):
-    builder.StartObject(1)
+    builder.StartObject(2)
 
 def Start(builder):
     MultiFetchResponseStart(builder)
@@ -66,6 +73,12 @@ def MultiFetchResponseStartPartitionsVector(builder, numElems):
 
 def StartPartitionsVector(builder, numElems):
     return MultiFetchResponseStartPartitionsVector(builder, numElems)
+
+def MultiFetchResponseAddThrottleMs(builder, throttleMs):
+    builder.PrependUint32Slot(1, throttleMs, 0)
+
+def AddThrottleMs(builder, throttleMs):
+    MultiFetchResponseAddThrottleMs(builder, throttleMs)
 
 def MultiFetchResponseEnd(builder):
     return builder.EndObject()

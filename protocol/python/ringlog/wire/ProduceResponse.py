@@ -45,8 +45,15 @@ class ProduceResponse(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # ProduceResponse
+    def ThrottleMs(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def ProduceResponseStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(4)
 
 def Start(builder):
     ProduceResponseStart(builder)
@@ -68,6 +75,12 @@ def ProduceResponseAddMessageCount(builder, messageCount):
 
 def AddMessageCount(builder, messageCount):
     ProduceResponseAddMessageCount(builder, messageCount)
+
+def ProduceResponseAddThrottleMs(builder, throttleMs):
+    builder.PrependUint32Slot(3, throttleMs, 0)
+
+def AddThrottleMs(builder, throttleMs):
+    ProduceResponseAddThrottleMs(builder, throttleMs)
 
 def ProduceResponseEnd(builder):
     return builder.EndObject()

@@ -1,0 +1,319 @@
+//! Quotas (issue 22, item 3): how fast a principal may produce, fetch and
+//! send requests to this broker, and how many connections it and one
+//! client address may hold.
+//!
+//! Rates are enforced the way Kafka does since KIP-219, by delay, never by
+//! dropping data: a request is served and answered at once (a Produce's
+//! messages are appended), its cost is charged to its principal's bucket,
+//! and when the bucket is in debt the connection stops reading for the
+//! time the debt takes to pay off — the client's next requests wait in
+//! its socket. The delay is reported in Produce, Fetch and MultiFetch
+//! answers (`throttle_ms`), so a client can tell a quota from a slow
+//! broker.
+//!
+//! A bucket is a virtual clock (GCRA): `paid_until` is the time by which
+//! everything charged so far is paid for at the quota's rate. A charge of
+//! `n` units waits until the previous charges are paid (`paid_until - now`
+//! if positive), then moves the clock on by `n / rate`. Over any stretch
+//! of time a principal gets its rate, plus at most one request. One bucket
+//! per principal and kind, shared by its connections on every shard
+//! (atomics, no lock); quotas are per broker, as Kafka's are.
+//!
+//! Configuration (per broker, in its TOML):
+//!
+//! ```toml
+//! max_connections_per_address = 100       # 0: no bound
+//! [quota_default]                         # a principal without its own
+//! produce_bytes_per_second = 10485760
+//! [quotas."User:batch"]                   # replaces the default for it
+//! produce_bytes_per_second = 52428800
+//! fetch_bytes_per_second = 0              # 0: no bound
+//! requests_per_second = 1000
+//! connections = 50
+//! ```
+
+use serde::Deserialize;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// One principal's quota (0 = no bound).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Quota {
+    /// Message-set bytes produced per second.
+    pub produce_bytes_per_second: u64,
+    /// Log bytes fetched per second (followers' fetches are not counted).
+    pub fetch_bytes_per_second: u64,
+    /// Requests of any api per second.
+    pub requests_per_second: u64,
+    /// Connections open at once.
+    pub connections: u32,
+}
+
+impl Quota {
+    /// True when it bounds nothing.
+    pub fn is_unbounded(&self) -> bool {
+        *self == Quota::default()
+    }
+}
+
+/// A rate as a virtual clock ([module doc](self)).
+#[derive(Debug)]
+struct Bucket {
+    /// Units per second; 0: unbounded.
+    rate: u64,
+    /// Nanoseconds since [`epoch`] by which all charges are paid.
+    paid_until: AtomicU64,
+}
+
+impl Bucket {
+    fn new(rate: u64) -> Bucket {
+        Bucket {
+            rate,
+            paid_until: AtomicU64::new(0),
+        }
+    }
+
+    /// Charges `units` at `now` (ns since the epoch); the wait before the
+    /// charge's turn.
+    fn charge(&self, units: u64, now: u64) -> Duration {
+        if self.rate == 0 || units == 0 {
+            return Duration::ZERO;
+        }
+        let cost = (u128::from(units) * 1_000_000_000 / u128::from(self.rate))
+            .min(u128::from(u64::MAX / 4)) as u64;
+        let mut paid = self.paid_until.load(Ordering::Relaxed);
+        loop {
+            let next = paid.max(now).saturating_add(cost);
+            match self.paid_until.compare_exchange_weak(
+                paid,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Duration::from_nanos(paid.saturating_sub(now)),
+                Err(current) => paid = current,
+            }
+        }
+    }
+}
+
+/// The monotonic clock's zero for the buckets.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ns() -> u64 {
+    epoch().elapsed().as_nanos() as u64
+}
+
+/// One principal's buckets and open connections.
+#[derive(Debug)]
+pub struct Usage {
+    quota: Quota,
+    produce: Bucket,
+    fetch: Bucket,
+    requests: Bucket,
+    connections: AtomicU32,
+}
+
+impl Usage {
+    fn new(quota: Quota) -> Usage {
+        Usage {
+            quota,
+            produce: Bucket::new(quota.produce_bytes_per_second),
+            fetch: Bucket::new(quota.fetch_bytes_per_second),
+            requests: Bucket::new(quota.requests_per_second),
+            connections: AtomicU32::new(0),
+        }
+    }
+
+    /// Charges one request (and a produce's `produce_bytes`); the delay
+    /// before the connection reads again.
+    pub fn charge_request(&self, produce_bytes: u64) -> Duration {
+        let now = now_ns();
+        self.requests
+            .charge(1, now)
+            .max(self.produce.charge(produce_bytes, now))
+    }
+
+    /// Charges fetched bytes; the delay before the connection reads again.
+    pub fn charge_fetch(&self, bytes: u64) -> Duration {
+        self.fetch.charge(bytes, now_ns())
+    }
+
+    /// True when nothing is bounded (nothing to charge).
+    pub fn unbounded(&self) -> bool {
+        self.quota.is_unbounded()
+    }
+}
+
+/// A connection counted against its principal's `connections` quota;
+/// uncounted when dropped.
+#[derive(Debug)]
+pub struct PrincipalSlot(Arc<Usage>);
+
+impl PrincipalSlot {
+    /// The principal's usage.
+    pub fn usage(&self) -> &Arc<Usage> {
+        &self.0
+    }
+}
+
+impl Drop for PrincipalSlot {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A connection counted against its address's bound; uncounted when
+/// dropped.
+#[derive(Debug)]
+pub struct AddressSlot(&'static Quotas, IpAddr);
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut counts = self.0.addresses.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = counts.get_mut(&self.1) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.1);
+            }
+        }
+    }
+}
+
+/// The broker's quotas and what each principal and address uses.
+#[derive(Debug, Default)]
+pub struct Quotas {
+    default: Quota,
+    by_principal: BTreeMap<String, Quota>,
+    max_per_address: u32,
+    usage: Mutex<HashMap<String, Arc<Usage>>>,
+    addresses: Mutex<HashMap<IpAddr, u32>>,
+}
+
+static QUOTAS: OnceLock<Quotas> = OnceLock::new();
+
+/// Sets the quotas up from the configuration (once, at start).
+pub fn init(config: &crate::config::Config) {
+    let _ = QUOTAS.set(Quotas {
+        default: config.quota_default,
+        by_principal: config.quotas.clone(),
+        max_per_address: config.max_connections_per_address,
+        ..Quotas::default()
+    });
+}
+
+/// The broker's quotas.
+pub fn quotas() -> &'static Quotas {
+    QUOTAS.get_or_init(Quotas::default)
+}
+
+impl Quotas {
+    /// Counts a new connection from `address`; `Err` with the refusal's
+    /// words when the address holds its bound already.
+    pub fn admit_address(&'static self, address: IpAddr) -> Result<Option<AddressSlot>, String> {
+        if self.max_per_address == 0 {
+            return Ok(None);
+        }
+        let mut counts = self.addresses.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts.entry(address).or_insert(0);
+        if *count >= self.max_per_address {
+            return Err(format!(
+                "{address} holds {} connections already, the broker's max_connections_per_address; close some or retry later",
+                *count
+            ));
+        }
+        *count += 1;
+        Ok(Some(AddressSlot(self, address)))
+    }
+
+    /// Counts a connection opened as `principal`; `Err` with the refusal's
+    /// words past its `connections` quota. `None`: nothing to charge
+    /// (no quota applies).
+    pub fn admit_principal(&self, principal: &str) -> Result<Option<PrincipalSlot>, String> {
+        let quota = self
+            .by_principal
+            .get(principal)
+            .copied()
+            .unwrap_or(self.default);
+        if quota.is_unbounded() {
+            return Ok(None);
+        }
+        let usage = {
+            let mut usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+            usage
+                .entry(principal.to_string())
+                .or_insert_with(|| Arc::new(Usage::new(quota)))
+                .clone()
+        };
+        let before = usage.connections.fetch_add(1, Ordering::AcqRel);
+        let slot = PrincipalSlot(usage);
+        if quota.connections != 0 && before >= quota.connections {
+            return Err(format!(
+                "{principal} holds {before} connections already, its quota; close some or retry later"
+            ));
+        }
+        Ok(Some(slot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_gives_its_rate_plus_one_request() {
+        let bucket = Bucket::new(1000); // units per second
+        let second = 1_000_000_000u64;
+        // The first charge is free; the next waits for the first to be paid.
+        assert_eq!(bucket.charge(500, 0), Duration::ZERO);
+        assert_eq!(bucket.charge(500, 0), Duration::from_millis(500));
+        assert_eq!(bucket.charge(100, 0), Duration::from_secs(1));
+        // Later, once paid up, free again.
+        assert_eq!(bucket.charge(100, 2 * second), Duration::ZERO);
+        // A client that waits as told gets the rate: 10 s of charges of
+        // 100 every time it may, 1,000 a second, plus one.
+        let bucket = Bucket::new(1000);
+        let (mut now, mut sent) = (0u64, 0u64);
+        while now < 10 * second {
+            now += bucket.charge(100, now).as_nanos() as u64;
+            sent += 100;
+        }
+        assert!((10_000..=10_100).contains(&sent), "{sent}");
+        assert_eq!(Bucket::new(0).charge(u64::MAX, 0), Duration::ZERO);
+    }
+
+    #[test]
+    fn connections_are_bounded_per_principal_and_per_address() {
+        let limited = Quota {
+            connections: 2,
+            ..Quota::default()
+        };
+        let quotas: &'static Quotas = Box::leak(Box::new(Quotas {
+            by_principal: [("User:a".to_string(), limited)].into_iter().collect(),
+            max_per_address: 1,
+            ..Quotas::default()
+        }));
+        assert!(quotas.admit_principal("User:b").unwrap().is_none());
+        let one = quotas.admit_principal("User:a").unwrap();
+        let two = quotas.admit_principal("User:a").unwrap();
+        let refused = quotas.admit_principal("User:a").unwrap_err();
+        assert!(refused.contains("holds 2 connections already"), "{refused}");
+        drop(one);
+        assert!(quotas.admit_principal("User:a").is_ok());
+        drop(two);
+        let address: IpAddr = "10.1.1.1".parse().unwrap();
+        let slot = quotas.admit_address(address).unwrap();
+        assert!(slot.is_some());
+        let refused = quotas.admit_address(address).unwrap_err();
+        assert!(refused.contains("max_connections_per_address"), "{refused}");
+        drop(slot);
+        assert!(quotas.admit_address(address).unwrap().is_some());
+    }
+}

@@ -112,14 +112,18 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             request_timeout: Duration::from_millis(config.etcd_timeout_ms),
             cluster_id: meta.as_ref().map(|m| m.cluster_id.clone()),
             join_new_cluster: config.join_new_cluster,
+            access: config.etcd_access(),
         };
         let endpoints = config.etcd.join(",");
-        control::start(&config, senders.clone(), move || Etcd::connect(options, me)).with_context(
-            || {
-                format!(
-                    "joining cluster {:?} through etcd {endpoints}",
+        let access = config.etcd_access();
+        control::start(&config, senders.clone(), move || Etcd::connect(options, me)).map_err(
+            |error| {
+                // The likely cause, whichever request of the start failed.
+                let hint = access.hint_for(&format!("{error:#}"));
+                error.context(format!(
+                    "joining cluster {:?} through etcd {endpoints}{hint}",
                     config.cluster
-                )
+                ))
             },
         )?
     } else {

@@ -202,6 +202,19 @@ pub struct Config {
     pub etcd: Vec<String>,
     /// The cluster's name: its keys live under `/ringlog/<cluster>/` in etcd.
     pub cluster: String,
+    /// A secured etcd: the CA certificates (PEM) that signed its server
+    /// certificate (the endpoints are then `https://`).
+    pub etcd_ca: Option<PathBuf>,
+    /// A secured etcd that asks for client certificates: this broker's
+    /// certificate chain (PEM), with `etcd_key`.
+    pub etcd_cert: Option<PathBuf>,
+    /// The private key of `etcd_cert` (PEM).
+    pub etcd_key: Option<PathBuf>,
+    /// An etcd with authentication enabled: the etcd user the brokers log
+    /// in as, with `etcd_password_file`.
+    pub etcd_user: Option<String>,
+    /// The file whose first line is `etcd_user`'s password.
+    pub etcd_password_file: Option<PathBuf>,
     /// TTL of the broker's etcd lease: a broker that dies leaves the broker
     /// registry this long after its last keep-alive.
     pub etcd_lease_ttl_s: u32,
@@ -280,6 +293,11 @@ impl Default for Config {
             topic_defaults: TopicDefaults::default(),
             etcd: Vec::new(),
             cluster: "ringlog".into(),
+            etcd_ca: None,
+            etcd_cert: None,
+            etcd_key: None,
+            etcd_user: None,
+            etcd_password_file: None,
             etcd_lease_ttl_s: 10,
             etcd_timeout_ms: 5_000,
             group_members_cache_ms: 1_000,
@@ -451,7 +469,19 @@ impl Config {
             .map_err(ConfigError)
     }
 
+    /// How to reach and log in to etcd.
+    pub fn etcd_access(&self) -> coordinator::registry::EtcdAccess {
+        coordinator::registry::EtcdAccess {
+            ca: self.etcd_ca.clone(),
+            cert: self.etcd_cert.clone(),
+            key: self.etcd_key.clone(),
+            user: self.etcd_user.clone(),
+            password_file: self.etcd_password_file.clone(),
+        }
+    }
+
     fn validate_security(&self) -> Result<(), ConfigError> {
+        self.etcd_access().check(&self.etcd).map_err(ConfigError)?;
         let needs_certificates = matches!(
             self.authentication,
             Authentication::Tls | Authentication::ScramOrTls

@@ -287,14 +287,22 @@ pub async fn change_etcd(
 
 /// Connects to etcd at `endpoints` for the CLI's bootstrap (no broker
 /// involved), within 5 s.
-async fn connect_etcd(endpoints: &[String]) -> Result<etcd_client::Client, RegistryError> {
-    let options = etcd_client::ConnectOptions::new()
-        .with_connect_timeout(std::time::Duration::from_secs(5))
-        .with_timeout(std::time::Duration::from_secs(5));
+async fn connect_etcd(
+    endpoints: &[String],
+    access: &crate::registry::EtcdAccess,
+) -> Result<etcd_client::Client, RegistryError> {
+    access
+        .check(endpoints)
+        .map_err(|reason| RegistryError::Unavailable { reason })?;
+    let timeout = std::time::Duration::from_secs(5);
+    let options = access.connect_options(timeout)?.with_timeout(timeout);
     etcd_client::Client::connect(endpoints.to_vec(), Some(options))
         .await
-        .map_err(|e| RegistryError::Unavailable {
-            reason: format!("connecting to {}: {e}", endpoints.join(",")),
+        .map_err(|e| {
+            let reason = format!("connecting to {}: {e}", endpoints.join(","));
+            RegistryError::Unavailable {
+                reason: format!("{reason}{}", access.hint_for(&reason)),
+            }
         })
 }
 
@@ -302,19 +310,21 @@ async fn connect_etcd(endpoints: &[String]) -> Result<etcd_client::Client, Regis
 /// `endpoints` (`ringlog users add --etcd`, before any broker runs).
 pub async fn change_at(
     endpoints: &[String],
+    access: &crate::registry::EtcdAccess,
     cluster: &str,
     change: &SecurityChange,
 ) -> Result<Changed, RegistryError> {
-    let mut client = connect_etcd(endpoints).await?;
+    let mut client = connect_etcd(endpoints, access).await?;
     change_etcd(&mut client, &Keys::new(cluster), change).await
 }
 
 /// The users and rules of cluster `cluster` in the etcd at `endpoints`.
 pub async fn read_at(
     endpoints: &[String],
+    access: &crate::registry::EtcdAccess,
     cluster: &str,
 ) -> Result<SecurityRecords, RegistryError> {
-    let mut client = connect_etcd(endpoints).await?;
+    let mut client = connect_etcd(endpoints, access).await?;
     read_etcd(&mut client, &Keys::new(cluster)).await
 }
 

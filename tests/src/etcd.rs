@@ -20,6 +20,9 @@ pub struct Etcd {
     starts: u32,
     /// Run in this network namespace, on this address.
     place: Option<(String, String)>,
+    /// Serve clients over TLS with these files, asking for their client
+    /// certificates; health is then read from a plain metrics port.
+    tls: Option<(crate::tls::TlsFiles, u16)>,
 }
 
 /// The etcd binary: `$RINGLOG_ETCD`, else `etcd` on PATH, else Debian's.
@@ -64,6 +67,7 @@ impl Etcd {
                 peer_port: free_port(),
                 starts: 0,
                 place: None,
+                tls: None,
             };
             match etcd.try_launch() {
                 Ok(()) => return etcd,
@@ -84,6 +88,24 @@ impl Etcd {
             peer_port: 2380,
             starts: 0,
             place: Some((ns.to_string(), address.to_string())),
+            tls: None,
+        };
+        etcd.launch();
+        etcd
+    }
+
+    /// etcd serving its clients over TLS only (the `https://` endpoint)
+    /// with `files`' broker certificate, and asking every client for a
+    /// certificate signed by `files`' CA (`--client-cert-auth`).
+    pub fn start_tls(files: &crate::tls::TlsFiles) -> Etcd {
+        let mut etcd = Etcd {
+            child: None,
+            dir: TempDir::new("etcd-tls"),
+            client_port: free_port(),
+            peer_port: free_port(),
+            starts: 0,
+            place: None,
+            tls: Some((files.clone(), free_port())),
         };
         etcd.launch();
         etcd
@@ -95,7 +117,8 @@ impl Etcd {
 
     /// The client URL, as `broker --etcd` takes it.
     pub fn endpoint(&self) -> String {
-        format!("http://{}:{}", self.host(), self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.host(), self.client_port)
     }
 
     /// Pauses etcd (SIGSTOP) or lets it go on (SIGCONT).
@@ -141,6 +164,18 @@ impl Etcd {
             }
             None => Command::new(binary()),
         };
+        if let Some((files, metrics_port)) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&files.server_cert)
+                .arg("--key-file")
+                .arg(&files.server_key)
+                .arg("--trusted-ca-file")
+                .arg(&files.ca)
+                .arg("--client-cert-auth")
+                .arg("--listen-metrics-urls")
+                .arg(format!("http://127.0.0.1:{metrics_port}"));
+        }
         let child = command
             .arg("--name")
             .arg("it")
@@ -181,7 +216,8 @@ impl Etcd {
 
     /// True when etcd answers its health endpoint with `"health":"true"`.
     fn healthy(&self) -> bool {
-        let Ok(mut stream) = TcpStream::connect((self.host(), self.client_port)) else {
+        let port = self.tls.as_ref().map_or(self.client_port, |(_, m)| *m);
+        let Ok(mut stream) = TcpStream::connect((self.host(), port)) else {
             return false;
         };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));

@@ -47,8 +47,8 @@ use super::{
 use crate::keys::{Key, Keys};
 use crate::replicas::{PartitionState, PartitionUpdate, UpdateOutcome, Versioned};
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType, GetOptions, PutOptions,
-    Txn, TxnOp, TxnOpResponse, WatchOptions,
+    Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
+    TxnOpResponse, WatchOptions,
 };
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -76,6 +76,8 @@ pub struct EtcdOptions {
     /// the data directory belongs to another: `broker --join-new-cluster`,
     /// after a deliberate rebuild of etcd.
     pub join_new_cluster: bool,
+    /// TLS and login for a secured etcd.
+    pub access: super::EtcdAccess,
 }
 
 /// Events queued from the watch task before it waits for the control thread.
@@ -232,7 +234,7 @@ impl Etcd {
     pub async fn connect(options: EtcdOptions, me: BrokerRecord) -> Result<Etcd, RegistryError> {
         let keys = Keys::new(&options.cluster);
         let timeout = options.request_timeout;
-        let connect_options = ConnectOptions::new().with_connect_timeout(timeout);
+        let connect_options = options.access.connect_options(timeout)?;
         // Only endpoints that answer: a dead member's would fail requests
         // (see `endpoints.rs`).
         let in_use = super::endpoints::live(&options.endpoints).await;

@@ -20,11 +20,13 @@
 //! above the seam cannot tell them apart except by durability and by who
 //! else can see the topics.
 
+mod access;
 mod endpoints;
 mod etcd;
 mod memory;
 mod standalone;
 
+pub use access::EtcdAccess;
 pub use etcd::{Etcd, EtcdOptions};
 pub use memory::Memory;
 pub use standalone::{Standalone, TOPICS_FILE};

@@ -397,6 +397,7 @@ fn the_etcd_registry_behaves_like_the_standalone_and_memory_ones() {
             request_timeout: Duration::from_secs(5),
             cluster_id: None,
             join_new_cluster: false,
+            access: Default::default(),
         };
         let mut registry = coordinator::registry::Etcd::connect(options, conformance::broker(7))
             .await

@@ -710,3 +710,207 @@ fn r22_a_quota_slows_a_producer_to_its_rate_and_leaves_another_principal_alone()
     );
     drop(open);
 }
+
+/// Item 4: a cluster on an etcd that serves TLS only and asks for client
+/// certificates. The first user goes in with the CLI's `--etcd-ca`,
+/// `--etcd-cert` and `--etcd-key`; the brokers carry theirs in their
+/// configuration; a broker without a client certificate cannot join, and
+/// says why in one line.
+#[test]
+fn r22_a_cluster_runs_on_an_etcd_secured_with_tls_and_client_certificates() {
+    let dir = TempDir::new("security-etcd-tls");
+    let files = make_certificates(&dir.path().join("certs"));
+    let etcd = Etcd::start_tls(&files);
+    assert!(
+        etcd.endpoint().starts_with("https://"),
+        "{}",
+        etcd.endpoint()
+    );
+    let admin_pw = password_file(dir.path(), "admin", "admin-secret");
+    let path = |p: &PathBuf| p.display().to_string();
+    let (code, out, err) = ringlog(&[
+        "users",
+        "add",
+        "admin",
+        "--password-file",
+        &path(&admin_pw),
+        "--etcd",
+        &etcd.endpoint(),
+        "--cluster",
+        "sealed",
+        "--etcd-ca",
+        &path(&files.ca),
+        "--etcd-cert",
+        &path(&files.client_cert),
+        "--etcd-key",
+        &path(&files.client_key),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    // Without its certificate the CLI is refused by etcd.
+    let (code, _, err) = ringlog(&[
+        "users",
+        "list",
+        "--etcd",
+        &etcd.endpoint(),
+        "--cluster",
+        "sealed",
+        "--etcd-ca",
+        &path(&files.ca),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let etcd_toml = format!(
+        "etcd_ca = {:?}\netcd_cert = {:?}\netcd_key = {:?}\nbroker_user = \"admin\"\nbroker_password_file = {:?}\n",
+        path(&files.ca),
+        path(&files.client_cert),
+        path(&files.client_key),
+        path(&admin_pw)
+    );
+    let brokers: Vec<Broker> = (1..=2)
+        .map(|id| {
+            let mut options = BrokerOptions::clustered(&etcd, "sealed", id);
+            options.config_toml.push_str(SECURE);
+            options.config_toml.push_str(&etcd_toml);
+            Broker::start(options)
+        })
+        .collect();
+    let admin = login(&brokers[1].address(), "admin", "admin-secret");
+    let brokers_seen = admin.metadata(&[]).unwrap().brokers.len();
+    assert_eq!(brokers_seen, 2);
+    admin
+        .create_topic(
+            "sealed",
+            2,
+            &TopicSettings {
+                replication_factor: 2,
+                min_insync_replicas: 2,
+                ..TopicSettings::default()
+            },
+        )
+        .unwrap();
+    produce(&admin, "sealed", 100).unwrap();
+    let read: usize = (0..2).map(|p| read_all(&admin, "sealed", p, 0).len()).sum();
+    assert_eq!(read, 100);
+    // A broker configured without a client certificate is refused.
+    let data = dir.path().join("uncertified");
+    let config = dir.path().join("uncertified.toml");
+    std::fs::write(
+        &config,
+        format!("{SECURE}etcd_ca = {:?}\nbroker_user = \"admin\"\nbroker_password_file = {:?}\netcd_timeout_ms = 2000\n", path(&files.ca), path(&admin_pw)),
+    )
+    .unwrap();
+    let out = Command::new(binary("broker"))
+        .args([
+            "--data-dir",
+            &path(&data),
+            "--listen",
+            "127.0.0.1:0",
+            "--broker-id",
+            "3",
+        ])
+        .args([
+            "--etcd",
+            &etcd.endpoint(),
+            "--cluster",
+            "sealed",
+            "--config",
+            &path(&config),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("set etcd_cert and etcd_key"), "{stderr}");
+    println!(
+        "TLS etcd {}: 2 brokers with client certificates, 100 messages on a replicated topic; a broker without a certificate: {}",
+        etcd.endpoint(),
+        stderr.lines().last().unwrap_or_default()
+    );
+}
+
+/// Item 4: a cluster on an etcd with its own authentication on: the
+/// brokers log in as an etcd user from their configuration; a broker with
+/// the wrong password cannot join, and says why.
+#[test]
+fn r22_a_cluster_runs_on_an_etcd_with_authentication_and_a_wrong_password_is_refused() {
+    let dir = TempDir::new("security-etcd-auth");
+    let etcd = Etcd::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
+            .await
+            .unwrap();
+        client.user_add("root", "etcd-root-pw", None).await.unwrap();
+        client.user_grant_role("root", "root").await.unwrap();
+        client.auth_enable().await.unwrap();
+    });
+    let admin_pw = password_file(dir.path(), "admin", "admin-secret");
+    let etcd_pw = password_file(dir.path(), "etcd", "etcd-root-pw");
+    let wrong_pw = password_file(dir.path(), "wrong", "nope");
+    let path = |p: &PathBuf| p.display().to_string();
+    let (code, out, err) = ringlog(&[
+        "users",
+        "add",
+        "admin",
+        "--password-file",
+        &path(&admin_pw),
+        "--etcd",
+        &etcd.endpoint(),
+        "--cluster",
+        "locked",
+        "--etcd-user",
+        "root",
+        "--etcd-password-file",
+        &path(&etcd_pw),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    let toml = |etcd_password: &PathBuf| {
+        format!(
+            "{SECURE}etcd_user = \"root\"\netcd_password_file = {:?}\nbroker_user = \"admin\"\nbroker_password_file = {:?}\n",
+            path(etcd_password),
+            path(&admin_pw)
+        )
+    };
+    let mut options = BrokerOptions::clustered(&etcd, "locked", 1);
+    options.config_toml.push_str(&toml(&etcd_pw));
+    let broker = Broker::start(options);
+    let admin = login(&broker.address(), "admin", "admin-secret");
+    admin
+        .create_topic("locked", 1, &TopicSettings::default())
+        .unwrap();
+    produce(&admin, "locked", 10).unwrap();
+    assert_eq!(read_all(&admin, "locked", 0, 0).len(), 10);
+    let config = dir.path().join("wrong.toml");
+    std::fs::write(
+        &config,
+        format!("{}etcd_timeout_ms = 2000\n", toml(&wrong_pw)),
+    )
+    .unwrap();
+    let out = Command::new(binary("broker"))
+        .args([
+            "--data-dir",
+            &path(&dir.path().join("wrong")),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--broker-id",
+            "2",
+            "--etcd",
+            &etcd.endpoint(),
+            "--cluster",
+            "locked",
+        ])
+        .args(["--config", &path(&config)])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("etcd_password_file"), "{stderr}");
+    println!(
+        "etcd with authentication: a broker logged in as root served 10 messages; with a wrong password: {}",
+        stderr.lines().last().unwrap_or_default()
+    );
+}

@@ -63,6 +63,23 @@ pub struct Store {
     /// With --etcd: the cluster's name (its brokers' `cluster`).
     #[arg(long, default_value = "ringlog", requires = "etcd")]
     cluster: String,
+    /// With --etcd: a secured etcd's CA certificates (PEM), for https://
+    /// endpoints.
+    #[arg(long, value_name = "FILE", requires = "etcd")]
+    etcd_ca: Option<PathBuf>,
+    /// With --etcd-ca: a client certificate (PEM) for an etcd that asks
+    /// for one.
+    #[arg(long, value_name = "FILE", requires = "etcd_ca")]
+    etcd_cert: Option<PathBuf>,
+    /// With --etcd-cert: its private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
+    /// With --etcd: an etcd user (etcd's own authentication).
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    etcd_user: Option<String>,
+    /// With --etcd-user: the file whose first line is its password.
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    etcd_password_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -245,6 +262,7 @@ impl Store {
         }
         let changed = self.block_on(coordinator::security::change_at(
             &self.etcd,
+            &self.access(),
             &self.cluster,
             &change,
         ))?;
@@ -259,8 +277,22 @@ impl Store {
         if self.etcd.is_empty() {
             return Ok(None);
         }
-        let records = self.block_on(coordinator::security::read_at(&self.etcd, &self.cluster))?;
+        let records = self.block_on(coordinator::security::read_at(
+            &self.etcd,
+            &self.access(),
+            &self.cluster,
+        ))?;
         Ok(Some(records))
+    }
+
+    fn access(&self) -> coordinator::registry::EtcdAccess {
+        coordinator::registry::EtcdAccess {
+            ca: self.etcd_ca.clone(),
+            cert: self.etcd_cert.clone(),
+            key: self.etcd_key.clone(),
+            user: self.etcd_user.clone(),
+            password_file: self.etcd_password_file.clone(),
+        }
     }
 
     fn block_on<T>(
@@ -270,9 +302,18 @@ impl Store {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        runtime
-            .block_on(work)
-            .with_context(|| format!("etcd at {}", self.etcd.join(",")))
+        // The CLI takes SIGPIPE's default action (a closed stdout ends it
+        // quietly), but tokio writes to sockets without MSG_NOSIGNAL: an
+        // etcd that closes a TLS connection (no client certificate) would
+        // kill the process instead of failing the request. Ignored while
+        // talking to etcd.
+        // SAFETY: changing a signal's disposition; the CLI's threads do not
+        // depend on SIGPIPE.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+        let result = runtime.block_on(work);
+        // SAFETY: as above, back to the CLI's default.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        result.with_context(|| format!("etcd at {}", self.etcd.join(",")))
     }
 }
 

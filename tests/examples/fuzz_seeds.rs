@@ -163,16 +163,101 @@ fn main() {
             vec![],
         ),
     ];
+    // Security (issue 22): a SCRAM login (the Handshake's first message,
+    // then Authenticate's proof, made for a real exchange so the fuzzer
+    // starts from inputs that get far), rules and users.
+    let (client, first) = protocol::scram::client_first("alice").unwrap_or_else(|e| panic!("{e}"));
+    let stored = protocol::scram::Credential::derive(b"pw", b"seed-salt-16byte", 4096);
+    let (_, server_first) = protocol::scram::server_first(&first, |_| Some(stored.clone()), b"k")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (_, proof) = client
+        .finish(b"pw", &server_first)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rules: Vec<protocol::acl::AclRule> = [
+        "allow User:alice read topic:a",
+        "deny User:* write topic-prefix:b.",
+        "allow User:ops alter cluster:cluster",
+    ]
+    .iter()
+    .map(|r| protocol::acl::AclRule::parse(r).unwrap_or_else(|e| panic!("{e}")))
+    .collect();
+    let mut headers = headers;
+    headers.extend([
+        (
+            Api::Handshake,
+            codec::security::handshake_login_request(
+                &mut fbb,
+                "seed",
+                protocol::scram::MECHANISM,
+                &first,
+            )
+            .to_vec(),
+            vec![],
+        ),
+        (
+            Api::Authenticate,
+            codec::security::authenticate_request(&mut fbb, &proof).to_vec(),
+            vec![],
+        ),
+        (
+            Api::CreateAcls,
+            codec::security::create_acls_request(&mut fbb, &rules).to_vec(),
+            vec![],
+        ),
+        (
+            Api::DeleteAcls,
+            codec::security::delete_acls_request(&mut fbb, &rules[..1]).to_vec(),
+            vec![],
+        ),
+        (
+            Api::DescribeAcls,
+            codec::security::describe_acls_request(
+                &mut fbb,
+                &codec::security::AclFilter {
+                    principal: Some("User:alice".into()),
+                    resource: Some(protocol::acl::ResourceType::Topic),
+                    name: None,
+                },
+            )
+            .to_vec(),
+            vec![],
+        ),
+        (
+            Api::AlterUsers,
+            codec::security::alter_users_request(
+                &mut fbb,
+                &[("alice".into(), stored.to_text())],
+                &["bob".into()],
+            )
+            .to_vec(),
+            vec![],
+        ),
+        (
+            Api::ListUsers,
+            codec::security::list_users_request(&mut fbb).to_vec(),
+            vec![],
+        ),
+    ]);
     let frames = root.join("frame");
     std::fs::create_dir_all(&frames).unwrap_or_else(|e| panic!("{}: {e}", frames.display()));
     let mut all = Vec::new();
-    for (api, header, payload) in &headers {
+    let mut login = Vec::new();
+    for (i, (api, header, payload)) in headers.iter().enumerate() {
         let mut frame = Vec::new();
         write_frame(&mut frame, *api as u16, API_VERSION, 1, header, payload);
-        write(&frames.join(format!("{api:?}")), &frame);
+        let name = match (api, header.len() > 40 && *api == Api::Handshake) {
+            (Api::Handshake, true) => "HandshakeLogin".to_string(),
+            _ => format!("{api:?}"),
+        };
+        if matches!(api, Api::Handshake | Api::Authenticate) && i > 0 {
+            login.extend_from_slice(&frame);
+        }
+        write(&frames.join(name), &frame);
         all.extend_from_slice(&frame);
     }
     write(&frames.join("pipelined"), &all);
+    // A whole SCRAM login: the Handshake, then Authenticate.
+    write(&frames.join("login"), &login);
     // A MultiFetch answer: the header, then each part's chunk in order.
     let mut answer = multi_fetch::FetchedPart::empty("a", 0, 0);
     answer.length = set.len() as u32;

@@ -12,6 +12,13 @@ use protocol::wire;
 
 fuzz_target!(|data: &[u8]| {
     let mut rest = data;
+    // A SCRAM login across frames: a Handshake's first message opens an
+    // exchange that a later Authenticate finishes, as on a connection.
+    // Derived once: PBKDF2 per input would be most of the fuzzer's time.
+    static STORED: std::sync::OnceLock<protocol::scram::Credential> = std::sync::OnceLock::new();
+    let stored = STORED
+        .get_or_init(|| protocol::scram::Credential::derive(b"pw", b"seed-salt-16byte", 4096));
+    let mut login: Option<protocol::scram::ServerFirst> = None;
     while rest.len() >= FRAME_PREFIX_BYTES {
         let mut prefix = [0u8; FRAME_PREFIX_BYTES];
         prefix.copy_from_slice(&rest[..FRAME_PREFIX_BYTES]);
@@ -28,6 +35,7 @@ fuzz_target!(|data: &[u8]| {
         let payload = &rest[payload_start..prefix.frame_bytes];
         request(prefix.api, header, payload);
         response(prefix.api, header, payload);
+        scram(prefix.api, header, stored, &mut login);
         rest = &rest[prefix.frame_bytes..];
     }
 });
@@ -37,7 +45,8 @@ fn request(api: u16, header: &[u8], payload: &[u8]) {
     match api {
         0 => {
             if let Ok(r) = verify::<wire::HandshakeRequest>(header) {
-                let _ = (r.protocol_version(), r.client_name());
+                let _ = (r.protocol_version(), r.client_name(), r.sasl_mechanism());
+                let _ = r.sasl_bytes().map(|b| b.bytes().len());
             }
         }
         1 => {
@@ -110,7 +119,8 @@ fn request(api: u16, header: &[u8], payload: &[u8]) {
         }
         16 => {
             if let Ok(r) = verify::<wire::ReassignPartitionRequest>(header) {
-                let replicas: Vec<u32> = r.replicas().map(|p| p.iter().collect()).unwrap_or_default();
+                let replicas: Vec<u32> =
+                    r.replicas().map(|p| p.iter().collect()).unwrap_or_default();
                 let _ = (r.topic(), r.partition(), replicas);
             }
         }
@@ -136,7 +146,81 @@ fn request(api: u16, header: &[u8], payload: &[u8]) {
                 }
             }
         }
+        20..=25 => security_request(api, header),
         _ => group_request(api, header),
+    }
+}
+
+/// What the broker reads of the security apis.
+fn security_request(api: u16, header: &[u8]) {
+    use protocol::codec::security;
+    match api {
+        20 => {
+            let _ = verify::<wire::AuthenticateRequest>(header)
+                .map(|r| r.sasl_bytes().map(|b| b.bytes().len()));
+        }
+        21 => {
+            if let Ok(r) = verify::<wire::CreateAclsRequest>(header) {
+                if let Ok(rules) = security::decode_rules(r.rules()) {
+                    // A rule that decodes is one the text form carries.
+                    for rule in rules {
+                        let again = protocol::acl::AclRule::parse(&rule.to_string());
+                        assert_eq!(again.as_ref().ok(), Some(&rule), "{rule}");
+                    }
+                }
+            }
+        }
+        22 => {
+            let _ = verify::<wire::DeleteAclsRequest>(header)
+                .map(|r| security::decode_rules(r.rules()));
+        }
+        23 => {
+            let _ = verify::<wire::DescribeAclsRequest>(header).map(security::decode_acl_filter);
+        }
+        24 => {
+            if let Ok(r) = verify::<wire::AlterUsersRequest>(header) {
+                for user in r.upserts().iter().flatten() {
+                    let _ = protocol::scram::check_user(user.name().unwrap_or_default());
+                    let _ = protocol::scram::Credential::from_text(
+                        user.credential().unwrap_or_default(),
+                    );
+                }
+                let _ = r.deletions().map(|d| d.iter().count());
+            }
+        }
+        _ => {
+            let _ = verify::<wire::ListUsersRequest>(header);
+        }
+    }
+}
+
+/// The broker's side of a SCRAM login, fed the frames' bytes.
+fn scram(
+    api: u16,
+    header: &[u8],
+    stored: &protocol::scram::Credential,
+    login: &mut Option<protocol::scram::ServerFirst>,
+) {
+    match api {
+        0 => {
+            let Ok(r) = verify::<wire::HandshakeRequest>(header) else {
+                return;
+            };
+            let first = r.sasl_bytes().map(|b| b.bytes()).unwrap_or_default();
+            *login = protocol::scram::server_first(first, |_| Some(stored.clone()), b"secret")
+                .ok()
+                .map(|(exchange, _)| exchange);
+        }
+        20 => {
+            let (Some(exchange), Ok(r)) =
+                (login.take(), verify::<wire::AuthenticateRequest>(header))
+            else {
+                return;
+            };
+            let last = r.sasl_bytes().map(|b| b.bytes()).unwrap_or_default();
+            let _ = exchange.finish(last);
+        }
+        _ => {}
     }
 }
 
@@ -226,8 +310,31 @@ fn response(api: u16, header: &[u8], payload: &[u8]) {
     match api {
         0 => {
             if let Ok(r) = verify::<wire::HandshakeResponse>(header) {
-                let _ = (r.broker_id(), r.shard_count(), r.broker_version());
+                let _ = (
+                    r.broker_id(),
+                    r.shard_count(),
+                    r.broker_version(),
+                    r.principal(),
+                );
+                // The client's side of a login reads the broker's answer.
+                if let (Ok((client, _)), Some(bytes)) =
+                    (protocol::scram::client_first("alice"), r.sasl_bytes())
+                {
+                    if let Ok((client, _)) = client.finish(b"pw", bytes.bytes()) {
+                        let _ = client.verify(bytes.bytes());
+                    }
+                }
             }
+        }
+        20 => {
+            let _ = verify::<wire::AuthenticateResponse>(header)
+                .map(|r| (r.principal(), r.sasl_bytes()));
+        }
+        23 => {
+            let _ = protocol::codec::security::decode_describe_acls(header);
+        }
+        25 => {
+            let _ = verify::<wire::ListUsersResponse>(header).map(|r| r.users().map(|u| u.len()));
         }
         1 => {
             if let Ok(r) = verify::<wire::MetadataResponse>(header) {
@@ -268,7 +375,8 @@ fn response(api: u16, header: &[u8], payload: &[u8]) {
         }
         17 => {
             // The chunks' places must lie inside the payload, in order.
-            if let Ok(parts) = codec::multi_fetch::decode_multi_fetch_response(header, payload.len())
+            if let Ok(parts) =
+                codec::multi_fetch::decode_multi_fetch_response(header, payload.len())
             {
                 let mut at = 0;
                 for (_, range) in parts {

@@ -68,17 +68,35 @@ impl LocalBroker {
     /// [`LocalBroker::start`] for one of several brokers of this process:
     /// `label` names its temporary directory.
     pub fn start_named(shards: usize, label: &str) -> anyhow::Result<LocalBroker> {
+        LocalBroker::start_with(shards, label, "", |_| Ok(()))
+    }
+
+    /// [`LocalBroker::start_named`] with `config_toml` as its configuration
+    /// file, after `prepare` has written what it wants into the (new, empty)
+    /// data directory.
+    pub fn start_with(
+        shards: usize,
+        label: &str,
+        config_toml: &str,
+        prepare: impl FnOnce(&std::path::Path) -> anyhow::Result<()>,
+    ) -> anyhow::Result<LocalBroker> {
         let dir =
             std::env::temp_dir().join(format!("ringlog-loadgen-{}-{label}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let data_dir = dir.join("data");
+        std::fs::create_dir_all(&data_dir)?;
+        prepare(&data_dir)?;
+        let config = dir.join("broker.toml");
+        std::fs::write(&config, config_toml)?;
         let log = std::fs::File::create(dir.join("broker.log"))?;
         let (mut child, line) = spawn_ready(
             Command::new(broker_binary())
                 .arg("--data-dir")
                 .arg(&data_dir)
                 .args(["--listen", "127.0.0.1:0", "--shards", &shards.to_string()])
+                .arg("--config")
+                .arg(&config)
                 .stderr(Stdio::from(log)),
         )?;
         let Some(brokers) = line

@@ -26,16 +26,26 @@ pub mod paper;
 pub mod peers;
 pub mod replication;
 pub mod report;
+pub mod security;
 pub mod stats;
 pub mod sweep;
 pub mod workload;
 
-use protocol::client::{Client, ClientConfig, ClientError, TlsConfig};
+use protocol::client::{Client, ClientConfig, ClientError, Login, TlsConfig};
+
+static LOGIN: std::sync::RwLock<Option<Login>> = std::sync::RwLock::new(None);
+
+/// Sets the login of every loadgen connection from now on (`loadgen --user
+/// NAME --password-file FILE`, or `RINGLOG_USER` and
+/// `RINGLOG_PASSWORD_FILE`, at start; `loadgen security` its own user).
+pub fn set_login(login: Option<Login>) {
+    *LOGIN.write().unwrap_or_else(|p| p.into_inner()) = login;
+}
 
 /// The client settings of every loadgen connection: the defaults, with TLS
 /// when `RINGLOG_TLS_CA` names a CA file (and `RINGLOG_TLS_CERT` /
 /// `RINGLOG_TLS_KEY` a client certificate) — the same variables as the
-/// `ringlog` CLI's `--tls-*` flags.
+/// `ringlog` CLI's `--tls-*` flags — and the login of [`set_login`].
 pub fn client_config() -> Result<ClientConfig, ClientError> {
     let var = |name| std::env::var_os(name).map(std::path::PathBuf::from);
     let tls = match var("RINGLOG_TLS_CA") {
@@ -50,6 +60,7 @@ pub fn client_config() -> Result<ClientConfig, ClientError> {
     };
     Ok(ClientConfig {
         tls,
+        login: LOGIN.read().unwrap_or_else(|p| p.into_inner()).clone(),
         ..ClientConfig::default()
     })
 }

@@ -31,6 +31,18 @@ struct Cli {
     /// 127.0.0.1:9092.
     #[arg(long, env = "RINGLOG_BROKERS", global = true)]
     brokers: Option<String>,
+    /// Log in as this user (SCRAM-SHA-256) to brokers that need it, with
+    /// --password-file.
+    #[arg(long, env = "RINGLOG_USER", value_name = "NAME", global = true)]
+    user: Option<String>,
+    /// With --user: the file whose first line is the password.
+    #[arg(
+        long,
+        env = "RINGLOG_PASSWORD_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    password_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -88,6 +100,10 @@ enum Command {
     /// members spread over three brokers; heartbeats/s, latency and CPU
     /// per heartbeat.
     GroupLoad(GroupLoadArgs),
+    /// What access control costs: produce and consume through a broker
+    /// with security off and one with SCRAM logins and authorization on
+    /// (two standalone brokers this starts itself; --brokers is not used).
+    Security(SecurityArgs),
     /// The ceiling for one consumer on this host: sendfile of a cached file
     /// through a loopback TCP connection to a reader (no broker, no
     /// parsing), best of several rounds.
@@ -273,6 +289,31 @@ struct ReplicationArgs {
     catch_up_bytes: u64,
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-replication")]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct SecurityArgs {
+    /// Messages per round.
+    #[arg(long, default_value_t = 2_000_000)]
+    messages: u64,
+    /// Payload bytes.
+    #[arg(long, default_value_t = 100)]
+    size: usize,
+    /// Messages per produce request (fewer: more requests, so more checks).
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
+    /// Partitions.
+    #[arg(long, default_value_t = 4)]
+    partitions: u32,
+    /// Rounds per broker, interleaved (medians reported).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Access control rules on the secured broker.
+    #[arg(long, default_value_t = 1000)]
+    rules: usize,
+    /// Where the table and JSON go.
+    #[arg(long, default_value = "loadgen-security")]
     out: PathBuf,
 }
 
@@ -477,7 +518,26 @@ fn main() {
     // SAFETY: restoring the default disposition of a signal at start, before
     // any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    if let Err(error) = run(Cli::parse()) {
+    let cli = Cli::parse();
+    let login = match (&cli.user, &cli.password_file) {
+        (None, None) => Ok(None),
+        (Some(user), Some(file)) => coordinator::security::read_password_file(file)
+            .map(|password| {
+                Some(protocol::client::Login {
+                    user: user.clone(),
+                    password,
+                })
+            })
+            .map_err(anyhow::Error::from),
+        _ => Err(anyhow::anyhow!(
+            "--user and --password-file go together (or RINGLOG_USER and RINGLOG_PASSWORD_FILE)"
+        )),
+    };
+    let result = login.and_then(|login| {
+        loadgen::set_login(login);
+        run(cli)
+    });
+    if let Err(error) = result {
         eprintln!("loadgen: error: {error:#}");
         if std::env::var_os("RUST_LIB_BACKTRACE").is_some() {
             eprintln!("{error:?}");
@@ -631,6 +691,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{table}");
             std::fs::write(args.out.join("mirror.md"), &table)?;
             write_json(&args.out.join("mirror.json"), &outcome)?;
+        }
+        Command::Security(args) => {
+            let spec = loadgen::security::SecuritySpec {
+                messages: args.messages,
+                size: args.size,
+                batch: args.batch,
+                partitions: args.partitions,
+                rounds: args.rounds,
+                rules: args.rules,
+            };
+            let outcome = loadgen::security::run(&spec)?;
+            std::fs::create_dir_all(&args.out)?;
+            let table = loadgen::security::table(&outcome);
+            println!("{table}");
+            std::fs::write(args.out.join("security.md"), &table)?;
+            write_json(&args.out.join("security.json"), &outcome)?;
         }
         Command::Replication(args) => {
             let spec = loadgen::replication::ReplicationSpec {

@@ -592,3 +592,32 @@ fn mirror_figures_run_on_two_brokers_of_their_own() {
     assert!(latency["received"].as_u64().unwrap() > 0, "{report:#}");
     assert_eq!(latency["anomalies"].as_u64(), Some(0), "{report:#}");
 }
+
+/// `loadgen security` (issue 22, item 7) runs its two brokers, logs in on
+/// both, and is allowed everything it does on the secured one by its
+/// rules alone (its user is not a super user).
+#[test]
+fn security_figures_run_on_a_broker_with_and_one_without_access_control() {
+    let dir = TempDir::new("loadgen-security");
+    let out = dir.path().join("out");
+    let (stdout, _) = loadgen(&[
+        "security",
+        "--messages",
+        "20000",
+        "--rounds",
+        "2",
+        "--rules",
+        "50",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(out.join("security.md").exists(), "no table: {stdout}");
+    let report = json(&out.join("security.json"));
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report:#}");
+    for row in rows {
+        assert_eq!(row["produce_rounds"].as_array().unwrap().len(), 2, "{report:#}");
+        assert!(row["consume_msgs_per_sec"].as_f64().unwrap() > 0.0, "{report:#}");
+    }
+    assert!(report["check_ns"].as_f64().unwrap() > 0.0, "{report:#}");
+}

@@ -27,6 +27,7 @@ from .client import (
     Partition,
     Producer,
     TopicMetadata,
+    tls_context,
 )
 from .codec import Message, encode_message, fnv1a, partition_for_key
 from .group import GroupConsumer, GroupMessage
@@ -35,6 +36,7 @@ from .errors import (
     ConnectionFailed,
     CorruptMessage,
     ErrorCode,
+    LoginFailed,
     PartitionUnavailable,
     ProtocolError,
     RinglogError,
@@ -52,6 +54,7 @@ __all__ = [
     "ErrorCode",
     "GroupConsumer",
     "GroupMessage",
+    "LoginFailed",
     "Message",
     "Metadata",
     "Offsets",
@@ -64,4 +67,5 @@ __all__ = [
     "encode_message",
     "fnv1a",
     "partition_for_key",
+    "tls_context",
 ]

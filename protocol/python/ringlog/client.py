@@ -4,15 +4,25 @@ from __future__ import annotations
 
 import random
 import socket
+import ssl
 import time
 from collections import deque
 from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import flatbuffers
 
-from . import codec
+from . import codec, scram
 from .codec import Api, Message
-from .errors import BrokerError, ConnectionFailed, PartitionUnavailable, ProtocolError, RinglogError
+from .errors import (
+    BrokerError,
+    ConnectionFailed,
+    ErrorCode,
+    LoginFailed,
+    PartitionUnavailable,
+    ProtocolError,
+    RinglogError,
+)
+from .wire import AuthenticateRequest, AuthenticateResponse
 from .wire import AckMode as _AckMode
 from .wire import CreatePartitionsRequest, CreatePartitionsResponse
 from .wire import CreateTopicRequest, DeleteTopicRequest, ErrorResponse, FetchRequest
@@ -87,28 +97,75 @@ class Connection:
     connection's ``timeout`` (seconds).
     """
 
-    def __init__(self, address: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout: float = 10.0,
+        *,
+        login: Optional[Tuple[str, Union[str, bytes]]] = None,
+        tls: Optional[ssl.SSLContext] = None,
+    ) -> None:
         host, _, port = address.rpartition(":")
         try:
-            self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+            sock = socket.create_connection((host, int(port)), timeout=timeout)
         except (OSError, ValueError) as e:
             raise ConnectionFailed(f"connecting to {address}: {e}") from e
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(timeout)
+        if tls is not None:
+            try:
+                sock = tls.wrap_socket(sock, server_hostname=host)
+            except (OSError, ssl.SSLError) as e:
+                sock.close()
+                raise ConnectionFailed(f"TLS with {address}: {e}") from e
+        self.sock = sock
         self.address = address
         self.next_id = 1
         # Set once a read or write failed: the connection is out of step.
         self.broken = False
-        b = flatbuffers.Builder(64)
+        exchange = None
+        if login is not None:
+            user, password = login
+            exchange = scram.ClientExchange(user, password.encode() if isinstance(password, str) else password)
+        b = flatbuffers.Builder(256)
         name = b.CreateString(CLIENT_NAME)
+        if exchange is not None:
+            mechanism = b.CreateString(scram.MECHANISM)
+            first = b.CreateByteVector(exchange.first())
         HandshakeRequest.Start(b)
         HandshakeRequest.AddProtocolVersion(b, codec.PROTOCOL_VERSION)
         HandshakeRequest.AddClientName(b, name)
-        header, _ = self.call(Api.HANDSHAKE, _finish(b, HandshakeRequest.End(b)))
+        if exchange is not None:
+            HandshakeRequest.AddSaslMechanism(b, mechanism)
+            HandshakeRequest.AddSaslBytes(b, first)
+        try:
+            header, _ = self.call(Api.HANDSHAKE, _finish(b, HandshakeRequest.End(b)))
+        except ConnectionFailed as e:
+            if tls is None and "closed the connection" in str(e):
+                raise ConnectionFailed(
+                    f"{address} closed the connection without answering the handshake "
+                    "(does it require TLS? pass tls=ringlog.tls_context(ca))"
+                ) from e
+            raise
         hello = HandshakeResponse.HandshakeResponse.GetRootAs(header, 0)
         self.broker_id = hello.BrokerId()
         self.shard_id = hello.ShardId()
         self.broker_version = (hello.BrokerVersion() or b"").decode()
+        #: Who this connection acts as ("User:alice", "User:ANONYMOUS").
+        self.principal = (hello.Principal() or b"").decode()
+        if exchange is not None:
+            self.principal = self._authenticate(exchange, _bytes_of(hello))
+
+    def _authenticate(self, exchange: "scram.ClientExchange", server_first: bytes) -> str:
+        """The rest of a SCRAM login: the proof, then the broker's signature."""
+        b = flatbuffers.Builder(256)
+        proof = b.CreateByteVector(exchange.final(server_first))
+        AuthenticateRequest.Start(b)
+        AuthenticateRequest.AddSaslBytes(b, proof)
+        header, _ = self.call(Api.AUTHENTICATE, _finish(b, AuthenticateRequest.End(b)))
+        answer = AuthenticateResponse.AuthenticateResponse.GetRootAs(header, 0)
+        exchange.verify(bytes(answer.SaslBytes(i) for i in range(answer.SaslBytesLength())))
+        return (answer.Principal() or b"").decode()
 
     def send(self, api: int, header: bytes, payload: bytes = b"") -> int:
         """Sends one request; returns its request id."""
@@ -165,6 +222,24 @@ class Connection:
         self.sock.close()
 
 
+def _bytes_of(hello: "HandshakeResponse.HandshakeResponse") -> bytes:
+    """A Handshake answer's ``sasl_bytes``."""
+    return bytes(hello.SaslBytes(i) for i in range(hello.SaslBytesLength()))
+
+
+def tls_context(ca: str, cert: Optional[str] = None, key: Optional[str] = None) -> ssl.SSLContext:
+    """A TLS context that trusts the CA certificates in ``ca`` (PEM) and,
+    with ``cert`` and ``key``, presents that client certificate (a broker
+    with ``tls_client_ca`` asks for one; with ``authentication = "tls"``
+    its common name is the principal)."""
+    context = ssl.create_default_context(cafile=ca)
+    if cert is not None or key is not None:
+        if cert is None or key is None:
+            raise ValueError("cert and key go together")
+        context.load_cert_chain(cert, key)
+    return context
+
+
 def broker_error(code: int, header: bytes) -> BrokerError:
     """The exception for an error frame's code and ErrorResponse header."""
     try:
@@ -188,9 +263,23 @@ class Client:
     >>> client.create_topic("clicks", partitions=4)  # doctest: +SKIP
     """
 
-    def __init__(self, brokers: Union[str, Sequence[str]], timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        brokers: Union[str, Sequence[str]],
+        timeout: float = 10.0,
+        *,
+        user: Optional[str] = None,
+        password: Optional[Union[str, bytes]] = None,
+        tls: Optional[ssl.SSLContext] = None,
+    ) -> None:
         addresses = brokers.split(",") if isinstance(brokers, str) else list(brokers)
         self.timeout = timeout
+        if (user is None) != (password is None):
+            raise ValueError("user and password go together")
+        #: The login every connection of this client makes (SCRAM-SHA-256).
+        self.login = None if user is None else (user, password)
+        #: The TLS context every connection of this client uses.
+        self.tls = tls
         self.bootstrap = [a.strip() for a in addresses if a.strip()]
         # Shard 0 of every broker the last Metadata listed: where to go on
         # when the bootstrap broker dies.
@@ -198,11 +287,22 @@ class Client:
         self._shards: Dict[str, Connection] = {}
         self.conn = self._connect_any()
 
+    def open(self, address: str) -> Connection:
+        """A new connection to ``address`` with this client's login and TLS."""
+        return Connection(address, self.timeout, login=self.login, tls=self.tls)
+
     def _connect_any(self) -> "Connection":
         failures = []
         for address in self.bootstrap + [a for a in self.known if a not in self.bootstrap]:
             try:
-                return Connection(address, self.timeout)
+                return self.open(address)
+            except BrokerError as e:
+                # A login refused by one broker is refused by every one.
+                if e.code in (ErrorCode.AUTHENTICATION_FAILED, ErrorCode.AUTHENTICATION_REQUIRED):
+                    raise
+                failures.append(str(e))
+            except LoginFailed:
+                raise
             except RinglogError as e:
                 failures.append(str(e))
         raise ConnectionFailed("no broker answered: " + "; ".join(failures or ["no address given"]))
@@ -235,7 +335,7 @@ class Client:
             return self.conn
         conn = self._shards.get(address)
         if conn is None or conn.broken:
-            conn = Connection(address, self.timeout)
+            conn = self.open(address)
             self._shards[address] = conn
         return conn
 
@@ -493,7 +593,7 @@ class Producer:
         # this producer, nor this producer read its answer.
         conn = self._conns.get(address)
         if conn is None or conn.broken:
-            conn = Connection(address, self.client.timeout)
+            conn = self.client.open(address)
             self._conns[address] = conn
         return conn
 

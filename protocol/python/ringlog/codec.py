@@ -46,6 +46,12 @@ class Api:
     FETCH = 5
     LIST_OFFSETS = 6
     CREATE_PARTITIONS = 18
+    AUTHENTICATE = 20
+    CREATE_ACLS = 21
+    DELETE_ACLS = 22
+    DESCRIBE_ACLS = 23
+    ALTER_USERS = 24
+    LIST_USERS = 25
 
 
 def frame(api: int, request_id: int, header: bytes, payload: bytes = b"") -> bytes:

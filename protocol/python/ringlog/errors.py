@@ -133,6 +133,12 @@ def passes(error: BaseException) -> bool:
     return bool(getattr(error, "retriable", False))
 
 
+class LoginFailed(RinglogError):
+    """This client's side of a login failed: the broker's SCRAM messages did
+    not check out, or the user name is not valid. (A broker's refusal is a
+    BrokerError with AUTHENTICATION_FAILED.)"""
+
+
 class ProtocolError(RinglogError):
     """The bytes from the broker break the protocol (a bug, or not a broker)."""
 

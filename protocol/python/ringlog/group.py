@@ -146,7 +146,7 @@ class GroupConsumer:
         self.member_name = member_name
         self.requested_timeout_ms = session_timeout_ms
         # Its own connection: group requests never wait behind fetches.
-        self.conn = Connection(client.conn.address, client.timeout)
+        self.conn = client.open(client.conn.address)
         self._join()
         self.heartbeat_every = min(1.0, self.session_timeout_ms / 3000)
         self.generation = 0
@@ -169,7 +169,7 @@ class GroupConsumer:
         is replaced (through any broker that answers) for the next one."""
         if self.conn.broken:
             self.client.reconnect()
-            self.conn = Connection(self.client.conn.address, self.client.timeout)
+            self.conn = self.client.open(self.client.conn.address)
         return self.conn.call(api, header)
 
     def _join(self) -> None:

@@ -82,6 +82,7 @@ counters! {
     group_leaves_total: "LeaveGroup requests answered",
     group_members_lost_total: "Group requests answered UNKNOWN_MEMBER (a member whose session had lapsed)",
     logins_total: "Connections opened with a principal (anonymous ones included)",
+    logins_anonymous_total: "Connections opened as User:ANONYMOUS (no login, no client certificate): while turning security on, the clients still to be given a login",
     login_failures_total: "Logins refused with AUTHENTICATION_FAILED (wrong password or user, bad exchange, blocked address); each closed the connection after login_failure_delay_ms",
     authorization_denied_total: "Requests refused with AUTHORIZATION_FAILED",
 }

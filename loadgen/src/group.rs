@@ -89,8 +89,9 @@ pub fn consume_group(spec: &GroupSpec, stats: &Arc<Stats>) -> anyhow::Result<Gro
                     max_wait: Duration::from_millis(100),
                     ..GroupConfig::default()
                 };
+                let client = crate::connect(&spec.brokers)?;
                 let mut member =
-                    GroupConsumer::subscribe(&spec.brokers, &spec.group, &[&spec.topic], config)?;
+                    GroupConsumer::subscribe_with(&client, &spec.group, &[&spec.topic], config)?;
                 let mut last_progress = Instant::now();
                 loop {
                     let done = match spec.length {

@@ -708,6 +708,9 @@ fn opened(
         }
     }
     crate::metrics::bump(&shard.metrics.counters.logins_total, 1);
+    if principal == protocol::acl::ANONYMOUS {
+        crate::metrics::bump(&shard.metrics.counters.logins_anonymous_total, 1);
+    }
     *access = Access::Open(principal.into());
     Ok(())
 }

@@ -1127,7 +1127,8 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
         session_timeout: Duration::from_millis(args.session_timeout_ms),
         ..GroupConfig::default()
     };
-    let mut consumer = GroupConsumer::subscribe(brokers, group, &[&args.topic], config)
+    // Through the client: its TLS and login for every group connection.
+    let mut consumer = GroupConsumer::subscribe_with(&client, group, &[&args.topic], config)
         .with_context(|| format!("joining group {group}"))?;
     // Ctrl-C or SIGTERM: commit what was printed and leave the group at
     // once, so the other members take over without waiting for the session

@@ -616,8 +616,15 @@ fn security_figures_run_on_a_broker_with_and_one_without_access_control() {
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{report:#}");
     for row in rows {
-        assert_eq!(row["produce_rounds"].as_array().unwrap().len(), 2, "{report:#}");
-        assert!(row["consume_msgs_per_sec"].as_f64().unwrap() > 0.0, "{report:#}");
+        assert_eq!(
+            row["produce_rounds"].as_array().unwrap().len(),
+            2,
+            "{report:#}"
+        );
+        assert!(
+            row["consume_msgs_per_sec"].as_f64().unwrap() > 0.0,
+            "{report:#}"
+        );
     }
     assert!(report["check_ns"].as_f64().unwrap() > 0.0, "{report:#}");
 }

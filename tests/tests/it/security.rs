@@ -914,3 +914,100 @@ fn r22_a_cluster_runs_on_an_etcd_with_authentication_and_a_wrong_password_is_ref
         stderr.lines().last().unwrap_or_default()
     );
 }
+
+/// Item 3, the other quotas: a fetch quota slows a consumer to its byte
+/// rate (within 10%), a request-rate quota a client's requests, and
+/// `max_connections_per_address` bounds one address's connections.
+#[test]
+fn r22_fetch_and_request_quotas_slow_their_principal_and_an_address_is_bounded() {
+    let dir = TempDir::new("security-quota-fetch");
+    let toml = format!(
+        "{SECURE}max_connections_per_address = 12\n[quotas.\"User:reader\"]\nfetch_bytes_per_second = 2000000\n[quotas.\"User:chatty\"]\nrequests_per_second = 50\n"
+    );
+    let broker = secured_broker(&toml, &dir);
+    let address = broker.address();
+    let admin = login(&address, "admin", "admin-secret");
+    admin
+        .create_topic("fetched", 1, &TopicSettings::default())
+        .unwrap();
+    let users: Vec<(String, Credential)> = ["reader", "chatty"]
+        .iter()
+        .map(|u| {
+            (
+                u.to_string(),
+                Credential::new(format!("{u}-pw").as_bytes(), ITERATIONS_MIN),
+            )
+        })
+        .collect();
+    admin.alter_users(&users, &[]).unwrap();
+    admin
+        .create_acls(&[rule("allow User:* all topic:fetched")])
+        .unwrap();
+    // 12 MB in the log (10,000 messages of 1,191 bytes), read back at the
+    // reader's quota.
+    let mut producer = Producer::new(
+        &admin,
+        "fetched",
+        ProducerConfig {
+            acks: AckMode::Flushed,
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap();
+    let payload = vec![b'f'; 1191];
+    for _ in 0..10_000 {
+        producer.send(None, &payload).unwrap();
+    }
+    producer.flush().unwrap();
+    let reader = login(&address, "reader", "reader-pw");
+    let started = Instant::now();
+    let mut consumer = Consumer::new(&reader, "fetched", 0, 0).unwrap();
+    consumer.set_max_wait_ms(0);
+    consumer.set_max_bytes(256 << 10);
+    let mut bytes = 0usize;
+    loop {
+        let batch = consumer.poll().unwrap();
+        if batch.is_empty() && consumer.at_end() {
+            break;
+        }
+        bytes += batch.iter().map(|m| m.value.len() + 9).sum::<usize>();
+    }
+    let fetch_rate = bytes as f64 / started.elapsed().as_secs_f64();
+    // Requests: 150 Metadata requests at 50 a second.
+    let chatty = login(&address, "chatty", "chatty-pw");
+    let started = Instant::now();
+    for _ in 0..150 {
+        chatty.metadata(&["fetched"]).unwrap();
+    }
+    let request_rate = 150.0 / started.elapsed().as_secs_f64();
+    // One address: 12 connections, then OVERLOADED.
+    let mut open = Vec::new();
+    let refused = loop {
+        match Client::with_config(&address, config(Some(("admin", "admin-secret")))) {
+            Ok(client) => open.push(client),
+            Err(error) => break error,
+        }
+        assert!(
+            open.len() <= 12,
+            "more than 12 connections from one address"
+        );
+    };
+    println!(
+        "fetch quota 2,000,000 B/s: User:reader read {bytes} bytes at {fetch_rate:.0} B/s; request quota 50/s: User:chatty sent 150 at {request_rate:.1}/s; one address refused after {} connections more: {refused}",
+        open.len()
+    );
+    assert_eq!(bytes, 10_000 * 1200);
+    assert!(
+        (1_800_000.0..=2_200_000.0).contains(&fetch_rate),
+        "{fetch_rate:.0} B/s"
+    );
+    assert!(
+        (45.0..=55.0).contains(&request_rate),
+        "{request_rate:.1} requests/s"
+    );
+    assert_eq!(refused.code(), Some(ErrorCode::Overloaded), "{refused}");
+    assert!(
+        refused.to_string().contains("max_connections_per_address"),
+        "{refused}"
+    );
+}

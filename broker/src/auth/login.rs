@@ -13,7 +13,7 @@
 //! connection serves nothing else, and all of it must happen within
 //! `handshake_timeout_ms`. Every failure — wrong password, unknown user
 //! (indistinguishable: [`protocol::scram`]), a mechanism not offered, a
-//! malformed message, an address past its failed logins ([`super::limiter`])
+//! malformed message, an address past its failed logins ([`mod@super::limiter`])
 //! — is answered AUTHENTICATION_FAILED after `login_failure_delay_ms`, and
 //! the connection is closed.
 

@@ -3,7 +3,7 @@
 //! - [`login`]: the Handshake's login (SCRAM-SHA-256, or the TLS client
 //!   certificate's subject) that gives a connection its principal, with a
 //!   delay before every failure's answer and a per-address bound on failed
-//!   logins ([`limiter`]).
+//!   logins ([`mod@limiter`]).
 //! - [`quota`]: produce, fetch and request rates per principal, enforced
 //!   by delaying the connection's next read; connections per principal and
 //!   per client address.

@@ -34,6 +34,10 @@ pub struct Standalone {
     /// change by `ringlog users add --data-dir` while the broker runs is
     /// noticed within a second ([`Registry::next_event`]).
     security_seen: Option<std::time::SystemTime>,
+    /// When the file was last looked at: the next look is a second later,
+    /// however often the control thread's loop polls [`Registry::next_event`]
+    /// anew (each request it serves starts a new future).
+    security_checked: std::time::Instant,
 }
 
 impl Standalone {
@@ -64,6 +68,7 @@ impl Standalone {
             topics,
             revision: 1,
             security_seen: None,
+            security_checked: std::time::Instant::now(),
         })
     }
 
@@ -169,7 +174,9 @@ impl Registry for Standalone {
         // No one else writes topics here; only the security file may change
         // under the broker. Cancel-safe: nothing changes until it returns.
         loop {
-            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let due = self.security_checked + std::time::Duration::from_secs(1);
+            tokio::time::sleep_until(due.into()).await;
+            self.security_checked = std::time::Instant::now();
             let now = crate::security::file_version(&self.data_dir);
             if now != self.security_seen {
                 self.security_seen = now;

@@ -607,6 +607,31 @@ fn r22_a_cluster_shares_users_and_rules_through_etcd_and_a_revoke_reaches_every_
     assert!(took < Duration::from_secs(1), "{took:?}");
 }
 
+/// The quota tests' start: topic `topic`, users `users` (password
+/// `NAME-pw`), and a rule allowing everyone `operation` on the topic.
+/// Returns the admin's client.
+fn quota_setup(address: &str, topic: &str, users: &[&str], operation: &str) -> Client {
+    let admin = login(address, "admin", "admin-secret");
+    admin
+        .create_topic(topic, 1, &TopicSettings::default())
+        .unwrap();
+    let users: Vec<(String, Credential)> = users
+        .iter()
+        .map(|u| {
+            let password = format!("{u}-pw");
+            (
+                u.to_string(),
+                Credential::new(password.as_bytes(), ITERATIONS_MIN),
+            )
+        })
+        .collect();
+    admin.alter_users(&users, &[]).unwrap();
+    admin
+        .create_acls(&[rule(&format!("allow User:* {operation} topic:{topic}"))])
+        .unwrap();
+    admin
+}
+
 /// Produces 1,000-byte messages as fast as `client`'s principal may for
 /// `seconds` (or `max_messages`), then flushes; (bytes acknowledged per
 /// second, the producer's reported throttle time).
@@ -655,23 +680,7 @@ fn r22_a_quota_slows_a_producer_to_its_rate_and_leaves_another_principal_alone()
     );
     let broker = secured_broker(&toml, &dir);
     let address = broker.address();
-    let admin = login(&address, "admin", "admin-secret");
-    admin
-        .create_topic("metered", 1, &TopicSettings::default())
-        .unwrap();
-    let users: Vec<(String, Credential)> = ["slow", "fast"]
-        .iter()
-        .map(|u| {
-            (
-                u.to_string(),
-                Credential::new(format!("{u}-pw").as_bytes(), ITERATIONS_MIN),
-            )
-        })
-        .collect();
-    admin.alter_users(&users, &[]).unwrap();
-    admin
-        .create_acls(&[rule("allow User:* write topic:metered")])
-        .unwrap();
+    quota_setup(&address, "metered", &["slow", "fast"], "write");
     let (slow, fast) = std::thread::scope(|scope| {
         let slow = scope.spawn(|| {
             produce_flat_out(&login(&address, "slow", "slow-pw"), "metered", 6, u64::MAX)
@@ -926,23 +935,7 @@ fn r22_fetch_and_request_quotas_slow_their_principal_and_an_address_is_bounded()
     );
     let broker = secured_broker(&toml, &dir);
     let address = broker.address();
-    let admin = login(&address, "admin", "admin-secret");
-    admin
-        .create_topic("fetched", 1, &TopicSettings::default())
-        .unwrap();
-    let users: Vec<(String, Credential)> = ["reader", "chatty"]
-        .iter()
-        .map(|u| {
-            (
-                u.to_string(),
-                Credential::new(format!("{u}-pw").as_bytes(), ITERATIONS_MIN),
-            )
-        })
-        .collect();
-    admin.alter_users(&users, &[]).unwrap();
-    admin
-        .create_acls(&[rule("allow User:* all topic:fetched")])
-        .unwrap();
+    let admin = quota_setup(&address, "fetched", &["reader", "chatty"], "all");
     // 12 MB in the log (10,000 messages of 1,191 bytes), read back at the
     // reader's quota.
     let mut producer = Producer::new(

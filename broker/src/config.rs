@@ -535,6 +535,17 @@ impl Config {
                 "authentication = \"scram\" in a cluster: set broker_user and broker_password_file, the login this broker's followers use with their leaders".into(),
             ));
         }
+        // Without a login a follower is User:ANONYMOUS, and a follower's
+        // fetch needs alter on the cluster: replication would stop.
+        if self.clustered()
+            && self.authorization
+            && self.authentication == Authentication::None
+            && self.broker_user.is_none()
+        {
+            return Err(ConfigError(
+                "authorization in a cluster: followers fetch as their broker's user, and without one they are User:ANONYMOUS, which may not replicate; set broker_user and broker_password_file (a super user)".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -644,6 +655,37 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("segment_bytes_min must be 1024.."));
+    }
+
+    #[test]
+    fn security_settings_that_cannot_work_are_refused_with_what_to_set() {
+        let cluster = |edit: fn(&mut Config)| {
+            let mut config = Config {
+                etcd: vec!["http://127.0.0.1:2379".into()],
+                ..Config::default()
+            };
+            edit(&mut config);
+            config.validate().map_err(|e| e.to_string())
+        };
+        let refused = cluster(|c| c.authorization = true).unwrap_err();
+        assert!(refused.contains("set broker_user"), "{refused}");
+        let refused = cluster(|c| c.authentication = Authentication::Scram).unwrap_err();
+        assert!(refused.contains("broker_password_file"), "{refused}");
+        let refused = cluster(|c| c.authentication = Authentication::Tls).unwrap_err();
+        assert!(refused.contains("tls_client_ca"), "{refused}");
+        let refused = cluster(|c| c.super_users = vec!["admin".into()]).unwrap_err();
+        assert!(refused.contains("User:NAME"), "{refused}");
+        let refused = cluster(|c| c.etcd_cert = Some("c.pem".into())).unwrap_err();
+        assert!(refused.contains("etcd_key"), "{refused}");
+        let refused = cluster(|c| c.etcd_ca = Some("ca.pem".into())).unwrap_err();
+        assert!(refused.contains("https://"), "{refused}");
+        let fine = cluster(|c| {
+            c.authorization = true;
+            c.super_users = vec!["User:admin".into()];
+            c.broker_user = Some("admin".into());
+            c.broker_password_file = Some("admin.pw".into());
+        });
+        assert!(fine.is_ok(), "{fine:?}");
     }
 
     #[test]

@@ -58,6 +58,14 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     let (senders, inboxes): (Vec<_>, Vec<_>) = (0..config.shards)
         .map(|_| flume::bounded::<ShardMsg>(crate::limits::FORWARD_QUEUE_MAX))
         .unzip();
+    // Only a cluster member needs it (to recognise its own earlier
+    // registration in etcd, and the ISR names the directory each member
+    // holds its copy in); a standalone data dir stays as it was.
+    let data_dir_id = if config.clustered() {
+        data_dir_id(&config)?
+    } else {
+        String::new()
+    };
     let me = BrokerRecord {
         broker_id: config.broker_id,
         shards: addresses
@@ -75,13 +83,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         version: crate::VERSION.to_string(),
         incarnation: incarnation.clone(),
         rack: config.rack.clone(),
-        // Only a cluster member needs it (to recognise its own earlier
-        // registration in etcd); a standalone data dir stays as it was.
-        data_dir_id: if config.clustered() {
-            data_dir_id(&config)?
-        } else {
-            String::new()
-        },
+        data_dir_id: data_dir_id.clone(),
     };
     // Which cluster the data directory belongs to, if it joined one.
     let meta = if config.clustered() {
@@ -249,6 +251,12 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             control: control.requests.clone(),
             brokers: brokers.clone(),
             incarnation: incarnation.clone(),
+            data_dir_id: data_dir_id.clone(),
+            topics_before_disk: if config.fresh_data_dir && !foreign {
+                topics.iter().map(|t| t.id.clone()).collect()
+            } else {
+                Default::default()
+            },
             lease: loaded.lease.clone(),
             orphaned_at_start: if id == 0 {
                 swept.orphans_moved.len() as u64
@@ -341,6 +349,10 @@ struct ShardContext {
     orphaned_at_start: u64,
     /// This run's incarnation.
     incarnation: String,
+    /// The data directory's id.
+    data_dir_id: String,
+    /// Topics that existed before a new data directory (see `Shard`).
+    topics_before_disk: std::collections::HashSet<String>,
     /// This broker's lease (clustered).
     lease: Option<Arc<coordinator::registry::LeaseClock>>,
     inbox: flume::Receiver<ShardMsg>,
@@ -399,6 +411,8 @@ async fn shard_main(context: ShardContext) {
             1024,
         )),
         incarnation: context.incarnation,
+        data_dir_id: context.data_dir_id,
+        topics_before_disk: context.topics_before_disk,
         lease: context.lease,
         links: RefCell::new(std::collections::HashSet::new()),
         follows_changed: crate::notify::Notify::new(),

@@ -21,6 +21,7 @@ use protocol::scram::Credential;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// File name of the standalone store inside the data directory.
@@ -114,13 +115,28 @@ fn corrupt(path: &Path, reason: impl std::fmt::Display) -> RegistryError {
 }
 
 /// Reads `<dir>/security.toml`; a missing file holds no users and no rules.
+/// A file that other users may read is refused (its keys would let them
+/// pose as any user to this broker, as ssh refuses a private key left
+/// readable): [`RegistryError::Exposed`].
 pub fn read_file(dir: &Path) -> Result<SecurityRecords, RegistryError> {
+    use std::os::unix::fs::PermissionsExt;
     let path = dir.join(SECURITY_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(SecurityRecords::default()),
         Err(e) => return Err(RegistryError::io("reading", &path, e)),
     };
+    let mode = std::fs::metadata(&path)
+        .map_err(|e| RegistryError::io("reading", &path, e))?
+        .permissions()
+        .mode()
+        & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(RegistryError::Exposed {
+            path: path.display().to_string(),
+            mode,
+        });
+    }
     let file: SecurityFile = toml::from_str(&text).map_err(|e| corrupt(&path, e))?;
     let mut records = SecurityRecords::default();
     for (name, credential) in file.users {
@@ -153,8 +169,15 @@ pub fn write_file(dir: &Path, records: &SecurityRecords) -> Result<(), RegistryE
     };
     let text = toml::to_string(&file)
         .map_err(|e| RegistryError::io("encoding", &path, std::io::Error::other(e)))?;
-    let mut out =
-        std::fs::File::create(&tmp).map_err(|e| RegistryError::io("creating", &tmp, e))?;
+    // Its owner's alone from the start (mode 0600, whatever the umask): it
+    // holds every user's stored and server keys.
+    let _ = std::fs::remove_file(&tmp);
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| RegistryError::io("creating", &tmp, e))?;
     out.write_all(text.as_bytes())
         .and_then(|()| out.sync_all())
         .map_err(|e| RegistryError::io("writing", &tmp, e))?;
@@ -386,6 +409,31 @@ mod tests {
         assert!(!text.contains("pw\""), "{text}");
         let removed = change_file(&dir, &SecurityChange::RemoveAcls(vec![rule])).unwrap();
         assert_eq!(removed.removed, 1);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |dir: &Path| {
+            std::fs::metadata(dir.join(SECURITY_FILE))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        assert_eq!(mode(&dir), 0o600, "written for its owner alone");
+        std::fs::set_permissions(
+            dir.join(SECURITY_FILE),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let exposed = read_file(&dir).unwrap_err();
+        assert!(
+            matches!(exposed, RegistryError::Exposed { mode: 0o644, .. }),
+            "{exposed}"
+        );
+        assert!(exposed.to_string().contains("chmod 600"), "{exposed}");
+        std::fs::set_permissions(
+            dir.join(SECURITY_FILE),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
         std::fs::write(dir.join(SECURITY_FILE), "acls = [\"allow nobody\"]").unwrap();
         assert!(matches!(
             read_file(&dir),

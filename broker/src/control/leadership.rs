@@ -42,7 +42,7 @@ impl<R: Registry> ControlPlane<R> {
         let states: Vec<(u32, Versioned)> = (0..record.partitions)
             .map(|p| {
                 let state = stored.get(&p).cloned().unwrap_or_else(|| Versioned {
-                    state: PartitionState::initial(&record.replicas_of(p)),
+                    state: record.initial_state(p),
                     revision: 0,
                 });
                 (p, state)
@@ -86,22 +86,53 @@ impl<R: Registry> ControlPlane<R> {
             .get(&(record.id.clone(), partition))
             .cloned()
             .unwrap_or_else(|| Versioned {
-                state: PartitionState::initial(&record.replicas_of(partition)),
+                state: record.initial_state(partition),
                 revision: 0,
             })
     }
 
+    /// The data directory `broker` registered with, if it is live (and
+    /// says).
+    fn disk_of(&self, broker: BrokerId) -> Option<&str> {
+        self.brokers
+            .iter()
+            .find(|b| b.broker_id == broker)
+            .map(|b| b.data_dir_id.as_str())
+            .filter(|d| !d.is_empty())
+    }
+
+    /// True when `broker` is live and is the ISR member `state` names: in
+    /// the ISR, registered from the data directory it was in sync in (this
+    /// broker on a new directory is not, whatever an old state without
+    /// directories says).
+    pub(super) fn live_isr_copy(&self, state: &PartitionState, broker: BrokerId) -> bool {
+        if !self.brokers.iter().any(|b| b.broker_id == broker) {
+            return false;
+        }
+        if broker == self.me && self.fresh && !state.disks.contains_key(&broker) {
+            return false;
+        }
+        state.copy_in_sync(broker, self.disk_of(broker))
+    }
+
+    /// True when `state`'s leader serves it: live, and on the data
+    /// directory the ISR names for it. A leader back on a new disk does
+    /// not (it refuses to lead on an empty copy), so the ISR elects another.
+    fn leader_serves(&self, state: &PartitionState) -> bool {
+        self.live_isr_copy(state, state.leader)
+    }
+
     /// Elections: for every replicated partition whose leader's broker is
-    /// not live and whose ISR has this broker, this broker tries to take
-    /// over (epoch + 1, the old leader out of the ISR). Of the ISR members
-    /// that try, the registry's compare-and-set lets one win; the others
-    /// learn the winner. A partition whose whole ISR is gone stays offline
-    /// (no unclean election).
+    /// not live (or is back on a new disk) and whose ISR has this broker's
+    /// copy, this broker tries to take over (epoch + 1, the old leader out
+    /// of the ISR). Of the ISR members that try, the registry's
+    /// compare-and-set lets one win; the others learn the winner. A
+    /// partition whose whole ISR is gone stays offline (no unclean
+    /// election).
     pub(super) async fn elect_where_leaderless(&mut self) {
         if self.foreign.is_some() {
             return;
         }
-        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
         let records: Vec<TopicRecord> = self
             .known
             .values()
@@ -114,7 +145,10 @@ impl<R: Registry> ControlPlane<R> {
                 let current = self.state_of(&record, p);
                 // Only a broker that holds the partition: one a finished move
                 // took out may still be listed in the ISR for a moment.
-                if live.contains(&current.state.leader) || !record.has_replica(p, self.me) {
+                if self.leader_serves(&current.state)
+                    || !record.has_replica(p, self.me)
+                    || !self.live_isr_copy(&current.state, self.me)
+                {
                     continue;
                 }
                 if let Some(next) = current.state.elect(self.me) {
@@ -181,71 +215,129 @@ impl<R: Registry> ControlPlane<R> {
         written
     }
 
-    /// A new run of this broker: partitions it led get a new epoch (another
-    /// live ISR member takes over, or it leads again in a new epoch, so a
-    /// follower never mistakes the new run's log for the old one's), and a
-    /// data directory that is new (a lost disk) leaves every ISR: its copies
-    /// hold nothing and must not be elected.
-    pub(super) async fn restart_replicas(&mut self, fresh: bool) {
+    /// Every replicated partition with a copy here has a restart change
+    /// to make ([`Self::restart_replicas`]).
+    pub(super) fn plan_restart(&mut self) {
         if self.foreign.is_some() {
             return;
         }
-        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
+        self.restart_pending = self
+            .known
+            .values()
+            .filter(|t| t.is_replicated())
+            .flat_map(|t| {
+                (0..t.partitions)
+                    .filter(|p| t.has_replica(*p, self.me))
+                    .map(|p| (t.id.clone(), p))
+            })
+            .collect();
+    }
+
+    /// A new run of this broker takes its place in each replicated
+    /// partition it holds a copy of:
+    ///
+    /// - a copy on a new data directory (a lost disk) that the ISR names
+    ///   leaves the ISR, and if it led, hands the leadership to another
+    ///   member in a new epoch — a live one if any, else one that is down
+    ///   and takes over when it returns: an empty copy never leads or
+    ///   defines history. The ISR's only member lost its disk: nothing
+    ///   changes, the partition stays offline (the copy refuses to lead)
+    ///   until `ringlog partitions elect --unclean`;
+    /// - a partition it led gets a new epoch: another live ISR member takes
+    ///   over, or it leads again in a new epoch, so a follower never
+    ///   mistakes the new run's log for the old one's.
+    ///
+    /// What could not be written is tried again at the next change of the
+    /// live brokers, until every partition's change is made.
+    pub(super) async fn restart_replicas(&mut self) {
+        if self.foreign.is_some() || self.restart_pending.is_empty() {
+            return;
+        }
         let records: Vec<TopicRecord> = self
             .known
             .values()
             .filter(|t| t.is_replicated())
             .cloned()
             .collect();
+        let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
+        let is_live = |b: BrokerId| live.contains(&b);
+        // Partitions of topics gone meanwhile have nothing to change.
+        self.restart_pending
+            .retain(|(id, _)| records.iter().any(|r| r.id == *id));
         for record in records {
             let mut updates = Vec::new();
             for p in 0..record.partitions {
-                if !record.has_replica(p, self.me) {
+                if !self.restart_pending.contains(&(record.id.clone(), p)) {
                     continue;
                 }
                 let current = self.state_of(&record, p);
                 let state = &current.state;
-                let next = if state.leader == self.me {
+                let new_disk = state.in_sync(self.me) && !self.live_isr_copy(state, self.me);
+                let next = if new_disk {
+                    let next = state.leave_as_new_disk(self.me, &is_live);
+                    if state.leader == self.me {
+                        match &next {
+                            Some(next) => tracing::error!(
+                                topic = %record.name,
+                                partition = p,
+                                successor = next.leader,
+                                successor_live = is_live(next.leader),
+                                epoch = next.leader_epoch,
+                                "this broker led the partition and its data directory is new: it leaves the ISR, and broker {} leads in a new epoch{}",
+                                next.leader,
+                                if is_live(next.leader) { "" } else { " once it returns: the partition is offline until then (or `ringlog partitions elect --unclean`)" }
+                            ),
+                            None => tracing::error!(
+                                topic = %record.name,
+                                partition = p,
+                                "this broker led the partition, its data directory is new, and it was the only in-sync replica: the partition stays offline (nothing here holds its committed bytes) until an operator accepts the loss with `ringlog partitions elect --unclean`"
+                            ),
+                        }
+                    } else if next.is_some() {
+                        tracing::warn!(topic = %record.name, partition = p, "this broker's data directory is new: its copy leaves the ISR and catches up from the leader");
+                    }
+                    next
+                } else if state.leader == self.me {
                     let other = state
                         .isr
                         .iter()
                         .copied()
-                        .find(|b| *b != self.me && live.contains(b));
+                        .find(|b| *b != self.me && self.live_isr_copy(state, *b));
                     match other {
                         Some(other) => state.elect(other),
-                        None if fresh => {
-                            tracing::error!(
-                                topic = %record.name,
-                                partition = p,
-                                "this broker led the partition, its data directory is new, and no other in-sync replica is live: the partition stays offline until one returns (or `ringlog partitions elect --unclean`)"
-                            );
-                            None
-                        }
                         None => {
                             let mut again = state.clone();
                             again.leader_epoch += 1;
                             Some(again)
                         }
                     }
-                } else if fresh && state.in_sync(self.me) {
-                    let mut out = state.clone();
-                    out.isr.retain(|b| *b != self.me);
-                    out.incarnations.remove(&self.me);
-                    Some(out)
                 } else {
                     None
                 };
-                if let Some(next) = next {
-                    updates.push(PartitionUpdate {
+                match next {
+                    Some(next) => updates.push(PartitionUpdate {
                         partition: p,
                         expected: current.revision,
                         state: next,
-                    });
+                    }),
+                    None => {
+                        self.restart_pending.remove(&(record.id.clone(), p));
+                    }
                 }
             }
-            if !updates.is_empty() {
-                self.write_states(&record.id, updates, "restarted: a new epoch")
-                    .await;
+            if updates.is_empty() {
+                continue;
+            }
+            let written = self
+                .write_states(&record.id, updates.clone(), "restarted: a new epoch")
+                .await;
+            for (update, ok) in updates.iter().zip(written) {
+                // A conflict means someone else changed the state first:
+                // the state learned from it is looked at again next time.
+                if ok {
+                    self.restart_pending
+                        .remove(&(record.id.clone(), update.partition));
+                }
             }
         }
     }
@@ -379,13 +471,18 @@ impl<R: Registry> ControlPlane<R> {
         live: &[BrokerId],
         position: Option<(u64, u64)>,
     ) -> Result<Option<(PartitionState, String)>, String> {
-        if live.contains(&state.leader) {
+        if self.leader_serves(state) {
             return Err(format!(
                 "broker {} leads it and is live: an unclean election is only for an offline partition",
                 state.leader
             ));
         }
-        if let Some(member) = state.isr.iter().find(|b| live.contains(b)) {
+        // A member back on a new disk holds nothing: it does not count.
+        if let Some(member) = state
+            .isr
+            .iter()
+            .find(|b| live.contains(b) && self.live_isr_copy(state, **b))
+        {
             return Err(format!(
                 "broker {member} is in sync and live: it takes over by itself, losing nothing"
             ));
@@ -399,7 +496,7 @@ impl<R: Registry> ControlPlane<R> {
         }
         let (end, hw) = position.unwrap_or_default();
         Ok(Some((
-            state.elect_unclean(self.me),
+            state.elect_unclean(self.me, self.disk_of(self.me).unwrap_or_default()),
             format!(
                 "broker {} leads, unclean: its copy ends at {end}; the high watermark it last saw was {hw}, so at least {} committed bytes are lost, and whatever the in-sync replicas {:?} held past it",
                 self.me,

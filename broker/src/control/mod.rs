@@ -195,6 +195,8 @@ where
                     replication,
                     deadline: group_deadline,
                     super_users,
+                    fresh,
+                    restart_pending: Default::default(),
                 };
                 plane.remember_topics();
                 // The shards opened the topics from `Loaded`; now their
@@ -208,7 +210,8 @@ where
                 for record in &replicated {
                     plane.learn_topic_states(record).await;
                 }
-                plane.restart_replicas(fresh).await;
+                plane.plan_restart();
+                plane.restart_replicas().await;
                 plane.elect_where_leaderless().await;
                 plane.serve(inbox, stopped).await;
             });
@@ -263,6 +266,12 @@ struct ControlPlane<R: Registry> {
     replication: ReplicationDefaults,
     /// The configuration's super users, published with the rules.
     super_users: Vec<String>,
+    /// This run started on a new data directory (wiped or replaced):
+    /// its copies of topics that existed before hold nothing.
+    fresh: bool,
+    /// Partitions whose restart change (`restart_replicas`) is not
+    /// written yet: tried again at every change of the live brokers.
+    restart_pending: std::collections::BTreeSet<(String, u32)>,
 }
 
 /// The broker's replication defaults, for topics that do not say.
@@ -674,7 +683,9 @@ impl<R: Registry> ControlPlane<R> {
                 }
                 n => n,
             };
-            TopicRecord::replicated(name, overrides, replicas, min_insync)
+            let mut record = TopicRecord::replicated(name, overrides, replicas, min_insync);
+            record.record_disks(0, &live);
+            record
         } else {
             let owners = placement::spread(name, partitions, &brokers);
             TopicRecord::new(name, overrides, owners)
@@ -890,6 +901,7 @@ impl<R: Registry> ControlPlane<R> {
             }
             RegistryEvent::Brokers(brokers) => {
                 self.publish_brokers(brokers).await;
+                self.restart_replicas().await;
                 self.elect_where_leaderless().await;
             }
             RegistryEvent::Resync {
@@ -931,6 +943,7 @@ impl<R: Registry> ControlPlane<R> {
                     self.apply_topic(record).await;
                 }
                 self.publish_brokers(brokers).await;
+                self.restart_replicas().await;
                 self.elect_where_leaderless().await;
             }
         }

@@ -59,7 +59,8 @@ impl<R: Registry> ControlPlane<R> {
                     brokers: Vec::new(),
                 });
             }
-            let next = grown(&record, partitions, &placeable)?;
+            let mut next = grown(&record, partitions, &placeable)?;
+            next.record_disks(record.partitions, &live);
             if !self.registry.replace_topic(next.clone(), revision).await? {
                 continue;
             }

@@ -102,7 +102,13 @@ impl<R: Registry> ControlPlane<R> {
     ) -> Result<(), ControlError> {
         if !record.is_replicated() {
             // Made replicated now: each partition's one broker leads it.
-            let state = PartitionState::initial(&record.replicas_of(partition));
+            let disks = self
+                .brokers
+                .iter()
+                .filter(|b| !b.data_dir_id.is_empty())
+                .map(|b| (b.broker_id, b.data_dir_id.clone()))
+                .collect();
+            let state = PartitionState::initial(&record.replicas_of(partition), &disks);
             return self.create_state(record, partition, state).await;
         }
         let current = self.state_of(record, partition);

@@ -56,6 +56,17 @@ pub fn check_leader(replica: &SharedReplica, requested_epoch: i32) -> Result<(),
         });
     }
     if !r.leads() {
+        if r.leader() == r.me {
+            if let Some((_, why)) = r.refused {
+                return Err(Failure::new(
+                    ErrorCode::NotLeader,
+                    format!(
+                        "{} is offline: the registry names this broker its leader, but it does not lead: {why}",
+                        r.label
+                    ),
+                ));
+            }
+        }
         return Err(not_leader(&r.topic, r.partition, r.leader()));
     }
     Ok(())

@@ -419,6 +419,28 @@ async fn exchange(
     .await
 }
 
+/// Why a follower must not cut its log to `target`, if it must not: the
+/// cut would remove bytes below the high watermark it knows (`floor`,
+/// kept across restarts) — committed, acknowledged to producers — and the
+/// leader asking for it is not newer than this copy's last epoch. Such a
+/// leader wrote (or copied) every committed byte itself, so a log that
+/// lacks them lost them: a wiped disk leading in the old epoch. Only a
+/// newer leader, elected from the ISR or by an operator's unclean
+/// election, defines what the partition holds below the floor.
+pub fn truncation_refused(
+    target: u64,
+    floor: u64,
+    own_epoch: i32,
+    leader_epoch: u32,
+) -> Option<String> {
+    if target >= floor || i64::from(leader_epoch) > i64::from(own_epoch) {
+        return None;
+    }
+    Some(format!(
+        "refusing to truncate to {target}, below the high watermark {floor} this copy knows: the leader is in epoch {leader_epoch}, not newer than this copy's {own_epoch}, yet lacks committed bytes (did it lose its disk?); the copy keeps them and waits for a leader that holds them"
+    ))
+}
+
 /// Applies the leader's answer for one followed partition.
 async fn apply(
     shard: &Rc<Shard>,
@@ -450,12 +472,25 @@ async fn apply(
     let log = replica.borrow().log.clone();
     let offset = answer.offset;
     if let Some((epoch, leader_end)) = answer.diverging {
-        let own_end = {
+        let (own_end, floor, own_epoch, leader_epoch) = {
             let r = replica.borrow();
-            let end = r.log.borrow().end_offset();
-            r.epochs.end_for(epoch, end).1
+            let (end, floor) = {
+                let l = r.log.borrow();
+                (l.end_offset(), l.committed_floor())
+            };
+            (
+                r.epochs.end_for(epoch, end).1,
+                floor,
+                r.epochs.last_epoch(),
+                r.epoch(),
+            )
         };
         let target = leader_end.min(own_end);
+        if let Some(refusal) = truncation_refused(target, floor, own_epoch, leader_epoch) {
+            let r = replica.borrow();
+            tracing::error!(partition = %r.label, leader = r.leader(), target, committed_floor = floor, own_epoch, leader_epoch, "{refusal}");
+            return Err(refusal);
+        }
         partition_log::truncate(&log, target)
             .await
             .map_err(|e| e.to_string())?;
@@ -517,5 +552,30 @@ async fn apply(
             .map_err(|e| format!("{e:?}"))?;
     }
     log.borrow_mut().set_high_watermark(hw);
+    // The high watermark's checkpoint (`committed_floor`) is the timer's.
+    shard.needs_timer(&log);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncation_refused;
+
+    #[test]
+    fn a_follower_keeps_committed_bytes_unless_a_newer_leader_cuts_them() {
+        // Above the floor: uncommitted bytes, cut for any leader.
+        assert_eq!(truncation_refused(500, 400, 3, 3), None);
+        // Below it, for a leader of this copy's own epoch (the wiped
+        // leader of the outside test) or an older one: refused.
+        let refused = truncation_refused(0, 360_000, 0, 0).unwrap();
+        assert!(
+            refused.contains("below the high watermark 360000"),
+            "{refused}"
+        );
+        assert!(truncation_refused(100, 400, 5, 4).is_some());
+        // A newer leader (an unclean election) may.
+        assert_eq!(truncation_refused(100, 400, 3, 4), None);
+        // A copy that knows no epoch follows any leader.
+        assert_eq!(truncation_refused(0, 0, -1, 0), None);
+    }
 }

@@ -193,7 +193,7 @@ impl Replica {
         now: Instant,
         lag_max: Duration,
         live: &dyn Fn(BrokerId) -> bool,
-        registered: &dyn Fn(BrokerId) -> Option<String>,
+        registered: &dyn Fn(BrokerId) -> Option<(String, String)>,
     ) -> Option<PartitionState> {
         if !self.leads() || self.proposed.is_some() {
             return None;
@@ -208,6 +208,12 @@ impl Replica {
                 // Gone from the registry, or from the replicas (a move
                 // ended without it).
                 if !live(member) || !self.replicas.contains(&member) {
+                    return true;
+                }
+                // Registered from another data directory than the one it
+                // was in sync in: a lost disk, holding nothing.
+                let disk = registered(member).map(|(_, disk)| disk);
+                if !state.copy_in_sync(member, disk.as_deref().filter(|d| !d.is_empty())) {
                     return true;
                 }
                 match self.followers.get(&member) {
@@ -229,8 +235,12 @@ impl Replica {
             // restarted on an empty data directory rejoined the ISR within
             // 0.1 s on its predecessor's progress (before its own first
             // fetch), holding nothing.
-            .filter(|(b, p)| registered(**b).is_some_and(|now| now == p.incarnation))
-            .find(|(_, p)| p.end >= hw.max(epoch_start) && p.flushed >= hw)
-            .map(|(b, p)| state.expand(*b, &p.incarnation))
+            .filter_map(|(b, p)| match registered(*b) {
+                Some((run, disk)) if run == p.incarnation => Some((b, p, disk)),
+                _ => None,
+            })
+            .find(|(_, p, _)| p.end >= hw.max(epoch_start) && p.flushed >= hw)
+            // The ISR records the directory it holds its copy in.
+            .map(|(b, p, disk)| state.expand(*b, &p.incarnation, &disk))
     }
 }

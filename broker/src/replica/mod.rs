@@ -99,6 +99,16 @@ pub struct Replica {
     /// The state came from the registry (until then the copy neither
     /// leads nor follows: after a restart the initial state may be stale).
     pub known: bool,
+    /// This broker's data directory (its `data_dir_id`): the ISR names
+    /// the directory each member holds its copy in.
+    pub disk: String,
+    /// The copy was opened on a data directory that is new (wiped or
+    /// replaced) for a topic that existed before it: it holds none of the
+    /// partition's history, whatever a state without recorded
+    /// directories says.
+    pub new_copy: bool,
+    /// A leadership this copy may not take (reported once per state).
+    pub refused: Option<(u32, &'static str)>,
 }
 
 impl Replica {
@@ -109,6 +119,7 @@ impl Replica {
         topic: &str,
         topic_id: &str,
         partition: PartitionId,
+        initial: PartitionState,
         replicas: Vec<BrokerId>,
         min_insync: u32,
         me: BrokerId,
@@ -116,7 +127,7 @@ impl Replica {
         epochs: Epochs,
     ) -> Replica {
         let state = Versioned {
-            state: PartitionState::initial(&replicas),
+            state: initial,
             revision: 0,
         };
         let label = log.borrow().label().to_string();
@@ -141,7 +152,60 @@ impl Replica {
             generation: 0,
             leading_since: std::time::Instant::now(),
             known: false,
+            disk: String::new(),
+            new_copy: false,
+            refused: None,
         }
+    }
+
+    /// True when this copy is the ISR member its state names: in the ISR,
+    /// in the data directory it was in sync in (a new copy, on a state that
+    /// records no directory for it, is not).
+    pub fn is_isr_copy(&self) -> bool {
+        let s = &self.state.state;
+        if !s.in_sync(self.me) {
+            return false;
+        }
+        match s.disks.get(&self.me) {
+            Some(recorded) => self.disk.is_empty() || *recorded == self.disk,
+            None => !self.new_copy,
+        }
+    }
+
+    /// Why this copy may not lead the epoch its state gives it, if it may
+    /// not: it is not the ISR's copy (a lost disk: leading would make an
+    /// empty log the partition's history), or it led that epoch in an
+    /// earlier run (recorded in its epochs file; that run's log may have
+    /// ended further than this one's: the epoch must be new, see
+    /// [`Replica::epoch_to_lead`]).
+    pub fn may_not_lead(&self) -> Option<&'static str> {
+        if !self.is_isr_copy() {
+            return Some("its copy is not the in-sync replica the registry names (its data directory is new): the partition waits for a member that holds its committed bytes, or `ringlog partitions elect --unclean`");
+        }
+        if self.epochs.last_epoch() >= self.epoch() as i32 {
+            return Some("it led this epoch in an earlier run: it leads again only in a new epoch");
+        }
+        None
+    }
+
+    /// The state to propose when the registry names this copy the leader
+    /// in an epoch it may not lead for the second reason of
+    /// [`Replica::may_not_lead`]: the same leadership in an epoch newer
+    /// than any this copy has recorded.
+    pub fn epoch_to_lead(&self) -> Option<PartitionState> {
+        if !self.known
+            || self.state.state.leader != self.me
+            || self.leading == Some(self.epoch())
+            || self.proposed.is_some()
+        {
+            return None;
+        }
+        if !self.is_isr_copy() || self.epochs.last_epoch() < self.epoch() as i32 {
+            return None;
+        }
+        let mut next = self.state.state.clone();
+        next.leader_epoch = (self.epochs.last_epoch() as u32).max(self.epoch()) + 1;
+        Some(next)
     }
 
     /// What this copy does in the state it knows.
@@ -209,7 +273,15 @@ impl Replica {
             }
         }
         if self.state.state.leader == self.me && self.leading != Some(self.epoch()) {
-            self.start_leading();
+            match self.may_not_lead() {
+                None => self.start_leading(),
+                Some(why) => {
+                    if self.refused != Some((self.epoch(), why)) {
+                        self.refused = Some((self.epoch(), why));
+                        tracing::warn!(partition = %self.label, epoch = self.epoch(), isr = ?self.state.state.isr, "not leading: {why}");
+                    }
+                }
+            }
         }
         true
     }
@@ -217,6 +289,13 @@ impl Replica {
     /// Records `(epoch, log end)` durably, then takes writes in the epoch.
     fn start_leading(&mut self) {
         let epoch = self.epoch();
+        // Pair assertion with `may_not_lead`: an empty copy on a new disk
+        // never defines the partition's history.
+        assert!(
+            self.is_isr_copy(),
+            "{}: leading a copy the ISR does not name",
+            self.label
+        );
         let end = self.log.borrow().end_offset();
         // Epoch 0 is the first leader's, the only one there has been: a copy
         // that knows no epoch yet holds only its bytes (a topic with one copy
@@ -271,15 +350,22 @@ pub async fn run_leaders(shard: Rc<crate::shard::Shard>) {
                 .borrow()
                 .iter()
                 .find(|b| b.broker_id == broker)
-                .map(|b| b.incarnation.clone())
+                .map(|b| (b.incarnation.clone(), b.data_dir_id.clone()))
         };
         for replica in shard.all_replicas() {
+            let again = replica.borrow().epoch_to_lead();
+            if let Some(state) = again {
+                propose(&shard, &replica, state).await;
+                continue;
+            }
             let step = {
                 let mut r = replica.borrow_mut();
                 if !r.leads() {
                     continue;
                 }
                 r.update_high_watermark();
+                // Its checkpoint is the flush timer's.
+                shard.needs_timer(&r.log);
                 match r.isr_change(now, lag_max, &live, &registered) {
                     Some(change) => transfer::Step::Propose(change),
                     None => r.transfer_step(now, &live),

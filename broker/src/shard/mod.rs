@@ -17,7 +17,7 @@ use crate::storage::io::{DiskStorage, Storage};
 use crate::storage::partition_log::{self, now_ms, PartitionLog, SharedLog};
 use crate::storage::{partition_dir_name, LogSettings};
 use coordinator::registry::{BrokerRecord, TopicRecord};
-use coordinator::replicas::{PartitionState, Versioned};
+use coordinator::replicas::Versioned;
 use protocol::codec::{PartitionPlacement, TopicMetadata, TopicSettings};
 use protocol::types::{BrokerId, PartitionId, ShardId};
 use std::cell::{Cell, RefCell};
@@ -146,6 +146,13 @@ pub struct Shard {
     /// This process's incarnation (its registration's): a follower's
     /// fetches carry it, so a leader sees a restart (KIP-903).
     pub incarnation: String,
+    /// This broker's data directory id (made with the directory): the
+    /// ISR records it for each member.
+    pub data_dir_id: String,
+    /// The ids of the topics the registry held when this broker started
+    /// on a new data directory: its copies of them hold nothing of their
+    /// history (empty unless the directory is new).
+    pub topics_before_disk: std::collections::HashSet<String>,
     /// This broker's etcd lease (clustered): a leader that may have lost
     /// it takes no writes.
     pub lease: Option<std::sync::Arc<coordinator::registry::LeaseClock>>,
@@ -349,7 +356,7 @@ impl Shard {
         let states = if stored.is_replicated() {
             (0..stored.partitions)
                 .map(|p| Versioned {
-                    state: PartitionState::initial(&stored.replicas_of(p)),
+                    state: stored.initial_state(p),
                     revision: 0,
                 })
                 .collect()
@@ -464,6 +471,7 @@ impl Shard {
             &stored.name,
             &stored.id,
             partition,
+            stored.initial_state(partition),
             stored.replicas_of(partition),
             stored.min_insync_replicas,
             self.config.broker_id,
@@ -471,6 +479,8 @@ impl Shard {
             epochs,
         );
         replica.moving_to = stored.moving_to(partition).map(<[BrokerId]>::to_vec);
+        replica.disk = self.data_dir_id.clone();
+        replica.new_copy = self.topics_before_disk.contains(&stored.id);
         log.borrow_mut().set_write_caching(stored.write_caching);
         Rc::new(RefCell::new(replica))
     }

@@ -10,7 +10,7 @@
 use super::{Shard, Topic};
 use crate::storage::SharedLog;
 use coordinator::registry::TopicRecord;
-use coordinator::replicas::{PartitionState, Versioned};
+use coordinator::replicas::Versioned;
 use protocol::types::{BrokerId, PartitionId};
 use std::rc::Rc;
 
@@ -67,7 +67,7 @@ impl Shard {
             }
             t.states = (0..stored.partitions)
                 .map(|p| Versioned {
-                    state: PartitionState::initial(&stored.replicas_of(p)),
+                    state: stored.initial_state(p),
                     revision: 0,
                 })
                 .collect();
@@ -123,7 +123,11 @@ impl Shard {
             .filter_map(|p| {
                 let log = t.logs.get(p)?;
                 let l = log.borrow();
-                Some((*p, l.end_offset(), l.high_watermark().unwrap_or(0)))
+                Some((
+                    *p,
+                    l.end_offset(),
+                    l.high_watermark().unwrap_or(0).max(l.committed_floor()),
+                ))
             })
             .collect()
     }
@@ -139,7 +143,7 @@ fn apply_record(t: &mut Topic, stored: &TopicRecord) {
         while t.states.len() < stored.partitions as usize {
             let p = t.states.len() as PartitionId;
             t.states.push(Versioned {
-                state: PartitionState::initial(&stored.replicas_of(p)),
+                state: stored.initial_state(p),
                 revision: 0,
             });
         }

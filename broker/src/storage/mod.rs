@@ -10,6 +10,8 @@
 //!     00000000000001073741903.log
 //!     recovery-point                 "<flushed offset, 20 digits> <crc32>", overwritten in place; recovery scans from here
 //!     topic-id                       the id of the topic this directory belongs to (topic_id.rs)
+//!     leader-epochs                  replicated: which leader epoch wrote which bytes (replica/epochs.rs)
+//!     high-watermark                 replicated: the highest high watermark learned, as recovery-point; a follower never truncates below it for a leader no newer than itself
 //!     data-lost                      clustered: its only copy vanished; not served until removed (lost.rs)
 //!   .trash/<stamp>/                  a delete in progress (removed at start; sweep.rs)
 //!   .orphaned/<stamp>/<topic>-<partition>/  moved aside: no registered topic owns it (sweep.rs)

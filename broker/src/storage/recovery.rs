@@ -24,6 +24,13 @@ use std::path::Path;
 /// Name of the recovery-point file inside a partition directory.
 pub const RECOVERY_POINT_FILE: &str = "recovery-point";
 
+/// Name of the file in a replicated partition's directory that keeps the
+/// highest high watermark the copy has learned (Kafka's
+/// `replication-offset-checkpoint`, per partition): after a restart a
+/// follower still knows what was committed, and never truncates below it
+/// on the word of a leader that is not newer than its own last epoch.
+pub const HIGH_WATERMARK_FILE: &str = "high-watermark";
+
 /// A segment as found on disk after recovery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FoundSegment {
@@ -65,7 +72,13 @@ fn recovery_point_text(offset: u64) -> String {
 
 /// Reads the recovery point, if present, whole and checked.
 pub fn read_recovery_point(storage: &impl Storage, dir: &Path) -> Option<u64> {
-    let bytes = storage.read_file(&dir.join(RECOVERY_POINT_FILE)).ok()?;
+    read_offset_file(storage, &dir.join(RECOVERY_POINT_FILE))
+}
+
+/// Reads a file of one offset and its CRC (the recovery point's format),
+/// if present, whole and checked.
+pub fn read_offset_file(storage: &impl Storage, path: &Path) -> Option<u64> {
+    let bytes = storage.read_file(path).ok()?;
     let text = std::str::from_utf8(&bytes).ok()?;
     let (offset, crc) = text.strip_suffix('\n')?.split_once(' ')?;
     let offset: u64 = offset.parse().ok()?;
@@ -86,7 +99,19 @@ pub fn write_recovery_point(
     offset: u64,
     durable: bool,
 ) -> Result<(), StorageError> {
-    let path = dir.join(RECOVERY_POINT_FILE);
+    write_offset_file(storage, dir, RECOVERY_POINT_FILE, offset, durable)
+}
+
+/// Writes a file of one offset and its CRC over the previous one, in
+/// place (see [`write_recovery_point`]).
+pub fn write_offset_file(
+    storage: &impl Storage,
+    dir: &Path,
+    name: &str,
+    offset: u64,
+    durable: bool,
+) -> Result<(), StorageError> {
+    let path = dir.join(name);
     storage
         .overwrite_file(&path, recovery_point_text(offset).as_bytes(), durable)
         .map_err(|e| StorageError::io("writing", &path, e))?;

@@ -100,6 +100,26 @@ pub struct TopicRecord {
     /// ([`TopicRecord::complete_reassignment`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reassigning: BTreeMap<PartitionId, Vec<BrokerId>>,
+    /// The data directory (`data_dir_id`) of each live broker when
+    /// partitions were created, one entry per creation or growth: from
+    /// the entry's first partition on. A partition without a state key
+    /// is in its initial state, whose ISR names these directories
+    /// ([`TopicRecord::initial_state`]): a broker that lost its disk
+    /// before the partition's first change is not taken for the member
+    /// that holds its bytes. Empty in records written before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<DisksAtCreation>,
+}
+
+/// The data directories of the live brokers when partitions from
+/// `first_partition` on were created (a list, not a map keyed by broker
+/// id: the applied-topics file is TOML, whose keys are strings).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DisksAtCreation {
+    /// The first partition these directories hold copies of.
+    pub first_partition: PartitionId,
+    /// `(broker, data_dir_id)` of each live broker then.
+    pub brokers: Vec<(BrokerId, String)>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -125,7 +145,46 @@ impl TopicRecord {
             mirror_source: None,
             replicas: Vec::new(),
             reassigning: BTreeMap::new(),
+            disks: Vec::new(),
         }
+    }
+
+    /// Records the data directories of `brokers` (the live ones) for the
+    /// partitions from `first` on (those being created).
+    pub fn record_disks(&mut self, first: PartitionId, brokers: &[BrokerRecord]) {
+        let disks: Vec<(BrokerId, String)> = brokers
+            .iter()
+            .filter(|b| !b.data_dir_id.is_empty())
+            .map(|b| (b.broker_id, b.data_dir_id.clone()))
+            .collect();
+        if self.is_replicated() && !disks.is_empty() {
+            self.disks.retain(|d| d.first_partition < first);
+            self.disks.push(DisksAtCreation {
+                first_partition: first,
+                brokers: disks,
+            });
+        }
+    }
+
+    /// The data directories `partition`'s initial ISR holds its copies in
+    /// (empty when not recorded).
+    pub fn disks_of(&self, partition: PartitionId) -> BTreeMap<BrokerId, String> {
+        self.disks
+            .iter()
+            .rev()
+            .find(|d| d.first_partition <= partition)
+            .map(|d| d.brokers.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// `partition`'s state before its first change (no state key): its
+    /// preferred replica leads in epoch 0, every replica in sync, in the
+    /// directory it had when the partition was created.
+    pub fn initial_state(&self, partition: PartitionId) -> crate::replicas::PartitionState {
+        crate::replicas::PartitionState::initial(
+            &self.replicas_of(partition),
+            &self.disks_of(partition),
+        )
     }
 
     /// A record for a new replicated topic: `replicas[p]` holds partition
@@ -503,6 +562,15 @@ pub enum RegistryError {
         path: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// A file that holds credentials (SCRAM keys) is readable by other
+    /// users than its owner.
+    #[error("{path} holds credentials (SCRAM stored and server keys) and other users may read it (mode {mode:04o}): make it its owner's alone with `chmod 600 {path}`")]
+    Exposed {
+        /// The file.
+        path: String,
+        /// Its permission bits.
+        mode: u32,
     },
     /// The coordination service (etcd) did not answer.
     #[error("etcd is unavailable: {reason}")]

@@ -16,6 +16,7 @@ mod crash;
 mod delivery;
 mod disk_driver;
 mod disk_full;
+mod disk_loss;
 mod durability;
 mod etcd_members;
 mod give_way;

@@ -231,6 +231,13 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     /// or past it (nor past the flushed offset). `None`: one copy, the
     /// flushed offset alone bounds what is visible.
     high_watermark: Option<u64>,
+    /// The highest high watermark this copy has learned, in this run or
+    /// an earlier one (`high-watermark` in its directory): committed bytes
+    /// below it are the partition's, whatever a leader no newer than this
+    /// copy's last epoch says (see `replica::follower`).
+    committed_floor: u64,
+    /// The floor as last written to its file.
+    floor_checkpointed: u64,
     /// A replicated partition of a `write_caching` topic: what is written
     /// (not only flushed) below the high watermark is visible.
     write_caching: bool,
@@ -337,6 +344,10 @@ impl<S: Storage> PartitionLog<S> {
                 .sync_dir(dir)
                 .map_err(|e| StorageError::io("syncing", dir, e))?;
         }
+        let committed_floor =
+            recovery::read_offset_file(&storage, &dir.join(recovery::HIGH_WATERMARK_FILE))
+                .unwrap_or(0)
+                .min(end_offset);
         let log = PartitionLog {
             storage,
             label: label.to_string(),
@@ -365,6 +376,8 @@ impl<S: Storage> PartitionLog<S> {
             lost: false,
             deleted: false,
             high_watermark: None,
+            committed_floor,
+            floor_checkpointed: committed_floor,
             write_caching: false,
             checkpointed_offset: checkpoint,
             listed: false,
@@ -628,7 +641,8 @@ impl<S: Storage> PartitionLog<S> {
                 || self.sync_running
                 || self.flush_running
                 || self.appended_messages != self.flushed_messages
-                || self.checkpointed_offset != self.flushed_offset)
+                || self.checkpointed_offset != self.flushed_offset
+                || self.floor_checkpointed != self.committed_floor)
     }
 
     /// Takes the log off the work list.
@@ -730,6 +744,17 @@ impl<S: Storage> PartitionLog<S> {
     /// Records the flushed offset as the recovery point when it moved; with
     /// `durable` (graceful stop) the file is fsynced.
     pub fn checkpoint(&mut self, durable: bool) -> Result<(), StorageError> {
+        if self.committed_floor != self.floor_checkpointed || (durable && self.committed_floor > 0)
+        {
+            recovery::write_offset_file(
+                &self.storage,
+                &self.dir,
+                recovery::HIGH_WATERMARK_FILE,
+                self.committed_floor,
+                durable,
+            )?;
+            self.floor_checkpointed = self.committed_floor;
+        }
         if self.flushed_offset == self.checkpointed_offset && !durable {
             return Ok(());
         }

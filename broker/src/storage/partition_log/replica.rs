@@ -37,11 +37,22 @@ impl<S: Storage> PartitionLog<S> {
         self.high_watermark
     }
 
+    /// The highest high watermark this copy has learned, in this run or
+    /// an earlier one: every byte below it was committed.
+    pub fn committed_floor(&self) -> u64 {
+        self.committed_floor
+    }
+
     /// Makes the partition replicated (a high watermark from now on) at
     /// `hw`, or moves its high watermark: never backwards, never past the
     /// log's end. Wakes what waits on it (acks=all, consumers).
     pub fn set_high_watermark(&mut self, hw: u64) {
         let hw = hw.min(self.end_offset);
+        if hw > self.committed_floor {
+            // Written by the flush timer's checkpoint (the caller puts the
+            // log on the timer's list).
+            self.committed_floor = hw;
+        }
         match self.high_watermark {
             Some(old) if old >= hw => {}
             _ => {
@@ -152,6 +163,19 @@ impl<S: Storage> PartitionLog<S> {
         self.flushed_offset = self.flushed_offset.min(end);
         self.flush_wanted = self.flush_wanted.min(end);
         self.high_watermark = self.high_watermark.map(|hw| hw.min(end));
+        if self.committed_floor > end {
+            // Only a newer leader's word cuts committed bytes (an unclean
+            // election): the floor follows, durably.
+            self.committed_floor = end;
+            recovery::write_offset_file(
+                &self.storage,
+                &self.dir,
+                recovery::HIGH_WATERMARK_FILE,
+                end,
+                true,
+            )?;
+            self.floor_checkpointed = end;
+        }
         self.appended_messages = self.flushed_messages;
         self.written_messages = self.flushed_messages;
         self.oldest_unflushed_at = None;

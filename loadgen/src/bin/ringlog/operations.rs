@@ -183,7 +183,10 @@ pub fn elect_offline(
     if p.replicas.is_empty() {
         bail!("{topic} has one copy per partition: nothing to elect (its broker serves it when it is back)");
     }
-    if live.contains(&p.broker_id) {
+    // With --unclean the brokers decide: a live leader or ISR member back
+    // on a new disk holds nothing and does not count, which Metadata does
+    // not show (each candidate's dry run below says why it cannot lead).
+    if live.contains(&p.broker_id) && !unclean {
         println!(
             "{topic}-{partition} is led by broker {} (epoch {}): nothing to elect",
             p.broker_id, p.leader_epoch
@@ -191,8 +194,10 @@ pub fn elect_offline(
         return Ok(());
     }
     if let Some(member) = p.isr.iter().find(|b| live.contains(b)) {
-        println!("{topic}-{partition}: broker {member} is in sync and live: it takes over by itself, losing nothing");
-        return Ok(());
+        if !unclean {
+            println!("{topic}-{partition}: broker {member} is in sync and live: it takes over by itself, losing nothing");
+            return Ok(());
+        }
     }
     let candidates: Vec<u32> = match broker {
         Some(b) => vec![b],

@@ -252,11 +252,6 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             brokers: brokers.clone(),
             incarnation: incarnation.clone(),
             data_dir_id: data_dir_id.clone(),
-            topics_before_disk: if config.fresh_data_dir && !foreign {
-                topics.iter().map(|t| t.id.clone()).collect()
-            } else {
-                Default::default()
-            },
             lease: loaded.lease.clone(),
             orphaned_at_start: if id == 0 {
                 swept.orphans_moved.len() as u64
@@ -351,8 +346,6 @@ struct ShardContext {
     incarnation: String,
     /// The data directory's id.
     data_dir_id: String,
-    /// Topics that existed before a new data directory (see `Shard`).
-    topics_before_disk: std::collections::HashSet<String>,
     /// This broker's lease (clustered).
     lease: Option<Arc<coordinator::registry::LeaseClock>>,
     inbox: flume::Receiver<ShardMsg>,
@@ -412,7 +405,7 @@ async fn shard_main(context: ShardContext) {
         )),
         incarnation: context.incarnation,
         data_dir_id: context.data_dir_id,
-        topics_before_disk: context.topics_before_disk,
+        starting: Cell::new(true),
         lease: context.lease,
         links: RefCell::new(std::collections::HashSet::new()),
         follows_changed: crate::notify::Notify::new(),
@@ -434,6 +427,7 @@ async fn shard_main(context: ShardContext) {
             return;
         }
     }
+    shard.starting.set(false);
     let stop = Notify::new();
     glommio::spawn_local(shard::run_flusher(shard.clone())).detach();
     glommio::spawn_local(shard::run_file_closer(shard.clone())).detach();

@@ -102,10 +102,13 @@ pub struct Replica {
     /// This broker's data directory (its `data_dir_id`): the ISR names
     /// the directory each member holds its copy in.
     pub disk: String,
-    /// The copy was opened on a data directory that is new (wiped or
-    /// replaced) for a topic that existed before it: it holds none of the
-    /// partition's history, whatever a state without recorded
-    /// directories says.
+    /// This run's incarnation: a leader's ISR expand records it.
+    pub run: String,
+    /// The copy's directory was not there when this run started, for a
+    /// topic that existed before (a new data directory, or the partition's
+    /// directory removed): it holds none of the partition's history,
+    /// whatever the registry says of this broker, until a leader adds this
+    /// run's copy to the ISR.
     pub new_copy: bool,
     /// A leadership this copy may not take (reported once per state).
     pub refused: Option<(u32, &'static str)>,
@@ -153,6 +156,7 @@ impl Replica {
             leading_since: std::time::Instant::now(),
             known: false,
             disk: String::new(),
+            run: String::new(),
             new_copy: false,
             refused: None,
         }
@@ -163,13 +167,27 @@ impl Replica {
     /// records no directory for it, is not).
     pub fn is_isr_copy(&self) -> bool {
         let s = &self.state.state;
-        if !s.in_sync(self.me) {
+        if !s.in_sync(self.me) || self.new_copy {
             return false;
         }
         match s.disks.get(&self.me) {
             Some(recorded) => self.disk.is_empty() || *recorded == self.disk,
-            None => !self.new_copy,
+            None => true,
         }
+    }
+
+    /// The state to propose when the registry names this copy an ISR
+    /// member but it is not the one the ISR means (a new copy, or another
+    /// data directory): out of the ISR, and if it leads, the leadership to
+    /// another member in a new epoch (`PartitionState::leave_as_new_disk`).
+    /// The control thread's restart makes the same change for a whole new
+    /// data directory; this covers one partition's directory lost too, and
+    /// whatever the restart could not write.
+    pub fn leave_as_new_copy(&self, live: &dyn Fn(BrokerId) -> bool) -> Option<PartitionState> {
+        if !self.known || self.proposed.is_some() || self.is_isr_copy() {
+            return None;
+        }
+        self.state.state.leave_as_new_disk(self.me, live)
     }
 
     /// Why this copy may not lead the epoch its state gives it, if it may
@@ -180,7 +198,7 @@ impl Replica {
     /// [`Replica::epoch_to_lead`]).
     pub fn may_not_lead(&self) -> Option<&'static str> {
         if !self.is_isr_copy() {
-            return Some("its copy is not the in-sync replica the registry names (its data directory is new): the partition waits for a member that holds its committed bytes, or `ringlog partitions elect --unclean`");
+            return Some("its copy is not the in-sync replica the registry names (its data directory is new, or its partition directory was not there when this run started): the partition waits for a member that holds its committed bytes, or `ringlog partitions elect --unclean`");
         }
         if self.epochs.last_epoch() >= self.epoch() as i32 {
             return Some("it led this epoch in an earlier run: it leads again only in a new epoch");
@@ -264,6 +282,10 @@ impl Replica {
             self.proposed = None;
             self.transfer = None;
             self.completing_at = None;
+        }
+        // A leader added this run's copy: it is the ISR's from now on.
+        if self.new_copy && self.state.state.incarnations.get(&self.me) == Some(&self.run) {
+            self.new_copy = false;
         }
         // A follower that rejoined in its new incarnation is not a restart
         // any more.
@@ -353,7 +375,10 @@ pub async fn run_leaders(shard: Rc<crate::shard::Shard>) {
                 .map(|b| (b.incarnation.clone(), b.data_dir_id.clone()))
         };
         for replica in shard.all_replicas() {
-            let again = replica.borrow().epoch_to_lead();
+            let again = {
+                let r = replica.borrow();
+                r.leave_as_new_copy(&live).or_else(|| r.epoch_to_lead())
+            };
             if let Some(state) = again {
                 propose(&shard, &replica, state).await;
                 continue;

@@ -149,10 +149,11 @@ pub struct Shard {
     /// This broker's data directory id (made with the directory): the
     /// ISR records it for each member.
     pub data_dir_id: String,
-    /// The ids of the topics the registry held when this broker started
-    /// on a new data directory: its copies of them hold nothing of their
-    /// history (empty unless the directory is new).
-    pub topics_before_disk: std::collections::HashSet<String>,
+    /// True while the shard opens the topics the registry held at start:
+    /// a replicated partition's directory that is not there then (a new
+    /// data directory, or one partition's removed) is a new copy, holding
+    /// nothing of the partition's history.
+    pub starting: Cell<bool>,
     /// This broker's etcd lease (clustered): a leader that may have lost
     /// it takes no writes.
     pub lease: Option<std::sync::Arc<coordinator::registry::LeaseClock>>,
@@ -397,6 +398,7 @@ impl Shard {
     ) -> Result<(SharedLog, Option<SharedReplica>), String> {
         let label = partition_dir_name(&stored.name, partition);
         let dir = self.config.data_dir.join(&label);
+        let mut existed = dir.exists();
         // A directory of another topic of this name (deleted while this
         // broker was down, or during a crash) is never opened as this one.
         let claim = crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
@@ -412,6 +414,7 @@ impl Shard {
             )
             .map_err(|e| format!("moving aside partition {label} of an earlier topic: {e}"))?;
             crate::metrics::bump(&self.metrics.counters.partitions_orphaned_total, 1);
+            existed = false;
             crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
                 .await
                 .map_err(|e| format!("opening partition {label}: {e}"))?;
@@ -455,6 +458,16 @@ impl Shard {
         let replica = stored
             .is_replicated()
             .then(|| self.new_replica(stored, partition, &log));
+        if let Some(replica) = &replica {
+            // A topic that existed before this run, whose directory is
+            // not here: whatever the registry says of this broker's copy,
+            // this one holds nothing (issue 47).
+            let new_copy = self.starting.get() && !existed;
+            replica.borrow_mut().new_copy = new_copy;
+            if new_copy {
+                tracing::warn!(partition = %label, "no directory for this broker's copy of a partition that existed before this run (a new data directory, or its partition directory removed): the copy starts empty, outside the ISR, and catches up from the leader");
+            }
+        }
         Ok((log, replica))
     }
 
@@ -480,7 +493,7 @@ impl Shard {
         );
         replica.moving_to = stored.moving_to(partition).map(<[BrokerId]>::to_vec);
         replica.disk = self.data_dir_id.clone();
-        replica.new_copy = self.topics_before_disk.contains(&stored.id);
+        replica.run = self.incarnation.clone();
         log.borrow_mut().set_write_caching(stored.write_caching);
         Rc::new(RefCell::new(replica))
     }

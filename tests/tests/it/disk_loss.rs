@@ -39,6 +39,24 @@ fn check_every_message(client: &Client, topic: &str, count: u64) {
 #[test]
 fn r47_1_a_wiped_leader_started_first_after_a_power_loss_neither_leads_nor_costs_an_acked_message()
 {
+    power_loss_with_the_leaders_copy_lost(Lost::DataDirectory);
+}
+
+/// The same with only the partition's directory gone from the leader's
+/// data directory (its data directory id unchanged): the copy knows it is
+/// new because its directory was not there when the run started.
+#[test]
+fn r47_1_a_leader_whose_partition_directory_vanished_hands_over_after_a_power_loss() {
+    power_loss_with_the_leaders_copy_lost(Lost::PartitionDirectory);
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    DataDirectory,
+    PartitionDirectory,
+}
+
+fn power_loss_with_the_leaders_copy_lost(lost: Lost) {
     let etcd = Etcd::start();
     let mut brokers: Vec<Broker> = super::replication::cluster(&etcd, "powerloss", 3);
     let client = connect(&brokers);
@@ -69,11 +87,16 @@ fn r47_1_a_wiped_leader_started_first_after_a_power_loss_neither_leads_nor_costs
         .unwrap();
     drop(client);
 
-    // The power loss: every broker at once, and the leader's disk replaced.
+    // The power loss: every broker at once, and the leader's copy lost.
     for broker in &mut brokers {
         broker.kill9();
     }
-    std::fs::remove_dir_all(brokers[wiped].data_dir()).unwrap();
+    match lost {
+        Lost::DataDirectory => std::fs::remove_dir_all(brokers[wiped].data_dir()).unwrap(),
+        Lost::PartitionDirectory => {
+            std::fs::remove_dir_all(brokers[wiped].data_dir().join("wf-0")).unwrap()
+        }
+    }
     // Every lease expires (TTL 2 s) before anything comes back, as after a
     // real outage: nobody else is live when the wiped broker starts.
     std::thread::sleep(Duration::from_secs(4));
@@ -103,10 +126,13 @@ fn r47_1_a_wiped_leader_started_first_after_a_power_loss_neither_leads_nor_costs
         !log.contains("leading partition=wf-0"),
         "the wiped broker led on its empty disk:\n{log}"
     );
-    assert!(
-        log.contains("its data directory is new: it leaves the ISR"),
-        "{log}"
-    );
+    let said = match lost {
+        Lost::DataDirectory => "its data directory is new: it leaves the ISR",
+        Lost::PartitionDirectory => {
+            "no directory for this broker's copy of a partition that existed before this run"
+        }
+    };
+    assert!(log.contains(said), "{log}");
     let offline = metadata(&alone, "wf").topics[0].partitions[0].clone();
     eprintln!(
         "while only the wiped broker runs: leader {} (epoch {}), ISR {:?}",
@@ -142,7 +168,7 @@ fn r47_1_a_wiped_leader_started_first_after_a_power_loss_neither_leads_nor_costs
         );
     }
     eprintln!(
-        "power loss with the leader's disk replaced, the wiped broker {leader} started first: {COUNT} acknowledged, {COUNT} read back; leader now {} in epoch {}, ISR {:?}; the wiped copy holds {} bytes, identical to the others",
+        "power loss, the leader's copy lost ({lost:?}), the wiped broker {leader} started first: {COUNT} acknowledged, {COUNT} read back; leader now {} in epoch {}, ISR {:?}; the wiped copy holds {} bytes, identical to the others",
         now.broker_id,
         now.leader_epoch,
         now.isr,

@@ -4,8 +4,11 @@
 //! and a consumer reading all the while; a nemesis that, every few seconds,
 //! kills a leader (SIGKILL), pauses one past its lease (SIGSTOP), cuts a
 //! leader from its followers, cuts a leader from etcd, isolates one broker
-//! from everyone, or removes a follower's data directory before its
-//! restart — then heals; and now and then an operator rotates a
+//! from everyone, removes a follower's data directory before its
+//! restart, loses the leader's disk (kill -9, its data directory removed,
+//! back at once, within its lease), or cuts the power of every broker at
+//! once with the leader's disk replaced and the wiped one started first
+//! (issue 47) — then heals; and now and then an operator rotates a
 //! partition's replica list and holds a preferred election, so leadership
 //! is also handed over on purpose amid the faults. At the end the history
 //! is checked:
@@ -86,19 +89,28 @@ enum Fault {
     LeaderFromEtcd,
     IsolateOne,
     WipeFollower,
+    /// The leader's disk lost: kill -9, its data directory removed, and
+    /// started again at once, within its lease.
+    LeaderDiskLost,
+    /// A power loss: every broker killed at once, the leader's data
+    /// directory removed, every lease expired, then the wiped broker
+    /// started first and the others a moment later.
+    PowerLossLeaderWiped,
     /// Not a fault, an operator: the partition's replica list rotated by
     /// one (a move that changes its preferred leader), then a preferred
     /// election of the topic — handovers amid the faults.
     Rotate,
 }
 
-const FAULTS: [Fault; 7] = [
+const FAULTS: [Fault; 9] = [
     Fault::KillLeader,
     Fault::PauseLeader,
     Fault::LeaderFromFollowers,
     Fault::LeaderFromEtcd,
     Fault::IsolateOne,
     Fault::WipeFollower,
+    Fault::LeaderDiskLost,
+    Fault::PowerLossLeaderWiped,
     Fault::Rotate,
 ];
 
@@ -547,6 +559,29 @@ fn r20_5_jepsen_style_faults_lose_nothing_acknowledged_and_keep_the_copies_ident
                 // broker is not the old one's to take over.
                 std::thread::sleep(hold.max(Duration::from_secs(3)));
                 brokers[i].restart();
+            }
+            Fault::LeaderDiskLost => {
+                brokers[index].kill9();
+                std::fs::remove_dir_all(brokers[index].data_dir()).unwrap();
+                brokers[index].restart();
+                std::thread::sleep(hold);
+            }
+            Fault::PowerLossLeaderWiped => {
+                for broker in &mut brokers {
+                    broker.pause(false);
+                    broker.kill9();
+                }
+                std::fs::remove_dir_all(brokers[index].data_dir()).unwrap();
+                // Every lease (2 s) expires, as after a real outage.
+                std::thread::sleep(Duration::from_secs(3));
+                brokers[index].restart();
+                std::thread::sleep(hold / 2);
+                for (i, broker) in brokers.iter_mut().enumerate() {
+                    if i != index {
+                        broker.restart();
+                    }
+                }
+                std::thread::sleep(hold / 2);
             }
             Fault::Rotate => {
                 if let Some(c) = connect(&addresses) {

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The README's "main job": start a standalone broker on loopback with a fresh
 # data directory, do a produce/consume round trip with the ringlog CLI, run
-# the paper's experiments with `loadgen paper` (1 M messages of 200 bytes;
-# RabbitMQ, ActiveMQ, NATS and Redis too when deploy/peers.sh started them,
-# otherwise marked "not run"), then stop the broker with SIGTERM. Needs nothing but
-# the release binaries (built here if missing). The table, JSON and charts
-# land in ./loadgen-paper/.
+# the paper's experiments with `loadgen paper` (1 M messages of 200 bytes)
+# beside the paper's competitors and today's peers — RabbitMQ, ActiveMQ,
+# NATS and Redis, each started here with deploy/peers.sh when it is
+# installed (deploy/test-deps.sh or deploy/peers.sh install put them there)
+# and stopped again at the end; one that is missing is marked "not run" and
+# a line says how to install it — then stop the broker with SIGTERM. Needs
+# nothing but the release binaries (built here if missing). The table, JSON
+# and charts land in ./loadgen-paper/. PEERS=0 runs ringlog's column alone.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # Where cargo puts the binaries (CARGO_TARGET_DIR when set).
@@ -14,13 +17,51 @@ if [[ ! -x "$bin/broker" || ! -x "$bin/ringlog" || ! -x "$bin/loadgen" ]]; then
     (cd "$root" && cargo build --release --bins)
 fi
 work="$(mktemp -d)"
-"$bin/broker" --data-dir "$work/data" --listen 127.0.0.1:0 --shards 2 >"$work/ready" 2>"$work/broker.log" &
-pid=$!
+pid=
+started=()
 cleanup() {
-    kill -TERM "$pid" 2>/dev/null && wait "$pid" || true
+    if [[ -n "$pid" ]]; then kill -TERM "$pid" 2>/dev/null && wait "$pid" || true; fi
+    # Only the peers this script started: one that was running before is
+    # someone else's.
+    for system in "${started[@]}"; do
+        "$root/deploy/peers.sh" stop "$system" || true
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT
+
+# The peers: each installed one that is not running yet is started.
+installed() {
+    case "$1" in
+        rabbitmq) [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] ;;
+        activemq) [[ -f /usr/share/activemq/bin/activemq.jar ]] ;;
+        nats) command -v nats-server >/dev/null ;;
+        redis) command -v redis-server >/dev/null ;;
+    esac
+}
+port_of() {
+    case "$1" in rabbitmq) echo 5672 ;; activemq) echo 61613 ;; nats) echo 4222 ;; redis) echo 6379 ;; esac
+}
+missing=()
+if [[ "${PEERS:-1}" != 0 ]]; then
+    for system in rabbitmq activemq nats redis; do
+        if ! installed "$system"; then
+            missing+=("$system")
+        elif (exec 3<>"/dev/tcp/127.0.0.1/$(port_of "$system")") 2>/dev/null; then
+            echo "demo: $system is running already: measured as it is, left running"
+        elif "$root/deploy/peers.sh" start "$system"; then
+            started+=("$system")
+        else
+            echo "demo: $system did not start (see above): its column says \"not run\""
+        fi
+    done
+    if [[ ${#missing[@]} -gt 0 ]]; then
+        echo "demo: not installed: ${missing[*]}: their columns say \"not run\"; install them with \`bash deploy/peers.sh install\` (root, Debian packages) and run this again for the paper's whole comparison"
+    fi
+fi
+
+"$bin/broker" --data-dir "$work/data" --listen 127.0.0.1:0 --shards 2 >"$work/ready" 2>"$work/broker.log" &
+pid=$!
 for _ in $(seq 100); do
     grep -q ready "$work/ready" 2>/dev/null && break
     kill -0 "$pid" 2>/dev/null || { cat "$work/broker.log" >&2; exit 1; }

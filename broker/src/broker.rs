@@ -55,6 +55,13 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         .map(|l| l.local_addr())
         .collect::<Result<_, _>>()?;
     let incarnation = coordinator::registry::random_id();
+    config.incarnation = incarnation.clone();
+    // Before anything creates a partition directory: which replicated
+    // copies are new (the control thread and the shards judge alike).
+    config.copies_at_start = Arc::new(
+        crate::storage::new_copy::CopiesAtStart::scan(&config.data_dir)
+            .with_context(|| format!("listing {}", config.data_dir.display()))?,
+    );
     let (senders, inboxes): (Vec<_>, Vec<_>) = (0..config.shards)
         .map(|_| flume::bounded::<ShardMsg>(crate::limits::FORWARD_QUEUE_MAX))
         .unzip();

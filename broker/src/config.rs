@@ -238,6 +238,14 @@ pub struct Config {
     /// ISRs they were in.
     #[serde(skip)]
     pub fresh_data_dir: bool,
+    /// Not a setting: the partition directories as this run found them,
+    /// before anything created one (which replicated copies are new:
+    /// `storage::new_copy`).
+    #[serde(skip)]
+    pub copies_at_start: std::sync::Arc<crate::storage::new_copy::CopiesAtStart>,
+    /// Not a setting: this run's incarnation (its registration's).
+    #[serde(skip)]
+    pub incarnation: String,
     /// Adopt the cluster id etcd holds (creating one if it holds none)
     /// even though the data directory belongs to another cluster, and
     /// register the topics found on disk there again. Not a setting: the
@@ -306,6 +314,8 @@ impl Default for Config {
             default_min_insync_replicas: 1,
             replica_lag_time_max_ms: 20_000,
             fresh_data_dir: false,
+            copies_at_start: Default::default(),
+            incarnation: String::new(),
         }
     }
 }

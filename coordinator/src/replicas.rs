@@ -199,6 +199,44 @@ impl PartitionState {
         Some(next)
     }
 
+    /// What a new run of `me` writes for a partition it holds a copy of
+    /// (`None`: nothing). `new_disk`: its copy is one the ISR names but
+    /// not the one it means (a new data directory); `live_copy(b)`: `b`
+    /// is live and is the ISR member the state names; `live(b)`: `b` is
+    /// live. A new copy leaves the ISR ([`Self::leave_as_new_disk`]); a
+    /// copy that led gets a new epoch — another live ISR member takes
+    /// over, or it leads again — so that no follower mistakes the new
+    /// run's log for the old one's. Handing over, it stays in the ISR (it
+    /// holds everything committed: what it had flushed survived; the new
+    /// leader takes it out if it must catch up): the member taken for live
+    /// and in sync may turn out to be a new copy (its partition directory
+    /// lost, which only its own broker can see), and then hands the
+    /// leadership back instead of leaving the partition without a member
+    /// that holds its bytes (found by the replication model test).
+    pub fn on_restart(
+        &self,
+        me: BrokerId,
+        new_disk: bool,
+        live_copy: &dyn Fn(BrokerId) -> bool,
+        live: &dyn Fn(BrokerId) -> bool,
+    ) -> Option<PartitionState> {
+        if new_disk && self.in_sync(me) {
+            return self.leave_as_new_disk(me, live);
+        }
+        if self.leader != me {
+            return None;
+        }
+        let other = self.isr.iter().copied().find(|b| *b != me && live_copy(*b));
+        match other {
+            Some(other) => self.transfer(other),
+            None => {
+                let mut again = self.clone();
+                again.leader_epoch += 1;
+                Some(again)
+            }
+        }
+    }
+
     /// `candidate`, an ISR member, takes over from a leader that is gone:
     /// epoch + 1, the old leader out of the ISR. `None` when the candidate
     /// is not in sync (an unclean election is [`Self::elect_unclean`]).

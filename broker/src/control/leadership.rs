@@ -115,6 +115,16 @@ impl<R: Registry> ControlPlane<R> {
         state.copy_in_sync(broker, self.disk_of(broker))
     }
 
+    /// True when this broker's copy of `record`'s partition `p` is new
+    /// (`storage::new_copy`): its topic existed when this run started and
+    /// its directory did not (or was marked), and no leader has added this
+    /// run's copy to the ISR since.
+    fn my_copy_is_new(&self, record: &TopicRecord, p: u32, state: &PartitionState) -> bool {
+        self.topics_at_start.contains(&record.id)
+            && self.copies_at_start.is_new(record, p)
+            && state.incarnations.get(&self.me) != Some(&self.incarnation)
+    }
+
     /// True when `state`'s leader serves it: live, and on the data
     /// directory the ISR names for it. A leader back on a new disk does
     /// not (it refuses to lead on an empty copy), so the ISR elects another.
@@ -148,6 +158,7 @@ impl<R: Registry> ControlPlane<R> {
                 if self.leader_serves(&current.state)
                     || !record.has_replica(p, self.me)
                     || !self.live_isr_copy(&current.state, self.me)
+                    || self.my_copy_is_new(&record, p, &current.state)
                 {
                     continue;
                 }
@@ -272,48 +283,36 @@ impl<R: Registry> ControlPlane<R> {
                 }
                 let current = self.state_of(&record, p);
                 let state = &current.state;
-                let new_disk = state.in_sync(self.me) && !self.live_isr_copy(state, self.me);
-                let next = if new_disk {
-                    let next = state.leave_as_new_disk(self.me, &is_live);
-                    if state.leader == self.me {
-                        match &next {
-                            Some(next) => tracing::error!(
-                                topic = %record.name,
-                                partition = p,
-                                successor = next.leader,
-                                successor_live = is_live(next.leader),
-                                epoch = next.leader_epoch,
-                                "this broker led the partition and its data directory is new: it leaves the ISR, and broker {} leads in a new epoch{}",
-                                next.leader,
-                                if is_live(next.leader) { "" } else { " once it returns: the partition is offline until then (or `ringlog partitions elect --unclean`)" }
-                            ),
-                            None => tracing::error!(
-                                topic = %record.name,
-                                partition = p,
-                                "this broker led the partition, its data directory is new, and it was the only in-sync replica: the partition stays offline (nothing here holds its committed bytes) until an operator accepts the loss with `ringlog partitions elect --unclean`"
-                            ),
-                        }
-                    } else if next.is_some() {
-                        tracing::warn!(topic = %record.name, partition = p, "this broker's data directory is new: its copy leaves the ISR and catches up from the leader");
+                let new_disk = state.in_sync(self.me)
+                    && (!self.live_isr_copy(state, self.me)
+                        || self.my_copy_is_new(&record, p, state));
+                let next = state.on_restart(
+                    self.me,
+                    new_disk,
+                    &|b| self.live_isr_copy(state, b),
+                    &is_live,
+                );
+                if new_disk && state.leader == self.me {
+                    match &next {
+                        Some(next) => tracing::error!(
+                            topic = %record.name,
+                            partition = p,
+                            successor = next.leader,
+                            successor_live = is_live(next.leader),
+                            epoch = next.leader_epoch,
+                            "this broker led the partition and its copy is new (a new data directory, or the partition's directory was missing): it leaves the ISR, and broker {} leads in a new epoch{}",
+                            next.leader,
+                            if is_live(next.leader) { "" } else { " once it returns: the partition is offline until then (or `ringlog partitions elect --unclean`)" }
+                        ),
+                        None => tracing::error!(
+                            topic = %record.name,
+                            partition = p,
+                            "this broker led the partition, its copy is new (a new data directory, or the partition's directory was missing), and it was the only in-sync replica: the partition stays offline (nothing here holds its committed bytes) until an operator accepts the loss with `ringlog partitions elect --unclean`"
+                        ),
                     }
-                    next
-                } else if state.leader == self.me {
-                    let other = state
-                        .isr
-                        .iter()
-                        .copied()
-                        .find(|b| *b != self.me && self.live_isr_copy(state, *b));
-                    match other {
-                        Some(other) => state.elect(other),
-                        None => {
-                            let mut again = state.clone();
-                            again.leader_epoch += 1;
-                            Some(again)
-                        }
-                    }
-                } else {
-                    None
-                };
+                } else if new_disk && next.is_some() {
+                    tracing::warn!(topic = %record.name, partition = p, "this broker's copy is new (a new data directory, or the partition's directory was missing): it leaves the ISR and catches up from the leader");
+                }
                 match next {
                     Some(next) => updates.push(PartitionUpdate {
                         partition: p,

@@ -100,6 +100,8 @@ where
     let members_cache = std::time::Duration::from_millis(config.group_members_cache_ms);
     let group_deadline = std::time::Duration::from_millis(config.etcd_timeout_ms);
     let fresh = config.fresh_data_dir;
+    let copies_at_start = config.copies_at_start.clone();
+    let incarnation = config.incarnation.clone();
     let super_users = config.super_users.clone();
     let super_users_at_load = super_users.clone();
     let replication = ReplicationDefaults {
@@ -197,7 +199,11 @@ where
                     super_users,
                     fresh,
                     restart_pending: Default::default(),
+                    copies_at_start,
+                    topics_at_start: Default::default(),
+                    incarnation,
                 };
+                plane.topics_at_start = plane.known.values().map(|t| t.id.clone()).collect();
                 plane.remember_topics();
                 // The shards opened the topics from `Loaded`; now their
                 // copies learn who leads, and this run takes its place.
@@ -272,6 +278,14 @@ struct ControlPlane<R: Registry> {
     /// Partitions whose restart change (`restart_replicas`) is not
     /// written yet: tried again at every change of the live brokers.
     restart_pending: std::collections::BTreeSet<(String, u32)>,
+    /// The partition directories as this run found them, and the ids of
+    /// the topics the registry held then: which of this broker's copies
+    /// are new (`storage::new_copy`).
+    copies_at_start: std::sync::Arc<crate::storage::new_copy::CopiesAtStart>,
+    topics_at_start: std::collections::HashSet<String>,
+    /// This run's incarnation: a state whose ISR records it for this
+    /// broker was written by a leader that added this run's copy.
+    incarnation: String,
 }
 
 /// The broker's replication defaults, for topics that do not say.

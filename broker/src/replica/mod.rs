@@ -27,6 +27,9 @@ pub mod follower;
 pub mod leader;
 pub mod transfer;
 
+#[cfg(test)]
+mod model_test;
+
 use crate::storage::partition_log::SharedLog;
 use coordinator::replicas::{PartitionState, Versioned};
 use epochs::Epochs;
@@ -166,14 +169,7 @@ impl Replica {
     /// in the data directory it was in sync in (a new copy, on a state that
     /// records no directory for it, is not).
     pub fn is_isr_copy(&self) -> bool {
-        let s = &self.state.state;
-        if !s.in_sync(self.me) || self.new_copy {
-            return false;
-        }
-        match s.disks.get(&self.me) {
-            Some(recorded) => self.disk.is_empty() || *recorded == self.disk,
-            None => true,
-        }
+        is_isr_copy(&self.state.state, self.me, &self.disk, self.new_copy)
     }
 
     /// The state to propose when the registry names this copy an ISR
@@ -197,13 +193,13 @@ impl Replica {
     /// ended further than this one's: the epoch must be new, see
     /// [`Replica::epoch_to_lead`]).
     pub fn may_not_lead(&self) -> Option<&'static str> {
-        if !self.is_isr_copy() {
-            return Some("its copy is not the in-sync replica the registry names (its data directory is new, or its partition directory was not there when this run started): the partition waits for a member that holds its committed bytes, or `ringlog partitions elect --unclean`");
-        }
-        if self.epochs.last_epoch() >= self.epoch() as i32 {
-            return Some("it led this epoch in an earlier run: it leads again only in a new epoch");
-        }
-        None
+        may_not_lead(
+            &self.state.state,
+            self.me,
+            &self.disk,
+            self.new_copy,
+            self.epochs.last_epoch(),
+        )
     }
 
     /// The state to propose when the registry names this copy the leader
@@ -286,6 +282,7 @@ impl Replica {
         // A leader added this run's copy: it is the ISR's from now on.
         if self.new_copy && self.state.state.incarnations.get(&self.me) == Some(&self.run) {
             self.new_copy = false;
+            crate::storage::new_copy::unmark(self.log.borrow().dir());
         }
         // A follower that rejoined in its new incarnation is not a restart
         // any more.
@@ -344,6 +341,39 @@ impl Replica {
         self.leading_since = std::time::Instant::now();
         self.followers.clear();
     }
+}
+
+/// True when `me`'s copy (in the data directory `disk`; `new_copy`: its
+/// directory was not there when this run started) is the ISR member
+/// `state` names: in the ISR, not new, and in the directory the ISR
+/// records for it (a state without one: membership alone).
+pub fn is_isr_copy(state: &PartitionState, me: BrokerId, disk: &str, new_copy: bool) -> bool {
+    if !state.in_sync(me) || new_copy {
+        return false;
+    }
+    match state.disks.get(&me) {
+        Some(recorded) => disk.is_empty() || recorded == disk,
+        None => true,
+    }
+}
+
+/// Why `me`'s copy may not lead the epoch `state` gives it, if it may
+/// not (see [`Replica::may_not_lead`]); `last_epoch` is the newest epoch
+/// in its epochs file (-1: none).
+pub fn may_not_lead(
+    state: &PartitionState,
+    me: BrokerId,
+    disk: &str,
+    new_copy: bool,
+    last_epoch: i32,
+) -> Option<&'static str> {
+    if !is_isr_copy(state, me, disk, new_copy) {
+        return Some("its copy is not the in-sync replica the registry names (its data directory is new, or its partition directory was not there when this run started): the partition waits for a member that holds its committed bytes, or `ringlog partitions elect --unclean`");
+    }
+    if last_epoch >= state.leader_epoch as i32 {
+        return Some("it led this epoch in an earlier run: it leads again only in a new epoch");
+    }
+    None
 }
 
 /// How often a shard's leaders look at their followers: the high watermark

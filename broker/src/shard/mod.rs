@@ -398,7 +398,6 @@ impl Shard {
     ) -> Result<(SharedLog, Option<SharedReplica>), String> {
         let label = partition_dir_name(&stored.name, partition);
         let dir = self.config.data_dir.join(&label);
-        let mut existed = dir.exists();
         // A directory of another topic of this name (deleted while this
         // broker was down, or during a crash) is never opened as this one.
         let claim = crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
@@ -414,7 +413,6 @@ impl Shard {
             )
             .map_err(|e| format!("moving aside partition {label} of an earlier topic: {e}"))?;
             crate::metrics::bump(&self.metrics.counters.partitions_orphaned_total, 1);
-            existed = false;
             crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
                 .await
                 .map_err(|e| format!("opening partition {label}: {e}"))?;
@@ -459,14 +457,17 @@ impl Shard {
             .is_replicated()
             .then(|| self.new_replica(stored, partition, &log));
         if let Some(replica) = &replica {
-            // A topic that existed before this run, whose directory is
-            // not here: whatever the registry says of this broker's copy,
-            // this one holds nothing (issue 47).
-            let new_copy = self.starting.get() && !existed;
-            replica.borrow_mut().new_copy = new_copy;
+            // A topic that existed before this run, whose directory was
+            // not there (or is marked): whatever the registry says of this
+            // broker's copy, this one holds nothing (issue 47).
+            let new_copy =
+                self.starting.get() && self.config.copies_at_start.is_new(stored, partition);
             if new_copy {
-                tracing::warn!(partition = %label, "no directory for this broker's copy of a partition that existed before this run (a new data directory, or its partition directory removed): the copy starts empty, outside the ISR, and catches up from the leader");
+                crate::storage::new_copy::mark(&dir)
+                    .map_err(|e| format!("marking {label} a new copy: {e}"))?;
+                tracing::warn!(partition = %label, "no directory for this broker's copy of a partition that existed before this run (a new data directory, or its partition directory removed), or a new copy an earlier run did not finish: the copy starts outside the ISR and catches up from the leader");
             }
+            replica.borrow_mut().new_copy = new_copy;
         }
         Ok((log, replica))
     }

@@ -13,6 +13,7 @@
 //!     leader-epochs                  replicated: which leader epoch wrote which bytes (replica/epochs.rs)
 //!     high-watermark                 replicated: the highest high watermark learned, as recovery-point; a follower never truncates below it for a leader no newer than itself
 //!     data-lost                      clustered: its only copy vanished; not served until removed (lost.rs)
+//!     not-in-sync                    replicated: a new copy (its directory was not there at start) until a leader adds it (new_copy.rs)
 //!   .trash/<stamp>/                  a delete in progress (removed at start; sweep.rs)
 //!   .orphaned/<stamp>/<topic>-<partition>/  moved aside: no registered topic owns it (sweep.rs)
 //! ```
@@ -38,6 +39,7 @@ pub mod lost;
 pub mod memory;
 #[cfg(test)]
 mod model_test;
+pub mod new_copy;
 pub mod partition_log;
 pub mod recovery;
 pub mod segment;

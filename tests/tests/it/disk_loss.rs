@@ -118,7 +118,7 @@ fn power_loss_with_the_leaders_copy_lost(lost: Lost) {
     let log = brokers[wiped].log()[earlier_runs..].to_string();
     for line in log
         .lines()
-        .filter(|l| l.contains("wf-0") || l.contains("data directory is new"))
+        .filter(|l| l.contains("wf-0") || l.contains("copy is new"))
     {
         eprintln!("wiped broker {leader}: {line}");
     }
@@ -127,7 +127,7 @@ fn power_loss_with_the_leaders_copy_lost(lost: Lost) {
         "the wiped broker led on its empty disk:\n{log}"
     );
     let said = match lost {
-        Lost::DataDirectory => "its data directory is new: it leaves the ISR",
+        Lost::DataDirectory => "its copy is new (a new data directory, or the partition's directory was missing): it leaves the ISR",
         Lost::PartitionDirectory => {
             "no directory for this broker's copy of a partition that existed before this run"
         }

@@ -169,6 +169,10 @@ pub struct Config {
     /// Failed logins one client address may make per minute; past it, its
     /// logins are refused without being checked until the minute is over.
     pub login_failures_per_minute_max: u32,
+    /// Failed logins of one user (from any address) in a minute before
+    /// its logins are refused unchecked for the rest of the minute (0: no
+    /// limit). A trade: see `auth/limiter.rs`.
+    pub login_failures_per_user_per_minute_max: u32,
     /// Client addresses whose failed logins are remembered at once (the
     /// table's memory is bounded by this, not by the clients).
     pub login_failure_addresses_max: usize,
@@ -290,6 +294,7 @@ impl Default for Config {
             super_users: Vec::new(),
             login_failure_delay_ms: 500,
             login_failures_per_minute_max: 20,
+            login_failures_per_user_per_minute_max: 100,
             login_failure_addresses_max: 10_000,
             broker_user: None,
             broker_password_file: None,

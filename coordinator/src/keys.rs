@@ -14,6 +14,7 @@
 //! | `groups/<group>/owners/<topic>/<partition:010>` | the owning member's id | the broker that served ClaimPartitions: a txn that succeeds only if no member joined since the claimer's view, the claimer's session is live, and no owner exists | the owner's session lease: a dead member's partitions are free when its session expires |
 //! | `groups/<group>/offsets/<topic>/<partition:010>` | the committed offset, decimal, then a space and the leader epoch of the message before it when the committer knew it (`418 3`; KIP-320) | CommitOffsets: a txn that succeeds only if the committer owns the partition (or, for a reset, the group has no member) | none: persistent |
 //! | `security/users/<name>`    | the user's SCRAM-SHA-256 credential, `SCRAM-SHA-256:ITERATIONS:SALT:STORED_KEY:SERVER_KEY` (not JSON; never a password) | AlterUsers through any broker, or `ringlog users add --etcd` before any broker runs | none: persistent |
+//! | `security/login-secret`    | 32 random bytes in hex, made by the first broker that finds none (a create-if-absent transaction): the salts and iteration counts answered for users that do not exist derive from it, alike on every broker and across restarts | the first broker to read the security records | none: persistent |
 //! | `security/acls/<rule>`     | the access control rule, in its text form, which is also its key (`allow User:alice read topic:clicks`) | CreateAcls / DeleteAcls through any broker | none: persistent |
 //!
 //! Ids are zero-padded to ten digits so that etcd's byte order is numeric
@@ -142,6 +143,11 @@ impl Keys {
         format!("{}security/users/{name}", self.prefix)
     }
 
+    /// The cluster's secret for made-up logins of unknown users.
+    pub fn login_secret(&self) -> String {
+        format!("{}security/login-secret", self.prefix)
+    }
+
     /// The prefix of the access control rules.
     pub fn acls(&self) -> String {
         format!("{}security/acls/", self.prefix)
@@ -173,6 +179,9 @@ impl Keys {
         }
         if let Some(name) = rest.strip_prefix("security/users/") {
             return (!name.is_empty()).then_some(Key::User(name));
+        }
+        if rest == "security/login-secret" {
+            return Some(Key::LoginSecret);
         }
         if let Some(rule) = rest.strip_prefix("security/acls/") {
             return (!rule.is_empty()).then_some(Key::Acl(rule));
@@ -220,6 +229,8 @@ pub enum Key<'k> {
     User(&'k str),
     /// `security/acls/<rule>`.
     Acl(&'k str),
+    /// `security/login-secret`.
+    LoginSecret,
 }
 
 #[cfg(test)]
@@ -238,6 +249,7 @@ mod tests {
         assert_eq!(keys.parse(&keys.user("alice")), Some(Key::User("alice")));
         let rule = "allow User:alice read topic:clicks";
         assert_eq!(keys.parse(&keys.acl(rule)), Some(Key::Acl(rule)));
+        assert_eq!(keys.parse(&keys.login_secret()), Some(Key::LoginSecret));
         let state = keys.partition("00ab", 7);
         assert_eq!(state, "/ringlog/prod/partitions/00ab/0000000007");
         assert_eq!(keys.parse(&state), Some(Key::Partition("00ab", 7)));

@@ -34,6 +34,70 @@ pub struct SecurityRecords {
     pub users: BTreeMap<String, Credential>,
     /// The access control rules, sorted, without duplicates.
     pub acls: Vec<AclRule>,
+    /// The cluster's secret (32 bytes) from which the salt and iteration
+    /// count answered for an unknown user derive: every broker of the
+    /// cluster, before and after a restart, answers an unknown name alike,
+    /// so the answer does not tell a real user from a made-up one (issue
+    /// 48). Empty where none is kept (the memory registry of tests).
+    pub login_secret: Vec<u8>,
+}
+
+/// A new login secret: 32 random bytes.
+pub fn new_login_secret() -> Vec<u8> {
+    let mut bytes = [0u8; 32];
+    protocol::scram::fill_random(&mut bytes);
+    bytes.to_vec()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim();
+    if text.len() != 64 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The name of the standalone login secret's file in the data directory.
+pub const LOGIN_SECRET_FILE: &str = "login-secret";
+
+/// The standalone broker's login secret, made (mode 0600) when missing.
+pub fn file_login_secret(dir: &Path) -> Result<Vec<u8>, RegistryError> {
+    let path = dir.join(LOGIN_SECRET_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            return unhex(&text).ok_or_else(|| RegistryError::Corrupt {
+                path: path.display().to_string(),
+                reason: "not 64 hex digits".into(),
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(RegistryError::io("reading", &path, e)),
+    }
+    let secret = new_login_secret();
+    let tmp = dir.join(format!("{LOGIN_SECRET_FILE}.tmp"));
+    let _ = std::fs::remove_file(&tmp);
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| RegistryError::io("creating", &tmp, e))?;
+    out.write_all(hex(&secret).as_bytes())
+        .and_then(|()| out.sync_all())
+        .map_err(|e| RegistryError::io("writing", &tmp, e))?;
+    drop(out);
+    std::fs::rename(&tmp, &path).map_err(|e| RegistryError::io("renaming", &path, e))?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| RegistryError::io("syncing", dir, e))?;
+    Ok(secret)
 }
 
 /// A change to the users or the rules.
@@ -243,12 +307,45 @@ pub async fn read_etcd(
                     tracing::warn!(key, %error, "an access rule in etcd does not parse; it grants and denies nothing")
                 }
             },
+            Some(Key::LoginSecret) => match unhex(value) {
+                Some(secret) => records.login_secret = secret,
+                None => tracing::warn!(key, "the login secret in etcd is not 64 hex digits; made-up logins use this broker's own"),
+            },
             _ => {}
         }
     }
     records.acls.sort();
     records.acls.dedup();
+    if records.login_secret.is_empty() {
+        records.login_secret = make_etcd_login_secret(client, keys).await?;
+    }
     Ok(records)
+}
+
+/// Writes a login secret if there is none (of brokers that race, one
+/// writes it), and reads the one that is there.
+async fn make_etcd_login_secret(
+    client: &mut etcd_client::Client,
+    keys: &Keys,
+) -> Result<Vec<u8>, RegistryError> {
+    use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+    let key = keys.login_secret();
+    let unavailable = |e: etcd_client::Error| RegistryError::Unavailable {
+        reason: format!("making the login secret: {e}"),
+    };
+    let put = Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(key.clone(), hex(&new_login_secret()), None)]);
+    client.txn(put).await.map_err(unavailable)?;
+    let response = client.get(key.clone(), None).await.map_err(unavailable)?;
+    response
+        .kvs()
+        .first()
+        .and_then(|kv| std::str::from_utf8(kv.value()).ok())
+        .and_then(unhex)
+        .ok_or_else(|| RegistryError::Unavailable {
+            reason: format!("{key} is missing or not 64 hex digits"),
+        })
 }
 
 /// Operations per etcd transaction (etcd refuses more than 128 by

@@ -310,11 +310,27 @@ pub struct ServerFirst {
 
 /// Reads a client's first message and answers it. `lookup` finds the
 /// user's credential; for an unknown user the answer is made up from
-/// `secret` so that it looks like a real one ([module doc](self)).
+/// `secret` so that it looks like a real one ([module doc](self)), with
+/// the default iteration count.
 pub fn server_first(
     client_first: &[u8],
     lookup: impl FnOnce(&str) -> Option<Credential>,
     secret: &[u8],
+) -> Result<(ServerFirst, Vec<u8>), ScramError> {
+    server_first_among(client_first, lookup, secret, &[])
+}
+
+/// [`server_first`], with the iteration counts of the real users
+/// (`iterations`, one per user): an unknown user's made-up count is one of
+/// them, chosen by `secret` and the name — the same on every broker that
+/// shares the secret and across restarts — so that a count that is not
+/// the default does not tell a real user from a made-up one. With no
+/// users, the default.
+pub fn server_first_among(
+    client_first: &[u8],
+    lookup: impl FnOnce(&str) -> Option<Credential>,
+    secret: &[u8],
+    iterations: &[u32],
 ) -> Result<(ServerFirst, Vec<u8>), ScramError> {
     let text = std::str::from_utf8(client_first)
         .map_err(|_| ScramError::Malformed("client-first is not UTF-8"))?;
@@ -347,10 +363,15 @@ pub fn server_first(
         None => {
             let mut keys = [0u8; 64];
             fill_random(&mut keys);
+            let pick = hmac_sha256(secret, format!("iterations of {user}").as_bytes());
+            let pick = u64::from_le_bytes(pick[..8].try_into().unwrap_or([0u8; 8]));
             let made_up = Credential {
                 salt: hmac_sha256(secret, format!("salt of {user}").as_bytes())[..SALT_BYTES]
                     .to_vec(),
-                iterations: ITERATIONS_DEFAULT,
+                iterations: match iterations.len() {
+                    0 => ITERATIONS_DEFAULT,
+                    n => iterations[(pick % n as u64) as usize],
+                },
                 stored_key: keys[..32].try_into().unwrap_or([0u8; 32]),
                 server_key: keys[32..].try_into().unwrap_or([0u8; 32]),
             };
@@ -579,6 +600,30 @@ mod tests {
         };
         assert_eq!(salt_of("mallory"), salt_of("mallory"));
         assert_ne!(salt_of("mallory"), salt_of("trudy"));
+        // Made-up counts are among the real users', stable per name.
+        let count_of = |user: &str, counts: &[u32]| {
+            let (_, first) = client_first(user).unwrap();
+            let (_, answer) = server_first_among(&first, |_| None, b"secret", counts).unwrap();
+            String::from_utf8(answer)
+                .unwrap()
+                .split(",i=")
+                .nth(1)
+                .unwrap()
+                .to_string()
+        };
+        let counts = [4096, 8192, 8192, 100_000];
+        let seen: std::collections::BTreeSet<String> = (0..64)
+            .map(|i| count_of(&format!("nobody{i}"), &counts))
+            .collect();
+        assert!(
+            seen.len() >= 2
+                && seen
+                    .iter()
+                    .all(|c| ["4096", "8192", "100000"].contains(&c.as_str())),
+            "{seen:?}"
+        );
+        assert_eq!(count_of("nobody7", &counts), count_of("nobody7", &counts));
+        assert_eq!(count_of("nobody7", &[]), ITERATIONS_DEFAULT.to_string());
     }
 
     #[test]

@@ -9,9 +9,34 @@
 //! only repeat what the CA decided.
 
 /// The principal of a certificate (DER), or why it has none.
+///
+/// Exactly one common name: a subject with several (`CN=alice, CN=admin`)
+/// names no one user — taking the first or the last lets whoever can get
+/// a certificate with a second CN pick the principal it acts as (issue 48:
+/// the last one won, and `CN=alice, CN=admin` logged in as the super
+/// user). A name that looks like a wildcard (`*`, `?`) is refused too: in
+/// a rule `User:*` means everyone, and no certificate may name everyone.
 pub fn principal(der: &[u8]) -> Result<String, String> {
-    let name =
-        common_name(der).ok_or("the client certificate's subject has no common name (CN)")?;
+    let names = common_names(der).ok_or("the client certificate's subject cannot be read")?;
+    let name = match names.as_slice() {
+        [] => return Err("the client certificate's subject has no common name (CN)".into()),
+        [one] => one,
+        many => {
+            return Err(format!(
+                "the client certificate's subject has {} common names ({}): a principal needs exactly one",
+                many.len(),
+                many.iter()
+                    .map(|n| format!("{:?}", n.chars().take(64).collect::<String>()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        }
+    };
+    if name.contains(['*', '?']) {
+        return Err(format!(
+            "the client certificate's common name {name:?} looks like a wildcard: it cannot be a principal"
+        ));
+    }
     let principal = format!("User:{name}");
     protocol::acl::check_principal(&principal).map_err(|_| {
         format!("the client certificate's common name {name:?} cannot be a principal (no spaces or ':', at most 256 bytes)")
@@ -46,8 +71,9 @@ const SET: u8 = 0x31;
 const OID: u8 = 0x06;
 const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
 
-/// The subject's last common name, as text.
-fn common_name(der: &[u8]) -> Option<String> {
+/// Every common name of the subject, as text, in order; `None` when the
+/// certificate cannot be read that far.
+fn common_names(der: &[u8]) -> Option<Vec<String>> {
     let (tag, certificate, _) = element(der)?;
     if tag != SEQUENCE {
         return None;
@@ -70,7 +96,7 @@ fn common_name(der: &[u8]) -> Option<String> {
     if tag != SEQUENCE {
         return None;
     }
-    let mut found = None;
+    let mut found = Vec::new();
     while !names.is_empty() {
         let (tag, mut set, rest) = element(names)?;
         names = rest;
@@ -88,13 +114,18 @@ fn common_name(der: &[u8]) -> Option<String> {
                 continue;
             }
             let (tag, text, _) = element(value)?;
-            // UTF8String, PrintableString, IA5String, T61String.
-            if matches!(tag, 0x0c | 0x13 | 0x16 | 0x14) {
-                found = std::str::from_utf8(text).ok().map(str::to_string);
-            }
+            // UTF8String, PrintableString, IA5String, T61String; any
+            // other string type still counts as a name (never skipped:
+            // a second name must not hide behind an odd encoding).
+            let text = if matches!(tag, 0x0c | 0x13 | 0x16 | 0x14) {
+                std::str::from_utf8(text).ok()?.to_string()
+            } else {
+                String::from_utf8_lossy(text).into_owned()
+            };
+            found.push(text);
         }
     }
-    found
+    Some(found)
 }
 
 #[cfg(test)]
@@ -111,6 +142,68 @@ mod tests {
         params.distinguished_name = subject;
         let key = rcgen::KeyPair::generate().unwrap();
         params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    /// A certificate whose subject has two CNs. rcgen keeps one value per
+    /// attribute type, so a `CN=admin` set is spliced into the DER after
+    /// the subject's last one, and the lengths of the subject, the
+    /// tbsCertificate and the certificate grow by as much (the signature
+    /// no longer matches; nothing here checks it).
+    fn two_common_names() -> Vec<u8> {
+        let der = certificate(Some("alice"));
+        let offset = |inner: &[u8]| inner.as_ptr() as usize - der.as_ptr() as usize;
+        let (_, certificate, _) = element(&der).unwrap();
+        let tbs_at = offset(certificate);
+        let (_, tbs, _) = element(certificate).unwrap();
+        let mut fields = tbs;
+        if fields[0] == 0xa0 {
+            fields = element(fields).unwrap().2;
+        }
+        for _ in 0..4 {
+            fields = element(fields).unwrap().2;
+        }
+        let subject_at = offset(fields);
+        let (_, names, _) = element(fields).unwrap();
+        let at = offset(names) + names.len();
+        let name = b"admin";
+        let mut extra = vec![
+            0x31, 0x0e, 0x30, 0x0c, 0x06, 0x03, 0x55, 0x04, 0x03, 0x0c, 0x05,
+        ];
+        extra.extend_from_slice(name);
+        let mut out = der[..at].to_vec();
+        out.extend_from_slice(&extra);
+        out.extend_from_slice(&der[at..]);
+        for header in [0, tbs_at, subject_at] {
+            let first = out[header + 1];
+            if first < 0x80 {
+                out[header + 1] = first + extra.len() as u8;
+            } else {
+                let count = (first & 0x7f) as usize;
+                let bytes = &mut out[header + 2..header + 2 + count];
+                let mut len = bytes.iter().fold(0usize, |acc, b| (acc << 8) | *b as usize);
+                len += extra.len();
+                for b in bytes.iter_mut().rev() {
+                    *b = (len & 0xff) as u8;
+                    len >>= 8;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_subject_with_two_common_names_or_a_wildcard_names_no_principal() {
+        let two = two_common_names();
+        assert_eq!(
+            common_names(&two).unwrap(),
+            vec!["alice".to_string(), "admin".to_string()]
+        );
+        let refused = principal(&two).unwrap_err();
+        assert!(refused.contains("2 common names"), "{refused}");
+        for wildcard in ["*", "adm*", "a?ice"] {
+            let refused = principal(&certificate(Some(wildcard))).unwrap_err();
+            assert!(refused.contains("looks like a wildcard"), "{refused}");
+        }
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub struct Refusal {
     pub failed: bool,
     /// The user the client named, for the broker's log.
     pub user: Option<String>,
+    /// The failure is counted against the address already (a checked
+    /// proof); otherwise the caller counts it.
+    pub counted: bool,
 }
 
 impl Refusal {
@@ -56,11 +59,14 @@ impl Refusal {
             message: message.into(),
             failed: true,
             user: user.map(str::to_string),
+            counted: false,
         }
     }
 }
 
-/// This process's secret for made-up salts of users that do not exist.
+/// This process's secret for made-up salts of users that do not exist,
+/// where the registry keeps none (it does in etcd and in a standalone
+/// data directory: `coordinator::security`).
 fn secret() -> &'static [u8; 32] {
     static SECRET: OnceLock<[u8; 32]> = OnceLock::new();
     SECRET.get_or_init(|| {
@@ -95,6 +101,7 @@ pub fn begin(
                 ),
                 failed: false,
                 user: None,
+                counted: false,
             }),
             (_, Some(Ok(principal))) => Ok(Step::Open(principal.clone())),
             (Authentication::None, _) => Ok(Step::Open(protocol::acl::ANONYMOUS.to_string())),
@@ -122,7 +129,7 @@ pub fn begin(
         ));
     }
     if let Some(address) = address {
-        if let Some(wait) = limiter.blocked(address, Instant::now()) {
+        if let Some(wait) = limiter.blocked(&address, Instant::now()) {
             return Err(Refusal::failed(
                 format!(
                     "too many failed logins from {address}: its logins are refused for {} s more",
@@ -133,27 +140,80 @@ pub fn begin(
         }
     }
     let first = first.unwrap_or_default();
-    match scram::server_first(first, |user| users.users.get(user).cloned(), secret()) {
+    // The cluster's secret, so that every broker and every run answers an
+    // unknown name alike; this process's own only where none is kept.
+    let secret: &[u8] = if users.login_secret.is_empty() {
+        secret()
+    } else {
+        &users.login_secret
+    };
+    match scram::server_first_among(
+        first,
+        |user| users.users.get(user).cloned(),
+        secret,
+        &users.iterations,
+    ) {
         Ok((exchange, answer)) => Ok(Step::Continue(Box::new(exchange), answer)),
         Err(error) => Err(Refusal::failed(format!("login failed: {error}"), None)),
     }
 }
 
 /// The Authenticate request of a SCRAM login: the principal and the
-/// broker's final message, or the refusal.
-pub fn finish(exchange: ServerFirst, client_final: &[u8]) -> Result<(String, Vec<u8>), Refusal> {
+/// broker's final message, or the refusal. The proof is checked only
+/// after the client's address and the user it names have a check reserved
+/// ([`mod@super::limiter`]): past either's failures, or with as many proofs
+/// under way as the limit, it is refused unchecked. The refusal's
+/// failure is counted here (`Refusal::counted`).
+pub fn finish(
+    exchange: ServerFirst,
+    client_final: &[u8],
+    address: Option<IpAddr>,
+) -> Result<(String, Vec<u8>), Refusal> {
     let user = exchange.user().to_string();
-    match exchange.finish(client_final) {
-        Ok((user, answer)) => Ok((format!("User:{user}"), answer)),
-        Err(ScramError::WrongPassword) => Err(Refusal::failed(
+    let now = Instant::now();
+    let addresses = super::limiter();
+    let users = super::user_limiter();
+    if let Some(address) = address {
+        if let Err(wait) = addresses.begin_check(&address, now) {
+            return Err(Refusal::failed(
+                format!(
+                    "too many failed logins from {address}: its logins are refused for {} s more",
+                    wait.as_secs().max(1)
+                ),
+                Some(&user),
+            ));
+        }
+    }
+    if let Err(wait) = users.begin_check(&user, now) {
+        if let Some(address) = address {
+            addresses.end_check(&address, true, now);
+        }
+        let mut refusal = Refusal::failed(
+            format!(
+                "too many failed logins for user {user:?}: its logins are refused for {} s more",
+                wait.as_secs().max(1)
+            ),
+            Some(&user),
+        );
+        refusal.counted = true;
+        return Err(refusal);
+    }
+    let checked = exchange.finish(client_final);
+    let failed = checked.is_err();
+    if let Some(address) = address {
+        addresses.end_check(&address, failed, now);
+    }
+    users.end_check(&user, failed, now);
+    let mut refusal = match checked {
+        Ok((user, answer)) => return Ok((format!("User:{user}"), answer)),
+        Err(ScramError::WrongPassword) => Refusal::failed(
             format!("login failed for user {user:?}: wrong user name or password"),
             Some(&user),
-        )),
-        Err(error) => Err(Refusal::failed(
-            format!("login failed: {error}"),
-            Some(&user),
-        )),
-    }
+        ),
+        Err(error) => Refusal::failed(format!("login failed: {error}"), Some(&user)),
+    };
+    refusal.counted = true;
+    Err(refusal)
 }
 
 #[cfg(test)]
@@ -169,7 +229,7 @@ mod tests {
             .insert("alice".into(), Credential::new(b"pw", ITERATIONS_MIN));
         super::super::Snapshot {
             users: records.users.into_iter().collect(),
-            acls: Default::default(),
+            ..Default::default()
         }
     }
 
@@ -246,14 +306,14 @@ mod tests {
                 panic!("no exchange")
             };
             let (_, last) = client.finish(password, &answer).unwrap();
-            let (principal, _) = finish(*exchange, &last)?;
+            let (principal, _) = finish(*exchange, &last, None)?;
             Ok(principal)
         };
         assert_eq!(attempt(b"pw").unwrap(), "User:alice");
         for _ in 0..2 {
             let refusal = attempt(b"guess").unwrap_err();
             assert!(refusal.failed && refusal.message.contains("wrong user name or password"));
-            limiter.failed(address, Instant::now());
+            limiter.failed(&address, Instant::now());
         }
         let blocked = attempt(b"pw").unwrap_err();
         assert!(
@@ -271,5 +331,42 @@ mod tests {
         )
         .unwrap_err();
         assert!(other.message.contains("is not offered"), "{other:?}");
+    }
+
+    #[test]
+    fn a_user_guessed_at_from_many_addresses_is_refused_past_its_own_limit() {
+        let users = snapshot();
+        let guess = |address: IpAddr| -> Refusal {
+            let (client, first) = client_first("alice").unwrap();
+            let Ok(Step::Continue(exchange, answer)) = begin(
+                &config(Authentication::Scram),
+                &users,
+                None,
+                Some(scram::MECHANISM),
+                Some(&first),
+                Some(address),
+                super::super::limiter(),
+            ) else {
+                panic!("no exchange")
+            };
+            let (_, last) = client.finish(b"guess", &answer).unwrap();
+            finish(*exchange, &last, Some(address)).unwrap_err()
+        };
+        // 100 addresses (the default per-user limit), one guess each: each
+        // is checked; the 101st address's is refused unchecked.
+        for i in 0..100u32 {
+            let refusal = guess(IpAddr::from((0x0a00_0000 + i).to_be_bytes()));
+            assert!(
+                refusal.message.contains("wrong user name or password"),
+                "{refusal:?}"
+            );
+        }
+        let refusal = guess("10.1.0.1".parse().unwrap());
+        assert!(
+            refusal
+                .message
+                .contains("too many failed logins for user \"alice\""),
+            "{refusal:?}"
+        );
     }
 }

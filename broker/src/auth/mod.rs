@@ -44,9 +44,16 @@ pub struct Snapshot {
     pub users: HashMap<String, Credential>,
     /// The rules, with the configuration's super users.
     pub acls: Acls,
+    /// The cluster's secret for an unknown user's made-up login (empty:
+    /// this process's own).
+    pub login_secret: Vec<u8>,
+    /// The real users' iteration counts, one per user: an unknown user's
+    /// made-up count is one of them.
+    pub iterations: Vec<u32>,
 }
 
 static LIMITER: std::sync::OnceLock<limiter::Limiter> = std::sync::OnceLock::new();
+static USER_LIMITER: std::sync::OnceLock<limiter::Limiter<String>> = std::sync::OnceLock::new();
 
 static BROKER_LOGIN: std::sync::OnceLock<Option<(String, Vec<u8>)>> = std::sync::OnceLock::new();
 
@@ -55,6 +62,10 @@ static BROKER_LOGIN: std::sync::OnceLock<Option<(String, Vec<u8>)>> = std::sync:
 pub fn init(config: &crate::config::Config) -> anyhow::Result<()> {
     let _ = LIMITER.set(limiter::Limiter::new(
         config.login_failures_per_minute_max,
+        config.login_failure_addresses_max,
+    ));
+    let _ = USER_LIMITER.set(limiter::Limiter::new(
+        config.login_failures_per_user_per_minute_max,
         config.login_failure_addresses_max,
     ));
     let login = match (&config.broker_user, &config.broker_password_file) {
@@ -82,9 +93,14 @@ pub fn broker_login() -> Option<(&'static str, &'static [u8])> {
         .map(|(user, password)| (user.as_str(), password.as_slice()))
 }
 
-/// The broker's failed-login table.
+/// The broker's failed-login table, per client address.
 pub fn limiter() -> &'static limiter::Limiter {
     LIMITER.get_or_init(|| limiter::Limiter::new(20, 10_000))
+}
+
+/// The broker's failed-login table, per user.
+pub fn user_limiter() -> &'static limiter::Limiter<String> {
+    USER_LIMITER.get_or_init(|| limiter::Limiter::new(100, 10_000))
 }
 
 static CURRENT: RwLock<Option<Arc<Snapshot>>> = RwLock::new(None);
@@ -93,7 +109,11 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// Makes `records` (with `super_users`) what every shard checks against
 /// from its next request on.
 pub fn publish(records: SecurityRecords, super_users: &[String]) {
+    let mut iterations: Vec<u32> = records.users.values().map(|c| c.iterations).collect();
+    iterations.sort_unstable();
     let snapshot = Arc::new(Snapshot {
+        iterations,
+        login_secret: records.login_secret,
         users: records.users.into_iter().collect(),
         acls: Acls::new(records.acls, super_users),
     });

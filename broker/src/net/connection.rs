@@ -365,10 +365,11 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
             let header = &buf[header_start..payload_start];
             let payload = &buf[payload_start..frame_end];
             let dispatched = if let Access::Open(principal) = &access {
-                // A quota's delay: the client's next request waits in its
-                // socket (KIP-219's mute).
-                if let Some(until) = conn.muted_until.take() {
-                    glommio::timer::sleep(until.saturating_duration_since(Instant::now())).await;
+                // A quota: the request waits its principal's turn, and the
+                // client's next requests wait in its socket meanwhile.
+                let held = quota_wait(conn, prefix, payload.len());
+                if !held.is_zero() {
+                    glommio::timer::sleep(held).await;
                 }
                 // Producers wait while the shard's unwritten bytes are over
                 // its share of unwritten_bytes_max (issue 8, item 14): this
@@ -385,7 +386,7 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                     principal: Some(principal),
                 };
                 let dispatched = handler::dispatch(shard, &conn.give_way, request);
-                charge_request(conn, prefix, payload.len(), dispatched)
+                report_throttle(held, dispatched)
             } else {
                 match login_frame(shard, conn, &mut access, prefix, header) {
                     Ok(response) => Dispatched::Ready(response),
@@ -562,11 +563,18 @@ fn login_frame(
             Ok(request) => request,
             Err(e) => {
                 let message = handler::invalid_header(Api::Authenticate, e).message;
-                return Err(login_failed(shard, conn, api, &message, None));
+                let refusal = crate::auth::login::Refusal {
+                    code: ErrorCode::AuthenticationFailed,
+                    message,
+                    failed: true,
+                    user: None,
+                    counted: false,
+                };
+                return Err(login_failed(shard, conn, api, &refusal));
             }
         };
         let client_final = request.sasl_bytes().map(|b| b.bytes()).unwrap_or_default();
-        return match crate::auth::login::finish(*exchange, client_final) {
+        return match crate::auth::login::finish(*exchange, client_final, conn.address) {
             Ok((principal, server_final)) => {
                 let header = handler::with_builder(shard, |fbb| {
                     protocol::codec::security::authenticate_response(fbb, &server_final, &principal)
@@ -580,13 +588,7 @@ fn login_frame(
                     payload: Payload::None,
                 })
             }
-            Err(refusal) => Err(login_failed(
-                shard,
-                conn,
-                api,
-                &refusal.message,
-                refusal.user.as_deref(),
-            )),
+            Err(refusal) => Err(login_failed(shard, conn, api, &refusal)),
         };
     }
     if api != Api::Handshake as u16 {
@@ -648,15 +650,7 @@ fn login_frame(
             *access = Access::Login(exchange);
             (Some(answer), None)
         }
-        Err(refusal) if refusal.failed => {
-            return Err(login_failed(
-                shard,
-                conn,
-                api,
-                &refusal.message,
-                refusal.user.as_deref(),
-            ))
-        }
+        Err(refusal) if refusal.failed => return Err(login_failed(shard, conn, api, &refusal)),
         Err(refusal) => return Ok(refused(refusal.code, &refusal.message)),
     };
     let header = handler::with_builder(shard, |fbb| {
@@ -715,31 +709,35 @@ fn opened(
     Ok(())
 }
 
-/// Charges a request to its principal's quota; when the principal is in
-/// debt, the connection reads nothing more until it is paid, and a
-/// Produce's answer says for how long.
-fn charge_request(
-    conn: &Conn,
-    prefix: FramePrefix,
-    payload_bytes: usize,
-    dispatched: Dispatched,
-) -> Dispatched {
-    let delay = match &*conn.quota.borrow() {
+/// How long a request must wait for its principal's turn: its charge
+/// (one request, and a Produce's bytes) reserved now, after what the
+/// principal owes for earlier requests and fetches on any connection; and
+/// at least until this connection's own fetch debt is paid.
+fn quota_wait(conn: &Conn, prefix: FramePrefix, payload_bytes: usize) -> Duration {
+    let muted = conn.muted_until.take().map_or(Duration::ZERO, |until| {
+        until.saturating_duration_since(Instant::now())
+    });
+    let reserved = match &*conn.quota.borrow() {
         Some(slot) => {
             let produced = if prefix.api == Api::Produce as u16 {
                 payload_bytes as u64
             } else {
                 0
             };
-            slot.usage().charge_request(produced)
+            slot.usage().reserve(produced)
         }
-        None => return dispatched,
+        None => Duration::ZERO,
     };
-    if delay.is_zero() {
+    reserved.max(muted)
+}
+
+/// A Produce's (or fetch's) answer says how long its request was held for
+/// its principal's quota.
+fn report_throttle(held: Duration, dispatched: Dispatched) -> Dispatched {
+    if held.is_zero() {
         return dispatched;
     }
-    mute(conn, delay);
-    let throttle_ms = delay.as_millis().min(u128::from(u32::MAX)) as u32;
+    let throttle_ms = held.as_millis().min(u128::from(u32::MAX)) as u32;
     match dispatched {
         Dispatched::Ready(response) => Dispatched::Ready(throttled(response, throttle_ms)),
         Dispatched::Later(later) => Dispatched::Later(Box::pin(async move {
@@ -795,12 +793,12 @@ fn login_failed(
     shard: &Shard,
     conn: &Conn,
     api: u16,
-    message: &str,
-    user: Option<&str>,
+    refusal: &crate::auth::login::Refusal,
 ) -> Response {
+    let (message, user) = (refusal.message.as_str(), refusal.user.as_deref());
     crate::metrics::bump(&shard.metrics.counters.login_failures_total, 1);
-    if let Some(address) = conn.address {
-        crate::auth::limiter().failed(address, Instant::now());
+    if let Some(address) = conn.address.filter(|_| !refusal.counted) {
+        crate::auth::limiter().failed(&address, Instant::now());
     }
     if let Some(suppressed) = shard.login_failures_log.allow() {
         tracing::warn!(

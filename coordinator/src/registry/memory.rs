@@ -19,7 +19,10 @@ impl Memory {
             me,
             topics: BTreeMap::new(),
             revision: 0,
-            security: Default::default(),
+            security: crate::security::SecurityRecords {
+                login_secret: crate::security::new_login_secret(),
+                ..Default::default()
+            },
         }
     }
 }

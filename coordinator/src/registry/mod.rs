@@ -873,7 +873,14 @@ pub mod conformance {
         use crate::security::{Changed, SecurityChange};
         use protocol::acl::AclRule;
         use protocol::scram::{Credential, ITERATIONS_MIN};
-        assert_eq!(registry.security().await.unwrap(), Default::default());
+        let empty = registry.security().await.unwrap();
+        assert!(empty.users.is_empty() && empty.acls.is_empty(), "{empty:?}");
+        // A login secret, made once and the same at every read.
+        assert_eq!(empty.login_secret.len(), 32);
+        assert_eq!(
+            registry.security().await.unwrap().login_secret,
+            empty.login_secret
+        );
         let alice = Credential::new(b"one", ITERATIONS_MIN);
         let again = Credential::new(b"two", ITERATIONS_MIN);
         let users =

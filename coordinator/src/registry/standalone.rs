@@ -187,7 +187,9 @@ impl Registry for Standalone {
 
     async fn security(&mut self) -> Result<crate::security::SecurityRecords, RegistryError> {
         self.security_seen = crate::security::file_version(&self.data_dir);
-        crate::security::read_file(&self.data_dir)
+        let mut records = crate::security::read_file(&self.data_dir)?;
+        records.login_secret = crate::security::file_login_secret(&self.data_dir)?;
+        Ok(records)
     }
 
     async fn change_security(

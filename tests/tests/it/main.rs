@@ -37,6 +37,7 @@ mod replica_operations;
 mod replication;
 mod retention;
 mod security;
+mod security_holes;
 mod stalled_consumer;
 mod tls;
 mod truncation;

@@ -1,0 +1,425 @@
+//! Issue 48: the holes an outside security review found — quotas dodged
+//! by reconnecting, the login limit dodged by parallel logins, user names
+//! told apart by their salts — tried again the way the review tried them,
+//! against real brokers.
+
+use harness::etcd::Etcd;
+use harness::{binary, Broker, BrokerOptions, TempDir};
+use protocol::client::{
+    AckMode, Client, ClientConfig, Consumer, Login, Producer, ProducerConfig, TopicSettings,
+};
+use protocol::codec::{self, verify};
+use protocol::frame::{self, Api, FramePrefix, FRAME_PREFIX_BYTES};
+use protocol::scram::{Credential, ITERATIONS_MIN};
+use protocol::wire;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const SECURE: &str = "authentication = \"scram\"\nauthorization = true\nsuper_users = [\"User:admin\"]\nlogin_failure_delay_ms = 0\n";
+
+fn client_config(user: &str, password: &str) -> ClientConfig {
+    ClientConfig {
+        login: Some(Login {
+            user: user.into(),
+            password: password.as_bytes().to_vec(),
+        }),
+        connect_timeout: Duration::from_secs(5),
+        retries: 0,
+        ..ClientConfig::default()
+    }
+}
+
+fn login(address: &str, user: &str, password: &str) -> Client {
+    Client::with_config(address, client_config(user, password))
+        .unwrap_or_else(|e| panic!("{user} logging in: {e}"))
+}
+
+/// A standalone broker with `toml` and `shards`, its first user `admin`
+/// written with the CLI while it was stopped.
+fn secured_broker(toml: &str, shards: usize, dir: &TempDir) -> Broker {
+    let mut broker = Broker::start(BrokerOptions {
+        config_toml: toml.into(),
+        shards,
+        ..BrokerOptions::default()
+    });
+    broker.stop();
+    let password = dir.path().join("admin.pw");
+    std::fs::write(&password, "admin-secret\n").unwrap();
+    add_user(&broker.data_dir(), &password);
+    broker.restart();
+    broker
+}
+
+fn add_user(data_dir: &Path, password: &Path) {
+    let output = Command::new(binary("ringlog"))
+        .args(["users", "add", "admin", "--password-file"])
+        .arg(password)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+}
+
+/// Topic `topic` and users with their quotas' principals allowed
+/// everything on it.
+fn setup(address: &str, topic: &str, users: &[&str]) -> Client {
+    let admin = login(address, "admin", "admin-secret");
+    admin
+        .create_topic(topic, 1, &TopicSettings::default())
+        .unwrap();
+    let users: Vec<(String, Credential)> = users
+        .iter()
+        .map(|u| {
+            (
+                u.to_string(),
+                Credential::new(format!("{u}-pw").as_bytes(), ITERATIONS_MIN),
+            )
+        })
+        .collect();
+    admin.alter_users(&users, &[]).unwrap();
+    admin
+        .create_acls(&[
+            protocol::acl::AclRule::parse(&format!("allow User:* all topic:{topic}")).unwrap(),
+        ])
+        .unwrap();
+    admin
+}
+
+/// One produce request of about 1 MiB (1,024 messages of 1,000 bytes).
+fn produce_one_mib(client: &Client, topic: &str) -> u64 {
+    let mut producer = Producer::new(
+        client,
+        topic,
+        ProducerConfig {
+            acks: AckMode::Written,
+            batch_messages: 1024,
+            batch_bytes: 1 << 20,
+            linger: Duration::from_secs(1),
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap();
+    let payload = vec![b'r'; 1000];
+    for _ in 0..1024 {
+        producer.send(None, &payload).unwrap();
+    }
+    producer.flush().unwrap();
+    assert_eq!(producer.acked_messages(), 1024);
+    1024 * 1009
+}
+
+/// Item 1: a principal with a 1,000,000 B/s produce quota that logs in
+/// afresh for every 1 MiB request, and one that produces over 16
+/// connections at once on every shard, both stay within 10% of the quota;
+/// so does a reader with a fetch quota that reconnects for every fetch.
+#[test]
+fn r48_1_a_quota_holds_for_a_principal_that_reconnects_for_every_request_or_opens_sixteen() {
+    let dir = TempDir::new("quota-reconnect");
+    let toml = format!(
+        "{SECURE}[quotas.\"User:slow\"]\nproduce_bytes_per_second = 1000000\n[quotas.\"User:many\"]\nproduce_bytes_per_second = 1000000\n[quotas.\"User:reader\"]\nfetch_bytes_per_second = 1000000\n"
+    );
+    let broker = secured_broker(&toml, 2, &dir);
+    let address = broker.address();
+    let admin = setup(&address, "metered", &["slow", "many", "reader"]);
+    const SECONDS: u64 = 15;
+
+    // A new connection (and login) for every 1 MiB request.
+    let started = Instant::now();
+    let mut bytes = 0u64;
+    let mut logins = 0;
+    while started.elapsed() < Duration::from_secs(SECONDS) {
+        let client = login(&address, "slow", "slow-pw");
+        logins += 1;
+        bytes += produce_one_mib(&client, "metered");
+    }
+    let reconnecting = bytes as f64 / started.elapsed().as_secs_f64();
+
+    // Sixteen connections at once, spread over both shards (the client's
+    // bootstrap address is shard 0's; a producer's requests go to the
+    // partition's shard either way, and Metadata-only connections charge
+    // their requests to the same principal).
+    let started = Instant::now();
+    let parallel: u64 = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..16)
+            .map(|_| {
+                let address = address.clone();
+                scope.spawn(move || {
+                    let client = login(&address, "many", "many-pw");
+                    let mut bytes = 0;
+                    while started.elapsed() < Duration::from_secs(SECONDS) {
+                        bytes += produce_one_mib(&client, "metered");
+                    }
+                    bytes
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    let sixteen = parallel as f64 / started.elapsed().as_secs_f64();
+
+    // A reader that reconnects for every 1 MiB fetch, over what the two
+    // runs above wrote (about 25 MB).
+    drop(admin);
+    let started = Instant::now();
+    let (mut fetched, mut offset) = (0u64, 0u64);
+    while started.elapsed() < Duration::from_secs(SECONDS) {
+        let reader = login(&address, "reader", "reader-pw");
+        let mut consumer = Consumer::new(&reader, "metered", 0, offset).unwrap();
+        consumer.set_max_wait_ms(0);
+        consumer.set_max_bytes(1 << 20);
+        let batch = consumer.poll().unwrap();
+        assert!(!batch.is_empty(), "the log ran out at {offset}");
+        for m in &batch {
+            fetched += m.value.len() as u64 + 9;
+        }
+        // Unkeyed messages: 9 bytes of framing each.
+        offset = batch
+            .last()
+            .map(|m| m.offset + m.value.len() as u64 + 9)
+            .unwrap();
+    }
+    let reading = fetched as f64 / started.elapsed().as_secs_f64();
+    println!(
+        "quota 1,000,000 B/s, {SECONDS} s each: a new login per 1 MiB request produced {reconnecting:.0} B/s ({logins} logins); 16 connections at once produced {sixteen:.0} B/s; a new login per 1 MiB fetch read {reading:.0} B/s"
+    );
+    for (what, rate) in [
+        ("reconnecting producer", reconnecting),
+        ("16 connections", sixteen),
+        ("reconnecting reader", reading),
+    ] {
+        assert!(
+            (850_000.0..=1_100_000.0).contains(&rate),
+            "{what}: {rate:.0} B/s against a 1,000,000 B/s quota"
+        );
+    }
+}
+
+/// A raw connection for the login race: the Handshake and Authenticate
+/// frames, written and read by hand.
+struct Raw {
+    stream: TcpStream,
+    fbb: protocol::flatbuffers::FlatBufferBuilder<'static>,
+}
+
+impl Raw {
+    fn connect(address: &str) -> Raw {
+        let stream = TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Raw {
+            stream,
+            fbb: protocol::flatbuffers::FlatBufferBuilder::with_capacity(256),
+        }
+    }
+
+    fn send(&mut self, api: Api, header: Vec<u8>) {
+        let mut out = Vec::new();
+        frame::write_frame(&mut out, api as u16, frame::API_VERSION, 1, &header, &[]);
+        self.stream.write_all(&out).unwrap();
+    }
+
+    /// (error code, header) of the next frame.
+    fn read(&mut self) -> (u16, Vec<u8>) {
+        let mut prefix = [0u8; FRAME_PREFIX_BYTES];
+        self.stream.read_exact(&mut prefix).unwrap();
+        let prefix = FramePrefix::parse(&prefix, frame::FRAME_BYTES_MAX).unwrap();
+        let mut header = vec![0u8; prefix.header_len];
+        self.stream.read_exact(&mut header).unwrap();
+        let mut payload = vec![0u8; prefix.payload_len()];
+        self.stream.read_exact(&mut payload).unwrap();
+        (prefix.version_or_error, header)
+    }
+
+    /// Sends a SCRAM client-first for `user`; the server-first answer
+    /// (salt and iterations inside).
+    fn begin(&mut self, user: &str) -> (protocol::scram::ClientFirst, Vec<u8>) {
+        self.try_begin(user)
+            .unwrap_or_else(|why| panic!("the Handshake was refused: {why}"))
+    }
+
+    /// [`Raw::begin`], or the refusal's message.
+    fn try_begin(&mut self, user: &str) -> Result<(protocol::scram::ClientFirst, Vec<u8>), String> {
+        let (client, first) = protocol::scram::client_first(user).unwrap();
+        let header = codec::security::handshake_login_request(
+            &mut self.fbb,
+            "probe",
+            protocol::scram::MECHANISM,
+            &first,
+        )
+        .to_vec();
+        self.send(Api::Handshake, header);
+        let (code, header) = self.read();
+        if code != 0 {
+            return Err(verify::<wire::ErrorResponse>(&header)
+                .ok()
+                .and_then(|e| e.message().map(str::to_string))
+                .unwrap_or_default());
+        }
+        let answer = verify::<wire::HandshakeResponse>(&header).unwrap();
+        let server_first = answer.sasl_bytes().unwrap().bytes().to_vec();
+        Ok((client, server_first))
+    }
+
+    /// Sends the proof for `password`; the refusal's message, if refused.
+    fn prove(
+        &mut self,
+        client: protocol::scram::ClientFirst,
+        server_first: &[u8],
+        password: &str,
+    ) -> Option<String> {
+        let (_, last) = client.finish(password.as_bytes(), server_first).unwrap();
+        let header = codec::security::authenticate_request(&mut self.fbb, &last).to_vec();
+        self.send(Api::Authenticate, header);
+        let (code, header) = self.read();
+        (code != 0).then(|| {
+            verify::<wire::ErrorResponse>(&header)
+                .ok()
+                .and_then(|e| e.message().map(str::to_string))
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// Item 2: 400 exchanges opened from one address before any proof is
+/// sent, then every proof with a wrong password: at most the limit's worth
+/// are checked, the rest are refused unchecked, and the right password
+/// after them is refused too. The per-user limit refuses a user's logins
+/// from anywhere once it is reached.
+#[test]
+fn r48_2_parallel_logins_check_no_more_wrong_passwords_than_the_limit() {
+    let dir = TempDir::new("login-race");
+    let toml = format!(
+        "{SECURE}login_failures_per_minute_max = 20\nlogin_failures_per_user_per_minute_max = 30\n"
+    );
+    let broker = secured_broker(&toml, 2, &dir);
+    let address = broker.address();
+    let mut exchanges: Vec<(Raw, protocol::scram::ClientFirst, Vec<u8>)> = (0..400)
+        .map(|_| {
+            let mut raw = Raw::connect(&address);
+            let (client, server_first) = raw.begin("admin");
+            (raw, client, server_first)
+        })
+        .collect();
+    let started = Instant::now();
+    let (mut checked, mut unchecked) = (0, 0);
+    let handles: Vec<_> = exchanges
+        .drain(..)
+        .map(|(mut raw, client, server_first)| {
+            std::thread::spawn(move || raw.prove(client, &server_first, "guess"))
+        })
+        .collect();
+    for handle in handles {
+        let refusal = handle.join().unwrap().expect("a guess logged in");
+        if refusal.contains("wrong user name or password") {
+            checked += 1;
+        } else {
+            assert!(refusal.contains("too many failed logins"), "{refusal}");
+            unchecked += 1;
+        }
+    }
+    let took = started.elapsed();
+    // The right password now: refused before it is looked at.
+    let right = Raw::connect(&address).try_begin("admin").err();
+    println!(
+        "400 exchanges opened from 127.0.0.1, then every proof wrong, in {took:?}: {checked} checked and wrong, {unchecked} refused unchecked (limit 20 a minute); then the right password: {right:?}"
+    );
+    assert!(checked <= 20, "{checked} wrong passwords were checked");
+    assert_eq!(checked + unchecked, 400);
+    assert!(
+        right
+            .as_deref()
+            .is_some_and(|r| r.contains("too many failed logins from 127.0.0.1")),
+        "{right:?}"
+    );
+}
+
+/// The salt and iteration count a broker answers for `user`.
+fn salt_and_iterations(address: &str, user: &str) -> String {
+    let mut raw = Raw::connect(address);
+    let (_, server_first) = raw.begin(user);
+    let text = String::from_utf8(server_first).unwrap();
+    // "r=NONCE,s=SALT,i=N": the nonce differs each time; the rest is the
+    // user's (or made up for it).
+    text.split_once(',').unwrap().1.to_string()
+}
+
+/// Items 3 and 4: two brokers of a cluster, and one of them after a
+/// restart, answer a real user and an unknown one alike — stable per name,
+/// so consistency tells nothing — and a user created with another
+/// iteration count does not stand out.
+#[test]
+fn r48_3_brokers_and_restarts_answer_real_and_unknown_users_alike() {
+    let etcd = Etcd::start();
+    let dir = TempDir::new("enumeration");
+    let password = dir.path().join("admin.pw");
+    std::fs::write(&password, "admin-secret\n").unwrap();
+    let output = Command::new(binary("ringlog"))
+        .args(["users", "add", "admin", "--password-file"])
+        .arg(&password)
+        .args(["--etcd", &etcd.endpoint(), "--cluster", "probe"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let toml = format!(
+        "{SECURE}broker_user = \"admin\"\nbroker_password_file = \"{}\"\n",
+        password.display()
+    );
+    let mut brokers: Vec<Broker> = (1..=2)
+        .map(|id| {
+            Broker::start(BrokerOptions {
+                config_toml: toml.clone(),
+                shards: 1,
+                ..BrokerOptions::clustered(&etcd, "probe", id)
+            })
+        })
+        .collect();
+    let admin = login(&brokers[0].address(), "admin", "admin-secret");
+    admin
+        .alter_users(
+            &[("carol".to_string(), Credential::new(b"carol-pw", 20_000))],
+            &[],
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let names = ["admin", "carol", "mallory", "nobody"];
+    let ask = |brokers: &[Broker]| -> Vec<Vec<String>> {
+        brokers
+            .iter()
+            .map(|b| {
+                names
+                    .iter()
+                    .map(|n| salt_and_iterations(&b.address(), n))
+                    .collect()
+            })
+            .collect()
+    };
+    let before = ask(&brokers);
+    brokers[0].stop();
+    brokers[0].restart();
+    let after = ask(&brokers);
+    for (i, name) in names.iter().enumerate() {
+        println!(
+            "{name}: broker 1 {}, broker 2 {}, broker 1 restarted {}",
+            before[0][i], before[1][i], after[0][i]
+        );
+        assert_eq!(before[0][i], before[1][i], "{name}: two brokers differ");
+        assert_eq!(before[0][i], after[0][i], "{name}: a restart changed it");
+    }
+    // Made-up counts come from the real users' (8192 of admin's default,
+    // 20000 of carol's), so carol's own does not mark her real.
+    let iterations: Vec<&str> = before[0]
+        .iter()
+        .map(|a| a.rsplit("i=").next().unwrap())
+        .collect();
+    assert!(
+        iterations
+            .iter()
+            .all(|i| ["4096", "8192", "20000"].contains(i)),
+        "{iterations:?}"
+    );
+}

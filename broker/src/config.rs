@@ -173,6 +173,13 @@ pub struct Config {
     /// its logins are refused unchecked for the rest of the minute (0: no
     /// limit). A trade: see `auth/limiter.rs`.
     pub login_failures_per_user_per_minute_max: u32,
+    /// Connections one client address may hold that have not logged in
+    /// (0: no bound); past it a new one is refused (`auth/pending.rs`).
+    pub max_unauthenticated_connections_per_address: u32,
+    /// SCRAM logins one client address may have under way at once (0: no
+    /// bound); past it a Handshake's login waits for a place, and is
+    /// answered OVERLOADED if none frees within the handshake deadline.
+    pub login_exchanges_per_address_max: u32,
     /// Client addresses whose failed logins are remembered at once (the
     /// table's memory is bounded by this, not by the clients).
     pub login_failure_addresses_max: usize,
@@ -295,6 +302,8 @@ impl Default for Config {
             login_failure_delay_ms: 500,
             login_failures_per_minute_max: 20,
             login_failures_per_user_per_minute_max: 100,
+            max_unauthenticated_connections_per_address: 256,
+            login_exchanges_per_address_max: 8,
             login_failure_addresses_max: 10_000,
             broker_user: None,
             broker_password_file: None,

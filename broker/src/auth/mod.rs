@@ -27,6 +27,7 @@ pub mod authorize;
 pub mod certificate;
 pub mod limiter;
 pub mod login;
+pub mod pending;
 pub mod quota;
 
 use coordinator::security::SecurityRecords;
@@ -64,6 +65,10 @@ pub fn init(config: &crate::config::Config) -> anyhow::Result<()> {
         config.login_failures_per_minute_max,
         config.login_failure_addresses_max,
     ));
+    pending::init(
+        config.max_unauthenticated_connections_per_address,
+        config.login_exchanges_per_address_max,
+    );
     let _ = USER_LIMITER.set(limiter::Limiter::new(
         config.login_failures_per_user_per_minute_max,
         config.login_failure_addresses_max,

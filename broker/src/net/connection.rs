@@ -142,6 +142,8 @@ struct Conn {
     quota: RefCell<Option<crate::auth::quota::PrincipalSlot>>,
     /// A quota's delay: nothing more is read from the client until then.
     muted_until: Cell<Option<Instant>>,
+    /// Counted as not logged in yet, until it is.
+    pending: RefCell<Option<crate::auth::pending::Slot>>,
     /// Encrypted: fetches are read and written through the session, not
     /// sent with sendfile.
     tls: bool,
@@ -182,6 +184,21 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         Some(Ok(slot)) => slot,
         None => None,
     };
+    // Counted as not logged in yet until it is (auth/pending.rs).
+    let pending = match address.map(|a| crate::auth::pending::pending().admit_connection(a)) {
+        Some(Err(message)) => {
+            crate::metrics::bump(&shard.metrics.counters.connections_refused_total, 1);
+            if let Some(left_out) = shard.accept_problems.allow() {
+                tracing::warn!(left_out, "refused a connection: {message}");
+            }
+            if super::tls::acceptor().is_none() {
+                refuse_saying(stream, &message).await;
+            }
+            return;
+        }
+        Some(Ok(slot)) => Some(slot),
+        None => None,
+    };
     let Some(stream) = accept_tls(&shard, stream).await else {
         return;
     };
@@ -198,6 +215,7 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         address,
         certificate,
         quota: RefCell::new(None),
+        pending: RefCell::new(pending),
         muted_until: Cell::new(None),
         tls: matches!(stream, Transport::Tls(_)),
         stream: RefCell::new(stream),
@@ -388,7 +406,21 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
                 let dispatched = handler::dispatch(shard, &conn.give_way, request);
                 report_throttle(held, dispatched)
             } else {
-                match login_frame(shard, conn, &mut access, prefix, header) {
+                // A login's place among its address's logins under way,
+                // waited for (as long as the handshake may take): a client
+                // starting many connections at once is slowed, not refused.
+                let under_way = match conn.address {
+                    Some(address)
+                        if prefix.api == Api::Handshake as u16
+                            && matches!(access, Access::Handshake) =>
+                    {
+                        let until =
+                            connected_at + Duration::from_millis(config.handshake_timeout_ms);
+                        Some(exchange_slot(address, until).await)
+                    }
+                    _ => None,
+                };
+                match login_frame(shard, conn, &mut access, prefix, header, under_way) {
                     Ok(response) => Dispatched::Ready(response),
                     Err(response) => {
                         // A failed login: answered after the delay, then
@@ -531,8 +563,12 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
 enum Access {
     /// Waiting for the Handshake.
     Handshake,
-    /// A SCRAM login under way: waiting for its Authenticate.
-    Login(Box<protocol::scram::ServerFirst>),
+    /// A SCRAM login under way: waiting for its Authenticate (counted
+    /// against its address's logins under way).
+    Login(
+        Box<protocol::scram::ServerFirst>,
+        Option<crate::auth::pending::Slot>,
+    ),
     /// Open, acting as this principal.
     Open(Rc<str>),
 }
@@ -546,17 +582,19 @@ fn login_frame(
     access: &mut Access,
     prefix: FramePrefix,
     header: &[u8],
+    under_way: Option<Result<crate::auth::pending::Slot, String>>,
 ) -> Result<Response, Response> {
     let api = prefix.api;
     let refused = |code, message: &str| handler::error_response(api, code, message, None);
-    if matches!(access, Access::Login(_)) {
+    if matches!(access, Access::Login(..)) {
         if api != Api::Authenticate as u16 {
             return Ok(refused(
                 ErrorCode::AuthenticationRequired,
                 "a login is under way: finish it with Authenticate before any other request",
             ));
         }
-        let Access::Login(exchange) = std::mem::replace(access, Access::Handshake) else {
+        let Access::Login(exchange, _under_way) = std::mem::replace(access, Access::Handshake)
+        else {
             return Ok(refused(ErrorCode::Internal, "no login under way"));
         };
         let request = match verify::<wire::AuthenticateRequest>(header) {
@@ -647,7 +685,12 @@ fn login_frame(
     let (next, principal) = match step {
         Ok(crate::auth::login::Step::Open(principal)) => (None, Some(principal)),
         Ok(crate::auth::login::Step::Continue(exchange, answer)) => {
-            *access = Access::Login(exchange);
+            let under_way = match under_way {
+                Some(Err(message)) => return Ok(refused(ErrorCode::Overloaded, &message)),
+                Some(Ok(slot)) => Some(slot),
+                None => None,
+            };
+            *access = Access::Login(exchange, under_way);
             (Some(answer), None)
         }
         Err(refusal) if refusal.failed => return Err(login_failed(shard, conn, api, &refusal)),
@@ -678,6 +721,21 @@ fn login_frame(
     })
 }
 
+/// A place among `address`'s logins under way, waited for until `until`;
+/// then the refusal's words.
+async fn exchange_slot(
+    address: std::net::IpAddr,
+    until: Instant,
+) -> Result<crate::auth::pending::Slot, String> {
+    loop {
+        match crate::auth::pending::pending().begin_exchange(address) {
+            Ok(slot) => return Ok(slot),
+            Err(message) if Instant::now() >= until => return Err(message),
+            Err(_) => glommio::timer::sleep(Duration::from_millis(5)).await,
+        }
+    }
+}
+
 /// The connection opens as `principal`, counted against its quota's
 /// connections; `Err` (OVERLOADED) past them.
 fn opened(
@@ -701,6 +759,7 @@ fn opened(
             }
         }
     }
+    conn.pending.borrow_mut().take();
     crate::metrics::bump(&shard.metrics.counters.logins_total, 1);
     if principal == protocol::acl::ANONYMOUS {
         crate::metrics::bump(&shard.metrics.counters.logins_anonymous_total, 1);

@@ -81,7 +81,16 @@ pub fn file_login_secret(dir: &Path) -> Result<Vec<u8>, RegistryError> {
         Err(e) => return Err(RegistryError::io("reading", &path, e)),
     }
     let secret = new_login_secret();
-    let tmp = dir.join(format!("{LOGIN_SECRET_FILE}.tmp"));
+    write_private(dir, LOGIN_SECRET_FILE, hex(&secret).as_bytes())?;
+    Ok(secret)
+}
+
+/// Replaces `<dir>/<name>` atomically and durably with `bytes`, its
+/// owner's alone from the start (mode 0600, whatever the umask): the files
+/// that hold credentials.
+fn write_private(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), RegistryError> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
     let _ = std::fs::remove_file(&tmp);
     let mut out = std::fs::OpenOptions::new()
         .write(true)
@@ -89,15 +98,14 @@ pub fn file_login_secret(dir: &Path) -> Result<Vec<u8>, RegistryError> {
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| RegistryError::io("creating", &tmp, e))?;
-    out.write_all(hex(&secret).as_bytes())
+    out.write_all(bytes)
         .and_then(|()| out.sync_all())
         .map_err(|e| RegistryError::io("writing", &tmp, e))?;
     drop(out);
     std::fs::rename(&tmp, &path).map_err(|e| RegistryError::io("renaming", &path, e))?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| RegistryError::io("syncing", dir, e))?;
-    Ok(secret)
+        .map_err(|e| RegistryError::io("syncing", dir, e))
 }
 
 /// A change to the users or the rules.
@@ -219,10 +227,10 @@ pub fn read_file(dir: &Path) -> Result<SecurityRecords, RegistryError> {
     Ok(records)
 }
 
-/// Replaces `<dir>/security.toml` atomically and durably.
+/// Replaces `<dir>/security.toml` atomically and durably, mode 0600: it
+/// holds every user's stored and server keys.
 pub fn write_file(dir: &Path, records: &SecurityRecords) -> Result<(), RegistryError> {
     let path = dir.join(SECURITY_FILE);
-    let tmp = dir.join(format!("{SECURITY_FILE}.tmp"));
     let file = SecurityFile {
         users: records
             .users
@@ -233,24 +241,7 @@ pub fn write_file(dir: &Path, records: &SecurityRecords) -> Result<(), RegistryE
     };
     let text = toml::to_string(&file)
         .map_err(|e| RegistryError::io("encoding", &path, std::io::Error::other(e)))?;
-    // Its owner's alone from the start (mode 0600, whatever the umask): it
-    // holds every user's stored and server keys.
-    let _ = std::fs::remove_file(&tmp);
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| RegistryError::io("creating", &tmp, e))?;
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.sync_all())
-        .map_err(|e| RegistryError::io("writing", &tmp, e))?;
-    drop(out);
-    std::fs::rename(&tmp, &path).map_err(|e| RegistryError::io("renaming", &path, e))?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| RegistryError::io("syncing", dir, e))?;
-    Ok(())
+    write_private(dir, SECURITY_FILE, text.as_bytes())
 }
 
 /// Applies `change` to `<dir>/security.toml` (read, change, replace).

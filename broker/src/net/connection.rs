@@ -171,31 +171,13 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
     let address = stream.peer_addr().ok().map(|a| a.ip());
     // Counted against its address's bound while it lives.
     let _address_slot = match address.map(|a| crate::auth::quota::quotas().admit_address(a)) {
-        Some(Err(message)) => {
-            crate::metrics::bump(&shard.metrics.counters.connections_refused_total, 1);
-            if let Some(left_out) = shard.accept_problems.allow() {
-                tracing::warn!(left_out, "refused a connection: {message}");
-            }
-            if super::tls::acceptor().is_none() {
-                refuse_saying(stream, &message).await;
-            }
-            return;
-        }
+        Some(Err(message)) => return refuse_at_accept(&shard, stream, &message).await,
         Some(Ok(slot)) => slot,
         None => None,
     };
     // Counted as not logged in yet until it is (auth/pending.rs).
     let pending = match address.map(|a| crate::auth::pending::pending().admit_connection(a)) {
-        Some(Err(message)) => {
-            crate::metrics::bump(&shard.metrics.counters.connections_refused_total, 1);
-            if let Some(left_out) = shard.accept_problems.allow() {
-                tracing::warn!(left_out, "refused a connection: {message}");
-            }
-            if super::tls::acceptor().is_none() {
-                refuse_saying(stream, &message).await;
-            }
-            return;
-        }
+        Some(Err(message)) => return refuse_at_accept(&shard, stream, &message).await,
         Some(Ok(slot)) => Some(slot),
         None => None,
     };
@@ -248,6 +230,18 @@ pub async fn refuse(stream: TcpStream) {
 
 /// Answers a connection with one OVERLOADED error frame saying `message`,
 /// and closes it.
+/// A connection refused before it is served (a bound of its address):
+/// counted, logged once a second, told why (not over TLS), closed.
+async fn refuse_at_accept(shard: &Shard, stream: TcpStream, message: &str) {
+    crate::metrics::bump(&shard.metrics.counters.connections_refused_total, 1);
+    if let Some(left_out) = shard.accept_problems.allow() {
+        tracing::warn!(left_out, "refused a connection: {message}");
+    }
+    if super::tls::acceptor().is_none() {
+        refuse_saying(stream, message).await;
+    }
+}
+
 async fn refuse_saying(stream: TcpStream, message: &str) {
     let response =
         handler::error_response(Api::Handshake as u16, ErrorCode::Overloaded, message, None);

@@ -40,7 +40,7 @@ fn ringlog(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn config(login: Option<(&str, &str)>) -> ClientConfig {
+pub(super) fn config(login: Option<(&str, &str)>) -> ClientConfig {
     ClientConfig {
         login: login.map(|(user, password)| Login {
             user: user.into(),
@@ -52,7 +52,7 @@ fn config(login: Option<(&str, &str)>) -> ClientConfig {
     }
 }
 
-fn login(address: &str, user: &str, password: &str) -> Client {
+pub(super) fn login(address: &str, user: &str, password: &str) -> Client {
     Client::with_config(address, config(Some((user, password))))
         .unwrap_or_else(|e| panic!("{user} logging in: {e}"))
 }

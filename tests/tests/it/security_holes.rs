@@ -3,11 +3,10 @@
 //! told apart by their salts — tried again the way the review tried them,
 //! against real brokers.
 
+use super::security::login;
 use harness::etcd::Etcd;
 use harness::{binary, Broker, BrokerOptions, TempDir};
-use protocol::client::{
-    AckMode, Client, ClientConfig, Consumer, Login, Producer, ProducerConfig, TopicSettings,
-};
+use protocol::client::{AckMode, Client, Consumer, Producer, ProducerConfig, TopicSettings};
 use protocol::codec::{self, verify};
 use protocol::frame::{self, Api, FramePrefix, FRAME_PREFIX_BYTES};
 use protocol::scram::{Credential, ITERATIONS_MIN};
@@ -19,23 +18,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 const SECURE: &str = "authentication = \"scram\"\nauthorization = true\nsuper_users = [\"User:admin\"]\nlogin_failure_delay_ms = 0\n";
-
-fn client_config(user: &str, password: &str) -> ClientConfig {
-    ClientConfig {
-        login: Some(Login {
-            user: user.into(),
-            password: password.as_bytes().to_vec(),
-        }),
-        connect_timeout: Duration::from_secs(5),
-        retries: 0,
-        ..ClientConfig::default()
-    }
-}
-
-fn login(address: &str, user: &str, password: &str) -> Client {
-    Client::with_config(address, client_config(user, password))
-        .unwrap_or_else(|e| panic!("{user} logging in: {e}"))
-}
 
 /// A standalone broker with `toml` and `shards`, its first user `admin`
 /// written with the CLI while it was stopped.

@@ -84,6 +84,18 @@ class Offsets(NamedTuple):
     end_offset: int
 
 
+def _metadata_request(topics: Sequence[str]) -> bytes:
+    b = flatbuffers.Builder(256)
+    names = [b.CreateString(t) for t in topics]
+    MetadataRequest.StartTopicsVector(b, len(names))
+    for n in reversed(names):
+        b.PrependUOffsetTRelative(n)
+    vector = b.EndVector()
+    MetadataRequest.Start(b)
+    MetadataRequest.AddTopics(b, vector)
+    return _finish(b, MetadataRequest.End(b))
+
+
 def _finish(builder: flatbuffers.Builder, root: int) -> bytes:
     builder.Finish(root)
     return bytes(builder.Output())
@@ -341,15 +353,7 @@ class Client:
 
     def metadata(self, topics: Sequence[str] = ()) -> Metadata:
         """Brokers and the named topics (every topic when none is named)."""
-        b = flatbuffers.Builder(256)
-        names = [b.CreateString(t) for t in topics]
-        MetadataRequest.StartTopicsVector(b, len(names))
-        for n in reversed(names):
-            b.PrependUOffsetTRelative(n)
-        vector = b.EndVector()
-        MetadataRequest.Start(b)
-        MetadataRequest.AddTopics(b, vector)
-        header, _ = self.call(Api.METADATA, _finish(b, MetadataRequest.End(b)), repeatable=True)
+        header, _ = self.call(Api.METADATA, _metadata_request(topics), repeatable=True)
         metadata = _decode_metadata(header)
         known = [shards[min(shards)] for _, shards in sorted(metadata.brokers.items()) if shards]
         if known:
@@ -395,7 +399,36 @@ class Client:
         CreateTopicRequest.AddPartitions(b, partitions)
         CreateTopicRequest.AddConfig(b, config)
         self.call(Api.CREATE_TOPIC, _finish(b, CreateTopicRequest.End(b)))
-        return self.describe_topic(name)
+        created = self.describe_topic(name)
+        self._wait_until_served(created)
+        return created
+
+    def _wait_until_served(self, created: TopicMetadata) -> None:
+        """Waits, up to the client's timeout, until the broker of every
+        partition serves the new topic: the others learn it from etcd's
+        watch a moment after the broker that created it answered, and a
+        produce or fetch sent there in between would be refused with
+        UNKNOWN_TOPIC. A broker that does not answer is not waited for."""
+        metadata = self.metadata([created.name])
+        addresses = {metadata.owner_address(created.name, p.partition) for p in created.partitions}
+        deadline = time.monotonic() + self.timeout
+        for address in sorted(a for a in addresses if a is not None):
+            try:
+                conn = self.connection(address)
+            except RinglogError:
+                continue
+            while time.monotonic() < deadline:
+                try:
+                    header, _ = conn.call(Api.METADATA, _metadata_request([created.name]))
+                    topic = _decode_metadata(header).topics.get(created.name)
+                    if topic is not None and len(topic.partitions) == len(created.partitions):
+                        break
+                except BrokerError as e:
+                    if e.code != ErrorCode.UNKNOWN_TOPIC:
+                        break
+                except RinglogError:
+                    break
+                time.sleep(0.02)
 
     def delete_topic(self, name: str) -> None:
         """Deletes a topic and its data."""
@@ -506,8 +539,10 @@ class Producer:
 
     - ``acks``: ``"none"`` (no answer on success, the paper's mode),
       ``"written"`` (default: in the broker's page cache), ``"flushed"``
-      (fsynced and visible to consumers) or ``"all"`` (a replicated
-      topic: every in-sync replica has it; on one copy, ``"flushed"``).
+      (fsynced by the leader; on a replicated topic consumers see it only
+      once every in-sync replica has it too) or ``"all"`` (a replicated
+      topic: every in-sync replica has it, so a read right after sees it;
+      on one copy, ``"flushed"``).
     - A batch is sent when it holds ``batch_messages`` messages or
       ``batch_bytes`` bytes, or when ``linger`` seconds passed since its
       first message (checked on each :meth:`send`), and always by

@@ -20,9 +20,12 @@ pub enum AckMode {
     /// client's default: a crash of the broker machine may lose it.
     #[default]
     Written,
-    /// Once the set is fsynced: it survives a crash and consumers see it.
-    /// The produce starts the flush (group commit), so it waits about one
-    /// fdatasync.
+    /// Once the leader has fsynced the set: it survives the leader's crash.
+    /// On one copy consumers see it at once; on a replicated partition it
+    /// is the leader's word alone (Kafka's acks=1), and consumers see it
+    /// once every in-sync copy has it (the high watermark), so a read right
+    /// after the answer may miss it. The produce starts the flush (group
+    /// commit), so it waits about one fdatasync.
     Flushed,
     /// Once every in-sync replica has flushed the set (the topic may relax
     /// it to written): it survives the loss of any replica but the last.

@@ -97,11 +97,20 @@ fn code_of<T>(result: Result<T, ClientError>) -> (ErrorCode, String) {
 }
 
 fn produce(client: &Client, topic: &str, count: usize) -> Result<(), ClientError> {
+    produce_with(client, topic, count, AckMode::Flushed)
+}
+
+fn produce_with(
+    client: &Client,
+    topic: &str,
+    count: usize,
+    acks: AckMode,
+) -> Result<(), ClientError> {
     let mut producer = Producer::new(
         client,
         topic,
         ProducerConfig {
-            acks: AckMode::Flushed,
+            acks,
             ..ProducerConfig::default()
         },
     )?;
@@ -796,7 +805,10 @@ fn r22_a_cluster_runs_on_an_etcd_secured_with_tls_and_client_certificates() {
             },
         )
         .unwrap();
-    produce(&admin, "sealed", 100).unwrap();
+    // acks=all: answered once both copies have every message, so a read
+    // right after sees them all (acks=flushed is the leader's word alone,
+    // and consumers see only what every in-sync copy holds; issue 49).
+    produce_with(&admin, "sealed", 100, AckMode::All).unwrap();
     let read: usize = (0..2).map(|p| read_all(&admin, "sealed", p, 0).len()).sum();
     assert_eq!(read, 100);
     // A broker configured without a client certificate is refused.

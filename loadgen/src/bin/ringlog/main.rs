@@ -349,9 +349,11 @@ enum Acks {
     None,
     /// Written to the broker's page cache.
     Written,
-    /// Flushed to disk and visible to consumers.
+    /// Flushed to disk by the leader (on a replicated topic, consumers see
+    /// it once every in-sync replica has it).
     Flushed,
-    /// Flushed by every in-sync replica (as flushed on one copy).
+    /// Flushed by every in-sync replica, then visible to consumers (as
+    /// flushed on one copy).
     All,
 }
 

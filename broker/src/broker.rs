@@ -398,6 +398,7 @@ async fn shard_main(context: ShardContext) {
         connections: Cell::new(0),
         accept_problems: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
         security: crate::auth::Cache::default(),
+        sessions: Rc::default(),
         denials_log: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
         login_failures_log: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
         metadata_version: Cell::new(0),
@@ -501,6 +502,10 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
                 shard.metadata_changed();
                 crate::replica::follower::reconcile(&shard);
             }
+            ShardMsg::SecurityChanged => {
+                let ended = shard.security.with(|s| shard.sessions.review(s));
+                metrics::bump(&shard.metrics.counters.sessions_ended_total, ended);
+            }
             ShardMsg::PartitionStates { topic_id, states } => {
                 shard.learn_states(&topic_id, &states);
             }
@@ -553,6 +558,7 @@ fn publish_once(shard: &Shard, published: &Published) {
         .absorb_files(driver.files_open(), driver.files_max());
     shard.metrics.absorb_replication(replication_of(shard));
     shard.metrics.data_lost.set(shard.lost_partitions());
+    shard.metrics.sessions_open.set(shard.sessions.len() as u64);
     let snapshot = shard.metrics.snapshot();
     let mut slots = match published.lock() {
         Ok(guard) => guard,

@@ -14,6 +14,11 @@ pub const FETCH_BYTES_MAX: u32 = 16 * 1024 * 1024;
 pub const FETCH_WAIT_MS_MAX: u32 = 60_000;
 /// Read buffer of a connection; frames larger than this grow it up to the frame limit.
 pub const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// Read buffer of a connection that has not logged in: a Handshake or an
+/// Authenticate is a few hundred bytes (a larger one grows it, up to
+/// `HANDSHAKE_FRAME_BYTES_MAX`). It becomes `READ_BUFFER_BYTES` at login,
+/// so a stranger's connection costs 4 KiB of buffer, not 256.
+pub const LOGIN_READ_BUFFER_BYTES: usize = 4 * 1024;
 /// The largest frame a connection may declare before its Handshake (a
 /// Handshake is a few dozen bytes): a stranger cannot make the broker
 /// reserve a request-sized buffer with 16 bytes.

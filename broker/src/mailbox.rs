@@ -101,6 +101,9 @@ pub enum ShardMsg {
     },
     /// The live brokers changed; here they are, sorted by id.
     Brokers(Vec<BrokerRecord>),
+    /// New users and rules were published: end the sessions they no
+    /// longer admit (`auth/sessions.rs`).
+    SecurityChanged,
     /// Replicated partitions' states, newer than the shard may know.
     PartitionStates {
         /// Their topic's id.

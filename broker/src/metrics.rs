@@ -85,6 +85,7 @@ counters! {
     logins_anonymous_total: "Connections opened as User:ANONYMOUS (no login, no client certificate): while turning security on, the clients still to be given a login",
     login_failures_total: "Logins refused with AUTHENTICATION_FAILED (wrong password or user, bad exchange, blocked address); each closed the connection after login_failure_delay_ms",
     authorization_denied_total: "Requests refused with AUTHORIZATION_FAILED",
+    sessions_ended_total: "Logged-in connections closed because their user was removed or given a password that ends sessions",
 }
 
 /// Flushes of a shard's partitions. Shared with each partition's log (the
@@ -123,6 +124,10 @@ pub struct ShardMetrics {
     pub replication: Cell<Replication>,
     /// Partitions refused because their only copy vanished.
     pub data_lost: Cell<u64>,
+    /// Connections open on the shard that have not logged in yet.
+    pub connections_unauthenticated: Cell<u64>,
+    /// Connections logged in with SCRAM (sessions a user's removal ends).
+    pub sessions_open: Cell<u64>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -139,6 +144,8 @@ impl Default for ShardMetrics {
             produce_latency_us: RefCell::new(histogram()),
             fetch_latency_us: RefCell::new(histogram()),
             segment_files: Cell::new((0, 0)),
+            connections_unauthenticated: Cell::new(0),
+            sessions_open: Cell::new(0),
             replication: Cell::new(Replication::default()),
             data_lost: Cell::new(0),
         }
@@ -188,6 +195,8 @@ pub struct Snapshot {
     segment_files: (u64, u64),
     replication: Replication,
     data_lost: u64,
+    connections_unauthenticated: u64,
+    sessions_open: u64,
 }
 
 /// A shard's replicated partitions at one moment.
@@ -237,6 +246,8 @@ impl ShardMetrics {
             segment_files: self.segment_files.get(),
             replication: self.replication.get(),
             data_lost: self.data_lost.get(),
+            connections_unauthenticated: self.connections_unauthenticated.get(),
+            sessions_open: self.sessions_open.get(),
         }
     }
 }
@@ -267,7 +278,17 @@ pub fn render(published: &Published) -> String {
         );
     }
     type Gauge = fn(&Snapshot) -> u64;
-    let gauges: [(&str, &str, Gauge); 7] = [
+    let gauges: [(&str, &str, Gauge); 9] = [
+        (
+            "connections_unauthenticated",
+            "Connections open on the shard that have not logged in yet (each holds a small read buffer; bounded per address by max_unauthenticated_connections_per_address)",
+            |s| s.connections_unauthenticated,
+        ),
+        (
+            "sessions_open",
+            "Connections logged in with SCRAM: removing their user closes them",
+            |s| s.sessions_open,
+        ),
         (
             "partitions_leader",
             "Replicated partitions the shard leads",

@@ -116,6 +116,11 @@ pub struct Credential {
     pub stored_key: [u8; 32],
     /// `HMAC(SaltedPassword, "Server Key")`.
     pub server_key: [u8; 32],
+    /// Once this credential is in force, the user's connections that
+    /// logged in with another one are closed (a password changed because
+    /// it leaked). False: they keep going (a planned rotation, and brokers
+    /// that read their password at start).
+    pub ends_sessions: bool,
 }
 
 impl std::fmt::Debug for Credential {
@@ -126,6 +131,9 @@ impl std::fmt::Debug for Credential {
             .finish_non_exhaustive()
     }
 }
+
+/// The stored form's last field for a credential that ends sessions.
+const END_SESSIONS_FIELD: &str = ":end-sessions";
 
 impl Credential {
     /// A credential for `password` with a new random salt.
@@ -144,18 +152,32 @@ impl Credential {
             iterations,
             stored_key: sha256(&client_key),
             server_key: hmac_sha256(&salted, b"Server Key"),
+            ends_sessions: false,
         }
     }
 
+    /// This credential, closing the user's connections that logged in
+    /// with another one once it is in force.
+    pub fn ending_sessions(mut self) -> Credential {
+        self.ends_sessions = true;
+        self
+    }
+
     /// The stored form: `SCRAM-SHA-256:ITERATIONS:SALT:STORED_KEY:SERVER_KEY`
-    /// (base64 fields).
+    /// (base64 fields), and `:end-sessions` when it [ends
+    /// sessions](Credential::ends_sessions).
     pub fn to_text(&self) -> String {
         format!(
-            "{MECHANISM}:{}:{}:{}:{}",
+            "{MECHANISM}:{}:{}:{}:{}{}",
             self.iterations,
             BASE64.encode(&self.salt),
             BASE64.encode(self.stored_key),
-            BASE64.encode(self.server_key)
+            BASE64.encode(self.server_key),
+            if self.ends_sessions {
+                END_SESSIONS_FIELD
+            } else {
+                ""
+            }
         )
     }
 
@@ -184,6 +206,11 @@ impl Credential {
         };
         let stored_key = key(next("stored key")?, "stored key")?;
         let server_key = key(next("server key")?, "server key")?;
+        let ends_sessions = match fields.next() {
+            None => false,
+            Some(field) if field == &END_SESSIONS_FIELD[1..] => true,
+            Some(_) => return Err(ScramError::BadCredential("unknown field")),
+        };
         if salt.is_empty() || fields.next().is_some() {
             return Err(ScramError::BadCredential("wrong number of fields"));
         }
@@ -192,6 +219,7 @@ impl Credential {
             iterations,
             stored_key,
             server_key,
+            ends_sessions,
         })
     }
 }
@@ -374,6 +402,7 @@ pub fn server_first_among(
                 },
                 stored_key: keys[..32].try_into().unwrap_or([0u8; 32]),
                 server_key: keys[32..].try_into().unwrap_or([0u8; 32]),
+                ends_sessions: false,
             };
             (made_up, false)
         }
@@ -399,6 +428,12 @@ impl ServerFirst {
     /// The user the client says it is (not yet proven).
     pub fn user(&self) -> &str {
         &self.user
+    }
+
+    /// The stored key of the credential the proof is checked against:
+    /// which of the user's passwords a session logged in with.
+    pub fn stored_key(&self) -> [u8; 32] {
+        self.credential.stored_key
     }
 
     /// Checks the client's proof. `Ok`: the proven user name and the
@@ -645,6 +680,10 @@ mod tests {
         let c = Credential::new(b"pw", ITERATIONS_DEFAULT);
         assert_eq!(Credential::from_text(&c.to_text()).unwrap(), c);
         assert!(!format!("{c:?}").contains(&BASE64.encode(c.stored_key)));
+        let ending = c.clone().ending_sessions();
+        assert!(ending.to_text().ends_with(":end-sessions"));
+        assert_eq!(Credential::from_text(&ending.to_text()).unwrap(), ending);
+        assert!(Credential::from_text(&format!("{}:later", c.to_text())).is_err());
         for bad in [
             "",
             "SCRAM-SHA-1:4096:AA==:AA==:AA==",

@@ -158,18 +158,33 @@ pub fn begin(
     }
 }
 
-/// The Authenticate request of a SCRAM login: the principal and the
-/// broker's final message, or the refusal. The proof is checked only
-/// after the client's address and the user it names have a check reserved
-/// ([`mod@super::limiter`]): past either's failures, or with as many proofs
-/// under way as the limit, it is refused unchecked. The refusal's
+/// A login whose proof was right.
+#[derive(Debug)]
+pub struct Proved {
+    /// Who the connection acts as ("User:alice").
+    pub principal: String,
+    /// The broker's final message (its signature).
+    pub server_final: Vec<u8>,
+    /// The user.
+    pub user: String,
+    /// The stored key of the credential proved: which of the user's
+    /// passwords the session logged in with ([`super::sessions`]).
+    pub stored_key: [u8; 32],
+}
+
+/// The Authenticate request of a SCRAM login: what was proved, or the
+/// refusal. The proof is checked only after the client's address and the
+/// user it names have a check reserved ([`mod@super::limiter`]): past
+/// either's failures, or with as many proofs under way as the limit, it is
+/// refused unchecked. The refusal's
 /// failure is counted here (`Refusal::counted`).
 pub fn finish(
     exchange: ServerFirst,
     client_final: &[u8],
     address: Option<IpAddr>,
-) -> Result<(String, Vec<u8>), Refusal> {
+) -> Result<Proved, Refusal> {
     let user = exchange.user().to_string();
+    let stored_key = exchange.stored_key();
     let now = Instant::now();
     let addresses = super::limiter();
     let users = super::user_limiter();
@@ -205,7 +220,14 @@ pub fn finish(
     }
     users.end_check(&user, failed, now);
     let mut refusal = match checked {
-        Ok((user, answer)) => return Ok((format!("User:{user}"), answer)),
+        Ok((user, server_final)) => {
+            return Ok(Proved {
+                principal: format!("User:{user}"),
+                server_final,
+                user,
+                stored_key,
+            })
+        }
         Err(ScramError::WrongPassword) => Refusal::failed(
             format!("login failed for user {user:?}: wrong user name or password"),
             Some(&user),
@@ -306,8 +328,7 @@ mod tests {
                 panic!("no exchange")
             };
             let (_, last) = client.finish(password, &answer).unwrap();
-            let (principal, _) = finish(*exchange, &last, None)?;
-            Ok(principal)
+            Ok(finish(*exchange, &last, None)?.principal)
         };
         assert_eq!(attempt(b"pw").unwrap(), "User:alice");
         for _ in 0..2 {

@@ -29,6 +29,7 @@ pub mod limiter;
 pub mod login;
 pub mod pending;
 pub mod quota;
+pub mod sessions;
 
 use coordinator::security::SecurityRecords;
 use protocol::acl::Acls;

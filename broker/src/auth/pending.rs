@@ -4,8 +4,9 @@
 //! of them may have a SCRAM exchange under way at once
 //! (`login_exchanges_per_address_max`, 8).
 //!
-//! A connection that has not logged in costs its read buffer and, over
-//! TLS, a session, and serves nothing: a client that opens thousands
+//! A connection that has not logged in costs its read buffer (4 KiB until
+//! it logs in) and, over TLS, a session, and serves nothing (the shards
+//! count them: `ringlog_connections_unauthenticated`): a client that opens thousands
 //! without logging in holds the broker's memory without a principal to
 //! charge it to. And a login under way holds a made-up or real credential
 //! and a nonce until its proof arrives; the review opened 400 of them from

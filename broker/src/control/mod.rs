@@ -363,7 +363,12 @@ impl<R: Registry> ControlPlane<R> {
     /// when the registry does not answer, the last ones stay.
     async fn publish_security(&mut self) {
         match self.registry.security().await {
-            Ok(records) => crate::auth::publish(records, &self.super_users),
+            Ok(records) => {
+                crate::auth::publish(records, &self.super_users);
+                for shard in &self.shards {
+                    let _ = shard.send_async(ShardMsg::SecurityChanged).await;
+                }
+            }
             Err(error) => {
                 tracing::warn!(%error, "reading users and access rules; the last ones read stay in force")
             }

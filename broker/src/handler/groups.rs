@@ -276,6 +276,32 @@ fn count(shard: &Shard, api: Api, outcome: Result<&GroupAnswer, ErrorCode>) {
     crate::metrics::bump(counter, 1);
 }
 
+/// What of a group's description `principal` may see: only the topics it
+/// may describe, in the subscriptions, the members' topic lists and the
+/// partitions with their owners and committed offsets. Describe on the
+/// group shows the group, not the topics of others (Kafka's OffsetFetch
+/// answers such partitions TOPIC_AUTHORIZATION_FAILED).
+fn describable_part(
+    shard: &Shard,
+    principal: &str,
+    mut description: codec::GroupDescription,
+) -> codec::GroupDescription {
+    let may = |topic: &str| {
+        crate::auth::authorize::may_describe(
+            shard,
+            principal,
+            protocol::acl::ResourceType::Topic,
+            topic,
+        )
+    };
+    description.view.topics.retain(|t| may(&t.name));
+    for member in &mut description.view.members {
+        member.topics.retain(|t| may(t));
+    }
+    description.partitions.retain(|p| may(&p.topic));
+    description
+}
+
 /// Handles a consumer group request of `principal` (ListGroups lists only
 /// the groups it may describe, with authorization on).
 pub fn handle(
@@ -334,9 +360,10 @@ pub fn handle(
                     _ => codec::claim_partitions_response(fbb, &named),
                 },
                 GroupAnswer::Committed(count) => codec::commit_offsets_response(fbb, count),
-                GroupAnswer::Described(description) => {
-                    codec::describe_group_response(fbb, &description)
-                }
+                GroupAnswer::Described(description) => codec::describe_group_response(
+                    fbb,
+                    &describable_part(&shard, &principal, description),
+                ),
                 GroupAnswer::Groups(mut groups) => {
                     groups.retain(|g| {
                         crate::auth::authorize::may_describe(

@@ -19,7 +19,8 @@
 //! an error and the connection goes on.
 //!
 //! Bounds (issue 8, items 1 and 2): before its Handshake a connection may
-//! declare frames of at most `HANDSHAKE_FRAME_BYTES_MAX`; the read buffer
+//! declare frames of at most `HANDSHAKE_FRAME_BYTES_MAX`, into a 4 KiB
+//! read buffer (`LOGIN_READ_BUFFER_BYTES`, 256 KiB once logged in); the buffer
 //! grows only as bytes arrive (at most doubling when full), so a declared
 //! size costs nothing until it is sent; and three deadlines close a
 //! connection that holds resources without using them: the Handshake must
@@ -31,7 +32,7 @@ use super::cold;
 use super::sendfile::{self, Sent};
 use crate::handler::give_way::GiveWay;
 use crate::handler::{self, Dispatched, Later, Payload, Request, Response};
-use crate::limits::{HANDSHAKE_FRAME_BYTES_MAX, READ_BUFFER_BYTES};
+use crate::limits::{HANDSHAKE_FRAME_BYTES_MAX, LOGIN_READ_BUFFER_BYTES, READ_BUFFER_BYTES};
 use crate::notify::Notify;
 use crate::shard::Shard;
 use futures_lite::{AsyncRead, AsyncWrite};
@@ -144,6 +145,11 @@ struct Conn {
     muted_until: Cell<Option<Instant>>,
     /// Counted as not logged in yet, until it is.
     pending: RefCell<Option<crate::auth::pending::Slot>>,
+    /// Counted in the shard's gauge of connections not logged in, until it
+    /// logs in or closes.
+    unauthenticated: Cell<bool>,
+    /// Logged in with SCRAM: ended when its user is removed.
+    session: RefCell<Option<crate::auth::sessions::Session>>,
     /// Encrypted: fetches are read and written through the session, not
     /// sent with sendfile.
     tls: bool,
@@ -198,6 +204,8 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         certificate,
         quota: RefCell::new(None),
         pending: RefCell::new(pending),
+        unauthenticated: Cell::new(false),
+        session: RefCell::new(None),
         muted_until: Cell::new(None),
         tls: matches!(stream, Transport::Tls(_)),
         stream: RefCell::new(stream),
@@ -209,12 +217,43 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream) {
         inflight_bytes: Cell::new(0),
         give_way: Rc::new(GiveWay::default()),
     });
+    count_unauthenticated(&shard, &conn, true);
     let writer = glommio::spawn_local(write_loop(shard.clone(), conn.clone()));
     if let Err(error) = read_loop(&shard, &conn).await {
         tracing::debug!(%error, "connection read ended");
     }
+    count_unauthenticated(&shard, &conn, false);
     push(&shard, &conn, Queued::Close);
     writer.await;
+}
+
+/// Counts the connection in (or out of) the shard's gauge of connections
+/// not logged in.
+fn count_unauthenticated(shard: &Shard, conn: &Conn, counted: bool) {
+    if conn.unauthenticated.replace(counted) != counted {
+        let gauge = &shard.metrics.connections_unauthenticated;
+        gauge.set(if counted {
+            gauge.get() + 1
+        } else {
+            gauge.get().saturating_sub(1)
+        });
+    }
+}
+
+impl Conn {
+    /// Why its session was ended (its user removed), if it was.
+    fn ended(&self) -> Option<String> {
+        self.session.borrow().as_ref().and_then(|s| s.end().why())
+    }
+
+    /// Resolves once its session is ended; never without a session.
+    async fn session_ended(&self) {
+        let end = self.session.borrow().as_ref().map(|s| s.end().clone());
+        match end {
+            Some(end) => end.ended().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// Answers a connection over `max_connections` with one OVERLOADED error
@@ -320,7 +359,7 @@ fn grown(len: usize, frame_bytes: usize) -> usize {
 }
 
 async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
-    let mut buf = vec![0u8; READ_BUFFER_BYTES];
+    let mut buf = vec![0u8; LOGIN_READ_BUFFER_BYTES];
     let mut filled = 0usize;
     let mut access = Access::Handshake;
     let config = &shard.config;
@@ -331,6 +370,10 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
     let mut large_frame = false;
     loop {
         let handshaken = matches!(access, Access::Open(_));
+        if handshaken && buf.len() < READ_BUFFER_BYTES {
+            // Logged in: a buffer for requests (pipelined produces).
+            buf.resize(READ_BUFFER_BYTES, 0);
+        }
         let frame_max = if handshaken {
             config.max_request_bytes
         } else {
@@ -376,6 +419,10 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
             let frame_end = start + prefix.frame_bytes;
             let header = &buf[header_start..payload_start];
             let payload = &buf[payload_start..frame_end];
+            if let Some(why) = conn.ended() {
+                tracing::debug!(shard = shard.id, "closing a connection: {why}");
+                return Ok(());
+            }
             let dispatched = if let Access::Open(principal) = &access {
                 // A quota: the request waits its principal's turn, and the
                 // client's next requests wait in its socket meanwhile.
@@ -521,11 +568,21 @@ async fn read_loop(shard: &Rc<Shard>, conn: &Conn) -> io::Result<()> {
         let read = futures_lite::future::or(
             async { Some(read_some(conn, &mut buf[filled..]).await) },
             async {
-                glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
+                futures_lite::future::or(
+                    glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())),
+                    conn.session_ended(),
+                )
+                .await;
                 None
             },
         )
         .await;
+        // Its user was removed: nothing more is read (what it asked before
+        // is still answered), and the connection closes.
+        if let Some(why) = conn.ended() {
+            tracing::debug!(shard = shard.id, "closing a connection: {why}");
+            return Ok(());
+        }
         let n = match read {
             Some(read) => read?,
             // Idle, but a response is still on its way (a long-poll, an
@@ -607,12 +664,22 @@ fn login_frame(
         };
         let client_final = request.sasl_bytes().map(|b| b.bytes()).unwrap_or_default();
         return match crate::auth::login::finish(*exchange, client_final, conn.address) {
-            Ok((principal, server_final)) => {
+            Ok(proved) => {
                 let header = handler::with_builder(shard, |fbb| {
-                    protocol::codec::security::authenticate_response(fbb, &server_final, &principal)
-                        .to_vec()
+                    protocol::codec::security::authenticate_response(
+                        fbb,
+                        &proved.server_final,
+                        &proved.principal,
+                        &hello(shard),
+                    )
+                    .to_vec()
                 });
-                opened(shard, conn, access, principal, api)?;
+                opened(shard, conn, access, proved.principal, api)?;
+                *conn.session.borrow_mut() = Some(shard.security.with(|snapshot| {
+                    shard
+                        .sessions
+                        .open(&proved.user, proved.stored_key, snapshot)
+                }));
                 Ok(Response {
                     api,
                     error: 0,
@@ -690,13 +757,13 @@ fn login_frame(
         Err(refusal) if refusal.failed => return Err(login_failed(shard, conn, api, &refusal)),
         Err(refusal) => return Ok(refused(refusal.code, &refusal.message)),
     };
+    // Who this broker is (its id and build) is told only to a client that
+    // is in: after the proof when a login continues.
+    let told = next.is_none().then(|| hello(shard));
     let header = handler::with_builder(shard, |fbb| {
         protocol::codec::handshake_response(
             fbb,
-            shard.config.broker_id,
-            shard.id,
-            shard.shard_count() as u16,
-            crate::VERSION,
+            told.as_ref(),
             protocol::codec::HandshakeLogin {
                 next: next.as_deref(),
                 principal: principal.as_deref().unwrap_or_default(),
@@ -713,6 +780,16 @@ fn login_frame(
         header,
         payload: Payload::None,
     })
+}
+
+/// Who this broker is, for a client that is in.
+fn hello(shard: &Shard) -> protocol::codec::BrokerHello<'static> {
+    protocol::codec::BrokerHello {
+        broker_id: shard.config.broker_id,
+        shard_id: shard.id,
+        shard_count: shard.shard_count() as u16,
+        broker_version: crate::VERSION,
+    }
 }
 
 /// A place among `address`'s logins under way, waited for until `until`;
@@ -754,6 +831,7 @@ fn opened(
         }
     }
     conn.pending.borrow_mut().take();
+    count_unauthenticated(shard, conn, false);
     crate::metrics::bump(&shard.metrics.counters.logins_total, 1);
     if principal == protocol::acl::ANONYMOUS {
         crate::metrics::bump(&shard.metrics.counters.logins_anonymous_total, 1);

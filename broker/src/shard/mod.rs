@@ -127,6 +127,9 @@ pub struct Shard {
     pub failed_silent_produces: crate::log_limit::LogLimit,
     /// The users and access rules as this shard last saw them published.
     pub security: crate::auth::Cache,
+    /// The connections logged in with SCRAM, ended when their user is
+    /// removed (`auth/sessions.rs`).
+    pub sessions: Rc<crate::auth::sessions::Sessions>,
     /// One log line per second for denied requests.
     pub denials_log: crate::log_limit::LogLimit,
     /// One log line per second for failed logins.

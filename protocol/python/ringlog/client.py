@@ -177,6 +177,13 @@ class Connection:
         header, _ = self.call(Api.AUTHENTICATE, _finish(b, AuthenticateRequest.End(b)))
         answer = AuthenticateResponse.AuthenticateResponse.GetRootAs(header, 0)
         exchange.verify(bytes(answer.SaslBytes(i) for i in range(answer.SaslBytesLength())))
+        # Who the broker is comes only after the proof (an older broker
+        # said it in the Handshake and leaves these out).
+        version = answer.BrokerVersion()
+        if version:
+            self.broker_id = answer.BrokerId()
+            self.shard_id = answer.ShardId()
+            self.broker_version = version.decode()
         return (answer.Principal() or b"").decode()
 
     def send(self, api: int, header: bytes, payload: bytes = b"") -> int:

@@ -189,20 +189,27 @@ impl Connection {
                 .sasl_bytes()
                 .map(|b| b.bytes().to_vec())
                 .unwrap_or_default();
-            conn.hello.principal = conn.authenticate(exchange, login, &server_first)?;
+            let after_proof = conn.authenticate(exchange, login, &server_first)?;
+            // A broker older than the withheld hello said it all before.
+            if !after_proof.broker_version.is_empty() {
+                conn.hello = after_proof;
+            } else {
+                conn.hello.principal = after_proof.principal;
+            }
         }
         conn.expect_wait(Duration::ZERO)?;
         Ok(conn)
     }
 
     /// The rest of a SCRAM login begun in the Handshake: the proof, and
-    /// the check of the broker's signature. Returns the principal.
+    /// the check of the broker's signature. Returns the principal and who
+    /// the broker is (told only after the proof).
     fn authenticate(
         &mut self,
         exchange: crate::scram::ClientFirst,
         login: &super::Login,
         server_first: &[u8],
-    ) -> Result<String, ClientError> {
+    ) -> Result<BrokerHello, ClientError> {
         let failed = |reason: String| ClientError::Login {
             address: self.address.clone(),
             reason,
@@ -220,7 +227,13 @@ impl Connection {
                 address: self.address.clone(),
                 reason: e.to_string(),
             })?;
-        Ok(answer.principal().unwrap_or_default().to_string())
+        Ok(BrokerHello {
+            broker_id: answer.broker_id(),
+            shard_id: answer.shard_id(),
+            shard_count: answer.shard_count(),
+            broker_version: answer.broker_version().unwrap_or_default().to_string(),
+            principal: answer.principal().unwrap_or_default().to_string(),
+        })
     }
 
     /// Another handle on the socket, to shut it down from another thread

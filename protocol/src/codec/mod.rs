@@ -647,31 +647,44 @@ pub fn list_offsets_request<'b>(
 // --------------------------------------------------------------- responses
 
 /// Handshake response header.
+/// `hello` is `None` while a login is under way: who the broker is comes
+/// after the proof, in the AuthenticateResponse.
 pub fn handshake_response<'b>(
     fbb: &'b mut FlatBufferBuilder<'_>,
-    broker_id: BrokerId,
-    shard_id: ShardId,
-    shard_count: u16,
-    broker_version: &str,
+    hello: Option<&BrokerHello<'_>>,
     login: HandshakeLogin<'_>,
 ) -> &'b [u8] {
     fbb.reset();
-    let broker_version = fbb.create_string(broker_version);
+    let broker_version = hello.map(|h| fbb.create_string(h.broker_version));
     let sasl_bytes = login.next.map(|b| fbb.create_vector(b));
     let principal = fbb.create_string(login.principal);
     let root = wire::HandshakeResponse::create(
         fbb,
         &wire::HandshakeResponseArgs {
             protocol_version: crate::frame::PROTOCOL_VERSION,
-            broker_id,
-            shard_id,
-            shard_count,
-            broker_version: Some(broker_version),
+            broker_id: hello.map_or(0, |h| h.broker_id),
+            shard_id: hello.map_or(0, |h| h.shard_id),
+            shard_count: hello.map_or(0, |h| h.shard_count),
+            broker_version,
             sasl_bytes,
             principal: Some(principal),
         },
     );
     finish(fbb, root)
+}
+
+/// Who the broker is, as a Handshake (or, after a login's proof, an
+/// Authenticate) tells a client.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerHello<'a> {
+    /// The broker's id.
+    pub broker_id: BrokerId,
+    /// The shard that owns the connection.
+    pub shard_id: ShardId,
+    /// The broker's shards.
+    pub shard_count: u16,
+    /// Its build: "VERSION (GIT_REVISION)".
+    pub broker_version: &'a str,
 }
 
 /// A Handshake answer's login part.

@@ -48,15 +48,21 @@ pub fn authenticate_response<'b>(
     fbb: &'b mut FlatBufferBuilder<'_>,
     bytes: &[u8],
     principal: &str,
+    hello: &super::BrokerHello<'_>,
 ) -> &'b [u8] {
     fbb.reset();
     let bytes = fbb.create_vector(bytes);
     let principal = fbb.create_string(principal);
+    let broker_version = fbb.create_string(hello.broker_version);
     let root = wire::AuthenticateResponse::create(
         fbb,
         &wire::AuthenticateResponseArgs {
             sasl_bytes: Some(bytes),
             principal: Some(principal),
+            broker_id: hello.broker_id,
+            shard_id: hello.shard_id,
+            shard_count: hello.shard_count,
+            broker_version: Some(broker_version),
         },
     );
     finish(fbb, root)

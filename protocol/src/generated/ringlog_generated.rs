@@ -1224,6 +1224,10 @@ pub mod ringlog {
         impl<'a> AuthenticateResponse<'a> {
             pub const VT_SASL_BYTES: ::flatbuffers::VOffsetT = 4;
             pub const VT_PRINCIPAL: ::flatbuffers::VOffsetT = 6;
+            pub const VT_BROKER_ID: ::flatbuffers::VOffsetT = 8;
+            pub const VT_SHARD_ID: ::flatbuffers::VOffsetT = 10;
+            pub const VT_SHARD_COUNT: ::flatbuffers::VOffsetT = 12;
+            pub const VT_BROKER_VERSION: ::flatbuffers::VOffsetT = 14;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1240,12 +1244,18 @@ pub mod ringlog {
                 args: &'args AuthenticateResponseArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<AuthenticateResponse<'bldr>> {
                 let mut builder = AuthenticateResponseBuilder::new(_fbb);
+                if let Some(x) = args.broker_version {
+                    builder.add_broker_version(x);
+                }
+                builder.add_broker_id(args.broker_id);
                 if let Some(x) = args.principal {
                     builder.add_principal(x);
                 }
                 if let Some(x) = args.sasl_bytes {
                     builder.add_sasl_bytes(x);
                 }
+                builder.add_shard_count(args.shard_count);
+                builder.add_shard_id(args.shard_id);
                 builder.finish()
             }
 
@@ -1274,6 +1284,51 @@ pub mod ringlog {
                     )
                 }
             }
+            #[inline]
+            pub fn broker_id(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(AuthenticateResponse::VT_BROKER_ID, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn shard_id(&self) -> u16 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u16>(AuthenticateResponse::VT_SHARD_ID, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn shard_count(&self) -> u16 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u16>(AuthenticateResponse::VT_SHARD_COUNT, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn broker_version(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        AuthenticateResponse::VT_BROKER_VERSION,
+                        None,
+                    )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for AuthenticateResponse<'_> {
@@ -1293,6 +1348,14 @@ pub mod ringlog {
                         Self::VT_PRINCIPAL,
                         false,
                     )?
+                    .visit_field::<u32>("broker_id", Self::VT_BROKER_ID, false)?
+                    .visit_field::<u16>("shard_id", Self::VT_SHARD_ID, false)?
+                    .visit_field::<u16>("shard_count", Self::VT_SHARD_COUNT, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "broker_version",
+                        Self::VT_BROKER_VERSION,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -1300,6 +1363,10 @@ pub mod ringlog {
         pub struct AuthenticateResponseArgs<'a> {
             pub sasl_bytes: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
             pub principal: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub broker_id: u32,
+            pub shard_id: u16,
+            pub shard_count: u16,
+            pub broker_version: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for AuthenticateResponseArgs<'a> {
             #[inline]
@@ -1307,6 +1374,10 @@ pub mod ringlog {
                 AuthenticateResponseArgs {
                     sasl_bytes: None,
                     principal: None,
+                    broker_id: 0,
+                    shard_id: 0,
+                    shard_count: 0,
+                    broker_version: None,
                 }
             }
         }
@@ -1334,6 +1405,31 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_broker_id(&mut self, broker_id: u32) {
+                self.fbb_
+                    .push_slot::<u32>(AuthenticateResponse::VT_BROKER_ID, broker_id, 0);
+            }
+            #[inline]
+            pub fn add_shard_id(&mut self, shard_id: u16) {
+                self.fbb_
+                    .push_slot::<u16>(AuthenticateResponse::VT_SHARD_ID, shard_id, 0);
+            }
+            #[inline]
+            pub fn add_shard_count(&mut self, shard_count: u16) {
+                self.fbb_
+                    .push_slot::<u16>(AuthenticateResponse::VT_SHARD_COUNT, shard_count, 0);
+            }
+            #[inline]
+            pub fn add_broker_version(
+                &mut self,
+                broker_version: ::flatbuffers::WIPOffset<&'b str>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AuthenticateResponse::VT_BROKER_VERSION,
+                    broker_version,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> AuthenticateResponseBuilder<'a, 'b, A> {
@@ -1355,6 +1451,10 @@ pub mod ringlog {
                 let mut ds = f.debug_struct("AuthenticateResponse");
                 ds.field("sasl_bytes", &self.sasl_bytes());
                 ds.field("principal", &self.principal());
+                ds.field("broker_id", &self.broker_id());
+                ds.field("shard_id", &self.shard_id());
+                ds.field("shard_count", &self.shard_count());
+                ds.field("broker_version", &self.broker_version());
                 ds.finish()
             }
         }

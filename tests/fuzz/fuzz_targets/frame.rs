@@ -327,8 +327,15 @@ fn response(api: u16, header: &[u8], payload: &[u8]) {
             }
         }
         20 => {
-            let _ = verify::<wire::AuthenticateResponse>(header)
-                .map(|r| (r.principal(), r.sasl_bytes()));
+            let _ = verify::<wire::AuthenticateResponse>(header).map(|r| {
+                (
+                    r.principal(),
+                    r.sasl_bytes(),
+                    r.broker_id(),
+                    r.shard_count(),
+                    r.broker_version(),
+                )
+            });
         }
         23 => {
             let _ = protocol::codec::security::decode_describe_acls(header);

@@ -481,3 +481,258 @@ fn r48_2_logins_under_way_and_connections_not_logged_in_are_bounded_per_address(
     let admin = login(&address, "admin", "admin-secret");
     assert_eq!(admin.hello().principal, "User:admin");
 }
+
+/// Reads from a logged-in connection's socket until the broker closes it
+/// (or `within` passes): how long that took after `since`, if it closed.
+fn closed_within(socket: &mut TcpStream, since: Instant, within: Duration) -> Option<Duration> {
+    socket.set_read_timeout(Some(within)).unwrap();
+    let mut byte = [0u8; 1];
+    match socket.read(&mut byte) {
+        Ok(0) => Some(since.elapsed()),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Some(since.elapsed()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            None
+        }
+        other => panic!("an idle connection read {other:?}"),
+    }
+}
+
+/// Item 5: a stranger learns nothing of the broker before its proof; a
+/// group's description shows only the topics the caller may describe; a
+/// removed user's open connections, and those of a user given a password
+/// that ends sessions, are closed within a second on every shard, while a
+/// planned rotation closes nothing; connections not logged in are counted.
+#[test]
+fn r48_5_strangers_learn_nothing_groups_show_only_describable_topics_and_removed_users_are_cut_off()
+{
+    let etcd = Etcd::start();
+    let dir = TempDir::new("leaks");
+    let password = dir.path().join("admin.pw");
+    std::fs::write(&password, "admin-secret\n").unwrap();
+    let output = Command::new(binary("ringlog"))
+        .args(["users", "add", "admin", "--password-file"])
+        .arg(&password)
+        .args(["--etcd", &etcd.endpoint(), "--cluster", "leaks"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let toml = format!(
+        "{SECURE}broker_user = \"admin\"\nbroker_password_file = \"{}\"\n",
+        password.display()
+    );
+    let broker = Broker::start(BrokerOptions {
+        config_toml: toml.clone(),
+        shards: 2,
+        metrics: true,
+        ..BrokerOptions::clustered(&etcd, "leaks", 7)
+    });
+    // Another broker: it learns of a removal from etcd's watch.
+    let other = Broker::start(BrokerOptions {
+        config_toml: toml,
+        shards: 1,
+        ..BrokerOptions::clustered(&etcd, "leaks", 8)
+    });
+    let address = broker.address();
+
+    // Who the broker is comes after the proof, not before.
+    let mut raw = Raw::connect(&address);
+    let (client, first) = protocol::scram::client_first("admin").unwrap();
+    let header = codec::security::handshake_login_request(
+        &mut raw.fbb,
+        "probe",
+        protocol::scram::MECHANISM,
+        &first,
+    )
+    .to_vec();
+    raw.send(Api::Handshake, header);
+    let (code, header) = raw.read();
+    assert_eq!(code, 0);
+    let hello = verify::<wire::HandshakeResponse>(&header).unwrap();
+    let before = (
+        hello.broker_id(),
+        hello.shard_count(),
+        hello.broker_version().map(str::to_string),
+    );
+    let server_first = hello.sasl_bytes().unwrap().bytes().to_vec();
+    let (_, last) = client.finish(b"admin-secret", &server_first).unwrap();
+    let header = codec::security::authenticate_request(&mut raw.fbb, &last).to_vec();
+    raw.send(Api::Authenticate, header);
+    let (code, header) = raw.read();
+    assert_eq!(code, 0);
+    let answer = verify::<wire::AuthenticateResponse>(&header).unwrap();
+    let after = (
+        answer.broker_id(),
+        answer.shard_count(),
+        answer.broker_version().map(str::to_string),
+    );
+    println!("before the proof the broker said (id, shards, build) {before:?}; after it {after:?}");
+    assert_eq!(before, (0, 0, None));
+    assert_eq!((after.0, after.1), (7, 2));
+    assert!(after
+        .2
+        .is_some_and(|v| v.starts_with(env!("CARGO_PKG_VERSION"))));
+    let admin = login(&address, "admin", "admin-secret");
+    assert_eq!((admin.hello().broker_id, admin.hello().shard_count), (7, 2));
+    assert!(!admin.hello().broker_version.is_empty());
+
+    // A group's description: only the topics the caller may describe.
+    for topic in ["orders", "payroll"] {
+        admin
+            .create_topic(topic, 1, &TopicSettings::default())
+            .unwrap();
+    }
+    let users: Vec<(String, Credential)> = ["alice", "bob", "carol"]
+        .iter()
+        .map(|u| {
+            (
+                u.to_string(),
+                Credential::new(format!("{u}-pw").as_bytes(), ITERATIONS_MIN),
+            )
+        })
+        .collect();
+    admin.alter_users(&users, &[]).unwrap();
+    let rules: Vec<protocol::acl::AclRule> = [
+        "allow User:alice describe group:billing",
+        "allow User:alice describe topic:orders",
+    ]
+    .iter()
+    .map(|r| protocol::acl::AclRule::parse(r).unwrap())
+    .collect();
+    admin.create_acls(&rules).unwrap();
+    let commits: Vec<protocol::codec::groups::OffsetCommit> = ["orders", "payroll"]
+        .iter()
+        .map(|topic| protocol::codec::groups::OffsetCommit {
+            topic: topic.to_string(),
+            partition: 0,
+            offset: 0,
+            leader_epoch: -1,
+        })
+        .collect();
+    assert_eq!(admin.reset_offsets("billing", &commits).unwrap(), 2);
+    let topics_seen = |client: &Client| -> Vec<String> {
+        client
+            .describe_group("billing")
+            .unwrap()
+            .partitions
+            .iter()
+            .map(|p| p.topic.clone())
+            .collect()
+    };
+    let alice = login(&address, "alice", "alice-pw");
+    let (by_admin, by_alice) = (topics_seen(&admin), topics_seen(&alice));
+    println!("DescribeGroup billing: admin sees {by_admin:?}, alice (describe on orders only) sees {by_alice:?}");
+    assert_eq!(by_admin, ["orders", "payroll"]);
+    assert_eq!(by_alice, ["orders"]);
+
+    // Open sessions of alice, bob and carol on both shards of one broker
+    // and on the other broker, idle.
+    let sessions = |user: &str| -> Vec<TcpStream> {
+        let client = login(&address, user, &format!("{user}-pw"));
+        broker
+            .shards
+            .iter()
+            .chain(&other.shards)
+            .map(|shard| {
+                let conn = client.open(shard).unwrap();
+                let socket = conn.socket().unwrap();
+                std::mem::forget(conn);
+                socket
+            })
+            .collect()
+    };
+    let (mut of_alice, mut of_bob, mut of_carol) =
+        (sessions("alice"), sessions("bob"), sessions("carol"));
+
+    // alice removed: both her connections close within a second.
+    let removed = Instant::now();
+    admin.alter_users(&[], &["alice".to_string()]).unwrap();
+    let took: Vec<Option<Duration>> = of_alice
+        .iter_mut()
+        .map(|s| closed_within(s, removed, Duration::from_secs(5)))
+        .collect();
+    let next = alice.metadata(&[]).map(|_| ()).unwrap_err();
+    println!("alice removed: her connections on broker 7's shards 0 and 1 and on broker 8 closed {took:?} after AlterUsers was sent to broker 7; her next request: {next}");
+    for t in &took {
+        assert!(t.is_some_and(|t| t < Duration::from_secs(1)), "{took:?}");
+    }
+
+    // carol's password rotated: her connections go on.
+    admin
+        .alter_users(
+            &[(
+                "carol".to_string(),
+                Credential::new(b"carol-pw2", ITERATIONS_MIN),
+            )],
+            &[],
+        )
+        .unwrap();
+    // bob's password changed with --end-sessions (the CLI, through the
+    // broker): his connections close.
+    let new_password = dir.path().join("bob.pw");
+    std::fs::write(&new_password, "bob-pw2\n").unwrap();
+    let changed = Instant::now();
+    let output = Command::new(binary("ringlog"))
+        .args(["--brokers", &address, "--user", "admin", "--password-file"])
+        .arg(&password)
+        .args([
+            "users",
+            "add",
+            "bob",
+            "--end-sessions",
+            "--new-password-file",
+        ])
+        .arg(&new_password)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout).to_string();
+    assert!(output.status.success(), "{output:?}");
+    assert!(said.contains("closed"), "{said}");
+    let bob_took: Vec<Option<Duration>> = of_bob
+        .iter_mut()
+        .map(|s| closed_within(s, changed, Duration::from_secs(5)))
+        .collect();
+    let carol_took: Vec<Option<Duration>> = of_carol
+        .iter_mut()
+        .map(|s| closed_within(s, changed, Duration::from_millis(1500)))
+        .collect();
+    println!("`ringlog users add bob --end-sessions` said {said:?}; bob's connections closed {bob_took:?} after the CLI started; carol's (rotated without it) {carol_took:?}");
+    for t in &bob_took {
+        assert!(
+            t.is_some_and(|t| t < Duration::from_secs(1)),
+            "{bob_took:?}"
+        );
+    }
+    assert_eq!(carol_took, [None; 3], "carol's connections stay open");
+    // bob's new password opens a session the change does not end.
+    let bob = login(&address, "bob", "bob-pw2");
+    std::thread::sleep(Duration::from_millis(300));
+    bob.metadata(&[]).unwrap();
+
+    // Connections that have not logged in are counted; sessions ended too
+    // (broker 7's): alice's three (her describing client's and the two idle
+    // ones) and bob's two.
+    let strangers: Vec<TcpStream> = (0..5)
+        .map(|_| TcpStream::connect(&address).unwrap())
+        .collect();
+    let metrics = broker.metrics.clone().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (unauthenticated, ended) = loop {
+        let text = super::util::scrape(&metrics);
+        let counts = (
+            super::util::metric(&text, "ringlog_connections_unauthenticated"),
+            super::util::metric(&text, "ringlog_sessions_ended_total"),
+        );
+        if counts == (5, 5) || Instant::now() > deadline {
+            break counts;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    println!("5 connections without a login: ringlog_connections_unauthenticated {unauthenticated}; ringlog_sessions_ended_total {ended}");
+    assert_eq!((unauthenticated, ended), (5, 5));
+    drop(strangers);
+}

@@ -32,11 +32,17 @@ pub enum UsersCommand {
         /// PBKDF2 iterations of the credential (4096 at least).
         #[arg(long, default_value_t = ITERATIONS_DEFAULT)]
         iterations: u32,
+        /// A new password for a user whose old one leaked: its connections
+        /// that logged in with another password are closed (within a
+        /// second, on every broker). Without it they go on (a planned
+        /// rotation; a broker logs in with the password it read at start).
+        #[arg(long)]
+        end_sessions: bool,
         #[command(flatten)]
         store: Store,
     },
-    /// Remove a user: it can no longer log in (its open connections stay
-    /// until they close).
+    /// Remove a user: it can no longer log in, and its open connections
+    /// are closed (within a second, on every broker).
     Remove {
         /// The user name.
         name: String,
@@ -184,6 +190,7 @@ pub fn users(
             name,
             new_password_file,
             iterations,
+            end_sessions,
             store,
         } => {
             if new_password_file.is_some() && password_file.is_some() {
@@ -198,7 +205,10 @@ pub fn users(
                 Some(file) => read_password(file)?,
                 None => ask_password(&name)?,
             };
-            let credential = Credential::new(&password, iterations);
+            let mut credential = Credential::new(&password, iterations);
+            if end_sessions {
+                credential = credential.ending_sessions();
+            }
             let change = SecurityChange::Users {
                 upserts: vec![(name.clone(), credential.clone())],
                 deletions: Vec::new(),
@@ -210,6 +220,9 @@ pub fn users(
                 }
             }
             println!("user {name} can log in (SCRAM-SHA-256, {iterations} iterations)");
+            if end_sessions {
+                println!("its connections that logged in with another password are closed");
+            }
             Ok(())
         }
         UsersCommand::Remove { name, store } => {
@@ -229,7 +242,7 @@ pub fn users(
             if removed == 0 {
                 bail!("there is no user {name}");
             }
-            println!("user {name} removed");
+            println!("user {name} removed; its open connections are closed");
             Ok(())
         }
         UsersCommand::List { store } => {

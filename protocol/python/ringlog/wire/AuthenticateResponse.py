@@ -58,8 +58,36 @@ class AuthenticateResponse(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # AuthenticateResponse
+    def BrokerId(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
+    # AuthenticateResponse
+    def ShardId(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, o + self._tab.Pos)
+        return 0
+
+    # AuthenticateResponse
+    def ShardCount(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, o + self._tab.Pos)
+        return 0
+
+    # AuthenticateResponse
+    def BrokerVersion(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def AuthenticateResponseStart(builder):
-    builder.StartObject(2)
+    builder.StartObject(6)
 
 def Start(builder):
     AuthenticateResponseStart(builder)
@@ -81,6 +109,30 @@ def AuthenticateResponseAddPrincipal(builder, principal):
 
 def AddPrincipal(builder, principal):
     AuthenticateResponseAddPrincipal(builder, principal)
+
+def AuthenticateResponseAddBrokerId(builder, brokerId):
+    builder.PrependUint32Slot(2, brokerId, 0)
+
+def AddBrokerId(builder, brokerId):
+    AuthenticateResponseAddBrokerId(builder, brokerId)
+
+def AuthenticateResponseAddShardId(builder, shardId):
+    builder.PrependUint16Slot(3, shardId, 0)
+
+def AddShardId(builder, shardId):
+    AuthenticateResponseAddShardId(builder, shardId)
+
+def AuthenticateResponseAddShardCount(builder, shardCount):
+    builder.PrependUint16Slot(4, shardCount, 0)
+
+def AddShardCount(builder, shardCount):
+    AuthenticateResponseAddShardCount(builder, shardCount)
+
+def AuthenticateResponseAddBrokerVersion(builder, brokerVersion):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(brokerVersion), 0)
+
+def AddBrokerVersion(builder, brokerVersion):
+    AuthenticateResponseAddBrokerVersion(builder, brokerVersion)
 
 def AuthenticateResponseEnd(builder):
     return builder.EndObject()

@@ -26,6 +26,16 @@ pub struct TlsFiles {
     pub other_client_cert: PathBuf,
     /// Its key.
     pub other_client_key: PathBuf,
+    /// A client certificate signed by `ca` whose subject has two common
+    /// names, `CN=alice, CN=admin` (a broker that took the last one would
+    /// log it in as the super user), and its key.
+    pub two_names_cert: PathBuf,
+    /// Its key.
+    pub two_names_key: PathBuf,
+    /// A client certificate signed by `ca` with the common name `*`.
+    pub wildcard_cert: PathBuf,
+    /// Its key.
+    pub wildcard_key: PathBuf,
 }
 
 struct Ca {
@@ -53,14 +63,27 @@ fn ca(name: &str) -> Ca {
 /// A certificate for `names`, signed by `ca`, whose subject's common name
 /// is `common_name` (the principal a broker takes from it).
 fn leaf(ca: &Ca, names: &[&str], common_name: &str) -> (String, String) {
+    leaf_named(ca, names, &[common_name])
+}
+
+/// A certificate for `names`, signed by `ca`, whose subject has each of
+/// `common_names` as a common name, in order. (rcgen keeps one value per
+/// attribute type, so the second is written under the common name's OID,
+/// 2.5.4.3, as a custom type: the DER is the same.)
+fn leaf_named(ca: &Ca, names: &[&str], common_names: &[&str]) -> (String, String) {
     let key = KeyPair::generate().unwrap_or_else(|e| panic!("key: {e}"));
     let mut params =
         CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
             .unwrap_or_else(|e| panic!("params: {e}"));
     params.distinguished_name = rcgen::DistinguishedName::new();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, common_name);
+    for (i, common_name) in common_names.iter().enumerate() {
+        let kind = match i {
+            0 => rcgen::DnType::CommonName,
+            _ => rcgen::DnType::CustomDnType(vec![2, 5, 4, 3]),
+        };
+        params.distinguished_name.push(kind, *common_name);
+    }
+    assert!(common_names.len() <= 2, "one custom common name at most");
     let cert = params
         .signed_by(&key, &ca.issuer)
         .unwrap_or_else(|e| panic!("certificate: {e}"));
@@ -81,6 +104,9 @@ pub fn make_certificates(dir: &Path) -> TlsFiles {
     let (server_cert, server_key) = leaf(&trusted, &["127.0.0.1", "localhost"], "broker");
     let (client_cert, client_key) = leaf(&trusted, &["client.test"], "client");
     let (other_cert, other_key) = leaf(&other, &["intruder.test"], "intruder");
+    let (two_names_cert, two_names_key) =
+        leaf_named(&trusted, &["alice.test"], &["alice", "admin"]);
+    let (wildcard_cert, wildcard_key) = leaf(&trusted, &["any.test"], "*");
     TlsFiles {
         ca: write(dir, "ca.pem", &trusted.pem),
         server_cert: write(dir, "broker.pem", &server_cert),
@@ -90,6 +116,10 @@ pub fn make_certificates(dir: &Path) -> TlsFiles {
         other_ca: write(dir, "other-ca.pem", &other.pem),
         other_client_cert: write(dir, "intruder.pem", &other_cert),
         other_client_key: write(dir, "intruder.key", &other_key),
+        two_names_cert: write(dir, "two-names.pem", &two_names_cert),
+        two_names_key: write(dir, "two-names.key", &two_names_key),
+        wildcard_cert: write(dir, "wildcard.pem", &wildcard_cert),
+        wildcard_key: write(dir, "wildcard.key", &wildcard_key),
     }
 }
 

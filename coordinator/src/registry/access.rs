@@ -65,8 +65,9 @@ impl EtcdAccess {
 
     /// The likely cause of an etcd failure that says `reason`, as words to
     /// add to it (empty when there is no likely cause to name): etcd closed
-    /// a TLS connection that had no client certificate, or refused a login.
-    pub fn hint_for(&self, reason: &str) -> &'static str {
+    /// a TLS connection that had no client certificate, refused a login, or
+    /// refused this user the cluster's keys.
+    pub fn hint_for(&self, reason: &str) -> String {
         let closed = [
             "connection closed",
             "broken pipe",
@@ -75,16 +76,22 @@ impl EtcdAccess {
         ]
         .iter()
         .any(|words| reason.contains(words));
-        if self.ca.is_some() && self.cert.is_none() && closed {
+        let hint = if self.ca.is_some() && self.cert.is_none() && closed {
             " (etcd closed the TLS connection: does it ask for client certificates? set etcd_cert and etcd_key)"
         } else if reason.contains("authentication failed") || reason.contains("invalid auth token")
         {
             " (check etcd_user and etcd_password_file)"
-        } else if reason.contains("user name is empty") || reason.contains("permission denied") {
+        } else if reason.contains("permission denied") {
+            if let Some(user) = &self.user {
+                return format!(" (etcd user {user:?} may not use this cluster's keys: give one of its roles readwrite on the cluster's prefix, `etcdctl role grant-permission ROLE readwrite --prefix /ringlog/CLUSTER/`)");
+            }
+            " (etcd has authentication enabled: set etcd_user and etcd_password_file, a user with access to the cluster's prefix)"
+        } else if reason.contains("user name is empty") {
             " (etcd has authentication enabled: set etcd_user and etcd_password_file, a user with access to the cluster's prefix)"
         } else {
             ""
-        }
+        };
+        hint.to_string()
     }
 
     /// True when anything is set.

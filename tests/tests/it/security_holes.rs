@@ -736,3 +736,241 @@ fn r48_5_strangers_learn_nothing_groups_show_only_describable_topics_and_removed
     assert_eq!((unauthenticated, ended), (5, 5));
     drop(strangers);
 }
+
+/// Item 4, end to end: a TLS broker that takes client certificates as
+/// logins, and a super user `admin`. A certificate signed by the trusted
+/// CA whose subject says `CN=alice, CN=admin` is refused (it used to log
+/// in as the last one, the super user), and so is one whose CN is `*`;
+/// the plain client certificate still logs in as its one name.
+#[test]
+fn r48_4_a_certificate_with_two_common_names_or_a_wildcard_logs_in_as_nobody() {
+    use protocol::client::{ClientConfig, TlsConfig};
+    let dir = TempDir::new("two-names");
+    let files = harness::tls::make_certificates(&dir.path().join("certs"));
+    let broker = Broker::start(BrokerOptions {
+        config_toml: format!(
+            "{}authentication = \"tls\"\nauthorization = true\nsuper_users = [\"User:admin\"]\nlogin_failure_delay_ms = 0\n",
+            files.broker_toml(true)
+        ),
+        ..BrokerOptions::default()
+    });
+    let connect = |cert: &Path, key: &Path| {
+        let tls = TlsConfig::new(&files.ca)
+            .unwrap()
+            .with_client_certificate(cert, key)
+            .unwrap();
+        Client::with_config(
+            &broker.address(),
+            ClientConfig {
+                tls: Some(tls),
+                retries: 0,
+                ..ClientConfig::default()
+            },
+        )
+    };
+    let client = connect(&files.client_cert, &files.client_key).unwrap();
+    assert_eq!(client.hello().principal, "User:client");
+    for (what, cert, key, says) in [
+        (
+            "CN=alice, CN=admin",
+            &files.two_names_cert,
+            &files.two_names_key,
+            "has 2 common names",
+        ),
+        ("CN=*", &files.wildcard_cert, &files.wildcard_key, "*"),
+    ] {
+        let error = match connect(cert, key) {
+            Ok(client) => panic!("{what} logged in as {}", client.hello().principal),
+            Err(error) => error,
+        };
+        println!("a certificate of {what}: {error}");
+        assert_eq!(
+            error.code(),
+            Some(protocol::ErrorCode::AuthenticationFailed),
+            "{error}"
+        );
+        assert!(error.to_string().contains(says), "{error}");
+    }
+}
+
+/// Item 6: etcd is the trust root, so a cluster's brokers need not hold
+/// more of it than their own prefix. An etcd with authentication, and a
+/// user whose one role reads and writes `/ringlog/east/` alone: the first
+/// user is written with it, two brokers of cluster `east` run on it
+/// (registrations, topics, an R=2 topic with acks=all, a consumer group's
+/// members, owners and offsets), everything lands under
+/// the prefix, and a broker of cluster `west` with the same etcd user is
+/// refused in one line.
+#[test]
+fn r48_6_a_cluster_runs_as_an_etcd_user_whose_role_reaches_only_its_prefix() {
+    use protocol::client::{GroupConfig, GroupConsumer, StartFrom};
+    let dir = TempDir::new("etcd-role");
+    let etcd = Etcd::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
+            .await
+            .unwrap();
+        client.user_add("root", "etcd-root-pw", None).await.unwrap();
+        client.user_grant_role("root", "root").await.unwrap();
+        client.role_add("east").await.unwrap();
+        client
+            .role_grant_permission(
+                "east",
+                etcd_client::Permission::read_write("/ringlog/east/").with_prefix(),
+            )
+            .await
+            .unwrap();
+        client
+            .user_add("ringlog-east", "east-pw", None)
+            .await
+            .unwrap();
+        client
+            .user_grant_role("ringlog-east", "east")
+            .await
+            .unwrap();
+        client.auth_enable().await.unwrap();
+    });
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let etcd_pw = write("etcd.pw", "east-pw\n");
+    let admin_pw = write("admin.pw", "admin-secret\n");
+    let output = Command::new(binary("ringlog"))
+        .args(["users", "add", "admin", "--password-file"])
+        .arg(&admin_pw)
+        .args(["--etcd", &etcd.endpoint(), "--cluster", "east"])
+        .args(["--etcd-user", "ringlog-east", "--etcd-password-file"])
+        .arg(&etcd_pw)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let toml = format!(
+        "{SECURE}etcd_user = \"ringlog-east\"\netcd_password_file = \"{}\"\nbroker_user = \"admin\"\nbroker_password_file = \"{}\"\netcd_timeout_ms = 2000\n",
+        etcd_pw.display(),
+        admin_pw.display()
+    );
+    let brokers: Vec<Broker> = (1..=2)
+        .map(|id| {
+            Broker::start(BrokerOptions {
+                config_toml: toml.clone(),
+                shards: 1,
+                ..BrokerOptions::clustered(&etcd, "east", id)
+            })
+        })
+        .collect();
+    let admin = login(&brokers[0].address(), "admin", "admin-secret");
+    admin
+        .create_topic(
+            "orders",
+            2,
+            &TopicSettings {
+                replication_factor: 2,
+                min_insync_replicas: 2,
+                ..TopicSettings::default()
+            },
+        )
+        .unwrap();
+    let mut producer = Producer::new(
+        &admin,
+        "orders",
+        ProducerConfig {
+            acks: AckMode::All,
+            ..ProducerConfig::default()
+        },
+    )
+    .unwrap();
+    for i in 0..100 {
+        producer.send(None, format!("o-{i}").as_bytes()).unwrap();
+    }
+    producer.flush().unwrap();
+    let mut member = GroupConsumer::subscribe_with(
+        &admin,
+        "billing",
+        &["orders"],
+        GroupConfig {
+            start_from: StartFrom::Earliest,
+            max_wait: Duration::from_millis(50),
+            ..GroupConfig::default()
+        },
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut read = 0;
+    while read < 100 && Instant::now() < deadline {
+        read += member.poll().unwrap().len();
+    }
+    member.commit().unwrap();
+    member.close().unwrap();
+    assert_eq!(read, 100);
+
+    // Every key the cluster wrote is under its prefix (root looks).
+    let keys: Vec<String> = runtime.block_on(async {
+        let options = etcd_client::ConnectOptions::new().with_user("root", "etcd-root-pw");
+        let mut client = etcd_client::Client::connect([etcd.endpoint()], Some(options))
+            .await
+            .unwrap();
+        let all = client
+            .get(
+                "",
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_all_keys()
+                        .with_keys_only(),
+                ),
+            )
+            .await
+            .unwrap();
+        all.kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect()
+    });
+    let outside: Vec<&String> = keys
+        .iter()
+        .filter(|k| !k.starts_with("/ringlog/east/"))
+        .collect();
+    let kinds: std::collections::BTreeSet<&str> = keys
+        .iter()
+        .filter_map(|k| k.strip_prefix("/ringlog/east/"))
+        .map(|k| k.split('/').next().unwrap_or_default())
+        .collect();
+    assert!(outside.is_empty(), "{outside:?}");
+    // (A partition's state is written at its first election or ISR
+    // change; none happened here.)
+    for kind in ["cluster-id", "brokers", "topics", "groups", "security"] {
+        assert!(kinds.contains(kind), "{kinds:?}");
+    }
+
+    // The same etcd user for another cluster: refused, in one line.
+    let config = write("west.toml", &toml);
+    let out = Command::new(binary("broker"))
+        .args(["--data-dir"])
+        .arg(dir.path().join("west"))
+        .args(["--listen", "127.0.0.1:0", "--broker-id", "3"])
+        .args(["--etcd", &etcd.endpoint(), "--cluster", "west", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = stderr
+        .lines()
+        .find(|l| l.contains("error"))
+        .unwrap_or_default();
+    println!(
+        "etcd user ringlog-east, role east (readwrite /ringlog/east/ only): 2 brokers, 100 acks=all messages on 2 copies, a group read them and committed; {} keys, all under /ringlog/east/ ({kinds:?}); a broker of cluster west with that user: exit {:?}, {said}",
+        keys.len(),
+        out.status.code()
+    );
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(said.contains("permission denied"), "{stderr}");
+    assert!(
+        said.contains("etcd user \"ringlog-east\" may not use this cluster's keys"),
+        "{stderr}"
+    );
+}

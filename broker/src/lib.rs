@@ -55,3 +55,4 @@ pub mod notify;
 pub mod replica;
 pub mod shard;
 pub mod storage;
+pub mod window;

@@ -26,6 +26,10 @@ use std::net::SocketAddr;
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
+/// Partitions of a new topic a shard opens at once (their directories'
+/// fdatasyncs overlap).
+const PARTITIONS_OPENED_AT_ONCE: usize = 64;
+
 /// A topic as one shard sees it: every shard knows every topic, and holds
 /// logs only for the partitions it owns.
 #[derive(Debug)]
@@ -345,13 +349,24 @@ impl Shard {
         let settings = self.config.stored_topic_settings(&stored.overrides())?;
         let mut logs = HashMap::new();
         let mut replicas = HashMap::new();
-        for partition in 0..stored.partitions {
-            if !stored.has_replica(partition, self.config.broker_id)
-                || self.owner_of(&stored.name, partition) != self.id
-            {
-                continue;
-            }
-            let (log, replica) = self.open_partition(stored, partition, settings).await?;
+        let mine: Vec<PartitionId> = (0..stored.partitions)
+            .filter(|&p| {
+                stored.has_replica(p, self.config.broker_id)
+                    && self.owner_of(&stored.name, p) == self.id
+            })
+            .collect();
+        // Opened PARTITIONS_OPENED_AT_ONCE at a time: each claims its
+        // directory with an fdatasync, and 8,000 of them one after another
+        // took 10-30 s on a busy machine.
+        let opened = crate::window::in_order(
+            mine.iter()
+                .map(|&p| self.open_partition(stored, p, settings)),
+            PARTITIONS_OPENED_AT_ONCE,
+        )
+        .await;
+        debug_assert_eq!(opened.len(), mine.len());
+        for (partition, opened) in mine.into_iter().zip(opened) {
+            let (log, replica) = opened?;
             if let Some(replica) = replica {
                 replicas.insert(partition, replica);
             }

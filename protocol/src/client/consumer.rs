@@ -331,7 +331,40 @@ impl Consumer {
             }
             Err((error, at)) => {
                 self.offset = at;
-                Err(error)
+                match error {
+                    ClientError::MessageTooLarge { size, .. } => {
+                        Err(self.too_large_or_damaged(size, error))
+                    }
+                    error => Err(error),
+                }
+            }
+        }
+    }
+
+    /// A message said to be `size` bytes did not fit the fetch size: asks
+    /// for exactly that much. A chunk is cut only at its segment's end (or
+    /// its epoch's, or the visible end), and no message spans any of them,
+    /// so if the broker sends fewer bytes, the message never completes
+    /// where it is: its length field is damaged
+    /// (bit rot, or a torn tail that recovery kept because later segments
+    /// were whole), and the answer is [`ClientError::Corrupt`], which
+    /// [`Consumer::skip_damaged`] moves past — not a fetch size to raise.
+    fn too_large_or_damaged(&mut self, size: usize, too_large: ClientError) -> ClientError {
+        let (at, saved) = (self.offset, self.max_bytes);
+        self.max_bytes = u32::try_from(size).unwrap_or(u32::MAX);
+        let fetched = self.fetch_positioned();
+        self.max_bytes = saved;
+        match fetched {
+            Ok(_) if self.offset == at && self.frame.payload.len() < size => ClientError::Corrupt {
+                partition: format!("{}-{}", self.topic, self.partition),
+                source: crate::message::MessageError::Incomplete {
+                    position: 0,
+                    missing: size - self.frame.payload.len(),
+                },
+            },
+            _ => {
+                self.offset = at;
+                too_large
             }
         }
     }

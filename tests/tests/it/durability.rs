@@ -474,6 +474,79 @@ fn r8_8_damage_below_the_recovery_point_is_not_truncated() {
     assert_eq!(values.len(), 99, "every message but the damaged one");
 }
 
+/// A damaged length field in a segment with another after it (bit rot, or
+/// a torn tail that recovery keeps because a later segment is whole) says
+/// the message is 16 MB: the consumer reports the damage, not a fetch size
+/// to raise, and moves past it (the crash harness found a consumer that
+/// stopped there with "raise the consumer's max_bytes").
+#[test]
+fn a_damaged_length_field_is_reported_as_damage_and_skipped() {
+    let mut broker = Broker::start(BrokerOptions {
+        config_toml: "segment_bytes_min = 65536\n".into(),
+        ..BrokerOptions::default()
+    });
+    let client = broker.client();
+    let small = protocol::codec::TopicSettings {
+        segment_bytes: 65536,
+        ..Default::default()
+    };
+    client.create_topic("lengths", 1, &small).unwrap();
+    let mut p = producer(&client, "lengths", AckMode::Flushed, 10);
+    for i in 0..1000u64 {
+        p.send_to(0, None, &numbered_payload(i, 100)).unwrap();
+    }
+    p.flush().unwrap();
+    drop(p);
+    drop(client);
+    broker.stop();
+    let segment = broker
+        .data_dir()
+        .join("lengths-0")
+        .join("00000000000000000000.log");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    // Message 50's length field, little-endian 105: its third byte set
+    // makes it 0x00ff0069 = 16,711,785 bytes.
+    bytes[50 * 109 + 2] ^= 0xff;
+    std::fs::write(&segment, &bytes).unwrap();
+    broker.restart();
+    let client = broker.client();
+    let mut consumer = protocol::client::Consumer::new(&client, "lengths", 0, 0).unwrap();
+    consumer.set_max_wait_ms(0);
+    let mut read = 0;
+    let error = loop {
+        match consumer.poll() {
+            Ok(batch) => read += batch.len(),
+            Err(error) => break error,
+        }
+    };
+    println!("a length field damaged at message 50: {read} messages read, then: {error}");
+    assert_eq!(read, 50);
+    assert!(
+        matches!(error, protocol::client::ClientError::Corrupt { .. }),
+        "{error}"
+    );
+    let skipped = consumer.skip_damaged().unwrap();
+    let mut after = 0;
+    loop {
+        let batch = consumer.poll().unwrap();
+        if batch.is_empty() && consumer.at_end() {
+            break;
+        }
+        after += batch.len();
+    }
+    println!("skip_damaged moved {skipped} bytes, then {after} messages read");
+    assert!(
+        std::fs::read_dir(broker.data_dir().join("lengths-0"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+            .count()
+            >= 2,
+        "the damaged segment has another after it"
+    );
+    assert_eq!((skipped, after), (109, 949));
+}
+
 /// Reads partition 0 of `topic` from its start to its flushed end, moving
 /// past damaged messages; returns the payloads and the bytes skipped.
 fn read_past_damage(client: &protocol::client::Client, topic: &str) -> (Vec<Vec<u8>>, u64) {

@@ -444,6 +444,14 @@ fn r8_7_pipelined_metadata_is_bounded_by_the_connection_byte_limit() {
     create(&client, "wide", 8_000);
     let one = client.metadata(&[]).unwrap();
     assert_eq!(one.topics[0].partitions.len(), 8_000);
+    // Every partition was opened (a shard opens them many at a time), the
+    // last as well as the first.
+    for partition in [0, 3_999, 7_999] {
+        let mut p = super::util::producer(&client, "wide", AckMode::Flushed, 1);
+        p.send_to(partition, None, b"opened").unwrap();
+        p.flush().unwrap();
+        assert_eq!(p.acked_messages(), 1, "partition {partition}");
+    }
     let before = settled_rss(&broker);
     // 4,000 Metadata(all) requests, pipelined, never read.
     let mut greedy = raw(&broker.address());

@@ -412,10 +412,11 @@ class Client:
 
     def _wait_until_served(self, created: TopicMetadata) -> None:
         """Waits, up to the client's timeout, until the broker of every
-        partition serves the new topic: the others learn it from etcd's
-        watch a moment after the broker that created it answered, and a
-        produce or fetch sent there in between would be refused with
-        UNKNOWN_TOPIC. A broker that does not answer is not waited for."""
+        partition serves the topic with all its partitions (new, or more):
+        the others learn them from etcd's watch a moment after the broker
+        that made them answered, and a produce or fetch sent there in
+        between would be refused (UNKNOWN_TOPIC, UNKNOWN_PARTITION). A
+        broker that does not answer is not waited for."""
         metadata = self.metadata([created.name])
         addresses = {metadata.owner_address(created.name, p.partition) for p in created.partitions}
         deadline = time.monotonic() + self.timeout
@@ -428,7 +429,7 @@ class Client:
                 try:
                     header, _ = conn.call(Api.METADATA, _metadata_request([created.name]))
                     topic = _decode_metadata(header).topics.get(created.name)
-                    if topic is not None and len(topic.partitions) == len(created.partitions):
+                    if topic is not None and len(topic.partitions) >= len(created.partitions):
                         break
                 except BrokerError as e:
                     if e.code != ErrorCode.UNKNOWN_TOPIC:
@@ -456,6 +457,7 @@ class Client:
         CreatePartitionsRequest.AddPartitions(b, partitions)
         header, _ = self.call(Api.CREATE_PARTITIONS, _finish(b, CreatePartitionsRequest.End(b)))
         answer = CreatePartitionsResponse.CreatePartitionsResponse.GetRootAs(header, 0)
+        self._wait_until_served(self.describe_topic(name))
         return [answer.Brokers(i) for i in range(answer.BrokersLength())]
 
     def list_offsets(self, topic: str, partition: int, spec: Union[str, int] = "latest") -> Offsets:

@@ -652,23 +652,24 @@ impl Client {
             .topic()
             .ok_or_else(|| ClientError::protocol("create topic: no topic in response"))?;
         let created = codec::decode_topic(topic);
-        self.wait_until_served(&created);
+        self.wait_until_served(&created.name, created.partitions.len());
         Ok(created)
     }
 
     /// Waits, up to the request timeout, until the broker of every
-    /// partition serves the new topic: the others learn it from etcd's
-    /// watch a moment after the broker that created it answered, and a
-    /// produce sent there in between would be refused (UNKNOWN_TOPIC), or
+    /// partition serves topic `name` with its `partitions` (a new topic, or
+    /// new partitions): the others learn them from etcd's watch a moment
+    /// after the broker that made them answered, and a produce sent there
+    /// in between would be refused (UNKNOWN_TOPIC, UNKNOWN_PARTITION), or
     /// stored behind a later batch if refused with a code that passes. A
-    /// broker that does not answer is not waited for: it learns the topic
-    /// when it is back.
-    fn wait_until_served(&self, created: &TopicMetadata) {
-        let Ok(metadata) = self.metadata(&[&created.name]) else {
+    /// broker that does not answer is not waited for: it learns them when
+    /// it is back.
+    fn wait_until_served(&self, name: &str, partitions: usize) {
+        let Ok(metadata) = self.metadata(&[name]) else {
             return;
         };
-        let addresses: std::collections::BTreeSet<String> = (0..created.partitions.len() as u32)
-            .filter_map(|p| self.partition_address(&metadata, &created.name, p).ok())
+        let addresses: std::collections::BTreeSet<String> = (0..partitions as u32)
+            .filter_map(|p| self.partition_address(&metadata, name, p).ok())
             .collect();
         let deadline = std::time::Instant::now() + self.shared.config.request_timeout;
         for address in addresses {
@@ -676,15 +677,14 @@ impl Client {
                 continue;
             };
             while std::time::Instant::now() < deadline {
-                let header = codec::metadata_request(&mut conn.fbb, &[&created.name]).to_vec();
+                let header = codec::metadata_request(&mut conn.fbb, &[name]).to_vec();
                 let served = match conn.call(Api::Metadata, &header, &[]) {
                     Ok(response) => verify::<wire::MetadataResponse>(&response.header)
                         .map(codec::decode_metadata)
                         .is_ok_and(|m| {
-                            m.topics.iter().any(|t| {
-                                t.name == created.name
-                                    && t.partitions.len() == created.partitions.len()
-                            })
+                            m.topics
+                                .iter()
+                                .any(|t| t.name == name && t.partitions.len() >= partitions)
                         }),
                     Err(error) if error.code() == Some(ErrorCode::UnknownTopic) => false,
                     Err(_) => break,
@@ -775,8 +775,10 @@ impl Client {
             std::time::Duration::ZERO,
             true,
         )?;
-        codec::operations::decode_partitions_created(&response.header)
-            .map_err(|e| ClientError::protocol(format!("create partitions: {e}")))
+        let created = codec::operations::decode_partitions_created(&response.header)
+            .map_err(|e| ClientError::protocol(format!("create partitions: {e}")))?;
+        self.wait_until_served(topic, partitions as usize);
+        Ok(created)
     }
 
     /// Ends mirroring of a mirror's target topic: it takes ordinary

@@ -624,18 +624,44 @@ fn r20_5_jepsen_style_faults_lose_nothing_acknowledged_and_keep_the_copies_ident
         worker.join().unwrap();
     }
     let client = connect(&addresses).unwrap();
-    eventually(
-        "every copy in sync after the faults",
-        Duration::from_secs(120),
-        || {
-            let m = client.metadata(&[TOPIC]).map_err(|e| e.to_string())?;
-            if m.topics[0].partitions.iter().all(|p| p.isr.len() == 3) {
-                Ok(())
-            } else {
-                Err(format!("{:?}", m.topics[0].partitions))
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let m = client
+            .metadata(&[TOPIC])
+            .map(|m| m.topics[0].partitions.clone());
+        if m.as_ref()
+            .is_ok_and(|ps| ps.iter().all(|p| p.isr.len() == 3))
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            // What each broker said of the partitions still out of sync:
+            // its warnings and errors, the last 40.
+            let stuck: Vec<String> = m
+                .as_ref()
+                .map(|ps| {
+                    ps.iter()
+                        .filter(|p| p.isr.len() < 3)
+                        .map(|p| format!("{TOPIC}-{}", p.partition))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for (i, broker) in brokers.iter().enumerate() {
+                let log = broker.log();
+                let lines: Vec<&str> = log
+                    .lines()
+                    .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                    .filter(|l| stuck.iter().any(|s| l.contains(s.as_str())))
+                    .collect();
+                eprintln!("broker {}, about {stuck:?}:", i + 1);
+                for line in &lines[lines.len().saturating_sub(40)..] {
+                    eprintln!("  {line}");
+                }
             }
-        },
-    );
+            panic!("every copy in sync after the faults: not within 120 s; last: {m:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     // The checker.
     let h = history.lock().unwrap();

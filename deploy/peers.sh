@@ -4,6 +4,9 @@
 #   ActiveMQ 5.17 (Debian activemq):        STOMP on 127.0.0.1:61613
 #   NATS 2.9 (Debian nats-server):          JetStream, file storage, on 127.0.0.1:4222
 #   Redis 7.0 (Debian redis-server):        Streams, AOF fsync everysec, on 127.0.0.1:6379
+#   Apache Kafka 4.4.0 (jars from Maven Central, deploy/kafka/pom.xml):
+#     KRaft, one combined broker+controller on 127.0.0.1:29092 (`kafka`),
+#     or three on 29192, 29292, 29392 (`kafka-cluster`, R=3 possible)
 # Each starts with a fresh data directory under $RINGLOG_PEERS_DIR (default
 # /tmp/ringlog-peers) and persistent storage flushed asynchronously, as in
 # the paper (RabbitMQ's message store fsyncs in the background; ActiveMQ's
@@ -11,10 +14,13 @@
 #
 # NATS flushes JetStream files on its own interval (sync_interval, 2 min
 # by default) and Redis fsyncs its append-only file every second: both
-# asynchronous, like the others here.
+# asynchronous, like the others here. Kafka runs with its own defaults, as
+# a Kafka operator would for a benchmark: log.flush.interval.messages and
+# .ms unset, so it never fsyncs a message itself (the OS writes the page
+# cache back; durability comes from replication), 1 GiB heap per JVM.
 #
-#   deploy/peers.sh install            apt-get install all four (needs root)
-#   deploy/peers.sh start [SYSTEM]     start all (NATS and Redis if installed), or rabbitmq / activemq / nats / redis
+#   deploy/peers.sh install [kafka]    apt-get install the four (needs root); `kafka`: Kafka's jars with Maven
+#   deploy/peers.sh start [SYSTEM]     start all (NATS, Redis and Kafka if installed), or rabbitmq / activemq / nats / redis / kafka / kafka-cluster
 #   deploy/peers.sh stop [SYSTEM]      stop and delete their data
 #   deploy/peers.sh status             which are reachable
 set -euo pipefail
@@ -56,6 +62,132 @@ install() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q
     apt-get install -y -q rabbitmq-server activemq nats-server redis-server
+}
+
+# ---- Apache Kafka ----
+
+kafka_version=4.4.0
+kafka_home="$dir/kafka-$kafka_version"
+here="$(cd "$(dirname "$0")" && pwd)"
+
+# Resolves Kafka's jars (pinned in deploy/kafka/pom.xml) into $kafka_home/libs.
+install_kafka() {
+    command -v java >/dev/null || { echo "peers.sh: Kafka needs Java 17 (java is not on PATH)" >&2; return 1; }
+    command -v mvn >/dev/null || { echo "peers.sh: Kafka's jars are resolved with Maven (mvn is not on PATH)" >&2; return 1; }
+    rm -rf "$kafka_home.partial"
+    mvn -q -B -Dstyle.color=never -f "$here/kafka/pom.xml" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$kafka_home.partial/libs"
+    rm -rf "$kafka_home"
+    mv "$kafka_home.partial" "$kafka_home"
+    echo "kafka: $kafka_version installed in $kafka_home ($(ls "$kafka_home/libs" | wc -l) jars)"
+}
+
+kafka_installed() { [[ -f "$kafka_home/libs/kafka_2.13-$kafka_version.jar" ]]; }
+
+kafka_jvm=(java -Xms1G -Xmx1G -XX:+UseG1GC -XX:MaxGCPauseMillis=20
+    "-Dlog4j2.configurationFile=$kafka_home/log4j2.yaml" -cp "$kafka_home/libs/*")
+kafka_java() { "${kafka_jvm[@]}" "$@"; }
+
+# Writes node NODE's configuration into BASE: client port PORT, its
+# controller port PORT+1, the voters VOTERS (id@host:port,...), internal
+# topics with REPLICAS copies.
+kafka_config() {
+    local base=$1 node=$2 port=$3 voters=$4 replicas=$5
+    mkdir -p "$base/data"
+    cat >"$base/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$node
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$((port + 1))
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$base/data
+num.partitions=1
+offsets.topic.replication.factor=$replicas
+transaction.state.log.replication.factor=$replicas
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+EOF
+}
+
+kafka_log_config() {
+    cat >"$kafka_home/log4j2.yaml" <<'EOF'
+Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        - ref: STDOUT
+    Logger:
+      - name: kafka.request.logger
+        level: WARN
+EOF
+}
+
+# Starts Kafka nodes 1..COUNT as NAME, client ports from BASE_PORT in
+# steps of 100 (each node's controller listens one above its client port).
+start_kafka_nodes() {
+    local name=$1 count=$2 base_port=$3
+    if ! kafka_installed; then
+        if [[ "$what" == all ]]; then echo "$name: not installed, skipped (deploy/peers.sh install kafka)"; return 0; fi
+        echo "peers.sh: Kafka is not installed: run deploy/peers.sh install kafka" >&2
+        return 1
+    fi
+    if port_open "$base_port"; then echo "$name: already listening on 127.0.0.1:$base_port"; return 0; fi
+    local base="$dir/$name" voters="" node port cluster_id
+    rm -rf "$base"
+    for node in $(seq "$count"); do
+        port=$((base_port + (node - 1) * 100))
+        voters="${voters:+$voters,}$node@127.0.0.1:$((port + 1))"
+    done
+    kafka_log_config
+    cluster_id="$(kafka_java kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)"
+    for node in $(seq "$count"); do
+        port=$((base_port + (node - 1) * 100))
+        kafka_config "$base/node-$node" "$node" "$port" "$voters" "$count"
+        kafka_java kafka.tools.StorageTool format -t "$cluster_id" \
+            -c "$base/node-$node/server.properties" >"$base/node-$node/format.log" 2>&1 \
+            || { echo "peers.sh: formatting Kafka node $node failed:" >&2; tail -5 "$base/node-$node/format.log" >&2; return 1; }
+        # Output to a file: a caller reading this script's output waits
+        # for every writer of the pipe to close it.
+        # exec: the pid is the JVM's, so that stop stops it.
+        (exec "${kafka_jvm[@]}" kafka.Kafka "$base/node-$node/server.properties") \
+            >"$base/node-$node/server.log" 2>&1 &
+        echo $! >"$base/node-$node/kafka.pid"
+    done
+    for node in $(seq "$count"); do
+        port=$((base_port + (node - 1) * 100))
+        wait_port "$port" "Kafka node $node" "$base/node-$node/server.log"
+    done
+    if ((count > 1)); then
+        echo "$name: $count nodes listening on 127.0.0.1:$base_port, :$((base_port + 100)), :$((base_port + 200)) (KRaft, cluster $cluster_id), data in $base"
+    else
+        echo "$name: listening on 127.0.0.1:$base_port (KRaft, cluster $cluster_id), data in $base"
+    fi
+}
+
+# Stops NAME's nodes (SIGTERM, then SIGKILL after 30 s) and deletes their data.
+stop_kafka_nodes() {
+    local name=$1 base="$dir/$1" pidfile pid
+    [[ -d "$base" ]] || return 0
+    for pidfile in "$base"/node-*/kafka.pid; do
+        [[ -f "$pidfile" ]] && kill "$(cat "$pidfile")" 2>/dev/null || true
+    done
+    for pidfile in "$base"/node-*/kafka.pid; do
+        [[ -f "$pidfile" ]] || continue
+        pid="$(cat "$pidfile")"
+        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    rm -rf "$base"
+    echo "$name: stopped"
 }
 
 start_nats() {
@@ -207,7 +339,9 @@ stop_activemq() {
 }
 
 case "${1:-}" in
-    install) install ;;
+    install)
+        if [[ "${2:-}" == kafka ]]; then install_kafka; else install; fi
+        ;;
     # `if`, not `want x && start_x`: a system not asked for must not leave
     # a failed test as the script's exit status (`start nats` exited 1).
     start)
@@ -215,18 +349,27 @@ case "${1:-}" in
         if want activemq; then start_activemq; fi
         if want nats; then start_nats; fi
         if want redis; then start_redis; fi
+        if want kafka; then start_kafka_nodes kafka 1 29092; fi
+        # Three JVMs: only when asked for by name.
+        if [[ "$what" == kafka-cluster ]]; then start_kafka_nodes kafka-cluster 3 29192; fi
         ;;
     stop)
         if want rabbitmq; then stop_rabbitmq; fi
         if want activemq; then stop_activemq; fi
         if want nats; then stop_nats; fi
         if want redis; then stop_redis; fi
+        if want kafka; then stop_kafka_nodes kafka; fi
+        if want kafka-cluster; then stop_kafka_nodes kafka-cluster; fi
         ;;
     status)
         port_open 5672 && echo "rabbitmq: up (127.0.0.1:5672)" || echo "rabbitmq: down"
         port_open 61613 && echo "activemq: up (127.0.0.1:61613)" || echo "activemq: down"
         port_open 4222 && echo "nats: up (127.0.0.1:4222)" || echo "nats: down"
         port_open 6379 && echo "redis: up (127.0.0.1:6379)" || echo "redis: down"
+        port_open 29092 && echo "kafka: up (127.0.0.1:29092)" || echo "kafka: down"
+        for port in 29192 29292 29392; do
+            port_open "$port" && echo "kafka-cluster: node up (127.0.0.1:$port)" || echo "kafka-cluster: node down (127.0.0.1:$port)"
+        done
         ;;
     *)
         sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'

@@ -322,6 +322,26 @@ fn r48_2_parallel_logins_check_no_more_wrong_passwords_than_the_limit() {
     );
 }
 
+/// The first user, `admin` (password `admin-secret`), written into cluster
+/// `cluster`'s registry with the CLI before any broker runs; its password
+/// file, and the TOML of a secured broker that logs in to the others as it.
+fn admin_in_etcd(etcd: &Etcd, dir: &TempDir, cluster: &str) -> (std::path::PathBuf, String) {
+    let password = dir.path().join("admin.pw");
+    std::fs::write(&password, "admin-secret\n").unwrap();
+    let output = Command::new(binary("ringlog"))
+        .args(["users", "add", "admin", "--password-file"])
+        .arg(&password)
+        .args(["--etcd", &etcd.endpoint(), "--cluster", cluster])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let toml = format!(
+        "{SECURE}broker_user = \"admin\"\nbroker_password_file = \"{}\"\n",
+        password.display()
+    );
+    (password, toml)
+}
+
 /// The salt and iteration count a broker answers for `user`.
 fn salt_and_iterations(address: &str, user: &str) -> String {
     let mut raw = Raw::connect(address);
@@ -340,19 +360,7 @@ fn salt_and_iterations(address: &str, user: &str) -> String {
 fn r48_3_brokers_and_restarts_answer_real_and_unknown_users_alike() {
     let etcd = Etcd::start();
     let dir = TempDir::new("enumeration");
-    let password = dir.path().join("admin.pw");
-    std::fs::write(&password, "admin-secret\n").unwrap();
-    let output = Command::new(binary("ringlog"))
-        .args(["users", "add", "admin", "--password-file"])
-        .arg(&password)
-        .args(["--etcd", &etcd.endpoint(), "--cluster", "probe"])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let toml = format!(
-        "{SECURE}broker_user = \"admin\"\nbroker_password_file = \"{}\"\n",
-        password.display()
-    );
+    let (_, toml) = admin_in_etcd(&etcd, &dir, "probe");
     let mut brokers: Vec<Broker> = (1..=2)
         .map(|id| {
             Broker::start(BrokerOptions {
@@ -512,19 +520,7 @@ fn r48_5_strangers_learn_nothing_groups_show_only_describable_topics_and_removed
 {
     let etcd = Etcd::start();
     let dir = TempDir::new("leaks");
-    let password = dir.path().join("admin.pw");
-    std::fs::write(&password, "admin-secret\n").unwrap();
-    let output = Command::new(binary("ringlog"))
-        .args(["users", "add", "admin", "--password-file"])
-        .arg(&password)
-        .args(["--etcd", &etcd.endpoint(), "--cluster", "leaks"])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let toml = format!(
-        "{SECURE}broker_user = \"admin\"\nbroker_password_file = \"{}\"\n",
-        password.display()
-    );
+    let (password, toml) = admin_in_etcd(&etcd, &dir, "leaks");
     let broker = Broker::start(BrokerOptions {
         config_toml: toml.clone(),
         shards: 2,

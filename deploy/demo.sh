@@ -3,8 +3,9 @@
 # data directory, do a produce/consume round trip with the ringlog CLI, run
 # the paper's experiments with `loadgen paper` (1 M messages of 200 bytes)
 # beside the paper's competitors and today's peers — RabbitMQ, ActiveMQ,
-# NATS and Redis, each started here with deploy/peers.sh when it is
-# installed (deploy/test-deps.sh or deploy/peers.sh install put them there)
+# NATS, Redis and Kafka, each started here with deploy/peers.sh when it is
+# installed (deploy/test-deps.sh or deploy/peers.sh install put the first
+# four there, deploy/peers.sh install kafka the last)
 # and stopped again at the end; one that is missing is marked "not run" and
 # a line says how to install it — then stop the broker with SIGTERM. Needs
 # nothing but the release binaries (built here if missing). The table, JSON
@@ -37,14 +38,15 @@ installed() {
         activemq) [[ -f /usr/share/activemq/bin/activemq.jar ]] ;;
         nats) command -v nats-server >/dev/null ;;
         redis) command -v redis-server >/dev/null ;;
+        kafka) [[ -f "${RINGLOG_PEERS_DIR:-/tmp/ringlog-peers}/kafka-4.4.0/driver/PaperDriver.class" ]] ;;
     esac
 }
 port_of() {
-    case "$1" in rabbitmq) echo 5672 ;; activemq) echo 61613 ;; nats) echo 4222 ;; redis) echo 6379 ;; esac
+    case "$1" in rabbitmq) echo 5672 ;; activemq) echo 61613 ;; nats) echo 4222 ;; redis) echo 6379 ;; kafka) echo 29092 ;; esac
 }
 missing=()
 if [[ "${PEERS:-1}" != 0 ]]; then
-    for system in rabbitmq activemq nats redis; do
+    for system in rabbitmq activemq nats redis kafka; do
         if ! installed "$system"; then
             missing+=("$system")
         elif (exec 3<>"/dev/tcp/127.0.0.1/$(port_of "$system")") 2>/dev/null; then
@@ -56,7 +58,7 @@ if [[ "${PEERS:-1}" != 0 ]]; then
         fi
     done
     if [[ ${#missing[@]} -gt 0 ]]; then
-        echo "demo: not installed: ${missing[*]}: their columns say \"not run\"; install them with \`bash deploy/peers.sh install\` (root, Debian packages) and run this again for the paper's whole comparison"
+        echo "demo: not installed: ${missing[*]}: their columns say \"not run\"; install them with \`bash deploy/peers.sh install\` (root, Debian packages) and \`bash deploy/peers.sh install kafka\` (Maven), and run this again for the paper's whole comparison"
     fi
 fi
 

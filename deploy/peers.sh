@@ -75,8 +75,12 @@ install_kafka() {
     command -v java >/dev/null || { echo "peers.sh: Kafka needs Java 17 (java is not on PATH)" >&2; return 1; }
     command -v mvn >/dev/null || { echo "peers.sh: Kafka's jars are resolved with Maven (mvn is not on PATH)" >&2; return 1; }
     rm -rf "$kafka_home.partial"
-    mvn -q -B -Dstyle.color=never -f "$here/kafka/pom.xml" dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$kafka_home.partial/libs"
+    mkdir -p "$kafka_home.partial"
+    mvn -q -B -f "$here/kafka/pom.xml" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$kafka_home.partial/libs" >"$kafka_home.partial/mvn.log" 2>&1 \
+        || { echo "peers.sh: Maven could not resolve Kafka's jars:" >&2; tail -20 "$kafka_home.partial/mvn.log" >&2; return 1; }
+    # loadgen's driver (deploy/kafka/PaperDriver.java), on Kafka's client.
+    javac -nowarn -cp "$kafka_home.partial/libs/*" -d "$kafka_home.partial/driver" "$here/kafka/PaperDriver.java"
     rm -rf "$kafka_home"
     mv "$kafka_home.partial" "$kafka_home"
     echo "kafka: $kafka_version installed in $kafka_home ($(ls "$kafka_home/libs" | wc -l) jars)"

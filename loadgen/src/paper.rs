@@ -8,11 +8,12 @@
 //! run their faster publishing mode instead, labelled as such (publisher
 //! confirms in windows of 50; transactions of 50). Today's peers, NATS
 //! JetStream and Redis Streams, run in the modes their drivers describe
-//! (`peers/nats.rs`, `peers/redis_streams.rs`), labelled too.
+//! (`peers/nats.rs`, `peers/redis_streams.rs`), labelled too, and so does
+//! today's Apache Kafka (`peers/kafka.rs`, through Kafka's own client).
 
 use crate::broker_process::LocalBroker;
 use crate::chart::{self, Series};
-use crate::peers::{self, activemq, nats, rabbitmq, redis_streams};
+use crate::peers::{self, activemq, kafka, nats, rabbitmq, redis_streams};
 use crate::report::{write_json, Environment};
 use crate::stats::{measure, Stats, Summary};
 use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
@@ -48,10 +49,12 @@ pub enum System {
     Nats,
     /// Redis Streams (today's peer).
     Redis,
+    /// Apache Kafka 4.4 (today's Kafka).
+    Kafka,
 }
 
 impl System {
-    /// Parses `ringlog`, `rabbitmq`, `activemq`, `nats` or `redis`.
+    /// Parses `ringlog`, `rabbitmq`, `activemq`, `nats`, `redis` or `kafka`.
     pub fn parse(name: &str) -> anyhow::Result<System> {
         match name.trim().to_ascii_lowercase().as_str() {
             "ringlog" => Ok(System::Ringlog),
@@ -59,8 +62,9 @@ impl System {
             "activemq" => Ok(System::Activemq),
             "nats" => Ok(System::Nats),
             "redis" => Ok(System::Redis),
+            "kafka" => Ok(System::Kafka),
             other => anyhow::bail!(
-                "unknown system {other:?}: expected ringlog, rabbitmq, activemq, nats or redis"
+                "unknown system {other:?}: expected ringlog, rabbitmq, activemq, nats, redis or kafka"
             ),
         }
     }
@@ -73,6 +77,7 @@ impl System {
             System::Activemq => "ActiveMQ",
             System::Nats => "NATS JetStream",
             System::Redis => "Redis Streams",
+            System::Kafka => "Apache Kafka",
         }
     }
 
@@ -84,6 +89,7 @@ impl System {
             System::Activemq => "activemq",
             System::Nats => "nats",
             System::Redis => "redis",
+            System::Kafka => "kafka",
         }
     }
 }
@@ -138,6 +144,8 @@ pub struct PaperSpec {
     pub nats_address: String,
     /// Redis's URL.
     pub redis_url: String,
+    /// Kafka's bootstrap address.
+    pub kafka_address: String,
     /// `deploy/peers.sh`'s data directory (for on-disk bytes).
     pub peers_dir: PathBuf,
     /// Consumer fetch size for ringlog (the paper: ~200 KB).
@@ -331,10 +339,23 @@ fn unreachable_peer(spec: &PaperSpec, system: System) -> Option<String> {
             redis_streams::reachable(&spec.redis_url),
             spec.redis_url.clone(),
         ),
+        System::Kafka => {
+            if let Some(missing) = kafka::missing_driver(&kafka::home(&spec.peers_dir)) {
+                return Some(missing);
+            }
+            (
+                kafka::reachable(&spec.kafka_address),
+                spec.kafka_address.clone(),
+            )
+        }
+    };
+    let install = match system {
+        System::Kafka => "deploy/peers.sh install kafka",
+        _ => "deploy/peers.sh install",
     };
     (!up).then(|| {
         format!(
-            "{} is not reachable at {at}; start it with `deploy/peers.sh start {}` (install with `deploy/peers.sh install`)",
+            "{} is not reachable at {at}; start it with `deploy/peers.sh start {}` (install with `{install}`)",
             system.title(),
             system.name()
         )
@@ -393,6 +414,7 @@ pub fn run(spec: &PaperSpec) -> anyhow::Result<PaperReport> {
                         System::Rabbitmq => run_rabbitmq(spec, suffix),
                         System::Activemq => run_activemq(spec, suffix),
                         System::Nats => run_nats(spec, suffix),
+                        System::Kafka => run_kafka(spec, suffix),
                         _ => run_redis(spec, suffix),
                     },
                 };
@@ -686,6 +708,27 @@ fn run_redis(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
     run_peer(spec, suffix, peer)
 }
 
+fn run_kafka(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
+    let address = spec.kafka_address.as_str();
+    let home = kafka::home(&spec.peers_dir);
+    let (n, size) = (spec.messages, spec.size);
+    let (h1, h2, h3, h4) = (home.clone(), home.clone(), home.clone(), home);
+    let peer = PeerRun {
+        system: System::Kafka,
+        data_dir: spec.peers_dir.join("kafka").join("node-1").join("data"),
+        produce_paper: Box::new(move |q, stats| kafka::produce(&h1, address, q, n, size, 1, stats)),
+        produce_fast: Box::new(move |q, stats| kafka::produce(&h2, address, q, n, size, 50, stats)),
+        consume: Box::new(move |q, stats| kafka::consume(&h3, address, q, n, size, stats)),
+        cleanup: Box::new(move |topics| kafka::delete_topics(&h4, address, topics)),
+        modes: [
+            "Java client, acks=0, batch.size=0 (a request per record), pipelined",
+            "Java client, acks=0, 50 records a request (linger 5 ms)",
+            "Java client, one consumer, 10,000 records a poll",
+        ],
+    };
+    run_peer(spec, suffix, peer)
+}
+
 fn rate(rows: &[Row], system: System, experiment: Experiment) -> Option<f64> {
     rows.iter()
         .find(|r| r.system == system && r.experiment == experiment)
@@ -723,13 +766,14 @@ fn ratios(rows: &[Row]) -> Vec<Ratio> {
         ),
         (System::Nats, today, None),
         (System::Redis, today, None),
+        (System::Kafka, "not in the paper (today's Kafka)", None),
     ] {
         if !rows.iter().any(|r| r.system == peer) {
             continue;
         }
         let consume_claim = match produce_min {
             Some(_) => "Kafka > 4× both consuming",
-            None => today,
+            None => produce_claim,
         };
         let holds = |r: Option<f64>, min: Option<f64>| match (r, min) {
             (Some(r), Some(min)) => Some(r >= min),

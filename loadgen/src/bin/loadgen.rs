@@ -8,7 +8,7 @@ use loadgen::e2e::{self, E2eSpec};
 use loadgen::failover::{failover, FailoverSpec};
 use loadgen::group::{consume_group, GroupSpec};
 use loadgen::paper::{self, PaperSpec, System};
-use loadgen::peers::{activemq, nats, rabbitmq, redis_streams};
+use loadgen::peers::{activemq, kafka, nats, rabbitmq, redis_streams};
 use loadgen::report::{write_json, Environment};
 use loadgen::stats::{measure, Summary};
 use loadgen::sweep::{self, SweepSpec};
@@ -134,7 +134,7 @@ struct PaperArgs {
     #[arg(long, alias = "record-size", default_value_t = 200)]
     size: usize,
     /// Systems to run, comma-separated.
-    #[arg(long, default_value = "ringlog,rabbitmq,activemq,nats,redis")]
+    #[arg(long, default_value = "ringlog,rabbitmq,activemq,nats,redis,kafka")]
     systems: String,
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-paper")]
@@ -160,6 +160,10 @@ struct PaperArgs {
     /// Redis's URL.
     #[arg(long, env = "RINGLOG_REDIS_URL", default_value = redis_streams::DEFAULT_URL)]
     redis_url: String,
+    /// Kafka's bootstrap address (its jars and loadgen's driver are under
+    /// --peers-dir: `deploy/peers.sh install kafka`).
+    #[arg(long, env = "RINGLOG_KAFKA_ADDRESS", default_value = kafka::DEFAULT_ADDRESS)]
+    kafka_address: String,
     /// deploy/peers.sh's data directory, to measure the peers' bytes on disk.
     #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]
     peers_dir: PathBuf,
@@ -604,6 +608,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 activemq_address: args.activemq_address,
                 nats_address: args.nats_address,
                 redis_url: args.redis_url,
+                kafka_address: args.kafka_address,
                 peers_dir: args.peers_dir,
                 fetch_bytes: args.fetch_bytes,
             };

@@ -1,9 +1,11 @@
 //! Drivers for the paper's competitors (RabbitMQ, ActiveMQ) and today's
-//! peers (NATS JetStream, Redis Streams), run side by side with ringlog by
-//! `loadgen paper`. All come from Debian packages and are started on
-//! loopback by `deploy/peers.sh`.
+//! peers (NATS JetStream, Redis Streams, Apache Kafka), run side by side
+//! with ringlog by `loadgen paper`. The first four come from Debian
+//! packages, Kafka's jars from Maven Central; `deploy/peers.sh` starts each
+//! on loopback.
 
 pub mod activemq;
+pub mod kafka;
 pub mod nats;
 pub mod rabbitmq;
 pub mod redis_streams;

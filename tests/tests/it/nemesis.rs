@@ -246,6 +246,25 @@ fn leader_of(client: &Client, partition: u32) -> Option<u32> {
     )
 }
 
+/// A partition whose only in-sync copy is on `broker`, if any. Its disk is
+/// then the only one known to hold every committed byte of that partition
+/// (its followers hold what was committed when they left, but ringlog
+/// elects only in-sync copies: Kafka's eligible leader replicas, KIP-966,
+/// are not built), so losing it leaves the partition offline until an
+/// operator's unclean election — a second failure, outside what the
+/// checker may demand be survived. `None` when the registry cannot say.
+fn sole_in_sync_copy(client: &Client, broker: u32) -> Option<Option<u32>> {
+    let m = client.metadata(&[TOPIC]).ok()?;
+    Some(
+        m.topics
+            .first()?
+            .partitions
+            .iter()
+            .find(|p| p.isr == [broker])
+            .map(|p| p.partition),
+    )
+}
+
 fn node(id: u32) -> &'static str {
     BROKERS[(id - 1) as usize]
 }
@@ -508,6 +527,19 @@ fn r20_5_jepsen_style_faults_lose_nothing_acknowledged_and_keep_the_copies_ident
         };
         let index = (leader - 1) as usize;
         let hold = Duration::from_millis(3_000 + rng.below(4_000));
+        // A disk is lost only where another in-sync copy holds what it held.
+        let wiped = match fault {
+            Fault::LeaderDiskLost | Fault::PowerLossLeaderWiped => Some(leader),
+            Fault::WipeFollower => Some(1 + ((leader - 1 + 1 + rng.below(2) as u32) % 3)),
+            _ => None,
+        };
+        if let Some(victim) = wiped {
+            let sole = connect(&addresses).and_then(|c| sole_in_sync_copy(&c, victim));
+            if sole != Some(None) {
+                eprintln!("        {fault:?} on broker {victim} skipped: it holds the only in-sync copy of partition {sole:?} (or the registry did not answer)");
+                continue;
+            }
+        }
         *injected.entry(fault).or_default() += 1;
         eprintln!(
             "{:>5.1} s: {fault:?} (partition {partition}'s leader is broker {leader}) for {:.1} s",
@@ -551,7 +583,7 @@ fn r20_5_jepsen_style_faults_lose_nothing_acknowledged_and_keep_the_copies_ident
                 net.heal();
             }
             Fault::WipeFollower => {
-                let follower = 1 + ((leader - 1 + 1 + rng.below(2) as u32) % 3);
+                let follower = wiped.unwrap_or(leader);
                 let i = (follower - 1) as usize;
                 brokers[i].kill9();
                 std::fs::remove_dir_all(brokers[i].data_dir()).unwrap();

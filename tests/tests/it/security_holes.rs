@@ -342,6 +342,19 @@ fn admin_in_etcd(etcd: &Etcd, dir: &TempDir, cluster: &str) -> (std::path::PathB
     (password, toml)
 }
 
+/// Brokers 1 and 2 of cluster `cluster`, one shard each, with `toml`.
+fn secured_cluster(etcd: &Etcd, cluster: &str, toml: &str) -> Vec<Broker> {
+    (1..=2)
+        .map(|id| {
+            Broker::start(BrokerOptions {
+                config_toml: toml.into(),
+                shards: 1,
+                ..BrokerOptions::clustered(etcd, cluster, id)
+            })
+        })
+        .collect()
+}
+
 /// The salt and iteration count a broker answers for `user`.
 fn salt_and_iterations(address: &str, user: &str) -> String {
     let mut raw = Raw::connect(address);
@@ -361,15 +374,7 @@ fn r48_3_brokers_and_restarts_answer_real_and_unknown_users_alike() {
     let etcd = Etcd::start();
     let dir = TempDir::new("enumeration");
     let (_, toml) = admin_in_etcd(&etcd, &dir, "probe");
-    let mut brokers: Vec<Broker> = (1..=2)
-        .map(|id| {
-            Broker::start(BrokerOptions {
-                config_toml: toml.clone(),
-                shards: 1,
-                ..BrokerOptions::clustered(&etcd, "probe", id)
-            })
-        })
-        .collect();
+    let mut brokers: Vec<Broker> = secured_cluster(&etcd, "probe", &toml);
     let admin = login(&brokers[0].address(), "admin", "admin-secret");
     admin
         .alter_users(
@@ -851,15 +856,7 @@ fn r48_6_a_cluster_runs_as_an_etcd_user_whose_role_reaches_only_its_prefix() {
         etcd_pw.display(),
         admin_pw.display()
     );
-    let brokers: Vec<Broker> = (1..=2)
-        .map(|id| {
-            Broker::start(BrokerOptions {
-                config_toml: toml.clone(),
-                shards: 1,
-                ..BrokerOptions::clustered(&etcd, "east", id)
-            })
-        })
-        .collect();
+    let brokers: Vec<Broker> = secured_cluster(&etcd, "east", &toml);
     let admin = login(&brokers[0].address(), "admin", "admin-secret");
     admin
         .create_topic(

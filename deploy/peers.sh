@@ -7,6 +7,7 @@
 #   Apache Kafka 4.4.0 (jars from Maven Central, deploy/kafka/pom.xml):
 #     KRaft, one combined broker+controller on 127.0.0.1:29092 (`kafka`),
 #     or three on 29192, 29292, 29392 (`kafka-cluster`, R=3 possible)
+#   NATS 2.9 as three JetStream servers on 4322, 4332, 4342 (`nats-cluster`, R=3)
 # Each starts with a fresh data directory under $RINGLOG_PEERS_DIR (default
 # /tmp/ringlog-peers) and persistent storage flushed asynchronously, as in
 # the paper (RabbitMQ's message store fsyncs in the background; ActiveMQ's
@@ -20,7 +21,8 @@
 # cache back; durability comes from replication), 1 GiB heap per JVM.
 #
 #   deploy/peers.sh install [kafka]    apt-get install the four (needs root); `kafka`: Kafka's jars with Maven
-#   deploy/peers.sh start [SYSTEM]     start all (NATS, Redis and Kafka if installed), or rabbitmq / activemq / nats / redis / kafka / kafka-cluster
+#   deploy/peers.sh start [SYSTEM]     start all (NATS, Redis and Kafka if installed), or rabbitmq / activemq / nats / redis / kafka / kafka-cluster / nats-cluster
+#                                      (each cluster node's start.sh starts it again on its data after a kill)
 #   deploy/peers.sh stop [SYSTEM]      stop and delete their data
 #   deploy/peers.sh status             which are reachable
 set -euo pipefail
@@ -135,6 +137,25 @@ Configuration:
 EOF
 }
 
+# Writes BASE/start.sh, which starts COMMAND... in the background, its
+# output appended to BASE/server.log, its pid in BASE/NAME.pid: the node's
+# start, and its restart on the same data after a kill (loadgen's
+# failover measurement runs it).
+node_script() {
+    local base=$1 name=$2
+    shift 2
+    {
+        echo '#!/usr/bin/env bash'
+        # Output to a file: a caller reading this script's output waits
+        # for every writer of the pipe to close it. exec: the pid is the
+        # server's own, so that stop stops it.
+        printf '(exec'
+        printf ' %q' "$@"
+        printf ') >>%q 2>&1 </dev/null &\n' "$base/server.log"
+        printf 'echo $! >%q\n' "$base/$name.pid"
+    } >"$base/start.sh"
+}
+
 # Starts Kafka nodes 1..COUNT as NAME, client ports from BASE_PORT in
 # steps of 100 (each node's controller listens one above its client port).
 start_kafka_nodes() {
@@ -159,12 +180,8 @@ start_kafka_nodes() {
         kafka_java kafka.tools.StorageTool format -t "$cluster_id" \
             -c "$base/node-$node/server.properties" >"$base/node-$node/format.log" 2>&1 \
             || { echo "peers.sh: formatting Kafka node $node failed:" >&2; tail -5 "$base/node-$node/format.log" >&2; return 1; }
-        # Output to a file: a caller reading this script's output waits
-        # for every writer of the pipe to close it.
-        # exec: the pid is the JVM's, so that stop stops it.
-        (exec "${kafka_jvm[@]}" kafka.Kafka "$base/node-$node/server.properties") \
-            >"$base/node-$node/server.log" 2>&1 &
-        echo $! >"$base/node-$node/kafka.pid"
+        node_script "$base/node-$node" kafka "${kafka_jvm[@]}" kafka.Kafka "$base/node-$node/server.properties"
+        bash "$base/node-$node/start.sh"
     done
     for node in $(seq "$count"); do
         port=$((base_port + (node - 1) * 100))
@@ -218,6 +235,52 @@ start_nats() {
 
 stop_nats() {
     stop_by_pid "nats"
+}
+
+# Three JetStream servers in one cluster (clients on 4322, 4332, 4342;
+# routes on 6322, 6332, 6342), for streams of three copies: a publish is
+# acknowledged once a majority of the stream's copies stored it.
+start_nats_cluster() {
+    command -v nats-server >/dev/null || { echo "peers.sh: NATS is not installed: run deploy/peers.sh install" >&2; return 1; }
+    if port_open 4322; then echo "nats-cluster: already listening on 127.0.0.1:4322"; return 0; fi
+    local base="$dir/nats-cluster" node routes=""
+    rm -rf "$base"
+    for node in 1 2 3; do routes="${routes:+$routes, }nats-route://127.0.0.1:$((6312 + node * 10))"; done
+    for node in 1 2 3; do
+        mkdir -p "$base/node-$node/jetstream"
+        cat >"$base/node-$node/nats.conf" <<EOF
+server_name: n$node
+listen: 127.0.0.1:$((4312 + node * 10))
+jetstream {
+  store_dir: "$base/node-$node/jetstream"
+  max_memory_store: 1GB
+  max_file_store: 40GB
+}
+cluster {
+  name: ringlog-peers
+  listen: 127.0.0.1:$((6312 + node * 10))
+  routes: [$routes]
+}
+EOF
+        node_script "$base/node-$node" nats nats-server -c "$base/node-$node/nats.conf"
+        bash "$base/node-$node/start.sh"
+    done
+    for node in 1 2 3; do wait_port $((4312 + node * 10)) "NATS node $node" "$base/node-$node/server.log"; done
+    echo "nats-cluster: 3 servers listening on 127.0.0.1:4322, :4332, :4342 (JetStream, cluster ringlog-peers), data in $base"
+}
+
+stop_nats_cluster() {
+    local base="$dir/nats-cluster" pidfile pid
+    [[ -d "$base" ]] || return 0
+    for pidfile in "$base"/node-*/nats.pid; do
+        [[ -f "$pidfile" ]] || continue
+        pid="$(cat "$pidfile")"
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    rm -rf "$base"
+    echo "nats-cluster: stopped"
 }
 
 start_redis() {
@@ -356,6 +419,7 @@ case "${1:-}" in
         if want kafka; then start_kafka_nodes kafka 1 29092; fi
         # Three JVMs: only when asked for by name.
         if [[ "$what" == kafka-cluster ]]; then start_kafka_nodes kafka-cluster 3 29192; fi
+        if [[ "$what" == nats-cluster ]]; then start_nats_cluster; fi
         ;;
     stop)
         if want rabbitmq; then stop_rabbitmq; fi
@@ -364,6 +428,7 @@ case "${1:-}" in
         if want redis; then stop_redis; fi
         if want kafka; then stop_kafka_nodes kafka; fi
         if want kafka-cluster; then stop_kafka_nodes kafka-cluster; fi
+        if want nats-cluster; then stop_nats_cluster; fi
         ;;
     status)
         port_open 5672 && echo "rabbitmq: up (127.0.0.1:5672)" || echo "rabbitmq: down"
@@ -373,6 +438,9 @@ case "${1:-}" in
         port_open 29092 && echo "kafka: up (127.0.0.1:29092)" || echo "kafka: down"
         for port in 29192 29292 29392; do
             port_open "$port" && echo "kafka-cluster: node up (127.0.0.1:$port)" || echo "kafka-cluster: node down (127.0.0.1:$port)"
+        done
+        for port in 4322 4332 4342; do
+            port_open "$port" && echo "nats-cluster: server up (127.0.0.1:$port)" || echo "nats-cluster: server down (127.0.0.1:$port)"
         done
         ;;
     *)

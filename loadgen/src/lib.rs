@@ -23,6 +23,7 @@ pub mod group_load;
 pub mod loopback;
 pub mod mirror;
 pub mod paper;
+pub mod peer_replication;
 pub mod peers;
 pub mod replication;
 pub mod report;

@@ -13,6 +13,7 @@
 
 use crate::broker_process::LocalBroker;
 use crate::chart::{self, Series};
+use crate::peers::kafka::Batching;
 use crate::peers::{self, activemq, kafka, nats, rabbitmq, redis_streams};
 use crate::report::{write_json, Environment};
 use crate::stats::{measure, Stats, Summary};
@@ -104,6 +105,9 @@ pub enum Experiment {
     ProduceBatch50,
     /// One consumer reading everything.
     Consume,
+    /// One producer with the system's own default settings (Kafka only:
+    /// "Kafka's best mode", as a user who changes nothing runs it).
+    ProduceDefaults,
 }
 
 impl Experiment {
@@ -113,6 +117,7 @@ impl Experiment {
             Experiment::ProduceBatch1 => "produce, batch 1",
             Experiment::ProduceBatch50 => "produce, batch 50",
             Experiment::Consume => "consume",
+            Experiment::ProduceDefaults => "produce, defaults",
         }
     }
 }
@@ -716,9 +721,15 @@ fn run_kafka(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
     let peer = PeerRun {
         system: System::Kafka,
         data_dir: spec.peers_dir.join("kafka").join("node-1").join("data"),
-        produce_paper: Box::new(move |q, stats| kafka::produce(&h1, address, q, n, size, 1, stats)),
-        produce_fast: Box::new(move |q, stats| kafka::produce(&h2, address, q, n, size, 50, stats)),
-        consume: Box::new(move |q, stats| kafka::consume(&h3, address, q, n, size, stats)),
+        produce_paper: Box::new(move |q, stats| {
+            kafka::produce(&h1, address, q, n, size, Batching::Records(1), "0", stats).map(drop)
+        }),
+        produce_fast: Box::new(move |q, stats| {
+            kafka::produce(&h2, address, q, n, size, Batching::Records(50), "0", stats).map(drop)
+        }),
+        consume: Box::new(move |q, stats| {
+            kafka::consume(&h3, address, q, n, size, stats).map(drop)
+        }),
         cleanup: Box::new(move |topics| kafka::delete_topics(&h4, address, topics)),
         modes: [
             "Java client, acks=0, batch.size=0 (a request per record), pipelined",
@@ -726,7 +737,32 @@ fn run_kafka(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
             "Java client, one consumer, 10,000 records a poll",
         ],
     };
-    run_peer(spec, suffix, peer)
+    let (mut rows, disk) = run_peer(spec, suffix, peer);
+    // Kafka's best mode: its producer as shipped (acks=all, idempotent,
+    // 16 KiB batches, 5 ms linger), one more topic.
+    let topic = format!("paper-defaults-{suffix}");
+    let home = kafka::home(&spec.peers_dir);
+    let outcome = run_one("kafka produce, its defaults", n, |stats| {
+        kafka::produce(
+            &home,
+            address,
+            &topic,
+            n,
+            size,
+            Batching::Defaults,
+            "all",
+            stats,
+        )
+        .map(drop)
+    });
+    rows.push(row(
+        System::Kafka,
+        Experiment::ProduceDefaults,
+        "Java client, Kafka's default producer settings (acks=all, idempotent, batch.size 16 KiB, linger 5 ms)",
+        outcome,
+    ));
+    kafka::delete_topics(&home, address, &[&topic]);
+    (rows, disk)
 }
 
 fn rate(rows: &[Row], system: System, experiment: Experiment) -> Option<f64> {
@@ -737,10 +773,14 @@ fn rate(rows: &[Row], system: System, experiment: Experiment) -> Option<f64> {
 }
 
 fn best_produce(rows: &[Row], system: System) -> Option<f64> {
-    [Experiment::ProduceBatch1, Experiment::ProduceBatch50]
-        .into_iter()
-        .filter_map(|e| rate(rows, system, e))
-        .reduce(f64::max)
+    [
+        Experiment::ProduceBatch1,
+        Experiment::ProduceBatch50,
+        Experiment::ProduceDefaults,
+    ]
+    .into_iter()
+    .filter_map(|e| rate(rows, system, e))
+    .reduce(f64::max)
 }
 
 fn ratios(rows: &[Row]) -> Vec<Ratio> {
@@ -857,7 +897,11 @@ pub fn table(report: &PaperReport) -> String {
             r.experiment.title(),
             msgs,
             mb,
-            thousands(r.paper_kafka_msgs_per_sec),
+            if r.paper_kafka_msgs_per_sec > 0.0 {
+                thousands(r.paper_kafka_msgs_per_sec)
+            } else {
+                "-".to_string()
+            },
             remark
         );
     }
@@ -972,6 +1016,7 @@ pub fn write_charts(report: &PaperReport, out: &std::path::Path) -> anyhow::Resu
             Experiment::ProduceBatch1 => "throughput-produce-batch1.svg",
             Experiment::ProduceBatch50 => "throughput-produce-batch50.svg",
             Experiment::Consume => "throughput-consume.svg",
+            Experiment::ProduceDefaults => "throughput-produce-defaults.svg",
         };
         let svg = chart::lines(
             &format!("Throughput over time: {}", e.title()),

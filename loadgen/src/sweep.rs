@@ -203,6 +203,97 @@ pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
     Ok(result)
 }
 
+/// Kafka's producer settings and topic configs for a ringlog ack mode:
+/// `none` is acks=0; `written` is acks=1 (the leader's page cache, as
+/// ringlog's written); `flushed` is acks=1 on a topic with
+/// `flush.messages=1`, so the leader fsyncs every append before it answers
+/// (as ringlog's flushed; Kafka's default never fsyncs by itself).
+fn kafka_acks(acks: AckMode) -> (&'static str, &'static [&'static str]) {
+    match acks {
+        AckMode::None => ("0", &[]),
+        AckMode::Flushed => ("1", &["flush.messages=1"]),
+        _ => ("1", &[]),
+    }
+}
+
+/// The same sweep against Apache Kafka (`spec.brokers` its bootstrap
+/// servers), driven by Kafka's own Java client through loadgen's driver
+/// ([`crate::peers::kafka::paced`]): one JVM produces at the rate and
+/// consumes every partition, each message carrying its intended send time.
+/// One topic of one copy per ack mode (`<topic>-kafka-<mode>`), reused by
+/// its runs (each reads only what it produced). The maximum is a run with
+/// the producer unpaced. Producer and consumer are in one process, as
+/// loadgen's own e2e runs are; the latency percentiles are the driver's
+/// exact ones over every counted message.
+pub fn run_kafka(spec: &SweepSpec, home: &std::path::Path) -> anyhow::Result<SweepResult> {
+    use crate::peers::kafka;
+    if let Some(why) = kafka::missing_driver(home) {
+        anyhow::bail!(why);
+    }
+    let mut result = SweepResult {
+        maximum: Vec::new(),
+        points: Vec::new(),
+        medians: Vec::new(),
+    };
+    for &acks in &spec.acks {
+        let name = acks_name(acks);
+        let (kafka_acks, configs) = kafka_acks(acks);
+        let topic = format!("{}-kafka-{name}", spec.topic);
+        kafka::create(home, &spec.brokers, &topic, spec.partitions, 1, configs)?;
+        let paced = |rate: f64| {
+            kafka::paced(
+                home,
+                &spec.brokers,
+                &topic,
+                rate,
+                spec.duration.as_secs_f64(),
+                spec.warmup.as_secs_f64(),
+                spec.size,
+                kafka_acks,
+            )
+        };
+        let needs_maximum = spec.rates.iter().any(|r| matches!(r, Rate::Fraction(_)));
+        let maximum = if needs_maximum {
+            let outcome = paced(0.0)?;
+            eprintln!(
+                "sweep: Kafka acks {name}: maximum {} msg/s end to end",
+                chart::format_number(outcome.achieved)
+            );
+            result.maximum.push((name.clone(), outcome.achieved));
+            outcome.achieved
+        } else {
+            0.0
+        };
+        for round in 1..=spec.rounds.max(1) {
+            for rate in &spec.rates {
+                let target = match rate {
+                    Rate::Fraction(f) => maximum * f,
+                    Rate::Absolute(r) => *r,
+                };
+                let outcome = paced(target.max(1.0))?;
+                let point = SweepPoint {
+                    acks: name.clone(),
+                    rate: rate.label(),
+                    round,
+                    target_msgs_per_sec: target,
+                    achieved_msgs_per_sec: outcome.achieved,
+                    publish: outcome.publish,
+                    e2e: outcome.e2e,
+                    lost: outcome.lost,
+                    duplicated: outcome.duplicated,
+                    out_of_order: 0,
+                };
+                eprintln!("sweep: Kafka {}", row(&point));
+                result.points.push(point);
+            }
+        }
+    }
+    if spec.rounds > 1 {
+        result.medians = medians(&result.points);
+    }
+    Ok(result)
+}
+
 /// The median of each figure over the runs of one ack mode and rate, in
 /// the order the runs first came.
 fn medians(points: &[SweepPoint]) -> Vec<SweepPoint> {
@@ -432,6 +523,16 @@ mod tests {
         let table = table(&result);
         assert!(table.contains("median of 3 rounds:"), "{table}");
         assert!(chart(&result).contains("median of 3"));
+    }
+
+    #[test]
+    fn kafka_gets_the_nearest_ack_mode_and_flushes_only_for_flushed() {
+        assert_eq!(kafka_acks(AckMode::None), ("0", &[][..]));
+        assert_eq!(kafka_acks(AckMode::Written), ("1", &[][..]));
+        assert_eq!(
+            kafka_acks(AckMode::Flushed),
+            ("1", &["flush.messages=1"][..])
+        );
     }
 
     #[test]

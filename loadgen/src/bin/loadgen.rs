@@ -8,6 +8,7 @@ use loadgen::e2e::{self, E2eSpec};
 use loadgen::failover::{failover, FailoverSpec};
 use loadgen::group::{consume_group, GroupSpec};
 use loadgen::paper::{self, PaperSpec, System};
+use loadgen::peer_replication::Peer;
 use loadgen::peers::{activemq, kafka, nats, rabbitmq, redis_streams};
 use loadgen::report::{write_json, Environment};
 use loadgen::stats::{measure, Summary};
@@ -291,6 +292,14 @@ struct ReplicationArgs {
     /// Bytes an empty follower fetches again.
     #[arg(long, default_value_t = 1_000_000_000)]
     catch_up_bytes: u64,
+    /// Systems measured, in order: ringlog (a cluster this starts), kafka
+    /// and nats (three-node clusters started first with `deploy/peers.sh
+    /// start kafka-cluster` / `nats-cluster`).
+    #[arg(long, value_delimiter = ',', default_value = "ringlog", value_parser = ["ringlog", "kafka", "nats"])]
+    systems: Vec<String>,
+    /// Where deploy/peers.sh keeps the peers' data and pid files.
+    #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]
+    peers_dir: PathBuf,
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-replication")]
     out: PathBuf,
@@ -471,6 +480,15 @@ struct SweepArgs {
     /// Write the latency-against-throughput chart (SVG) here.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
+    /// The system swept: ringlog, or kafka (--brokers then names Kafka's
+    /// bootstrap servers, e.g. 127.0.0.1:29092 from `deploy/peers.sh start
+    /// kafka`; driven by Kafka's Java client).
+    #[arg(long, default_value = "ringlog", value_parser = ["ringlog", "kafka"])]
+    system: String,
+    /// Where deploy/peers.sh installed Kafka (for --system kafka).
+    #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]
+    #[serde(skip)]
+    peers_dir: PathBuf,
 }
 
 /// The JSON of a sweep.
@@ -725,8 +743,43 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 failovers: args.failovers,
                 catch_up_bytes: args.catch_up_bytes,
             };
-            let outcome = loadgen::replication::run(&spec)?;
             std::fs::create_dir_all(&args.out)?;
+            let peers: Vec<Peer> = args
+                .systems
+                .iter()
+                .filter_map(|s| match s.as_str() {
+                    "kafka" => Some(Peer::Kafka),
+                    "nats" => Some(Peer::Nats),
+                    _ => None,
+                })
+                .collect();
+            let ringlog = if args.systems.iter().any(|s| s == "ringlog") {
+                Some(loadgen::replication::run(&spec)?)
+            } else {
+                None
+            };
+            if !peers.is_empty() {
+                let peer_spec = loadgen::peer_replication::PeerSpec {
+                    messages: args.messages,
+                    size: args.size,
+                    batch: args.batch,
+                    partitions: args.partitions,
+                    latency_rate: args.latency_rate,
+                    latency_seconds: args.latency_seconds,
+                    failovers: args.failovers,
+                    peers_dir: args.peers_dir.clone(),
+                };
+                let figures = loadgen::peer_replication::run(&peer_spec, &peers)?;
+                let table =
+                    loadgen::peer_replication::table(ringlog.as_ref(), &figures, args.latency_rate);
+                println!("{table}");
+                std::fs::write(args.out.join("versus.md"), &table)?;
+                write_json(&args.out.join("peers.json"), &figures)?;
+            }
+            let Some(outcome) = ringlog else {
+                eprintln!("table and JSON written to {}", args.out.display());
+                return Ok(());
+            };
             let table = loadgen::replication::table(&outcome);
             println!("{table}");
             std::fs::write(args.out.join("replication.md"), &table)?;
@@ -906,7 +959,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 warmup: Duration::from_secs_f64(args.warmup),
                 rounds: args.rounds as usize,
             };
-            let result = sweep::run(&spec)?;
+            let result = if args.system == "kafka" {
+                sweep::run_kafka(&spec, &loadgen::peers::kafka::home(&args.peers_dir))?
+            } else {
+                sweep::run(&spec)?
+            };
             print!("{}", sweep::table(&result));
             if let Some(path) = &args.json {
                 write_json(

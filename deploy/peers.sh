@@ -69,7 +69,10 @@ install() {
 # ---- Apache Kafka ----
 
 kafka_version=4.4.0
-kafka_home="$dir/kafka-$kafka_version"
+# Kafka's jars: under the peers directory, or where RINGLOG_KAFKA_HOME says
+# (the test suite's peers run in directories of their own and share one
+# install, deploy/test-deps.sh's).
+kafka_home="${RINGLOG_KAFKA_HOME:-$dir/kafka-$kafka_version}"
 here="$(cd "$(dirname "$0")" && pwd)"
 
 # Resolves Kafka's jars (pinned in deploy/kafka/pom.xml) into $kafka_home/libs.
@@ -81,14 +84,21 @@ install_kafka() {
     mvn -q -B -f "$here/kafka/pom.xml" dependency:copy-dependencies \
         -DincludeScope=runtime -DoutputDirectory="$kafka_home.partial/libs" >"$kafka_home.partial/mvn.log" 2>&1 \
         || { echo "peers.sh: Maven could not resolve Kafka's jars:" >&2; tail -20 "$kafka_home.partial/mvn.log" >&2; return 1; }
-    # loadgen's driver (deploy/kafka/PaperDriver.java), on Kafka's client.
-    javac -nowarn -cp "$kafka_home.partial/libs/*" -d "$kafka_home.partial/driver" "$here/kafka/PaperDriver.java"
     rm -rf "$kafka_home"
     mv "$kafka_home.partial" "$kafka_home"
+    kafka_driver
     echo "kafka: $kafka_version installed in $kafka_home ($(ls "$kafka_home/libs" | wc -l) jars)"
 }
 
 kafka_installed() { [[ -f "$kafka_home/libs/kafka_2.13-$kafka_version.jar" ]]; }
+
+# Compiles loadgen's driver (deploy/kafka/PaperDriver.java) on Kafka's
+# client into $kafka_home/driver, when missing or older than its source.
+kafka_driver() {
+    local class="$kafka_home/driver/PaperDriver.class" source="$here/kafka/PaperDriver.java"
+    [[ -f "$class" && ! "$source" -nt "$class" ]] && return 0
+    javac -nowarn -cp "$kafka_home/libs/*" -d "$kafka_home/driver" "$source"
+}
 
 kafka_jvm=(java -Xms1G -Xmx1G -XX:+UseG1GC -XX:MaxGCPauseMillis=20
     "-Dlog4j2.configurationFile=$kafka_home/log4j2.yaml" -cp "$kafka_home/libs/*")
@@ -165,6 +175,7 @@ start_kafka_nodes() {
         echo "peers.sh: Kafka is not installed: run deploy/peers.sh install kafka" >&2
         return 1
     fi
+    kafka_driver
     if port_open "$base_port"; then echo "$name: already listening on 127.0.0.1:$base_port"; return 0; fi
     local base="$dir/$name" voters="" node port cluster_id
     rm -rf "$base"

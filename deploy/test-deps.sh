@@ -4,7 +4,10 @@
 # ports), the paper's competitors RabbitMQ and ActiveMQ and today's peers
 # NATS and Redis (the peer test drives them through loadgen), and a C++
 # compiler for the fuzz targets, and iproute2 (`ip`: the fault harness puts
-# etcd and each broker in its own network namespace). The tests start and stop every one of them
+# etcd and each broker in its own network namespace); Java 17 and Maven,
+# with which Apache Kafka 4.4's jars are resolved from Maven Central into
+# /tmp/ringlog-peers/kafka-4.4.0 (`deploy/peers.sh install kafka`; the peer
+# test runs Kafka from there). The tests start and stop every one of them
 # themselves; nothing is left running. Then cargo-nextest, which runs the
 # tests and which the Rust toolchain does not ship, from crates.io when it
 # is missing. Idempotent: a machine that has them all runs no package
@@ -21,6 +24,17 @@ install_nextest() {
     cargo install cargo-nextest --locked
 }
 
+# Kafka's jars, once (Maven keeps its download cache in ~/.m2).
+install_kafka() {
+    local peers_dir=/tmp/ringlog-peers
+    if [[ -f "$peers_dir/kafka-4.4.0/libs/kafka_2.13-4.4.0.jar" ]]; then
+        echo "test-deps: Apache Kafka 4.4.0 is installed in $peers_dir/kafka-4.4.0"
+        return 0
+    fi
+    echo "test-deps: installing Apache Kafka 4.4.0's jars with Maven into $peers_dir (a minute or two, once)"
+    RINGLOG_PEERS_DIR="$peers_dir" RINGLOG_KAFKA_HOME= bash "$(dirname "$0")/peers.sh" install kafka
+}
+
 missing=()
 [[ -x /usr/bin/etcd ]] || missing+=(etcd-server)
 [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
@@ -31,8 +45,11 @@ missing=()
 # from C++ source.
 command -v c++ >/dev/null || missing+=(g++)
 command -v ip >/dev/null || missing+=(iproute2)
+command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || missing+=(maven)
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis, a C++ compiler and iproute2 are installed"
+    echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis, a C++ compiler, iproute2, Java and Maven are installed"
+    install_kafka
     install_nextest
     exit 0
 fi
@@ -60,4 +77,5 @@ if [[ $had_policy -eq 0 ]]; then
     "${sudo[@]}" rm -f "$policy"
 fi
 [[ $status -eq 0 ]] || exit $status
+install_kafka
 install_nextest

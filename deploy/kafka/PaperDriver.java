@@ -217,6 +217,10 @@ public final class PaperDriver {
         p.put("buffer.memory", Long.toString(256L << 20));
         AtomicLong acked = new AtomicLong();
         AtomicReference<Exception> failed = new AtomicReference<>();
+        // At most this many records unanswered: the client's buffer.memory
+        // bounds bytes, not records, and a record a request costs far more
+        // heap than its bytes (10 M queued records exhausted a 1 GiB heap).
+        java.util.concurrent.Semaphore window = new java.util.concurrent.Semaphore(100_000);
         // Incompressible payloads, each different (xorshift64).
         long state = 0x9e3779b97f4a7c15L;
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
@@ -234,7 +238,9 @@ public final class PaperDriver {
                     state ^= state << 17;
                     for (int k = 0; k < 8 && j + k < size; k++) value[j + k] = (byte) (state >>> (8 * k));
                 }
+                window.acquireUninterruptibly();
                 producer.send(new ProducerRecord<>(topic, (int) (i % partitions), null, value), (metadata, e) -> {
+                    window.release();
                     if (e != null) failed.compareAndSet(null, e);
                     else acked.incrementAndGet();
                 });

@@ -33,6 +33,29 @@ pub const PAPER_KAFKA: [(Experiment, f64); 3] = [
     (Experiment::Consume, 22_000.0),
 ];
 
+/// A Kafka client loadgen drives Kafka with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KafkaClient {
+    /// Kafka's own Java client (loadgen's driver).
+    Java,
+    /// librdkafka (only in a loadgen built with the `librdkafka` feature).
+    Librdkafka,
+}
+
+impl KafkaClient {
+    /// Parses `java` or `librdkafka`.
+    pub fn parse(name: &str) -> anyhow::Result<KafkaClient> {
+        match name {
+            "java" => Ok(KafkaClient::Java),
+            "librdkafka" if cfg!(feature = "librdkafka") => Ok(KafkaClient::Librdkafka),
+            "librdkafka" => anyhow::bail!(
+                "this loadgen was built without librdkafka: cargo build --release -p ringlog-loadgen --features librdkafka"
+            ),
+            other => anyhow::bail!("unknown Kafka client {other:?}: java or librdkafka"),
+        }
+    }
+}
+
 /// The paper's per-message storage overhead in bytes: Kafka, ActiveMQ.
 pub const PAPER_OVERHEAD_BYTES: [(&str, f64); 2] = [("Kafka", 9.0), ("ActiveMQ", 144.0)];
 
@@ -151,6 +174,8 @@ pub struct PaperSpec {
     pub redis_url: String,
     /// Kafka's bootstrap address.
     pub kafka_address: String,
+    /// The client the paper's experiments drive Kafka with.
+    pub kafka_client: KafkaClient,
     /// `deploy/peers.sh`'s data directory (for on-disk bytes).
     pub peers_dir: PathBuf,
     /// Consumer fetch size for ringlog (the paper: ~200 KB).
@@ -718,24 +743,28 @@ fn run_kafka(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
     let home = kafka::home(&spec.peers_dir);
     let (n, size) = (spec.messages, spec.size);
     let (h1, h2, h3, h4) = (home.clone(), home.clone(), home.clone(), home);
-    let peer = PeerRun {
-        system: System::Kafka,
-        data_dir: spec.peers_dir.join("kafka").join("node-1").join("data"),
-        produce_paper: Box::new(move |q, stats| {
-            kafka::produce(&h1, address, q, n, size, Batching::Records(1), "0", stats).map(drop)
-        }),
-        produce_fast: Box::new(move |q, stats| {
-            kafka::produce(&h2, address, q, n, size, Batching::Records(50), "0", stats).map(drop)
-        }),
-        consume: Box::new(move |q, stats| {
-            kafka::consume(&h3, address, q, n, size, stats).map(drop)
-        }),
-        cleanup: Box::new(move |topics| kafka::delete_topics(&h4, address, topics)),
-        modes: [
-            "Java client, acks=0, batch.size=0 (a request per record), pipelined",
-            "Java client, acks=0, 50 records a request (linger 5 ms)",
-            "Java client, one consumer, 10,000 records a poll",
-        ],
+    let peer = match spec.kafka_client {
+        KafkaClient::Java => PeerRun {
+            system: System::Kafka,
+            data_dir: spec.peers_dir.join("kafka").join("node-1").join("data"),
+            produce_paper: Box::new(move |q, stats| {
+                kafka::produce(&h1, address, q, n, size, Batching::Records(1), "0", stats).map(drop)
+            }),
+            produce_fast: Box::new(move |q, stats| {
+                kafka::produce(&h2, address, q, n, size, Batching::Records(50), "0", stats)
+                    .map(drop)
+            }),
+            consume: Box::new(move |q, stats| {
+                kafka::consume(&h3, address, q, n, size, stats).map(drop)
+            }),
+            cleanup: Box::new(move |topics| kafka::delete_topics(&h4, address, topics)),
+            modes: [
+                "Java client, acks=0, batch.size=0 (a request per record), pipelined",
+                "Java client, acks=0, 50 records a request (linger 5 ms)",
+                "Java client, one consumer, 10,000 records a poll",
+            ],
+        },
+        KafkaClient::Librdkafka => librdkafka_run(spec, h1, h4),
     };
     let (mut rows, disk) = run_peer(spec, suffix, peer);
     // Kafka's best mode: its producer as shipped (acks=all, idempotent,
@@ -763,6 +792,32 @@ fn run_kafka(spec: &PaperSpec, suffix: u64) -> (Vec<Row>, DiskRow) {
     ));
     kafka::delete_topics(&home, address, &[&topic]);
     (rows, disk)
+}
+
+#[cfg(feature = "librdkafka")]
+fn librdkafka_run<'a>(spec: &'a PaperSpec, home: PathBuf, cleanup: PathBuf) -> PeerRun<'a> {
+    use crate::peers::kafka_librdkafka as rd;
+    let address = spec.kafka_address.as_str();
+    let (n, size) = (spec.messages, spec.size);
+    let h2 = home.clone();
+    PeerRun {
+        system: System::Kafka,
+        data_dir: spec.peers_dir.join("kafka").join("node-1").join("data"),
+        produce_paper: Box::new(move |q, stats| rd::produce(&home, address, q, n, size, 1, stats)),
+        produce_fast: Box::new(move |q, stats| rd::produce(&h2, address, q, n, size, 50, stats)),
+        consume: Box::new(move |q, stats| rd::consume(address, q, n, stats)),
+        cleanup: Box::new(move |topics| kafka::delete_topics(&cleanup, address, topics)),
+        modes: [
+            "librdkafka, acks=0, batch.num.messages=1, no linger, pipelined",
+            "librdkafka, acks=0, 50 records a request (linger 5 ms)",
+            "librdkafka, one consumer",
+        ],
+    }
+}
+
+#[cfg(not(feature = "librdkafka"))]
+fn librdkafka_run<'a>(_: &'a PaperSpec, _: PathBuf, _: PathBuf) -> PeerRun<'a> {
+    unreachable!("KafkaClient::parse refuses librdkafka without the feature")
 }
 
 fn rate(rows: &[Row], system: System, experiment: Experiment) -> Option<f64> {

@@ -165,6 +165,11 @@ struct PaperArgs {
     /// --peers-dir: `deploy/peers.sh install kafka`).
     #[arg(long, env = "RINGLOG_KAFKA_ADDRESS", default_value = kafka::DEFAULT_ADDRESS)]
     kafka_address: String,
+    /// The client driving Kafka: java (Kafka's own), or librdkafka (in a
+    /// loadgen built with `--features librdkafka`). Kafka's own producer
+    /// defaults always run on the Java client.
+    #[arg(long, default_value = "java")]
+    kafka_client: String,
     /// deploy/peers.sh's data directory, to measure the peers' bytes on disk.
     #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]
     peers_dir: PathBuf,
@@ -627,6 +632,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 nats_address: args.nats_address,
                 redis_url: args.redis_url,
                 kafka_address: args.kafka_address,
+                kafka_client: loadgen::paper::KafkaClient::parse(&args.kafka_client)?,
                 peers_dir: args.peers_dir,
                 fetch_bytes: args.fetch_bytes,
             };

@@ -30,10 +30,14 @@ pub const DEFAULT_ADDRESS: &str = "127.0.0.1:29092";
 /// Kafka's version, as `deploy/kafka/pom.xml` pins it.
 pub const VERSION: &str = "4.4.0";
 
-/// Where `deploy/peers.sh install kafka` puts Kafka's jars and the driver,
-/// under the peers directory.
+/// Where `deploy/peers.sh install kafka` puts Kafka's jars and the driver:
+/// `RINGLOG_KAFKA_HOME` if set (as peers.sh reads it), else under the
+/// peers directory.
 pub fn home(peers_dir: &Path) -> PathBuf {
-    peers_dir.join(format!("kafka-{VERSION}"))
+    match std::env::var_os("RINGLOG_KAFKA_HOME") {
+        Some(home) if !home.is_empty() => PathBuf::from(home),
+        _ => peers_dir.join(format!("kafka-{VERSION}")),
+    }
 }
 
 /// True when something accepts connections at `address`.

@@ -6,6 +6,8 @@
 
 pub mod activemq;
 pub mod kafka;
+#[cfg(feature = "librdkafka")]
+pub mod kafka_librdkafka;
 pub mod nats;
 pub mod rabbitmq;
 pub mod redis_streams;

@@ -44,11 +44,14 @@ missing=()
 # The fuzz targets link libFuzzer, which the libfuzzer-sys crate compiles
 # from C++ source.
 command -v c++ >/dev/null || missing+=(g++)
+# make: librdkafka's bundled build (loadgen's optional `librdkafka` feature,
+# which CI checks).
+command -v make >/dev/null || missing+=(make)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || missing+=(maven)
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis, a C++ compiler, iproute2, Java and Maven are installed"
+    echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis, a C++ compiler, make, iproute2, Java and Maven are installed"
     install_kafka
     install_nextest
     exit 0

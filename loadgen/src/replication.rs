@@ -37,6 +37,9 @@ pub struct ReplicationSpec {
     pub size: usize,
     /// Messages per produce request.
     pub batch: usize,
+    /// Messages per produce request of the latency runs (a partial batch
+    /// leaves after 5 ms; 1 sends each message as it is due, pipelined).
+    pub latency_batch: usize,
     /// Partitions of each produce topic (spread over the three brokers).
     pub partitions: u32,
     /// Messages per second of the latency runs.
@@ -282,7 +285,11 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
             partitions: spec.partitions,
             length,
             size: spec.size,
-            batch: spec.batch,
+            batch: if rate.is_some() {
+                spec.latency_batch
+            } else {
+                spec.batch
+            },
             acks,
             rate,
             producers: 1,

@@ -285,6 +285,12 @@ struct ReplicationArgs {
     /// Messages per second of the latency runs.
     #[arg(long, default_value_t = 20_000.0)]
     latency_rate: f64,
+    /// Messages per produce request of ringlog's latency runs (default:
+    /// --batch; a partial batch leaves after 5 ms, so at 20,000 msg/s over
+    /// 3 partitions batches of 100 wait out the 5 ms; 1 sends each message
+    /// when it is due, as the peers' latency runs do).
+    #[arg(long)]
+    latency_batch: Option<usize>,
     /// Seconds each latency run lasts.
     #[arg(long, default_value_t = 20.0)]
     latency_seconds: f64,
@@ -742,6 +748,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 messages: args.messages,
                 size: args.size,
                 batch: args.batch,
+                latency_batch: args.latency_batch.unwrap_or(args.batch).max(1),
                 partitions: args.partitions,
                 latency_rate: args.latency_rate,
                 latency_seconds: args.latency_seconds,

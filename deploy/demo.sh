@@ -38,7 +38,7 @@ installed() {
         activemq) [[ -f /usr/share/activemq/bin/activemq.jar ]] ;;
         nats) command -v nats-server >/dev/null ;;
         redis) command -v redis-server >/dev/null ;;
-        kafka) [[ -f "${RINGLOG_PEERS_DIR:-/tmp/ringlog-peers}/kafka-4.4.0/driver/PaperDriver.class" ]] ;;
+        kafka) [[ -f "${RINGLOG_KAFKA_HOME:-${RINGLOG_PEERS_DIR:-/tmp/ringlog-peers}/kafka-4.4.0}/libs/kafka_2.13-4.4.0.jar" ]] ;;
     esac
 }
 port_of() {

@@ -23,16 +23,17 @@
 use crate::cluster_process::process_cpu;
 use crate::peers::{kafka, nats};
 use crate::replication::{
-    ConsumeFigure, CpuSplit, FailoverFigure, ProduceFigure, ReplicationOutcome,
+    failover_figure, first_answer_after, Answered, ConsumeFigure, CpuSplit, FailoverFigure,
+    ProduceFigure, ReplicationOutcome,
 };
-use crate::stats::Stats;
+use crate::stats::{LatencySummary, Stats};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Kafka's three nodes, as `deploy/peers.sh start kafka-cluster` starts them.
 pub const KAFKA_CLUSTER: &str = "127.0.0.1:29192,127.0.0.1:29292,127.0.0.1:29392";
@@ -235,6 +236,48 @@ fn figure(label: &str, stats: &Stats, cpu: CpuSplit, messages: u64) -> ProduceFi
     }
 }
 
+/// A paced run's figure (its label printed with the rate achieved and
+/// the publish percentiles).
+fn paced_figure(
+    label: &str,
+    acks: &str,
+    size: usize,
+    achieved: f64,
+    publish: Option<LatencySummary>,
+    cpu: CpuSplit,
+    sent: u64,
+) -> ProduceFigure {
+    println!(
+        "{label}: {achieved:.0} msg/s, publish {}",
+        publish.as_ref().map_or("-".into(), |l| format!(
+            "p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms",
+            l.p50_ms, l.p99_ms, l.p999_ms
+        ))
+    );
+    ProduceFigure {
+        label: label.split(" (paced").next().unwrap_or(label).to_string(),
+        replication_factor: 3,
+        acks: acks.into(),
+        msgs_per_sec: achieved,
+        mb_per_sec: achieved * size as f64 / 1e6,
+        latency: publish,
+        cpu_us_per_msg: total(&cpu) * 1e6 / sent.max(1) as f64,
+        cpu,
+    }
+}
+
+/// A consume run's figure (printed under `label`).
+fn consume_figure(label: &str, stats: &Stats, cpu: CpuSplit) -> ConsumeFigure {
+    let summary = stats.summary();
+    println!("{label}: {}", summary.line("read"));
+    ConsumeFigure {
+        msgs_per_sec: summary.msgs_per_sec,
+        mb_per_sec: summary.mb_per_sec,
+        cpu_us_per_msg: total(&cpu) * 1e6 / summary.messages.max(1) as f64,
+        cpu,
+    }
+}
+
 /// Measures every peer in `peers`, in order.
 pub fn run(spec: &PeerSpec, peers: &[Peer]) -> anyhow::Result<Vec<PeerFigures>> {
     peers
@@ -302,25 +345,16 @@ fn run_kafka(spec: &PeerSpec) -> anyhow::Result<PeerFigures> {
         Ok((outcome, cpu))
     })?;
     let counted = (spec.latency_rate * spec.latency_seconds) as u64;
-    let latency = ProduceFigure {
-        label: label.into(),
-        replication_factor: 3,
-        acks: "all".into(),
-        msgs_per_sec: outcome.achieved,
-        mb_per_sec: outcome.achieved * spec.size as f64 / 1e6,
-        latency: outcome.publish.clone(),
-        // The counted part's share of the run's CPU.
-        cpu_us_per_msg: total(&cpu) * 1e6
-            / ((spec.latency_rate * (spec.latency_seconds + KAFKA_WARMUP_S)) as u64).max(1) as f64,
-        cpu,
-    };
-    println!(
-        "{label} (paced, {counted} counted after {KAFKA_WARMUP_S} s): {:.0} msg/s, publish {}",
+    // CPU per message over every message sent, the warm-up's included.
+    let sent = (spec.latency_rate * (spec.latency_seconds + KAFKA_WARMUP_S)) as u64;
+    let latency = paced_figure(
+        &format!("{label} (paced, {counted} counted after {KAFKA_WARMUP_S} s)"),
+        "all",
+        spec.size,
         outcome.achieved,
-        outcome.publish.as_ref().map_or("-".into(), |l| format!(
-            "p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms",
-            l.p50_ms, l.p99_ms, l.p999_ms
-        ))
+        outcome.publish,
+        cpu,
+        sent,
     );
 
     let stats = Stats::new();
@@ -328,14 +362,7 @@ fn run_kafka(spec: &PeerSpec) -> anyhow::Result<PeerFigures> {
         let outcome = kafka::consume(&home, bootstrap, &topic, spec.messages, spec.size, &stats)?;
         Ok(((), outcome.cpu_s))
     })?;
-    let summary = stats.summary();
-    println!("Kafka R=3 consume: {}", summary.line("read"));
-    let consume = ConsumeFigure {
-        msgs_per_sec: summary.msgs_per_sec,
-        mb_per_sec: summary.mb_per_sec,
-        cpu_us_per_msg: total(&cpu) * 1e6 / spec.messages.max(1) as f64,
-        cpu,
-    };
+    let consume = consume_figure("Kafka R=3 consume", &stats, cpu);
 
     let failover_topic = format!("failover-{suffix}");
     r3(&failover_topic, 1)?;
@@ -348,17 +375,9 @@ fn run_kafka(spec: &PeerSpec) -> anyhow::Result<PeerFigures> {
             .get((leader as usize).wrapping_sub(1))
             .with_context(|| format!("Kafka names node {leader} as the leader"))?;
         node.kill9()?;
-        let killed = SystemTime::now();
-        let gap = first_answer_after(killed, Duration::from_secs(120), || {
-            producer
-                .answered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .find(|(sent, _)| *sent > killed)
-                .map(|(_, at)| *at)
-        })
-        .with_context(|| format!("Kafka failover round {}", round + 1))?;
+        let killed = Instant::now();
+        let gap = first_answer_after(&producer.answered, killed, Duration::from_secs(120))
+            .with_context(|| format!("Kafka failover round {}", round + 1))?;
         println!(
             "Kafka failover {}: node {leader} SIGKILLed, acks=all answered again after {:.0} ms",
             round + 1,
@@ -383,7 +402,7 @@ fn run_kafka(spec: &PeerSpec) -> anyhow::Result<PeerFigures> {
         throughput,
         latency,
         consume,
-        failover: failover_figure(gaps),
+        failover: failover_figure(0, gaps),
     })
 }
 
@@ -416,23 +435,14 @@ fn run_nats(spec: &PeerSpec) -> anyhow::Result<PeerFigures> {
         )?;
         Ok((outcome, 0.0))
     })?;
-    let latency = ProduceFigure {
-        label: label.into(),
-        replication_factor: 3,
-        acks: "majority".into(),
-        msgs_per_sec: outcome.achieved,
-        mb_per_sec: outcome.achieved * spec.size as f64 / 1e6,
-        latency: outcome.publish.clone(),
-        cpu_us_per_msg: total(&cpu) * 1e6 / outcome.messages.max(1) as f64,
-        cpu,
-    };
-    println!(
-        "{label} (paced): {:.0} msg/s, publish {}",
+    let latency = paced_figure(
+        &format!("{label} (paced)"),
+        "majority",
+        spec.size,
         outcome.achieved,
-        outcome.publish.as_ref().map_or("-".into(), |l| format!(
-            "p50 {:.2} ms p99 {:.2} ms p99.9 {:.2} ms",
-            l.p50_ms, l.p99_ms, l.p999_ms
-        ))
+        outcome.publish,
+        cpu,
+        outcome.messages,
     );
 
     let stats = Stats::new();
@@ -440,19 +450,12 @@ fn run_nats(spec: &PeerSpec) -> anyhow::Result<PeerFigures> {
         nats::consume(servers, &queue, spec.messages, &stats)?;
         Ok(((), 0.0))
     })?;
-    let summary = stats.summary();
-    println!("NATS R=3 consume: {}", summary.line("read"));
-    let consume = ConsumeFigure {
-        msgs_per_sec: summary.msgs_per_sec,
-        mb_per_sec: summary.mb_per_sec,
-        cpu_us_per_msg: total(&cpu) * 1e6 / spec.messages.max(1) as f64,
-        cpu,
-    };
+    let consume = consume_figure("NATS R=3 consume", &stats, cpu);
 
     let failover_queue = format!("failover-{suffix}");
     nats::create_stream(servers, &failover_queue, 3)?;
     let stop = Arc::new(AtomicBool::new(false));
-    let answered: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+    let answered: Arc<Answered> = Arc::default();
     let publisher = nats::failover_publisher(
         servers.to_string(),
         failover_queue.clone(),
@@ -473,25 +476,8 @@ fn run_nats(spec: &PeerSpec) -> anyhow::Result<PeerFigures> {
                 .context("no such NATS server")?;
             node.kill9()?;
             let killed = Instant::now();
-            let deadline = killed + Duration::from_secs(120);
-            let gap = loop {
-                let first = answered
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .iter()
-                    .find(|(sent, _)| *sent > killed)
-                    .map(|(_, at)| *at);
-                if let Some(at) = first {
-                    break at.duration_since(killed);
-                }
-                if Instant::now() > deadline {
-                    bail!(
-                        "round {}: no publish acknowledged within 120 s of the leader's SIGKILL",
-                        round + 1
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            };
+            let gap = first_answer_after(&answered, killed, Duration::from_secs(120))
+                .with_context(|| format!("NATS failover round {}", round + 1))?;
             println!(
                 "NATS failover {}: server {leader} SIGKILLed, a publish acknowledged again after {:.0} ms",
                 round + 1,
@@ -520,29 +506,8 @@ fn run_nats(spec: &PeerSpec) -> anyhow::Result<PeerFigures> {
         throughput,
         latency,
         consume,
-        failover: failover_figure(gaps),
+        failover: failover_figure(0, gaps),
     })
-}
-
-/// Polls `first` until it names an answer, giving the time from `killed`.
-fn first_answer_after(
-    killed: SystemTime,
-    limit: Duration,
-    first: impl Fn() -> Option<SystemTime>,
-) -> anyhow::Result<Duration> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(at) = first() {
-            return Ok(at.duration_since(killed).unwrap_or_default());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "nothing answered within {} s of the leader's SIGKILL",
-                limit.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Retries `check` (errors count as not yet) once a second until it holds.
@@ -559,17 +524,6 @@ fn eventually(
         std::thread::sleep(Duration::from_secs(1));
     }
     bail!("not {what} after {} s", limit.as_secs())
-}
-
-fn failover_figure(gaps: Vec<f64>) -> FailoverFigure {
-    let mut sorted = gaps.clone();
-    sorted.sort_by(f64::total_cmp);
-    FailoverFigure {
-        lease_ttl_s: 0,
-        median_ms: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
-        max_ms: sorted.last().copied().unwrap_or(0.0),
-        gaps_ms: gaps,
-    }
 }
 
 /// The side-by-side table: ringlog's configurations (when measured in the

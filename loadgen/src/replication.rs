@@ -383,7 +383,7 @@ fn failovers(
 ) -> anyhow::Result<FailoverFigure> {
     create(client, "failover", 1, 3, 0, false)?;
     // (sent, answered) of every produce that succeeded.
-    let answered: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::new(Mutex::new(Vec::new()));
+    let answered: Arc<Answered> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let producer = {
         let (addresses, answered, stop) = (cluster.addresses(), answered.clone(), stop.clone());
@@ -425,22 +425,8 @@ fn failovers(
         // by the dead leader (one answered before it died may still be
         // read afterwards, and must not count).
         let killed = Instant::now();
-        let deadline = killed + Duration::from_secs(60);
-        let gap = loop {
-            let first = answered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .find(|(sent, _)| *sent > killed)
-                .map(|(_, at)| *at);
-            if let Some(at) = first {
-                break at.duration_since(killed);
-            }
-            if Instant::now() > deadline {
-                bail!("round {round}: no acks=all produce answered within 60 s of the leader's SIGKILL");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
+        let gap = first_answer_after(&answered, killed, Duration::from_secs(60))
+            .with_context(|| format!("round {}", round + 1))?;
         println!(
             "failover {}: broker {leader} SIGKILLed, acks=all answered again after {:.0} ms",
             round + 1,
@@ -456,14 +442,51 @@ fn failovers(
         .join()
         .map_err(|_| anyhow::anyhow!("the failover producer panicked"))?
         .context("the failover producer")?;
+    Ok(failover_figure(spec.lease_ttl_s, gaps))
+}
+
+/// Every answered send of a failover producer: (sent, answered).
+pub type Answered = Mutex<Vec<(Instant, Instant)>>;
+
+/// The time from `killed` to the first answer to a send made after it (a
+/// send answered before the kill may be read afterwards, and must not
+/// count), waiting at most `limit`.
+pub fn first_answer_after(
+    answered: &Answered,
+    killed: Instant,
+    limit: Duration,
+) -> anyhow::Result<Duration> {
+    let deadline = killed + limit;
+    loop {
+        let first = answered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(sent, _)| *sent > killed)
+            .map(|(_, at)| *at);
+        if let Some(at) = first {
+            return Ok(at.duration_since(killed));
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "nothing answered within {} s of the leader's SIGKILL",
+                limit.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The gaps (ms) of the leader kills, with their median and maximum.
+pub fn failover_figure(lease_ttl_s: u64, gaps: Vec<f64>) -> FailoverFigure {
     let mut sorted = gaps.clone();
     sorted.sort_by(f64::total_cmp);
-    Ok(FailoverFigure {
-        lease_ttl_s: spec.lease_ttl_s,
+    FailoverFigure {
+        lease_ttl_s,
         median_ms: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
         max_ms: sorted.last().copied().unwrap_or(0.0),
         gaps_ms: gaps,
-    })
+    }
 }
 
 /// Fills a three-copy partition with `spec.catch_up_bytes`, then has a

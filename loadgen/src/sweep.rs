@@ -125,8 +125,24 @@ fn acks_name(acks: AckMode) -> String {
     format!("{acks:?}").to_lowercase()
 }
 
-/// Runs the sweep, printing a line per run.
-pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
+/// One fixed-rate (or unpaced) run's figures, whichever system ran it.
+struct RunFigures {
+    achieved: f64,
+    publish: Option<LatencySummary>,
+    e2e: Option<LatencySummary>,
+    lost: u64,
+    duplicated: u64,
+    out_of_order: u64,
+}
+
+/// The sweep's plan, run by `run` (ack mode, rate; None: unpaced, for the
+/// maximum): per ack mode the maximum when a rate is a fraction of it,
+/// then every rate, `spec.rounds` times interleaved, a line printed per run.
+fn sweep_with(
+    spec: &SweepSpec,
+    system: &str,
+    mut run: impl FnMut(AckMode, Option<f64>) -> anyhow::Result<RunFigures>,
+) -> anyhow::Result<SweepResult> {
     let mut result = SweepResult {
         maximum: Vec::new(),
         points: Vec::new(),
@@ -134,41 +150,15 @@ pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
     };
     for &acks in &spec.acks {
         let name = acks_name(acks);
-        let e2e = |rate: Option<f64>| -> anyhow::Result<(e2e::E2eOutcome, crate::stats::Summary)> {
-            let run = E2eSpec {
-                brokers: spec.brokers.clone(),
-                consume_from: None,
-                topic: format!("{}-{name}", spec.topic),
-                partitions: spec.partitions,
-                length: Length::Duration(spec.duration),
-                size: spec.size,
-                batch: spec.batch,
-                acks,
-                rate,
-                producers: spec.producers,
-                consumers: spec.consumers,
-                inject_loss: None,
-                inject_duplicate: None,
-                grace: Duration::from_secs(5),
-                warmup: spec.warmup,
-            };
-            measure(
-                "sweep",
-                "received",
-                None,
-                spec.warmup.as_secs_f64(),
-                |stats| e2e::run(&run, stats),
-            )
-        };
         let needs_maximum = spec.rates.iter().any(|r| matches!(r, Rate::Fraction(_)));
         let maximum = if needs_maximum {
-            let (_, summary) = e2e(None)?;
+            let achieved = run(acks, None)?.achieved;
             eprintln!(
-                "sweep: acks {name}: maximum {} msg/s end to end",
-                chart::format_number(summary.msgs_per_sec)
+                "sweep: {system}acks {name}: maximum {} msg/s end to end",
+                chart::format_number(achieved)
             );
-            result.maximum.push((name.clone(), summary.msgs_per_sec));
-            summary.msgs_per_sec
+            result.maximum.push((name.clone(), achieved));
+            achieved
         } else {
             0.0
         };
@@ -178,21 +168,20 @@ pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
                     Rate::Fraction(f) => maximum * f,
                     Rate::Absolute(r) => *r,
                 };
-                let (outcome, summary) = e2e(Some(target.max(1.0)))?;
-                let total = |f: fn(&e2e::PartitionCheck) -> u64| outcome.checks.iter().map(f).sum();
+                let figures = run(acks, Some(target.max(1.0)))?;
                 let point = SweepPoint {
                     acks: name.clone(),
                     rate: rate.label(),
                     round,
                     target_msgs_per_sec: target,
-                    achieved_msgs_per_sec: summary.msgs_per_sec,
-                    publish: outcome.publish,
-                    e2e: summary.latency,
-                    lost: total(|c| c.lost),
-                    duplicated: total(|c| c.duplicated),
-                    out_of_order: total(|c| c.out_of_order),
+                    achieved_msgs_per_sec: figures.achieved,
+                    publish: figures.publish,
+                    e2e: figures.e2e,
+                    lost: figures.lost,
+                    duplicated: figures.duplicated,
+                    out_of_order: figures.out_of_order,
                 };
-                eprintln!("sweep: {}", row(&point));
+                eprintln!("sweep: {system}{}", row(&point));
                 result.points.push(point);
             }
         }
@@ -201,6 +190,46 @@ pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
         result.medians = medians(&result.points);
     }
     Ok(result)
+}
+
+/// Runs the sweep against ringlog (`spec.brokers`), with loadgen's own
+/// e2e runs, printing a line per run.
+pub fn run(spec: &SweepSpec) -> anyhow::Result<SweepResult> {
+    sweep_with(spec, "", |acks, rate| {
+        let run = E2eSpec {
+            brokers: spec.brokers.clone(),
+            consume_from: None,
+            topic: format!("{}-{}", spec.topic, acks_name(acks)),
+            partitions: spec.partitions,
+            length: Length::Duration(spec.duration),
+            size: spec.size,
+            batch: spec.batch,
+            acks,
+            rate,
+            producers: spec.producers,
+            consumers: spec.consumers,
+            inject_loss: None,
+            inject_duplicate: None,
+            grace: Duration::from_secs(5),
+            warmup: spec.warmup,
+        };
+        let (outcome, summary) = measure(
+            "sweep",
+            "received",
+            None,
+            spec.warmup.as_secs_f64(),
+            |stats| e2e::run(&run, stats),
+        )?;
+        let total = |f: fn(&e2e::PartitionCheck) -> u64| outcome.checks.iter().map(f).sum();
+        Ok(RunFigures {
+            achieved: summary.msgs_per_sec,
+            publish: outcome.publish,
+            e2e: summary.latency,
+            lost: total(|c| c.lost),
+            duplicated: total(|c| c.duplicated),
+            out_of_order: total(|c| c.out_of_order),
+        })
+    })
 }
 
 /// Kafka's producer settings and topic configs for a ringlog ack mode:
@@ -224,74 +253,43 @@ fn kafka_acks(acks: AckMode) -> (&'static str, &'static [&'static str]) {
 /// its runs (each reads only what it produced). The maximum is a run with
 /// the producer unpaced. Producer and consumer are in one process, as
 /// loadgen's own e2e runs are; the latency percentiles are the driver's
-/// exact ones over every counted message.
+/// exact ones over every counted message. Order is not checked (0).
 pub fn run_kafka(spec: &SweepSpec, home: &std::path::Path) -> anyhow::Result<SweepResult> {
     use crate::peers::kafka;
     if let Some(why) = kafka::missing_driver(home) {
         anyhow::bail!(why);
     }
-    let mut result = SweepResult {
-        maximum: Vec::new(),
-        points: Vec::new(),
-        medians: Vec::new(),
-    };
+    let topic = |acks| format!("{}-kafka-{}", spec.topic, acks_name(acks));
     for &acks in &spec.acks {
-        let name = acks_name(acks);
-        let (kafka_acks, configs) = kafka_acks(acks);
-        let topic = format!("{}-kafka-{name}", spec.topic);
-        kafka::create(home, &spec.brokers, &topic, spec.partitions, 1, configs)?;
-        let paced = |rate: f64| {
-            kafka::paced(
-                home,
-                &spec.brokers,
-                &topic,
-                rate,
-                spec.duration.as_secs_f64(),
-                spec.warmup.as_secs_f64(),
-                spec.size,
-                kafka_acks,
-            )
-        };
-        let needs_maximum = spec.rates.iter().any(|r| matches!(r, Rate::Fraction(_)));
-        let maximum = if needs_maximum {
-            let outcome = paced(0.0)?;
-            eprintln!(
-                "sweep: Kafka acks {name}: maximum {} msg/s end to end",
-                chart::format_number(outcome.achieved)
-            );
-            result.maximum.push((name.clone(), outcome.achieved));
-            outcome.achieved
-        } else {
-            0.0
-        };
-        for round in 1..=spec.rounds.max(1) {
-            for rate in &spec.rates {
-                let target = match rate {
-                    Rate::Fraction(f) => maximum * f,
-                    Rate::Absolute(r) => *r,
-                };
-                let outcome = paced(target.max(1.0))?;
-                let point = SweepPoint {
-                    acks: name.clone(),
-                    rate: rate.label(),
-                    round,
-                    target_msgs_per_sec: target,
-                    achieved_msgs_per_sec: outcome.achieved,
-                    publish: outcome.publish,
-                    e2e: outcome.e2e,
-                    lost: outcome.lost,
-                    duplicated: outcome.duplicated,
-                    out_of_order: 0,
-                };
-                eprintln!("sweep: Kafka {}", row(&point));
-                result.points.push(point);
-            }
-        }
+        kafka::create(
+            home,
+            &spec.brokers,
+            &topic(acks),
+            spec.partitions,
+            1,
+            kafka_acks(acks).1,
+        )?;
     }
-    if spec.rounds > 1 {
-        result.medians = medians(&result.points);
-    }
-    Ok(result)
+    sweep_with(spec, "Kafka ", |acks, rate| {
+        let outcome = kafka::paced(
+            home,
+            &spec.brokers,
+            &topic(acks),
+            rate.unwrap_or(0.0),
+            spec.duration.as_secs_f64(),
+            spec.warmup.as_secs_f64(),
+            spec.size,
+            kafka_acks(acks).0,
+        )?;
+        Ok(RunFigures {
+            achieved: outcome.achieved,
+            publish: outcome.publish,
+            e2e: outcome.e2e,
+            lost: outcome.lost,
+            duplicated: outcome.duplicated,
+            out_of_order: 0,
+        })
+    })
 }
 
 /// The median of each figure over the runs of one ack mode and rate, in

@@ -20,8 +20,8 @@ use anyhow::{bail, Context};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 /// The default address `deploy/peers.sh` starts Kafka on (ringlog keeps
 /// 9092).
@@ -227,8 +227,8 @@ pub fn leader(
 /// dropped, keeping (sent, answered) of every answered send.
 pub struct FailoverProducer {
     child: Child,
-    /// Every answered send.
-    pub answered: Arc<Mutex<Vec<(SystemTime, SystemTime)>>>,
+    /// Every answered send, on this process's clock.
+    pub answered: Arc<crate::replication::Answered>,
 }
 
 impl FailoverProducer {
@@ -244,14 +244,15 @@ impl FailoverProducer {
             .spawn()
             .context("starting java for the Kafka driver")?;
         let stdout = child.stdout.take().context("the driver's output")?;
-        let answered = Arc::new(Mutex::new(Vec::new()));
+        let answered: Arc<crate::replication::Answered> = Arc::default();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let sink = answered.clone();
         std::thread::spawn(move || {
+            // The driver's wall-clock microseconds, as instants here.
             let micros = |w: &str| {
-                w.parse::<u64>()
-                    .ok()
-                    .map(|us| SystemTime::UNIX_EPOCH + Duration::from_micros(us))
+                let at = SystemTime::UNIX_EPOCH + Duration::from_micros(w.parse::<u64>().ok()?);
+                let ago = SystemTime::now().duration_since(at).unwrap_or_default();
+                Instant::now().checked_sub(ago)
             };
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 let words: Vec<&str> = line.split_whitespace().collect();

@@ -99,6 +99,18 @@ impl Peers {
     }
 }
 
+/// Runs `command`, which must succeed; its standard output and error.
+fn succeeds(command: &mut Command) -> (String, String) {
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "{command:?} failed:\n{stdout}\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
 impl Drop for Peers {
     fn drop(&mut self) {
         let _ = self.script("stop", self.what);
@@ -110,18 +122,12 @@ fn paper_drives_rabbitmq_activemq_nats_redis_and_kafka_with_exact_counts() {
     let peers = Peers::start("all");
     let out = TempDir::new("paper-peers");
     let messages = 3000;
-    let output = peers
-        .loadgen()
-        .args(["paper", "--messages", &messages.to_string()])
-        .args(["--systems", "rabbitmq,activemq,nats,redis,kafka", "--out"])
-        .arg(out.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "loadgen paper failed:\n{stdout}\n{stderr}"
+    let (stdout, stderr) = succeeds(
+        peers
+            .loadgen()
+            .args(["paper", "--messages", &messages.to_string()])
+            .args(["--systems", "rabbitmq,activemq,nats,redis,kafka", "--out"])
+            .arg(out.path()),
     );
 
     let report: Value =
@@ -183,26 +189,20 @@ fn replication_and_sweep_drive_three_node_kafka_and_nats_clusters() {
         std::os::unix::fs::symlink(peers.dir.path().join(name), dir.path().join(name)).unwrap();
     }
     let out = TempDir::new("replication-peers");
-    let output = kafka
-        .loadgen()
-        .env("RINGLOG_PEERS_DIR", dir.path())
-        .args([
-            "replication",
-            "--systems",
-            "kafka,nats",
-            "--messages",
-            "3000",
-        ])
-        .args(["--latency-rate", "200", "--latency-seconds", "2"])
-        .args(["--failovers", "1", "--out"])
-        .arg(out.path())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "loadgen replication failed:\n{stdout}\n{stderr}"
+    let (stdout, _) = succeeds(
+        kafka
+            .loadgen()
+            .env("RINGLOG_PEERS_DIR", dir.path())
+            .args([
+                "replication",
+                "--systems",
+                "kafka,nats",
+                "--messages",
+                "3000",
+            ])
+            .args(["--latency-rate", "200", "--latency-seconds", "2"])
+            .args(["--failovers", "1", "--out"])
+            .arg(out.path()),
     );
     let figures: Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("peers.json")).unwrap())
@@ -237,18 +237,13 @@ fn replication_and_sweep_drive_three_node_kafka_and_nats_clusters() {
     assert!(stdout.contains("NATS failover 1: server"), "{stdout}");
 
     let json = out.path().join("sweep.json");
-    let output = kafka
-        .loadgen()
-        .args(["--brokers", "127.0.0.1:29192", "sweep", "--system", "kafka"])
-        .args(["--acks", "written,flushed", "--rates", "300"])
-        .args(["--duration", "3", "--warmup", "1", "--json"])
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "loadgen sweep --system kafka failed:\n{stderr}"
+    succeeds(
+        kafka
+            .loadgen()
+            .args(["--brokers", "127.0.0.1:29192", "sweep", "--system", "kafka"])
+            .args(["--acks", "written,flushed", "--rates", "300"])
+            .args(["--duration", "3", "--warmup", "1", "--json"])
+            .arg(&json),
     );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let points = report["result"]["points"].as_array().unwrap();

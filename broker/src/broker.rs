@@ -440,7 +440,7 @@ async fn shard_main(context: ShardContext) {
     glommio::spawn_local(shard::run_flusher(shard.clone())).detach();
     glommio::spawn_local(shard::run_file_closer(shard.clone())).detach();
     glommio::spawn_local(shard::run_retention(shard.clone())).detach();
-    glommio::spawn_local(crate::replica::run_leaders(shard.clone())).detach();
+    glommio::spawn_local(crate::replica::tasks::run_leaders(shard.clone())).detach();
     glommio::spawn_local(publish_metrics(shard.clone(), context.published.clone())).detach();
     glommio::spawn_local(inbox_loop(shard.clone(), context.inbox, stop.clone())).detach();
     let _ = context.ready.send(Ok(()));

@@ -15,7 +15,7 @@ use super::give_way::GiveWay;
 use super::replicated::{check_leader, follower_offsets, not_leader};
 use super::{check_topic_id, invalid_header, locate, Dispatched, Failure, Payload, Response};
 use crate::limits::{FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX};
-use crate::replica::leader::FollowerRead;
+use crate::replica::rules::FollowerRead;
 use crate::replica::SharedReplica;
 use crate::shard::{Owner, Shard};
 use crate::storage::partition_log;
@@ -449,16 +449,8 @@ async fn read_part(
                 }
                 FollowerRead::Read { chunk_epoch, .. } => chunk_epoch,
             };
-            // What is written now, within this epoch's bytes.
-            let limit = {
-                let r = replica.borrow();
-                let written = log.borrow().written_offset();
-                r.epochs
-                    .next_start_after(part.offset)
-                    .map_or(written, |next| next.min(written))
-            };
             let slice =
-                partition_log::read_below(&log, part.offset, bytes_max, Some(limit)).await?;
+                crate::replica::leader::read_for_follower(replica, part.offset, bytes_max).await?;
             answer.chunk_epoch = chunk_epoch;
             answer.segment_base = slice
                 .as_ref()

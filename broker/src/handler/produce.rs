@@ -117,8 +117,13 @@ pub fn handle(
     }
     let shard = shard.clone();
     let count = summary.count;
+    // The epoch the messages were appended in: they are acknowledged only
+    // by a high watermark of that epoch (see `replica::leader::replicated`).
+    let replicated = replica.filter(|_| acks == AckMode::All).map(|r| {
+        let epoch = r.borrow().epoch();
+        (r, epoch)
+    });
     Ok(Dispatched::Later(Box::pin(async move {
-        let replicated = replica.filter(|_| acks == AckMode::All);
         Some(
             await_ack(
                 &shard, &log, local_acks, appended, count, started, replicated,
@@ -135,7 +140,7 @@ async fn await_ack(
     appended: Appended,
     count: u32,
     started: Instant,
-    replicated: Option<crate::replica::SharedReplica>,
+    replicated: Option<(crate::replica::SharedReplica, u32)>,
 ) -> Response {
     let Appended { base, end, .. } = appended;
     if let Err(not_stored) = partition_log::stored(log, appended, acks).await {
@@ -157,8 +162,8 @@ async fn await_ack(
         };
         return failure.response(Api::Produce as u16);
     }
-    if let Some(replica) = replicated {
-        if let Err(failure) = super::replicated::await_replicated(&replica, end).await {
+    if let Some((replica, epoch)) = replicated {
+        if let Err(failure) = super::replicated::await_replicated(&replica, end, epoch).await {
             crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
             return failure.response(Api::Produce as u16);
         }

@@ -8,10 +8,9 @@
 //! fetch is answered in `multi_fetch.rs`.
 
 use super::Failure;
+use crate::replica::leader::NotReplicated;
 use crate::replica::SharedReplica;
 use crate::shard::Shard;
-use crate::storage::SharedLog;
-use protocol::codec::PartitionOffsets;
 use protocol::types::{BrokerId, PartitionId};
 use protocol::ErrorCode;
 
@@ -128,57 +127,32 @@ pub fn check_insync(replica: &SharedReplica) -> Result<(), Failure> {
 }
 
 /// Waits until the high watermark covers `end` (every ISR member flushed
-/// it), or says why it never will here.
-pub async fn await_replicated(replica: &SharedReplica, end: u64) -> Result<(), Failure> {
-    let (log, epoch) = {
-        let mut r = replica.borrow_mut();
-        // The leader's own flush just completed: it may move the mark.
-        r.update_high_watermark();
-        (r.log.clone(), r.epoch())
-    };
-    let watermarks = log.borrow().watermarks();
-    watermarks
-        .wait_until(|| {
-            let r = replica.borrow();
-            let l = log.borrow();
-            l.high_watermark().is_some_and(|hw| hw >= end)
-                || l.poisoned().is_some()
-                || !r.leads()
-                || r.epoch() != epoch
-        })
-        .await;
-    let r = replica.borrow();
-    let l = log.borrow();
-    if l.high_watermark().is_some_and(|hw| hw >= end) {
-        return Ok(());
+/// it), or says why it never will here
+/// ([`crate::replica::leader::replicated`]).
+pub async fn await_replicated(
+    replica: &SharedReplica,
+    end: u64,
+    epoch: u32,
+) -> Result<(), Failure> {
+    let label = replica.borrow().label.clone();
+    match crate::replica::leader::replicated(replica, end, epoch).await {
+        Ok(()) => Ok(()),
+        Err(NotReplicated::Poisoned(reason)) => {
+            Err(Failure::new(ErrorCode::StorageFailed, reason))
+        }
+        // Appended here, perhaps copied: a code of its own, so the client
+        // reports the batch's fate as unknown (every NOT_LEADER means
+        // nothing was appended).
+        Err(NotReplicated::Moved { leader, epoch }) => Err(Failure {
+            owner_broker_id: Some(leader),
+            ..Failure::new(
+                ErrorCode::NotEnoughReplicasAfterAppend,
+                format!(
+                    "{label}: leadership moved (to broker {leader}, epoch {epoch}) before the messages were replicated; they may or may not be kept: retry"
+                ),
+            )
+        }),
     }
-    if let Some(reason) = l.poisoned() {
-        return Err(Failure::new(ErrorCode::StorageFailed, reason.to_string()));
-    }
-    // Appended here, perhaps copied: a code of its own, so the client
-    // reports the batch's fate as unknown (every NOT_LEADER means nothing
-    // was appended).
-    Err(Failure {
-        owner_broker_id: Some(r.leader()),
-        ..Failure::new(
-            ErrorCode::NotEnoughReplicasAfterAppend,
-            format!(
-                "{}: leadership moved (to broker {}, epoch {}) before the messages were replicated; they may or may not be kept: retry",
-                r.label,
-                r.leader(),
-                r.epoch()
-            ),
-        )
-    })
 }
 
-/// A partition's offsets as a follower is told them: the high watermark in
-/// `flushed_offset`.
-pub fn follower_offsets(log: &SharedLog) -> PartitionOffsets {
-    let l = log.borrow();
-    PartitionOffsets {
-        start_offset: l.start_offset(),
-        flushed_offset: l.high_watermark().unwrap_or(0).min(l.visible_offset()),
-        end_offset: l.end_offset(),
-    }
-}
+pub use crate::replica::leader::follower_offsets;

@@ -18,12 +18,11 @@
 
 use super::{Role, SharedReplica};
 use crate::shard::Shard;
-use crate::storage::partition_log;
+
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
-use protocol::codec::multi_fetch::{self, FetchPart, FetchedPart, MultiFetch};
+use protocol::codec::multi_fetch::{self, FetchPart, MultiFetch};
 use protocol::codec::{self, verify};
 use protocol::frame::{self, Api, FramePrefix, FRAME_PREFIX_BYTES};
-use protocol::message::MessageSetIter;
 use protocol::types::{BrokerId, ShardId};
 use protocol::{wire, ErrorCode};
 use std::collections::BTreeMap;
@@ -357,7 +356,9 @@ where
             let shard = shard.clone();
             let payload = payload.clone();
             tasks.push(glommio::spawn_local(async move {
-                let applied = apply(&shard, &replica, &answer, &payload[range]).await;
+                let applied =
+                    super::apply::apply(&replica, &answer, &payload[range], &ShardApplied(&shard))
+                        .await;
                 (replica, applied)
             }));
         }
@@ -419,163 +420,14 @@ async fn exchange(
     .await
 }
 
-/// Why a follower must not cut its log to `target`, if it must not: the
-/// cut would remove bytes below the high watermark it knows (`floor`,
-/// kept across restarts) — committed, acknowledged to producers — and the
-/// leader asking for it is not newer than this copy's last epoch. Such a
-/// leader wrote (or copied) every committed byte itself, so a log that
-/// lacks them lost them: a wiped disk leading in the old epoch. Only a
-/// newer leader, elected from the ISR or by an operator's unclean
-/// election, defines what the partition holds below the floor.
-pub fn truncation_refused(
-    target: u64,
-    floor: u64,
-    own_epoch: i32,
-    leader_epoch: u32,
-) -> Option<String> {
-    if target >= floor || i64::from(leader_epoch) > i64::from(own_epoch) {
-        return None;
-    }
-    Some(format!(
-        "refusing to truncate to {target}, below the high watermark {floor} this copy knows: the leader is in epoch {leader_epoch}, not newer than this copy's {own_epoch}, yet lacks committed bytes (did it lose its disk?); the copy keeps them and waits for a leader that holds them"
-    ))
-}
+/// A follower's appends go on the shard's flush timer and its metrics.
+struct ShardApplied<'a>(&'a Shard);
 
-/// Applies the leader's answer for one followed partition.
-async fn apply(
-    shard: &Rc<Shard>,
-    replica: &SharedReplica,
-    answer: &FetchedPart,
-    payload: &[u8],
-) -> Result<(), String> {
-    if answer.error != ErrorCode::None {
-        if answer.error == ErrorCode::OffsetOutOfRange {
-            // The leader's log starts past this empty copy's end
-            // (retention): begin there.
-            let start = answer.offsets.start_offset;
-            let log = replica.borrow().log.clone();
-            let empty = {
-                let l = log.borrow();
-                l.end_offset() == l.start_offset() && l.end_offset() < start
-            };
-            if empty {
-                return log
-                    .borrow_mut()
-                    .rebase_empty(start)
-                    .map_err(|e| e.to_string());
-            }
+impl super::apply::Applied<crate::storage::io::DiskStorage> for ShardApplied<'_> {
+    fn touched(&self, log: &crate::storage::SharedLog, bytes: u64) {
+        self.0.needs_timer(log);
+        if bytes > 0 {
+            crate::metrics::bump(&self.0.metrics.counters.replica_bytes_appended_total, bytes);
         }
-        // NOT_LEADER, FENCED or UNKNOWN_LEADER_EPOCH: the registry's news
-        // (a state change) is on its way; the partition waits for it.
-        return Err(format!("{}: {}", answer.error, answer.message));
-    }
-    let log = replica.borrow().log.clone();
-    let offset = answer.offset;
-    if let Some((epoch, leader_end)) = answer.diverging {
-        let (own_end, floor, own_epoch, leader_epoch) = {
-            let r = replica.borrow();
-            let (end, floor) = {
-                let l = r.log.borrow();
-                (l.end_offset(), l.committed_floor())
-            };
-            (
-                r.epochs.end_for(epoch, end).1,
-                floor,
-                r.epochs.last_epoch(),
-                r.epoch(),
-            )
-        };
-        let target = leader_end.min(own_end);
-        if let Some(refusal) = truncation_refused(target, floor, own_epoch, leader_epoch) {
-            let r = replica.borrow();
-            tracing::error!(partition = %r.label, leader = r.leader(), target, committed_floor = floor, own_epoch, leader_epoch, "{refusal}");
-            return Err(refusal);
-        }
-        partition_log::truncate(&log, target)
-            .await
-            .map_err(|e| e.to_string())?;
-        let (storage, dir) = {
-            let l = log.borrow();
-            (l.storage().clone(), l.dir().to_path_buf())
-        };
-        let mut r = replica.borrow_mut();
-        if r.epochs.truncate(target) {
-            r.epochs.store(&storage, &dir).map_err(|e| e.to_string())?;
-        }
-        return Ok(());
-    }
-    let hw = answer.offsets.flushed_offset;
-    let chunk_epoch = answer.chunk_epoch;
-    let segment_base = answer.segment_base;
-    // Whole, valid messages only: a chunk may end in the middle of one.
-    let mut iter = MessageSetIter::new(payload, offset);
-    let mut count = 0u32;
-    for message in iter.by_ref() {
-        message.map_err(|e| format!("a damaged message from the leader: {e}"))?;
-        count += 1;
-    }
-    let whole = iter.position();
-    if whole > 0 {
-        if log.borrow().end_offset() != offset {
-            return Err(format!(
-                "an answer for offset {offset}, but the copy ends at {}",
-                log.borrow().end_offset()
-            ));
-        }
-        if chunk_epoch >= 0 {
-            let (storage, dir) = {
-                let l = log.borrow();
-                (l.storage().clone(), l.dir().to_path_buf())
-            };
-            let mut r = replica.borrow_mut();
-            if r.epochs.assign(chunk_epoch as u32, offset) {
-                r.epochs.store(&storage, &dir).map_err(|e| e.to_string())?;
-            }
-        }
-        let appended =
-            partition_log::append_replica(&log, offset, &payload[..whole], count, segment_base)
-                .map_err(|e| e.to_string())?;
-        shard.needs_timer(&log);
-        crate::metrics::bump(
-            &shard.metrics.counters.replica_bytes_appended_total,
-            whole as u64,
-        );
-        // acks=all counts flushed copies (written ones on a write-caching
-        // topic): the next fetch reports this one.
-        let counted = if log.borrow().write_caching() {
-            protocol::codec::AckMode::Written
-        } else {
-            protocol::codec::AckMode::Flushed
-        };
-        partition_log::stored(&log, appended, counted)
-            .await
-            .map_err(|e| format!("{e:?}"))?;
-    }
-    log.borrow_mut().set_high_watermark(hw);
-    // The high watermark's checkpoint (`committed_floor`) is the timer's.
-    shard.needs_timer(&log);
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::truncation_refused;
-
-    #[test]
-    fn a_follower_keeps_committed_bytes_unless_a_newer_leader_cuts_them() {
-        // Above the floor: uncommitted bytes, cut for any leader.
-        assert_eq!(truncation_refused(500, 400, 3, 3), None);
-        // Below it, for a leader of this copy's own epoch (the wiped
-        // leader of the outside test) or an older one: refused.
-        let refused = truncation_refused(0, 360_000, 0, 0).unwrap();
-        assert!(
-            refused.contains("below the high watermark 360000"),
-            "{refused}"
-        );
-        assert!(truncation_refused(100, 400, 5, 4).is_some());
-        // A newer leader (an unclean election) may.
-        assert_eq!(truncation_refused(100, 400, 3, 4), None);
-        // A copy that knows no epoch follows any leader.
-        assert_eq!(truncation_refused(0, 0, -1, 0), None);
     }
 }

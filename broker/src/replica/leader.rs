@@ -14,8 +14,13 @@
 //! as does one a finished move took out of the replicas; one outside that
 //! has everything committed in this epoch joins again.
 
-use super::Replica;
+use super::rules::{self, FollowerRead, LeaderLog};
+use super::{Replica, SharedReplica};
+use crate::storage::io::Storage;
+use crate::storage::partition_log::{self, FetchSlice, Shared};
+use crate::storage::StorageError;
 use coordinator::replicas::PartitionState;
+use protocol::codec::PartitionOffsets;
 use protocol::types::BrokerId;
 use std::time::{Duration, Instant};
 
@@ -38,29 +43,7 @@ pub struct Progress {
     pub restarted: bool,
 }
 
-/// How to answer a follower's fetch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FollowerRead {
-    /// Its log diverged: it truncates to `end`, the end of `epoch` here
-    /// (bounded by its own end for that epoch).
-    Diverging {
-        /// The largest epoch here not newer than the follower's last (0
-        /// when none is: the follower keeps nothing past `end`).
-        epoch: i32,
-        /// Where that epoch ends here.
-        end: u64,
-    },
-    /// Send bytes from the fetch offset, below `limit` (what is written,
-    /// and not past the start of a later epoch), all of `chunk_epoch`.
-    Read {
-        /// The read's end.
-        limit: u64,
-        /// The epoch of every byte read.
-        chunk_epoch: i32,
-    },
-}
-
-impl Replica {
+impl<S: Storage> Replica<S> {
     /// Takes a follower's fetch: checks it against the epochs, records its
     /// progress, moves the high watermark, and says what to send back.
     pub fn follower_fetch(
@@ -72,35 +55,19 @@ impl Replica {
         last_fetched_epoch: i32,
         now: Instant,
     ) -> FollowerRead {
-        let (leader_end, written) = {
+        let leader = {
             let l = self.log.borrow();
-            (l.end_offset(), l.written_offset())
+            LeaderLog {
+                end: l.end_offset(),
+                written: l.written_offset(),
+                high_watermark: l.high_watermark().unwrap_or(0),
+            }
         };
-        if last_fetched_epoch >= 0 {
-            // The largest epoch here not newer than the follower's last, and
-            // its end here: past it, or in a newer epoch than that, the
-            // follower holds bytes this log does not (KIP-101, KIP-279).
-            let (epoch, end) = self.epochs.end_for(last_fetched_epoch, leader_end);
-            if epoch < last_fetched_epoch || end < offset {
-                return FollowerRead::Diverging {
-                    epoch: epoch.max(0),
-                    end: end.min(offset),
-                };
-            }
-        } else if offset > 0 {
-            // Bytes but no epochs (a lost epoch file): only what is
-            // committed is known to be the leader's.
-            let hw = self.log.borrow().high_watermark().unwrap_or(0);
-            if offset > hw {
-                return FollowerRead::Diverging { epoch: 0, end: hw };
-            }
+        let read = rules::follower_read(&self.epochs, leader, offset, last_fetched_epoch);
+        if let FollowerRead::Diverging { .. } = read {
+            return read;
         }
-        if offset > leader_end {
-            return FollowerRead::Diverging {
-                epoch: self.epochs.last_epoch().max(0),
-                end: leader_end,
-            };
-        }
+        let leader_end = leader.end;
         let progress = self.followers.entry(follower).or_insert_with(|| Progress {
             end: offset,
             flushed: 0,
@@ -131,14 +98,7 @@ impl Replica {
         progress.leader_end_at_last_fetch = leader_end;
         progress.last_fetch = now;
         self.update_high_watermark();
-        let limit = self
-            .epochs
-            .next_start_after(offset)
-            .map_or(written, |next| next.min(written));
-        FollowerRead::Read {
-            limit,
-            chunk_epoch: self.epochs.epoch_at(offset),
-        }
+        read
     }
 
     /// Moves the high watermark to the least flushed offset over the
@@ -148,9 +108,6 @@ impl Replica {
             return;
         }
         let isr = &self.state.state.isr;
-        if (isr.len() as u32) < self.min_insync {
-            return;
-        }
         let mut members: Vec<BrokerId> = isr.clone();
         if let Some(proposed) = &self.proposed {
             members.extend(proposed.isr.iter().filter(|b| !isr.contains(b)));
@@ -159,7 +116,7 @@ impl Replica {
         // follower appends, then fetches again: its fetch offset), others
         // what each has flushed.
         let caching = self.log.borrow().write_caching();
-        let mut hw = {
+        let own = {
             let l = self.log.borrow();
             if caching {
                 l.written_offset()
@@ -167,21 +124,24 @@ impl Replica {
                 l.flushed_offset()
             }
         };
-        for member in members {
+        let reported = members
+            .into_iter()
             // A member a finished move removed leaves the ISR next; it no
             // longer fetches, and the target's members all count.
-            if member == self.me || !self.replicas.contains(&member) {
-                continue;
-            }
-            match self.followers.get(&member) {
-                Some(progress) if caching => hw = hw.min(progress.end),
-                Some(progress) => hw = hw.min(progress.flushed),
-                // Not heard from in this epoch: it may lack anything past
-                // what was committed before.
-                None => return,
-            }
+            .filter(|member| *member != self.me && self.replicas.contains(member))
+            .map(|member| {
+                self.followers
+                    .get(&member)
+                    .map(|p| if caching { p.end } else { p.flushed })
+            });
+        if let Some(hw) = rules::high_watermark(own, isr.len(), self.min_insync, reported) {
+            let mut l = self.log.borrow_mut();
+            let before = l.high_watermark().unwrap_or(0);
+            l.set_high_watermark(hw);
+            // What every ISR member has flushed never goes back while this
+            // copy leads (set_high_watermark keeps the greater).
+            assert!(l.high_watermark().unwrap_or(0) >= before);
         }
-        self.log.borrow_mut().set_high_watermark(hw);
     }
 
     /// The ISR change this leader calls for now, if any: who leaves (lagging
@@ -243,4 +203,96 @@ impl Replica {
             // The ISR records the directory it holds its copy in.
             .map(|(b, p, disk)| state.expand(*b, &p.incarnation, &disk))
     }
+}
+
+/// A partition's offsets as a follower is told them: the high watermark in
+/// `flushed_offset`.
+pub fn follower_offsets<S: Storage>(log: &Shared<S>) -> PartitionOffsets {
+    let l = log.borrow();
+    PartitionOffsets {
+        start_offset: l.start_offset(),
+        flushed_offset: l.high_watermark().unwrap_or(0).min(l.visible_offset()),
+        end_offset: l.end_offset(),
+    }
+}
+
+/// The bytes a follower's fetch at `offset` is sent (up to `bytes_max`):
+/// what is written, within the epoch of its first byte — one epoch per
+/// chunk, so the follower records each epoch's start where the leader did.
+pub async fn read_for_follower<S: Storage>(
+    replica: &SharedReplica<S>,
+    offset: u64,
+    bytes_max: u32,
+) -> Result<Option<FetchSlice<S::File>>, StorageError> {
+    let (log, limit) = {
+        let r = replica.borrow();
+        let written = r.log.borrow().written_offset();
+        let limit = r
+            .epochs
+            .next_start_after(offset)
+            .map_or(written, |next| next.min(written));
+        (r.log.clone(), limit)
+    };
+    partition_log::read_below(&log, offset, bytes_max, Some(limit)).await
+}
+
+/// Why an acks=all produce is not acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReplicated {
+    /// The log failed (its reason).
+    Poisoned(String),
+    /// The leadership moved before the high watermark covered the
+    /// messages: appended here, perhaps copied — their fate is unknown.
+    Moved {
+        /// The leader this copy knows now.
+        leader: BrokerId,
+        /// Its epoch.
+        epoch: u32,
+    },
+}
+
+/// Waits until the high watermark covers `end` (every ISR member flushed
+/// it) in `epoch`, the leader epoch the messages were appended in, or says
+/// why it never will here. The epoch is the append's, not the one this copy
+/// knows once its own flush is done: a leader that lost its leadership
+/// while it flushed, was truncated as a follower and leads again in a newer
+/// epoch has other bytes at these offsets, and that epoch's high watermark
+/// says nothing of the messages (found by `copies_model_test.rs`).
+pub async fn replicated<S: Storage>(
+    replica: &SharedReplica<S>,
+    end: u64,
+    epoch: u32,
+) -> Result<(), NotReplicated> {
+    let log = {
+        let mut r = replica.borrow_mut();
+        // The leader's own flush just completed: it may move the mark.
+        r.update_high_watermark();
+        r.log.clone()
+    };
+    let watermarks = log.borrow().watermarks();
+    watermarks
+        .wait_until(|| {
+            let r = replica.borrow();
+            let l = log.borrow();
+            l.high_watermark().is_some_and(|hw| hw >= end)
+                || l.poisoned().is_some()
+                || !r.leads()
+                || r.epoch() != epoch
+        })
+        .await;
+    let r = replica.borrow();
+    let l = log.borrow();
+    // Covered only while this copy still leads in the epoch it appended
+    // in: a follower's high watermark is the leader's word, not this
+    // copy's, and a later epoch's may cover other bytes at these offsets.
+    if r.leads() && r.epoch() == epoch && l.high_watermark().is_some_and(|hw| hw >= end) {
+        return Ok(());
+    }
+    if let Some(reason) = l.poisoned() {
+        return Err(NotReplicated::Poisoned(reason.to_string()));
+    }
+    Err(NotReplicated::Moved {
+        leader: r.leader(),
+        epoch: r.epoch(),
+    })
 }

@@ -22,15 +22,21 @@
 //! follower (a new incarnation) leaves the ISR until it has caught up.
 //! Not `Send`: a shard's, like the log it replicates.
 
+pub mod apply;
 pub mod epochs;
 pub mod follower;
 pub mod leader;
+pub mod rules;
+pub mod tasks;
 pub mod transfer;
 
 #[cfg(test)]
+mod copies_model_test;
+#[cfg(test)]
 mod model_test;
 
-use crate::storage::partition_log::SharedLog;
+use crate::storage::io::{DiskStorage, Storage};
+use crate::storage::partition_log::Shared;
 use coordinator::replicas::{PartitionState, Versioned};
 use epochs::Epochs;
 use protocol::types::{BrokerId, PartitionId};
@@ -38,8 +44,10 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+pub use rules::{is_isr_copy, may_not_lead};
+
 /// A replica shared within its shard.
-pub type SharedReplica = Rc<RefCell<Replica>>;
+pub type SharedReplica<S = DiskStorage> = Rc<RefCell<Replica<S>>>;
 
 /// What this copy does now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,9 +63,9 @@ pub enum Role {
     },
 }
 
-/// One partition's copy on this shard.
-#[derive(Debug)]
-pub struct Replica {
+/// One partition's copy on this shard, over the storage its log is on (the
+/// broker's disk; the in-memory disk in the model test).
+pub struct Replica<S: Storage = DiskStorage> {
     /// `topic-partition`, for logs.
     pub label: String,
     /// The topic.
@@ -85,7 +93,7 @@ pub struct Replica {
     /// Which epoch wrote which bytes of this copy.
     pub epochs: Epochs,
     /// The log.
-    pub log: SharedLog,
+    pub log: Shared<S>,
     /// The leader's view of each follower (empty on a follower).
     pub followers: BTreeMap<BrokerId, leader::Progress>,
     /// An ISR change sent to the control thread and not answered yet:
@@ -117,7 +125,22 @@ pub struct Replica {
     pub refused: Option<(u32, &'static str)>,
 }
 
-impl Replica {
+impl<S: Storage> std::fmt::Debug for Replica<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("label", &self.label)
+            .field("state", &self.state)
+            .field("leading", &self.leading)
+            .field("epochs", &self.epochs)
+            .field("followers", &self.followers)
+            .field("proposed", &self.proposed)
+            .field("known", &self.known)
+            .field("new_copy", &self.new_copy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Storage> Replica<S> {
     /// A copy of `partition` in its initial state (the registry's own
     /// state follows in [`Replica::learn`]).
     #[allow(clippy::too_many_arguments)]
@@ -129,14 +152,17 @@ impl Replica {
         replicas: Vec<BrokerId>,
         min_insync: u32,
         me: BrokerId,
-        log: SharedLog,
+        log: Shared<S>,
         epochs: Epochs,
-    ) -> Replica {
+    ) -> Replica<S> {
         let state = Versioned {
             state: initial,
             revision: 0,
         };
-        let label = log.borrow().label().to_string();
+        let (label, now) = {
+            let l = log.borrow();
+            (l.label().to_string(), l.storage().now())
+        };
         Replica {
             label,
             topic: topic.to_string(),
@@ -156,7 +182,7 @@ impl Replica {
             proposed: None,
             leading: None,
             generation: 0,
-            leading_since: std::time::Instant::now(),
+            leading_since: now,
             known: false,
             disk: String::new(),
             run: String::new(),
@@ -282,7 +308,8 @@ impl Replica {
         // A leader added this run's copy: it is the ISR's from now on.
         if self.new_copy && self.state.state.incarnations.get(&self.me) == Some(&self.run) {
             self.new_copy = false;
-            crate::storage::new_copy::unmark(self.log.borrow().dir());
+            let l = self.log.borrow();
+            crate::storage::new_copy::unmark(l.storage(), l.dir());
         }
         // A follower that rejoined in its new incarnation is not a restart
         // any more.
@@ -338,167 +365,7 @@ impl Replica {
         }
         tracing::info!(partition = %self.label, epoch, start_offset = start, isr = ?self.state.state.isr, "leading");
         self.leading = Some(epoch);
-        self.leading_since = std::time::Instant::now();
+        self.leading_since = self.log.borrow().storage().now();
         self.followers.clear();
-    }
-}
-
-/// True when `me`'s copy (in the data directory `disk`; `new_copy`: its
-/// directory was not there when this run started) is the ISR member
-/// `state` names: in the ISR, not new, and in the directory the ISR
-/// records for it (a state without one: membership alone).
-pub fn is_isr_copy(state: &PartitionState, me: BrokerId, disk: &str, new_copy: bool) -> bool {
-    if !state.in_sync(me) || new_copy {
-        return false;
-    }
-    match state.disks.get(&me) {
-        Some(recorded) => disk.is_empty() || recorded == disk,
-        None => true,
-    }
-}
-
-/// Why `me`'s copy may not lead the epoch `state` gives it, if it may
-/// not (see [`Replica::may_not_lead`]); `last_epoch` is the newest epoch
-/// in its epochs file (-1: none).
-pub fn may_not_lead(
-    state: &PartitionState,
-    me: BrokerId,
-    disk: &str,
-    new_copy: bool,
-    last_epoch: i32,
-) -> Option<&'static str> {
-    if !is_isr_copy(state, me, disk, new_copy) {
-        return Some("its copy is not the in-sync replica the registry names (its data directory is new, or its partition directory was not there when this run started): the partition waits for a member that holds its committed bytes, or `ringlog partitions elect --unclean`");
-    }
-    if last_epoch >= state.leader_epoch as i32 {
-        return Some("it led this epoch in an earlier run: it leads again only in a new epoch");
-    }
-    None
-}
-
-/// How often a shard's leaders look at their followers: the high watermark
-/// (a leader's own flush may have moved it), the ISR, handovers and moves.
-const LEADER_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// A shard's leaders, checked every 100 ms: each moves its high
-/// watermark, and proposes the ISR change it calls for — else the handover
-/// it is due ([`transfer`]) — one at a time per partition, to the control
-/// thread, which writes it to the registry as a compare-and-set; the answer
-/// (or someone else's change) comes back as the partition's new state. A
-/// move whose target is all in sync is handed to the control thread to
-/// finish.
-pub async fn run_leaders(shard: Rc<crate::shard::Shard>) {
-    let lag_max = std::time::Duration::from_millis(shard.config.replica_lag_time_max_ms);
-    while !shard.stopping.get() {
-        glommio::timer::sleep(LEADER_CHECK).await;
-        let now = std::time::Instant::now();
-        let live = |broker: BrokerId| {
-            broker == shard.config.broker_id
-                || shard.brokers.borrow().iter().any(|b| b.broker_id == broker)
-        };
-        let registered = |broker: BrokerId| {
-            shard
-                .brokers
-                .borrow()
-                .iter()
-                .find(|b| b.broker_id == broker)
-                .map(|b| (b.incarnation.clone(), b.data_dir_id.clone()))
-        };
-        for replica in shard.all_replicas() {
-            let again = {
-                let r = replica.borrow();
-                r.leave_as_new_copy(&live).or_else(|| r.epoch_to_lead())
-            };
-            if let Some(state) = again {
-                propose(&shard, &replica, state).await;
-                continue;
-            }
-            let step = {
-                let mut r = replica.borrow_mut();
-                if !r.leads() {
-                    continue;
-                }
-                r.update_high_watermark();
-                // Its checkpoint is the flush timer's.
-                shard.needs_timer(&r.log);
-                match r.isr_change(now, lag_max, &live, &registered) {
-                    Some(change) => transfer::Step::Propose(change),
-                    None => r.transfer_step(now, &live),
-                }
-            };
-            match step {
-                transfer::Step::Wait => {}
-                transfer::Step::Propose(state) => propose(&shard, &replica, state).await,
-                transfer::Step::Complete(target) => {
-                    let msg = {
-                        let r = replica.borrow();
-                        tracing::info!(partition = %r.label, ?target, "every replica of the move's target is in sync: finishing the move");
-                        crate::mailbox::ControlMsg::CompleteReassignment {
-                            topic: r.topic.clone(),
-                            topic_id: r.topic_id.clone(),
-                            partition: r.partition,
-                            target,
-                        }
-                    };
-                    let _ = shard.control.send_async(msg).await;
-                }
-            }
-        }
-    }
-}
-
-/// Sends a leader's change of its partition's state to the control thread
-/// and learns the outcome (written, or someone else's change first).
-async fn propose(shard: &Rc<crate::shard::Shard>, replica: &SharedReplica, state: PartitionState) {
-    let (topic_id, partition, expected, before) = {
-        let mut r = replica.borrow_mut();
-        r.proposed = Some(state.clone());
-        (
-            r.topic_id.clone(),
-            r.partition,
-            r.state.revision,
-            r.state.state.clone(),
-        )
-    };
-    let shrink = state.isr.len() < before.isr.len();
-    let expand = state.isr.len() > before.isr.len();
-    if shrink || expand {
-        tracing::info!(
-            partition = %replica.borrow().label,
-            from = ?before.isr,
-            to = ?state.isr,
-            "ISR change"
-        );
-    }
-    let (reply, answer) = flume::bounded(1);
-    let msg = crate::mailbox::ControlMsg::UpdatePartition {
-        topic_id: topic_id.clone(),
-        update: coordinator::replicas::PartitionUpdate {
-            partition,
-            expected,
-            state: state.clone(),
-        },
-        reply,
-    };
-    if shard.control.send_async(msg).await.is_err() {
-        replica.borrow_mut().proposed = None;
-        return;
-    }
-    let outcome = answer.recv_async().await;
-    let learned = match outcome {
-        Ok(Ok(coordinator::replicas::UpdateOutcome::Done(revision))) => {
-            if shrink {
-                crate::metrics::bump(&shard.metrics.counters.isr_shrinks_total, 1);
-            } else if expand {
-                crate::metrics::bump(&shard.metrics.counters.isr_expands_total, 1);
-            }
-            Some(Versioned { state, revision })
-        }
-        Ok(Ok(coordinator::replicas::UpdateOutcome::Conflict(current))) => current,
-        _ => None,
-    };
-    replica.borrow_mut().proposed = None;
-    if let Some(learned) = learned {
-        shard.learn_states(&topic_id, &[(partition, learned)]);
     }
 }

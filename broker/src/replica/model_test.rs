@@ -9,7 +9,7 @@
 //! ([`PartitionState::on_restart`]), who is a live ISR copy
 //! ([`PartitionState::copy_in_sync`]), elections, shrinks and expands, the
 //! epochs file's divergence rule ([`Epochs::end_for`]) and the follower's
-//! truncation rule ([`super::follower::truncation_refused`]). The tasks
+//! truncation rule ([`super::rules::truncation_refused`]). The tasks
 //! around them (sockets, the registry's transactions, the flush timer) are
 //! the model's: each step is one of them, atomic. The structure issue's
 //! model test on the in-memory disk will drive the real tasks; this one
@@ -31,7 +31,7 @@
 //! second line behind those.
 
 use super::epochs::Epochs;
-use super::follower::truncation_refused;
+use super::rules::truncation_refused;
 use coordinator::replicas::PartitionState;
 use protocol::types::BrokerId;
 use std::collections::BTreeMap;

@@ -466,6 +466,15 @@ impl Shard {
             log.set_high_watermark(0);
         }
         let log = Rc::new(RefCell::new(log));
+        if stored.is_replicated() {
+            let cut = partition_log::cut_uncommitted_damage(&log, recovered.first_damaged)
+                .await
+                .map_err(|e| format!("opening partition {label}: {e}"))?;
+            if cut > 0 {
+                tracing::warn!(partition = %label, bytes_cut = cut, end_offset = log.borrow().end_offset(), "recovery: a damaged message above the committed high watermark; the copy is cut there and fetches the rest from its leader");
+                crate::metrics::bump(&self.metrics.counters.recovery_bytes_cut_total, cut);
+            }
+        }
         // A recovered tail above the recovery point gets its new
         // recovery point from the timer.
         if log.borrow().has_timer_work() {

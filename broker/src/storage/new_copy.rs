@@ -79,8 +79,8 @@ pub fn mark(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Removes the marker: a leader added the copy to the ISR.
-pub fn unmark(dir: &Path) {
-    match std::fs::remove_file(dir.join(MARKER)) {
+pub fn unmark(storage: &impl super::io::Storage, dir: &Path) {
+    match storage.remove_file(&dir.join(MARKER)) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(error) => {
@@ -115,7 +115,7 @@ mod tests {
         let mut u = TopicRecord::new("u", Default::default(), vec![1]);
         u.id = "id-new".into();
         assert!(scan.is_new(&u, 0), "another topic's directory");
-        unmark(&data.join("t-2"));
+        unmark(&super::super::io::DiskStorage::plain(), &data.join("t-2"));
         assert!(!CopiesAtStart::scan(&data).unwrap().is_new(&t, 2));
         assert!(CopiesAtStart::scan(&data.join("missing"))
             .unwrap()

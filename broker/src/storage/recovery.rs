@@ -56,6 +56,10 @@ pub struct Recovered {
     /// Segments found damaged and kept (see `recover`): damage inside a
     /// message with valid data after it, in the same segment or the next.
     pub damaged_segments: u64,
+    /// The offset of the first damaged message kept, if any: a replicated
+    /// copy cuts its log there when it lies above what the copy knows was
+    /// committed (`partition_log::cut_uncommitted_damage`).
+    pub first_damaged: Option<u64>,
 }
 
 /// The recovery point's content: the offset and a CRC-32 of it, so that a
@@ -185,10 +189,12 @@ pub fn recover(
         let from = recovery_point
             .saturating_sub(found[i].base_offset)
             .min(found[i].size_bytes);
-        let (valid, scanned, damaged) = scan_segment(storage, &path, found[i].base_offset, from)?;
+        let (valid, scanned, damaged, first_damaged) =
+            scan_segment(storage, &path, found[i].base_offset, from)?;
         recovered.bytes_scanned += scanned;
         if damaged > 0 {
             recovered.damaged_segments += 1;
+            recovered.first_damaged = recovered.first_damaged.or(first_damaged);
         }
         if valid < found[i].size_bytes
             && i + 1 < found.len()
@@ -212,6 +218,9 @@ pub fn recover(
                 "recovery: a closed segment is damaged; kept as it is, with every later segment (a consumer can skip the damage by starting at the next segment's offset)"
             );
             recovered.damaged_segments += 1;
+            recovered.first_damaged = recovered
+                .first_damaged
+                .or(Some(found[i].base_offset + valid));
             continue;
         }
         if valid < found[i].size_bytes {
@@ -283,14 +292,16 @@ fn remove_from(
 }
 
 /// Scans from position `from` (a message boundary); returns (the position
-/// where valid whole messages end, bytes read, damaged messages kept).
+/// where valid whole messages end, bytes read, damaged messages kept, the
+/// offset of the first of them).
 fn scan_segment(
     storage: &impl Storage,
     path: &Path,
     base_offset: u64,
     from: u64,
-) -> Result<(u64, u64, u64), StorageError> {
+) -> Result<(u64, u64, u64, Option<u64>), StorageError> {
     let mut damaged = 0u64;
+    let mut first_damaged = None;
     let mut position = from;
     let mut buf: Vec<u8> = Vec::with_capacity(4 << 20);
     let mut valid = from;
@@ -339,6 +350,7 @@ fn scan_segment(
                         %error,
                         "recovery: damaged messages with intact data after them; kept (consumers can skip them)"
                     );
+                    first_damaged = first_damaged.or(Some(base_offset + valid));
                     valid = next;
                     position = valid;
                     buf.clear();
@@ -348,16 +360,16 @@ fn scan_segment(
                 }
             }
             tracing::warn!(segment = %path.display(), %error, "recovery: invalid message");
-            return Ok((valid, read_total, damaged));
+            return Ok((valid, read_total, damaged, first_damaged));
         }
         if let Some((need, _)) = pending {
             if need > MESSAGE_BYTES_MAX {
-                return Ok((valid, read_total, damaged));
+                return Ok((valid, read_total, damaged, first_damaged));
             }
         }
         if eof {
             // Anything left is an incomplete (torn) message.
-            return Ok((valid, read_total, damaged));
+            return Ok((valid, read_total, damaged, first_damaged));
         }
     }
 }

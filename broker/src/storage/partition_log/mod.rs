@@ -878,7 +878,7 @@ use fetch_wait::flush_for_waiting_fetches;
 pub use fetch_wait::{fetch_waits, WaitingFetch};
 use files::{open_segment_file, segment_file};
 pub use files::{read, read_below};
-pub use replica::truncate;
+pub use replica::{cut_uncommitted_damage, truncate};
 pub use writer::{append, append_mirror, append_replica, request_sync, stored, sync_all, tick};
 
 #[cfg(test)]

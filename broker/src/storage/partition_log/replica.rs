@@ -209,3 +209,30 @@ pub async fn truncate<S: Storage>(log: &Shared<S>, end: u64) -> Result<(), Stora
         storage.sleep(Duration::from_millis(1)).await;
     }
 }
+
+/// A replicated copy keeps no damaged message above what it knows was
+/// committed (`committed_floor`). Recovery keeps a damaged message that has
+/// valid ones after it, taking it for rot that consumers can step over
+/// (`recovery.rs`); but on a replica such a message above the floor is the
+/// unflushed tail of a crash (never acknowledged with acks=all) — and kept,
+/// it would stall every follower for good, since a follower copies only
+/// CRC-valid messages (found by `replica/copies_model_test.rs`: a leader's
+/// power cut left a flipped byte with intact messages after it, and its
+/// followers fetched that chunk forever). Cut there; the partition's leader
+/// supplies whatever was committed. Damage below the floor is kept (rot in
+/// committed bytes: cutting it would hand committed offsets out again).
+/// Returns how many bytes were cut.
+pub async fn cut_uncommitted_damage<S: Storage>(
+    log: &Shared<S>,
+    first_damaged: Option<u64>,
+) -> Result<u64, StorageError> {
+    let (floor, end) = {
+        let l = log.borrow();
+        (l.committed_floor(), l.end_offset())
+    };
+    let Some(at) = first_damaged.filter(|at| *at >= floor && *at < end) else {
+        return Ok(0);
+    };
+    truncate(log, at).await?;
+    Ok(end - log.borrow().end_offset())
+}

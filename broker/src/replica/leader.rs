@@ -59,7 +59,6 @@ impl<S: Storage> Replica<S> {
             let l = self.log.borrow();
             LeaderLog {
                 end: l.end_offset(),
-                written: l.written_offset(),
                 high_watermark: l.high_watermark().unwrap_or(0),
             }
         };

@@ -58,11 +58,10 @@ pub enum FollowerRead {
         /// Where that epoch ends here.
         end: u64,
     },
-    /// Send bytes from the fetch offset, below `limit` (what is written,
-    /// and not past the start of a later epoch), all of `chunk_epoch`.
+    /// Send bytes from the fetch offset, all of `chunk_epoch`: what is
+    /// written when the answer is read, not past the start of a later
+    /// epoch (`leader::read_for_follower`).
     Read {
-        /// The read's end.
-        limit: u64,
         /// The epoch of every byte read.
         chunk_epoch: i32,
     },
@@ -73,8 +72,6 @@ pub enum FollowerRead {
 pub struct LeaderLog {
     /// Where the log ends (appended, perhaps not written yet).
     pub end: u64,
-    /// What is written (a follower reads no further).
-    pub written: u64,
     /// The high watermark.
     pub high_watermark: u64,
 }
@@ -84,7 +81,7 @@ pub struct LeaderLog {
 /// `epochs`: past the end of the largest epoch not newer than the
 /// follower's, or in a newer epoch than any the leader has, the follower
 /// holds bytes this log does not (KIP-101, KIP-279) and truncates; else it
-/// reads this epoch's written bytes.
+/// reads the epoch its offset is in.
 pub fn follower_read(
     epochs: &Epochs,
     leader: LeaderLog,
@@ -113,11 +110,7 @@ pub fn follower_read(
             end: leader.end,
         };
     }
-    let limit = epochs
-        .next_start_after(offset)
-        .map_or(leader.written, |next| next.min(leader.written));
     FollowerRead::Read {
-        limit,
         chunk_epoch: epochs.epoch_at(offset),
     }
 }
@@ -195,24 +188,16 @@ mod tests {
         epochs.assign(2, 300);
         let leader = LeaderLog {
             end: 500,
-            written: 450,
             high_watermark: 200,
         };
-        // In step: epoch 0's bytes, up to where epoch 2 starts.
+        // In step: epoch 0's bytes, then epoch 2's.
         assert_eq!(
             follower_read(&epochs, leader, 100, 0),
-            FollowerRead::Read {
-                limit: 300,
-                chunk_epoch: 0
-            }
+            FollowerRead::Read { chunk_epoch: 0 }
         );
-        // Epoch 2's bytes: what is written.
         assert_eq!(
             follower_read(&epochs, leader, 300, 2),
-            FollowerRead::Read {
-                limit: 450,
-                chunk_epoch: 2
-            }
+            FollowerRead::Read { chunk_epoch: 2 }
         );
         // A follower that wrote epoch 1 (never here) past 300: epoch 0
         // ends at 300 here.

@@ -7,11 +7,20 @@
 //!
 //! | file | what |
 //! |------|------|
-//! | `mod.rs` | [`Replica`]: one partition's copy on this shard, its role and the transitions between roles |
+//! | `rules.rs` | the rules as pure functions (no I/O, no clock): who may lead, a follower's read or divergence, the high watermark, when a follower may truncate |
+//! | `mod.rs` | [`Replica`]: one partition's copy, generic over the storage seam; its role and the transitions between roles |
 //! | `epochs.rs` | the leader-epoch file (epoch → start offset) and the divergence rule |
-//! | `leader.rs` | the leader's side: followers' progress, the high watermark, ISR shrink and expand, answering a follower's fetch |
-//! | `follower.rs` | the follower's side: one connection per leader shard, one MultiFetch naming every partition followed there, verbatim appends, truncation by epoch |
+//! | `leader.rs` | the leader's side: followers' progress, the high watermark, ISR shrink and expand, the bytes a follower is sent, when an acks=all produce is replicated |
+//! | `apply.rs` | the follower's side of one answer: truncate, or append verbatim and flush, then take the high watermark |
 //! | `transfer.rs` | leadership handed over on purpose (a preferred election, a move off the leader) and a reassignment's end |
+//! | `tasks.rs` | the leaders' loop: every 100 ms, the high watermark and the changes each leader proposes to the registry |
+//! | `follower.rs` | the followers' loop: one connection per leader shard, one MultiFetch naming every partition followed there |
+//! | `model_test.rs` | the rules under random schedules with lost disks (10,000 per run) |
+//! | `copies_model_test.rs` | three copies on the in-memory disk running this code, with crashes, torn tails, pauses and elections (5,000 per run) |
+//!
+//! The state (`rules.rs`, [`Replica`], `leader.rs`, `transfer.rs`) knows
+//! no socket, shard or registry: a broker's tasks (`tasks.rs`,
+//! `follower.rs`) and the model test drive it alike.
 //!
 //! The rules, from the anchors' bugs (`shared/REPLICATION.md`): a follower
 //! appends only whole, CRC-valid messages and rolls where the leader

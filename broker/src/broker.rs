@@ -472,7 +472,7 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
                 // No await in between: a request never finds the topic's
                 // copies without their roles.
                 if result.is_ok() && !states.is_empty() {
-                    shard.learn_states(&topic.id, &states);
+                    crate::replica::tasks::learn(&shard, &topic.id, &states);
                 }
                 let _ = done.send_async(result).await;
             }
@@ -507,7 +507,7 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<ShardMsg>, stop: No
                 metrics::bump(&shard.metrics.counters.sessions_ended_total, ended);
             }
             ShardMsg::PartitionStates { topic_id, states } => {
-                shard.learn_states(&topic_id, &states);
+                crate::replica::tasks::learn(&shard, &topic_id, &states);
             }
             ShardMsg::Stop => {
                 shard.stopping.set(true);

@@ -53,6 +53,7 @@ pub mod metrics;
 pub mod net;
 pub mod notify;
 pub mod replica;
+pub mod reply;
 pub mod shard;
 pub mod storage;
 pub mod window;

@@ -15,6 +15,7 @@
 
 pub mod groups;
 pub mod keys;
+pub mod password_file;
 pub mod placement;
 pub mod registry;
 pub mod replicas;

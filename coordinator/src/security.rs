@@ -15,7 +15,8 @@
 //! DeleteAcls), whose control thread owns the registry.
 
 use crate::keys::{Key, Keys};
-use crate::registry::RegistryError;
+pub use crate::password_file::read_password_file;
+use crate::registry::error::RegistryError;
 use protocol::acl::AclRule;
 use protocol::scram::Credential;
 use serde::{Deserialize, Serialize};
@@ -400,7 +401,7 @@ pub async fn change_etcd(
 /// involved), within 5 s.
 async fn connect_etcd(
     endpoints: &[String],
-    access: &crate::registry::EtcdAccess,
+    access: &crate::registry::access::EtcdAccess,
 ) -> Result<etcd_client::Client, RegistryError> {
     access
         .check(endpoints)
@@ -421,7 +422,7 @@ async fn connect_etcd(
 /// `endpoints` (`ringlog users add --etcd`, before any broker runs).
 pub async fn change_at(
     endpoints: &[String],
-    access: &crate::registry::EtcdAccess,
+    access: &crate::registry::access::EtcdAccess,
     cluster: &str,
     change: &SecurityChange,
 ) -> Result<Changed, RegistryError> {
@@ -432,31 +433,11 @@ pub async fn change_at(
 /// The users and rules of cluster `cluster` in the etcd at `endpoints`.
 pub async fn read_at(
     endpoints: &[String],
-    access: &crate::registry::EtcdAccess,
+    access: &crate::registry::access::EtcdAccess,
     cluster: &str,
 ) -> Result<SecurityRecords, RegistryError> {
     let mut client = connect_etcd(endpoints, access).await?;
     read_etcd(&mut client, &Keys::new(cluster)).await
-}
-
-/// The password in a file: its first line, without the line ending.
-/// Refused when the file is empty or unreadable (the error names it).
-pub fn read_password_file(path: &Path) -> Result<Vec<u8>, std::io::Error> {
-    let text = std::fs::read(path).map_err(|e| {
-        std::io::Error::new(
-            e.kind(),
-            format!("reading the password file {}: {e}", path.display()),
-        )
-    })?;
-    let line = text.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = line.strip_suffix(b"\r").unwrap_or(line);
-    if line.is_empty() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("the password file {} is empty", path.display()),
-        ));
-    }
-    Ok(line.to_vec())
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@
 //! request (not per message). A request forwarded between this broker's
 //! shards was checked where it arrived.
 
-use crate::handler::Failure;
+use crate::reply::Failure;
 use crate::shard::Shard;
 use protocol::acl::{Decision, Operation, ResourceType, CLUSTER};
 use protocol::codec::verify;

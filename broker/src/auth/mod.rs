@@ -82,7 +82,11 @@ pub fn init(config: &crate::config::Config) -> anyhow::Result<()> {
         _ => None,
     };
     let _ = BROKER_LOGIN.set(login);
-    quota::init(config);
+    quota::init(
+        config.quota_default,
+        config.quotas.clone(),
+        config.max_connections_per_address,
+    );
     if config.authentication == crate::config::Authentication::None && !config.authorization {
         tracing::info!("security is off: no login is needed and every connection may do everything (authentication = \"none\", authorization = false)");
     } else if config.authentication == crate::config::Authentication::None {

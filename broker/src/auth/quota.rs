@@ -219,12 +219,13 @@ pub struct Quotas {
 
 static QUOTAS: OnceLock<Quotas> = OnceLock::new();
 
-/// Sets the quotas up from the configuration (once, at start).
-pub fn init(config: &crate::config::Config) {
+/// Sets the quotas up from the configuration (once, at start): the
+/// default, each principal's own, connections per address.
+pub fn init(default: Quota, by_principal: BTreeMap<String, Quota>, max_per_address: u32) {
     let _ = QUOTAS.set(Quotas {
-        default: config.quota_default,
-        by_principal: config.quotas.clone(),
-        max_per_address: config.max_connections_per_address,
+        default,
+        by_principal,
+        max_per_address,
         ..Quotas::default()
     });
 }

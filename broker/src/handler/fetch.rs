@@ -11,22 +11,12 @@ use crate::limits::{FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::shard::{Owner, Shard};
 use crate::storage::partition_log::{self, Read};
 use crate::storage::SharedLog;
-use protocol::codec::{verify, PartitionOffsets};
+use protocol::codec::verify;
 use protocol::frame::Api;
 use protocol::types::BrokerId;
 use protocol::wire;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-
-/// The partition's offsets as reported to clients.
-pub fn offsets_of(log: &SharedLog) -> PartitionOffsets {
-    let l = log.borrow();
-    PartitionOffsets {
-        start_offset: l.start_offset(),
-        flushed_offset: l.visible_offset(),
-        end_offset: l.end_offset(),
-    }
-}
 
 /// Handles a Fetch request.
 pub fn handle(
@@ -138,7 +128,7 @@ fn respond(
     slice: Option<crate::storage::FetchSlice>,
     started: Instant,
 ) -> Response {
-    let offsets = offsets_of(log);
+    let offsets = log.borrow().offsets();
     let len = slice.as_ref().map_or(0, |s| s.len);
     let header = super::with_builder(shard, |fbb| {
         protocol::codec::fetch_response(fbb, offset, len, offsets).to_vec()

@@ -2,7 +2,6 @@
 //! offset, or the offset to start from to see everything appended since a
 //! time (segment granularity, as in the paper).
 
-use super::fetch::offsets_of;
 use super::forward::forward;
 use super::{invalid_header, Dispatched, Failure, Response};
 use crate::shard::{Owner, Shard};
@@ -34,7 +33,7 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
     if let Some(replica) = shard.replica(topic_name, partition) {
         super::replicated::check_leader(&replica, -1)?;
     }
-    let offsets = offsets_of(&log);
+    let offsets = log.borrow().offsets();
     let offset = match OffsetSpec::from_wire(request.spec()) {
         Some(OffsetSpec::Earliest) => offsets.start_offset,
         Some(OffsetSpec::Latest) => offsets.flushed_offset,

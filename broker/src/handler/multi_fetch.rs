@@ -409,7 +409,7 @@ async fn read_part(
                 answer.leader_epoch = r.epoch() as i32;
                 if let Some(diverging) = *diverging {
                     answer.diverging = Some(diverging);
-                    answer.offsets = super::fetch::offsets_of(log);
+                    answer.offsets = log.borrow().offsets();
                     return Ok((answer, None));
                 }
                 // One epoch per chunk, so the consumer knows the epoch of
@@ -421,7 +421,7 @@ async fn read_part(
                     .map(|next| next.min(log.borrow().visible_offset()));
             }
             let slice = partition_log::read_below(log, part.offset, bytes_max, limit).await?;
-            answer.offsets = super::fetch::offsets_of(log);
+            answer.offsets = log.borrow().offsets();
             answer.length = slice.as_ref().map_or(0, |s| s.len);
             // Where the chunk's segment starts, for consumers too: a mirror
             // rolls its copy there (issue 21).

@@ -23,14 +23,12 @@ use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use protocol::codec::multi_fetch::{self, FetchPart, MultiFetch};
 use protocol::codec::{self, verify};
 use protocol::frame::{self, Api, FramePrefix, FRAME_PREFIX_BYTES};
-use protocol::types::{BrokerId, ShardId};
 use protocol::{wire, ErrorCode};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-/// A link's name: the leader broker and its shard.
-pub type LinkKey = (BrokerId, ShardId);
+pub use super::LinkKey;
 
 /// How long a follower's fetch waits at a caught-up leader (Kafka's
 /// `replica.fetch.wait.max.ms`).

@@ -55,6 +55,9 @@ use std::rc::Rc;
 
 pub use rules::{is_isr_copy, may_not_lead};
 
+/// A follower link's name: the leader broker and its shard.
+pub type LinkKey = (BrokerId, protocol::types::ShardId);
+
 /// A replica shared within its shard.
 pub type SharedReplica<S = DiskStorage> = Rc<RefCell<Replica<S>>>;
 

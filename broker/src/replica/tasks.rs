@@ -134,6 +134,18 @@ async fn propose(shard: &Rc<crate::shard::Shard>, replica: &SharedReplica, state
     };
     replica.borrow_mut().proposed = None;
     if let Some(learned) = learned {
-        shard.learn_states(&topic_id, &[(partition, learned)]);
+        learn(shard, &topic_id, &[(partition, learned)]);
+    }
+}
+
+/// The registry's news of a topic's partitions reaches this shard: each
+/// copy learns its state, and the follower links follow the leaders.
+pub fn learn(
+    shard: &Rc<crate::shard::Shard>,
+    topic_id: &str,
+    states: &[(protocol::types::PartitionId, Versioned)],
+) {
+    if shard.learn_states(topic_id, states) {
+        super::follower::reconcile(shard);
     }
 }

@@ -165,7 +165,7 @@ pub struct Shard {
     /// it takes no writes.
     pub lease: Option<std::sync::Arc<coordinator::registry::LeaseClock>>,
     /// The follower links running, by (leader broker, leader shard).
-    pub links: RefCell<std::collections::HashSet<crate::replica::follower::LinkKey>>,
+    pub links: RefCell<std::collections::HashSet<crate::replica::LinkKey>>,
     /// Notified when the partitions this shard follows may have changed:
     /// a link waiting on its leader with an older set starts again.
     pub follows_changed: crate::notify::Notify,
@@ -238,9 +238,10 @@ impl Shard {
     }
 
     /// Takes newer replication states of a topic's partitions: each copy
-    /// here learns its role, Metadata changes, and the follower links
-    /// follow the leaders.
-    pub fn learn_states(self: &Rc<Self>, topic_id: &str, states: &[(PartitionId, Versioned)]) {
+    /// here learns its role and Metadata changes. True when something
+    /// changed: then the follower links must follow the leaders
+    /// ([`crate::replica::tasks::learn`] does both).
+    pub fn learn_states(&self, topic_id: &str, states: &[(PartitionId, Versioned)]) -> bool {
         let Some(topic) = self
             .topics
             .borrow()
@@ -248,7 +249,7 @@ impl Shard {
             .find(|t| t.borrow().id == topic_id)
             .cloned()
         else {
-            return;
+            return false;
         };
         let mut changed = false;
         {
@@ -278,8 +279,8 @@ impl Shard {
         }
         if changed {
             self.metadata_changed();
-            crate::replica::follower::reconcile(self);
         }
+        changed
     }
 
     /// Invalidates the cached Metadata (topics or brokers changed).

@@ -49,7 +49,6 @@
 //! shared with other heavy writers it makes flushes wait for their data;
 //! `syncfs_min_files = 0` turns it off.
 
-use super::io::WriteSlot;
 use glommio::sync::Semaphore;
 use std::cell::{Cell, RefCell};
 use std::fs::File;
@@ -502,6 +501,27 @@ fn sync_batch(jobs: Vec<SyncJob>, syncfs: Option<Arc<File>>) -> Vec<SyncResult> 
             SyncJob::Dir(path) => File::open(path)?.sync_all().map(|()| Flushed::NotCovered),
         })
         .collect()
+}
+
+/// A turn at a `DiskStorage` (see [`Driver::write_slot`]); it ends when
+/// dropped.
+#[derive(Debug)]
+pub struct WriteSlot {
+    _permit: Option<glommio::sync::StaticPermit>,
+}
+
+impl WriteSlot {
+    /// A turn from storage that does not limit its writers.
+    pub fn unlimited() -> WriteSlot {
+        WriteSlot { _permit: None }
+    }
+
+    /// A turn held with `permit`.
+    pub fn held(permit: glommio::sync::StaticPermit) -> WriteSlot {
+        WriteSlot {
+            _permit: Some(permit),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@
 //! does the I/O) and TigerBeetle's `testing/storage.zig` (an in-memory disk
 //! with fault injection under the real state machine).
 
-pub use super::driver::{Driver, DriverSettings, Flushed};
+pub use super::driver::{Driver, DriverSettings, Flushed, WriteSlot};
 use super::error::os_error;
 use glommio::io::BufferedFile;
 use std::future::Future;
@@ -135,27 +135,6 @@ pub trait Storage: Clone + 'static {
 
     /// Resolves once `delay` has passed by [`Storage::now`]'s clock.
     fn sleep(&self, delay: Duration) -> impl Future<Output = ()>;
-}
-
-/// A turn at a [`DiskStorage`] (see [`Driver::write_slot`]); it ends when
-/// dropped.
-#[derive(Debug)]
-pub struct WriteSlot {
-    _permit: Option<glommio::sync::StaticPermit>,
-}
-
-impl WriteSlot {
-    /// A turn from storage that does not limit its writers.
-    pub fn unlimited() -> WriteSlot {
-        WriteSlot { _permit: None }
-    }
-
-    /// A turn held with `permit`.
-    pub fn held(permit: glommio::sync::StaticPermit) -> WriteSlot {
-        WriteSlot {
-            _permit: Some(permit),
-        }
-    }
 }
 
 /// The broker's storage: segment appends through io_uring (glommio

@@ -114,7 +114,7 @@ impl EtcdAccess {
             options = options.with_tls(tls);
         }
         if let (Some(user), Some(file)) = (&self.user, &self.password_file) {
-            let password = crate::security::read_password_file(file).map_err(|e| {
+            let password = crate::password_file::read_password_file(file).map_err(|e| {
                 RegistryError::Unavailable {
                     reason: e.to_string(),
                 }

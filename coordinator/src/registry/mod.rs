@@ -20,13 +20,15 @@
 //! above the seam cannot tell them apart except by durability and by who
 //! else can see the topics.
 
-mod access;
+pub mod access;
 mod endpoints;
+pub mod error;
 mod etcd;
 mod memory;
 mod standalone;
 
 pub use access::EtcdAccess;
+pub use error::RegistryError;
 pub use etcd::{Etcd, EtcdOptions};
 pub use memory::Memory;
 pub use standalone::{Standalone, TOPICS_FILE};
@@ -527,72 +529,6 @@ impl Foreign {
             None => "no cluster id (an empty, wiped or replaced etcd, or a --cluster name no broker used)".to_string(),
         }
     }
-}
-
-/// Why a registry operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RegistryError {
-    /// CreateTopic for a name that is taken.
-    #[error("topic {name:?} already exists")]
-    TopicExists {
-        /// The name.
-        name: String,
-    },
-    /// DeleteTopic (or a lookup) for a name that is not registered.
-    #[error("unknown topic {name:?}")]
-    UnknownTopic {
-        /// The name.
-        name: String,
-    },
-    /// Reading or writing the registry's file failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The stored registry cannot be read back.
-    #[error("the topic registry {path} is unreadable: {reason}")]
-    Corrupt {
-        /// Where it is stored.
-        path: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A file that holds credentials (SCRAM keys) is readable by other
-    /// users than its owner.
-    #[error("{path} holds credentials (SCRAM stored and server keys) and other users may read it (mode {mode:04o}): make it its owner's alone with `chmod 600 {path}`")]
-    Exposed {
-        /// The file.
-        path: String,
-        /// Its permission bits.
-        mode: u32,
-    },
-    /// The coordination service (etcd) did not answer.
-    #[error("etcd is unavailable: {reason}")]
-    Unavailable {
-        /// What failed, in the client's words.
-        reason: String,
-    },
-    /// The registry is not this broker's cluster: see [`Foreign`].
-    #[error("this broker's data directory belongs to cluster id {}, but the registry holds {}: it applies nothing from there (its partitions still serve produce and fetch). If etcd was rebuilt on purpose, restart the broker with --join-new-cluster (it registers the topics it holds again, with their data); otherwise point --etcd and --cluster at this cluster's etcd", .0.expected, .0.found_words())]
-    ClusterMismatch(Foreign),
-    /// Another live broker is registered under this broker's id: its
-    /// registration, from another data directory, outlived a crashed
-    /// process's lease.
-    #[error("broker id {broker_id} is registered by another live broker: its registration ({holder}), from another data directory, is still kept alive {waited_s} s later, longer than a crashed run's lease lasts; give each broker its own --broker-id")]
-    DuplicateBroker {
-        /// The id.
-        broker_id: BrokerId,
-        /// The other broker's registration, as stored.
-        holder: String,
-        /// How long this broker waited for it to expire.
-        waited_s: u64,
-    },
 }
 
 /// Until when this broker's lease is known to be live, by the local

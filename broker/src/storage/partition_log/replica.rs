@@ -7,6 +7,16 @@
 use super::*;
 
 impl<S: Storage> PartitionLog<S> {
+    /// The partition's offsets as reported to clients: where it starts,
+    /// what they may read (`visible_offset`) and where it ends.
+    pub fn offsets(&self) -> protocol::codec::PartitionOffsets {
+        protocol::codec::PartitionOffsets {
+            start_offset: self.start_offset(),
+            flushed_offset: self.visible_offset(),
+            end_offset: self.end_offset(),
+        }
+    }
+
     /// The end consumers see: the flushed offset, and on a replicated
     /// partition also the high watermark (what every in-sync replica has
     /// flushed). On one copy the two are the same rule as the paper's.

@@ -22,7 +22,6 @@ pub const API_VERSION: u16 = 0;
 /// The request types. The numbers are part of the wire format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u16)]
-#[non_exhaustive]
 pub enum Api {
     /// Version handshake; must be the first request on a connection.
     Handshake = 0,

@@ -34,7 +34,8 @@ pub mod client;
     mismatched_lifetime_syntaxes,
     clippy::all,
     clippy::unwrap_used,
-    clippy::expect_used
+    clippy::expect_used,
+    clippy::undocumented_unsafe_blocks
 )]
 #[rustfmt::skip]
 pub mod generated {

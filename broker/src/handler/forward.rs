@@ -38,9 +38,12 @@ impl Response {
                 .into_sendable();
             }
             Payload::File(slice) => {
-                // SAFETY: dup() on a descriptor the Rc keeps open; a
-                // negative result is checked before it is owned.
-                let raw = unsafe { libc::dup(slice.file.as_raw_fd()) };
+                // Close-on-exec like every descriptor the broker opens: a
+                // process it starts (none today) must not inherit segment
+                // files. SAFETY: F_DUPFD_CLOEXEC on a descriptor the Rc
+                // keeps open; a negative result is checked before it is
+                // owned.
+                let raw = unsafe { libc::fcntl(slice.file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
                 if raw < 0 {
                     // Out of descriptors (EMFILE, ENFILE) is the broker
                     // being overloaded, not a bug: the client may retry.

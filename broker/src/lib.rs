@@ -27,6 +27,18 @@
 //!   it tells them, over their inboxes, to open or drop partitions. A shard
 //!   never waits on the registry. Standalone, the registry is
 //!   `<data-dir>/topics.toml`.
+//!
+//! | room | what |
+//! |---|---|
+//! | [`storage`] | the log: segments, writer and flush rounds, recovery, retention, the disk driver, the in-memory disk |
+//! | [`reply`] | what a request is answered with (the low room of the request path) |
+//! | [`replica`] | replication: pure rules, the copy over the storage seam, the leader's and follower's sides and tasks |
+//! | [`auth`] | logins, their limits, access control, quotas, sessions |
+//! | [`shard`] | one executor's partitions, copies and timers |
+//! | [`handler`] | one file per request |
+//! | [`net`] | listeners, connections, TLS, sendfile |
+//! | [`control`] | the control thread and the registry |
+//! | [`broker`], [`config`], [`metrics`], [`mailbox`], [`limits`] | start and stop, configuration, metrics, messages between threads, bounds |
 #![warn(missing_docs)]
 
 /// This build: the crate version and the git revision it was built from

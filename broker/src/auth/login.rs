@@ -249,6 +249,11 @@ mod tests {
         records
             .users
             .insert("alice".into(), Credential::new(b"pw", ITERATIONS_MIN));
+        // The per-user test's own user: failures are counted per user in
+        // the process's limiter, which the other tests' alice shares.
+        records
+            .users
+            .insert("carol".into(), Credential::new(b"pw", ITERATIONS_MIN));
         super::super::Snapshot {
             users: records.users.into_iter().collect(),
             ..Default::default()
@@ -358,7 +363,7 @@ mod tests {
     fn a_user_guessed_at_from_many_addresses_is_refused_past_its_own_limit() {
         let users = snapshot();
         let guess = |address: IpAddr| -> Refusal {
-            let (client, first) = client_first("alice").unwrap();
+            let (client, first) = client_first("carol").unwrap();
             let Ok(Step::Continue(exchange, answer)) = begin(
                 &config(Authentication::Scram),
                 &users,
@@ -386,7 +391,7 @@ mod tests {
         assert!(
             refusal
                 .message
-                .contains("too many failed logins for user \"alice\""),
+                .contains("too many failed logins for user \"carol\""),
             "{refusal:?}"
         );
     }

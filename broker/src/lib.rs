@@ -35,8 +35,8 @@
 //! | [`replica`] | replication: pure rules, the copy over the storage seam, the leader's and follower's sides and tasks |
 //! | [`auth`] | logins, their limits, access control, quotas, sessions |
 //! | [`shard`] | one executor's partitions, copies and timers |
-//! | [`handler`] | one file per request |
-//! | [`net`] | listeners, connections, TLS, sendfile |
+//! | [`handler`] | one file per request, and ringlog's protocol as a front end (`native`, `opening`, `admission`) |
+//! | [`net`] | transport only: listeners, connections, TLS, sendfile; [`net::front`] is what a protocol provides |
 //! | [`control`] | the control thread and the registry |
 //! | [`broker`], [`config`], [`metrics`], [`mailbox`], [`limits`] | start and stop, configuration, metrics, messages between threads, bounds |
 #![warn(missing_docs)]

@@ -6,6 +6,8 @@
 //! waiting for its acknowledgement, a fetch long-poll, a forwarded request),
 //! or not at all (a successful `acks = none` produce, as in the paper).
 
+pub mod admission;
+pub mod client;
 pub mod fetch;
 pub mod forward;
 pub mod give_way;
@@ -14,6 +16,8 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod mirror;
 pub mod multi_fetch;
+pub mod native;
+pub mod opening;
 pub mod operations;
 pub mod produce;
 pub mod replicated;

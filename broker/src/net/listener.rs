@@ -1,6 +1,7 @@
 //! The accept loop of one shard. Each shard has its own port, so a
 //! shard-aware client's connection lands on the core that owns its data.
 
+use crate::handler::native::Native;
 use crate::notify::Notify;
 use crate::shard::Shard;
 use glommio::net::TcpListener;
@@ -30,14 +31,14 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, stop: Notify) 
                         "refusing a connection: max_connections reached (one line a second)"
                     );
                 }
-                glommio::spawn_local(crate::net::connection::refuse(stream)).detach();
+                glommio::spawn_local(crate::net::connection::refuse::<Native>(stream)).detach();
             }
             Ok(stream) => {
                 crate::metrics::bump(&shard.metrics.counters.connections_accepted_total, 1);
                 let served = shard.clone();
                 shard.connections.set(shard.connections.get() + 1);
                 glommio::spawn_local(async move {
-                    crate::net::connection::serve(served.clone(), stream).await;
+                    crate::net::connection::serve::<Native>(served.clone(), stream).await;
                     served.connections.set(served.connections.get() - 1);
                 })
                 .detach();

@@ -2,6 +2,7 @@
 
 pub mod cold;
 pub mod connection;
+pub mod front;
 pub mod listener;
 pub mod sendfile;
 pub mod tls;

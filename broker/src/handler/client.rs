@@ -1,0 +1,36 @@
+//! What the broker knows of one client connection, whatever its protocol:
+//! where it comes from, its certificate, its principal's quota slot and
+//! delay, its place among the logins under way, its login session. The
+//! opening (`opening.rs`) and admission (`admission.rs`) read and fill it;
+//! a front end (`native.rs`) owns it.
+
+use crate::shard::Shard;
+use std::cell::{Cell, RefCell};
+use std::net::IpAddr;
+use std::rc::Rc;
+use std::time::Instant;
+
+/// One client connection as the handlers see it.
+pub struct Client {
+    /// Its shard.
+    pub shard: Rc<Shard>,
+    /// The client's address (failed logins are counted per address).
+    pub address: Option<IpAddr>,
+    /// Counted against its address's bound while it lives.
+    pub address_slot: Option<crate::auth::quota::AddressSlot>,
+    /// The principal of the client's verified TLS certificate, or why it
+    /// has none; `None` without a certificate.
+    pub certificate: RefCell<Option<Result<String, String>>>,
+    /// Once open: the principal's quota usage, when a quota applies to it
+    /// (its connection is counted there while it lives).
+    pub quota: RefCell<Option<crate::auth::quota::PrincipalSlot>>,
+    /// A quota's delay: nothing more is read from the client until then.
+    pub muted_until: Cell<Option<Instant>>,
+    /// Counted as not logged in yet, until it is.
+    pub pending: RefCell<Option<crate::auth::pending::Slot>>,
+    /// Counted in the shard's gauge of connections not logged in, until it
+    /// logs in or closes.
+    pub unauthenticated: Cell<bool>,
+    /// Logged in with SCRAM: ended when its user is removed.
+    pub session: RefCell<Option<crate::auth::sessions::Session>>,
+}

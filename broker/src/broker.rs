@@ -33,6 +33,10 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 /// Runs the broker until SIGTERM/SIGINT.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the process's start in order (limits, identity, threads, signals); split, the order would be hidden"
+)]
 pub fn run(mut config: Config) -> anyhow::Result<()> {
     // Signals are blocked before any thread starts (the metrics endpoint's
     // among them), so only sigwait sees them: a thread that did not block
@@ -362,6 +366,10 @@ struct ShardContext {
     published: Published,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "a shard's start in order: storage, partitions, listener, timers and tasks; each step depends on the one before"
+)]
 async fn shard_main(context: ShardContext) {
     // Opened before the shard writes anything, so its syncfs sees every
     // write-back error of the shard's files (storage/driver.rs).

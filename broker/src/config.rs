@@ -341,6 +341,10 @@ pub struct ConfigError(pub String);
 
 impl Config {
     /// Checks every value once, so the rest of the broker can trust them.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one check per setting, each with its own error; a list, not logic"
+    )]
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.shards == 0 || self.shards > 256 {
             return Err(ConfigError(format!(

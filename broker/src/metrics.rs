@@ -256,6 +256,10 @@ impl ShardMetrics {
 pub type Published = Arc<Mutex<Vec<Snapshot>>>;
 
 /// Renders the Prometheus text exposition of every shard's snapshot.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the Prometheus text: one line per metric, a list"
+)]
 pub fn render(published: &Published) -> String {
     let snapshots = match published.lock() {
         Ok(guard) => guard.clone(),

@@ -301,6 +301,10 @@ impl<S: GroupStore> GroupPlane<S> {
         Ok(())
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one match over the group requests the control thread serves"
+    )]
     async fn serve(
         &mut self,
         request: GroupRequest,

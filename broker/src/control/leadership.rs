@@ -260,6 +260,10 @@ impl<R: Registry> ControlPlane<R> {
     ///
     /// What could not be written is tried again at the next change of the
     /// live brokers, until every partition's change is made.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a restart's changes to every replicated partition, one compare-and-set batch, read top to bottom"
+    )]
     pub(super) async fn restart_replicas(&mut self) {
         if self.foreign.is_some() || self.restart_pending.is_empty() {
             return;
@@ -343,6 +347,10 @@ impl<R: Registry> ControlPlane<R> {
 
     /// The operator's elections of a topic's partitions; each partition's
     /// outcome.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "an election's rounds: candidates, the batch of compare-and-sets, the answers; one transaction's life"
+    )]
     pub(super) async fn elect_leaders(
         &mut self,
         request: ElectLeaders,

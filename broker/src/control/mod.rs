@@ -80,6 +80,10 @@ const FOREIGN_REMINDER: std::time::Duration = std::time::Duration::from_secs(60)
 
 /// Starts the control thread with the registry `open` builds on it, and
 /// returns the registered topics and live brokers once it has loaded them.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the control thread's start: the registry, the watch, the lease, then its loop; the order is the point"
+)]
 pub fn start<R, F, Fut>(
     config: &Config,
     shards: Vec<flume::Sender<ShardMsg>>,
@@ -451,6 +455,10 @@ impl<R: Registry> ControlPlane<R> {
         self.registry.close().await;
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one match over every message the control thread takes"
+    )]
     async fn handle(&mut self, msg: ControlMsg) {
         if let Some(foreign) = &self.foreign {
             let refused = || {

@@ -19,6 +19,10 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// Handles a Fetch request.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one fetch's checks in the order the protocol states them, then the long-poll"
+)]
 pub fn handle(
     shard: &Rc<Shard>,
     give_way: &Rc<GiveWay>,

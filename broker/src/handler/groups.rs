@@ -113,6 +113,10 @@ fn check_partitions(shard: &Shard, topic: &str, partitions: &[u32]) -> Result<()
 }
 
 /// Decodes and checks a group request.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one decode per group api, side by side"
+)]
 fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failure> {
     let bad = |e| invalid_header(api, e);
     Ok(match api {
@@ -304,6 +308,7 @@ fn describable_part(
 
 /// Handles a consumer group request of `principal` (ListGroups lists only
 /// the groups it may describe, with authorization on).
+#[expect(clippy::too_many_lines, reason = "one match over the group apis")]
 pub fn handle(
     shard: &Rc<Shard>,
     api: Api,

@@ -384,6 +384,10 @@ fn failed(part: &Part, failure: Failure) -> FetchedPart {
     answer
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one partition's part for a consumer and for a follower, side by side so that they stay alike"
+)]
 async fn read_part(
     shard: &Shard,
     part: &Part,

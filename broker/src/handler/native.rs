@@ -9,7 +9,7 @@ use super::client::Client;
 use super::give_way::GiveWay;
 use super::opening::{self, Access};
 use super::{admission, Dispatched, Request, Response};
-use crate::net::front::{Front, Served};
+use crate::net::front::{Front, Served, Step};
 use crate::shard::Shard;
 use protocol::frame::{self, Api, FrameError, FramePrefix, FRAME_PREFIX_BYTES};
 use protocol::ErrorCode;
@@ -46,6 +46,44 @@ pub struct Native {
     /// Where the opening stands.
     access: RefCell<Access>,
     connected_at: Instant,
+}
+
+impl Native {
+    /// A frame before the connection is open: the Handshake or a login's
+    /// Authenticate (`opening.rs`).
+    async fn opening(&self, prefix: FramePrefix, header: &[u8]) -> Served {
+        let shard = &self.client.shard;
+        // A login's place among its address's logins under way, waited
+        // for (as long as the handshake may take): a client starting many
+        // connections at once is slowed, not refused.
+        let handshake = matches!(*self.access.borrow(), Access::Handshake);
+        let under_way = match self.client.address {
+            Some(address) if prefix.api == Api::Handshake as u16 && handshake => {
+                let until =
+                    self.connected_at + Duration::from_millis(shard.config.handshake_timeout_ms);
+                Some(opening::exchange_slot(address, until).await)
+            }
+            _ => None,
+        };
+        let opened = {
+            let mut access = self.access.borrow_mut();
+            opening::login_frame(shard, &self.client, &mut access, prefix, header, under_way)
+        };
+        match opened {
+            Ok(response) => Served::Answer {
+                request_id: prefix.request_id,
+                api: prefix.api,
+                dispatched: Dispatched::Ready(response),
+            },
+            Err(response) => {
+                // A failed login: answered after the delay, then the
+                // connection closes.
+                let delay = Duration::from_millis(shard.config.login_failure_delay_ms);
+                glommio::timer::sleep(delay).await;
+                Served::Close(Some((prefix.request_id, response)))
+            }
+        }
+    }
 }
 
 impl Front for Native {
@@ -121,7 +159,7 @@ impl Front for Native {
         })
     }
 
-    async fn serve(&self, frame: &[u8], give_way: &Rc<GiveWay>) -> Served {
+    fn serve<'a>(&'a self, frame: &'a [u8], give_way: &'a Rc<GiveWay>) -> Step<'a> {
         let shard = &self.client.shard;
         let mut bytes = [0u8; FRAME_PREFIX_BYTES];
         bytes.copy_from_slice(&frame[..FRAME_PREFIX_BYTES]);
@@ -138,19 +176,17 @@ impl Front for Native {
             Access::Open(principal) => Some(principal.clone()),
             _ => None,
         };
-        let dispatched = if let Some(principal) = principal {
-            // A quota: the request waits its principal's turn, and the
-            // client's next requests wait in its socket meanwhile.
-            let held = admission::quota_wait(&self.client, prefix, payload.len());
-            if !held.is_zero() {
-                glommio::timer::sleep(held).await;
-            }
-            // Producers wait while the shard's unwritten bytes are over
-            // its share of unwritten_bytes_max (issue 8, item 14): this
-            // connection stops reading until the disk catches up.
-            if prefix.api == Api::Produce as u16 && shard.unwritten.over() {
-                shard.unwritten.wait_for_room().await;
-            }
+        let Some(principal) = principal else {
+            return Step::Wait(Box::pin(self.opening(prefix, header)));
+        };
+        // A quota: the request waits its principal's turn, and the
+        // client's next requests wait in its socket meanwhile.
+        let held = admission::quota_wait(&self.client, prefix, payload.len());
+        // Producers wait while the shard's unwritten bytes are over its
+        // share of unwritten_bytes_max (issue 8, item 14): this connection
+        // stops reading until the disk catches up.
+        let budget = prefix.api == Api::Produce as u16 && shard.unwritten.over();
+        let serve = move || {
             let request = Request {
                 api: prefix.api,
                 version: prefix.version_or_error,
@@ -159,41 +195,28 @@ impl Front for Native {
                 payload,
                 principal: Some(&*principal),
             };
-            let dispatched = super::dispatch(shard, give_way, request);
-            admission::report_throttle(held, dispatched)
-        } else {
-            // A login's place among its address's logins under way,
-            // waited for (as long as the handshake may take): a client
-            // starting many connections at once is slowed, not refused.
-            let handshake = matches!(*self.access.borrow(), Access::Handshake);
-            let under_way = match self.client.address {
-                Some(address) if prefix.api == Api::Handshake as u16 && handshake => {
-                    let until = self.connected_at
-                        + Duration::from_millis(shard.config.handshake_timeout_ms);
-                    Some(opening::exchange_slot(address, until).await)
-                }
-                _ => None,
-            };
-            let opened = {
-                let mut access = self.access.borrow_mut();
-                opening::login_frame(shard, &self.client, &mut access, prefix, header, under_way)
-            };
-            match opened {
-                Ok(response) => Dispatched::Ready(response),
-                Err(response) => {
-                    // A failed login: answered after the delay, then the
-                    // connection closes.
-                    let delay = Duration::from_millis(shard.config.login_failure_delay_ms);
-                    glommio::timer::sleep(delay).await;
-                    return Served::Close(Some((prefix.request_id, response)));
-                }
+            Served::Answer {
+                request_id: prefix.request_id,
+                api: prefix.api,
+                dispatched: admission::report_throttle(
+                    held,
+                    super::dispatch(shard, give_way, request),
+                ),
             }
         };
-        Served::Answer {
-            request_id: prefix.request_id,
-            api: prefix.api,
-            dispatched,
+        if held.is_zero() && !budget {
+            // The common case, without a future per request.
+            return Step::Now(serve());
         }
+        Step::Wait(Box::pin(async move {
+            if !held.is_zero() {
+                glommio::timer::sleep(held).await;
+            }
+            if budget {
+                shard.unwritten.wait_for_room().await;
+            }
+            serve()
+        }))
     }
 
     fn write_prefix(&self, out: &mut Vec<u8>, request_id: u32, response: &Response) {

@@ -31,6 +31,10 @@ pub enum Access {
 /// A frame before the connection is open: the Handshake (with its login),
 /// or a login's Authenticate. `Err` is a failed login's answer: the caller
 /// sends it after the delay and closes the connection.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the Handshake and the Authenticate of one login exchange, in protocol order"
+)]
 pub fn login_frame(
     shard: &Shard,
     client: &Client,

@@ -18,6 +18,7 @@ use std::rc::Rc;
 const USERS_PER_REQUEST_MAX: usize = 1000;
 
 /// Handles one of the five.
+#[expect(clippy::too_many_lines, reason = "one match over the security apis")]
 pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, Failure> {
     let bad = |e| invalid_header(api, e);
     let invalid =

@@ -36,7 +36,7 @@
 //! response pending is closed after `idle_timeout_ms`.
 
 use super::cold;
-use super::front::{Front, Served};
+use super::front::{Front, Served, Step};
 use super::sendfile::{self, Sent};
 use crate::handler::give_way::GiveWay;
 use crate::limits::{LOGIN_READ_BUFFER_BYTES, READ_BUFFER_BYTES};
@@ -293,6 +293,10 @@ fn grown(len: usize, frame_bytes: usize) -> usize {
     len.saturating_mul(2).min(frame_bytes).max(len)
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the read loop: framing, backpressure and the deadlines share the buffer's state"
+)]
 async fn read_loop<F: Front>(shard: &Rc<Shard>, conn: &Conn<F>) -> io::Result<()> {
     let mut buf = vec![0u8; LOGIN_READ_BUFFER_BYTES];
     let mut filled = 0usize;
@@ -330,10 +334,10 @@ async fn read_loop<F: Front>(shard: &Rc<Shard>, conn: &Conn<F>) -> io::Result<()
                 tracing::debug!(shard = shard.id, "closing a connection: {why}");
                 return Ok(());
             }
-            let served = conn
-                .front
-                .serve(&buf[start..frame_end], &conn.give_way)
-                .await;
+            let served = match conn.front.serve(&buf[start..frame_end], &conn.give_way) {
+                Step::Now(served) => served,
+                Step::Wait(served) => served.await,
+            };
             start = frame_end;
             let (request_id, api, dispatched) = match served {
                 Served::Answer {
@@ -495,6 +499,10 @@ async fn write_loop<F: Front>(shard: Rc<Shard>, conn: Rc<Conn<F>>) {
     let _ = poll_fn(|cx| conn.stream.borrow_mut().poll_close(cx)).await;
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the write loop: batching, long-polls and sendfile share the output buffer"
+)]
 async fn write_responses<F: Front>(shard: &Shard, conn: &Conn<F>) -> io::Result<()> {
     let mut out: Vec<u8> = Vec::with_capacity(64 * 1024);
     loop {

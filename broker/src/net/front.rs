@@ -15,6 +15,7 @@ use crate::reply::{Dispatched, Response};
 use crate::shard::Shard;
 use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::rc::Rc;
 
 /// What a frame asked for.
@@ -31,6 +32,16 @@ pub enum Served {
     /// Send this answer, if any, and close the connection (a failed login,
     /// a frame that cannot be parsed).
     Close(Option<(u32, Response)>),
+}
+
+/// How a frame is served: at once (the common case), or once something
+/// it waits for is over (a quota's turn, a login's place, the shard's
+/// unwritten bytes). The connection reads nothing more meanwhile.
+pub enum Step<'a> {
+    /// Served now.
+    Now(Served),
+    /// Served when this resolves.
+    Wait(Pin<Box<dyn Future<Output = Served> + 'a>>),
 }
 
 /// A protocol front end: one per connection, shared by its reader and its
@@ -64,9 +75,10 @@ pub trait Front: Sized + 'static {
     /// resynchronised).
     fn frame_bytes(&self, prefix: &[u8], frame_max: usize) -> Result<usize, (u32, Response)>;
 
-    /// Serves one whole frame. It may wait (a quota, the shard's unwritten
-    /// bytes): the connection reads nothing more meanwhile.
-    fn serve(&self, frame: &[u8], give_way: &Rc<GiveWay>) -> impl Future<Output = Served>;
+    /// Serves one whole frame, at once or after a wait. (Not an `async fn`:
+    /// a future per request cost ringlog's protocol a tenth more broker
+    /// CPU per single-message produce, 0.53 against 0.49 µs.)
+    fn serve<'a>(&'a self, frame: &'a [u8], give_way: &'a Rc<GiveWay>) -> Step<'a>;
 
     /// Writes an answer's framing before its header bytes.
     fn write_prefix(&self, out: &mut Vec<u8>, request_id: u32, response: &Response);

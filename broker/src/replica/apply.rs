@@ -13,10 +13,59 @@
 use super::rules;
 use super::SharedReplica;
 use crate::storage::io::Storage;
-use crate::storage::partition_log::{self, Shared};
+use crate::storage::partition_log::{self, NotStored, Shared};
+use crate::storage::StorageError;
 use protocol::codec::multi_fetch::FetchedPart;
-use protocol::message::MessageSetIter;
+use protocol::message::{MessageError, MessageSetIter};
 use protocol::ErrorCode;
+
+/// Why a follower could not apply its leader's answer. Each leaves the
+/// partition out of the link's requests for a moment, then it fetches
+/// again from where its copy ends.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The leader refused the fetch (NOT_LEADER, FENCED_LEADER_EPOCH,
+    /// UNKNOWN_LEADER_EPOCH: the registry's news is on its way).
+    #[error("{code}: {message}")]
+    Refused {
+        /// The leader's code.
+        code: ErrorCode,
+        /// Its words.
+        message: String,
+    },
+    /// A message of the chunk fails its checks.
+    #[error("a damaged message from the leader: {0}")]
+    Damaged(MessageError),
+    /// The chunk does not start where the copy ends.
+    #[error("an answer for offset {offset}, but the copy ends at {end}")]
+    NotAtEnd {
+        /// Where the chunk starts.
+        offset: u64,
+        /// Where the copy ends.
+        end: u64,
+    },
+    /// The chunk says an epoch newer than the leader's own.
+    #[error("a chunk of epoch {chunk} from a leader in epoch {leader}")]
+    NewerEpoch {
+        /// The chunk's epoch.
+        chunk: i32,
+        /// The leader's.
+        leader: u32,
+    },
+    /// Cutting the log would remove committed bytes for a leader that is
+    /// not newer ([`rules::truncation_refused`]).
+    #[error("{0}")]
+    TruncationRefused(String),
+    /// The log failed.
+    #[error("{0}")]
+    Storage(#[from] StorageError),
+    /// The append was not stored.
+    #[error("{0:?}")]
+    NotStored(NotStored),
+    /// The epochs file could not be written.
+    #[error("recording the leader epoch: {0}")]
+    Epochs(std::io::Error),
+}
 
 /// What applying an answer did to the log, for the caller's bookkeeping
 /// (the flush timer's list, metrics).
@@ -27,12 +76,16 @@ pub trait Applied<S: Storage> {
 }
 
 /// Applies the leader's answer for one followed partition.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one answer applied in the order the rules need: refusal, divergence, checks, epoch, append, flush, high watermark"
+)]
 pub async fn apply<S: Storage>(
     replica: &SharedReplica<S>,
     answer: &FetchedPart,
     payload: &[u8],
     applied: &impl Applied<S>,
-) -> Result<(), String> {
+) -> Result<(), ApplyError> {
     if answer.error != ErrorCode::None {
         if answer.error == ErrorCode::OffsetOutOfRange {
             // The leader's log starts past this empty copy's end
@@ -44,15 +97,15 @@ pub async fn apply<S: Storage>(
                 l.end_offset() == l.start_offset() && l.end_offset() < start
             };
             if empty {
-                return log
-                    .borrow_mut()
-                    .rebase_empty(start)
-                    .map_err(|e| e.to_string());
+                return Ok(log.borrow_mut().rebase_empty(start)?);
             }
         }
         // NOT_LEADER, FENCED or UNKNOWN_LEADER_EPOCH: the registry's news
         // (a state change) is on its way; the partition waits for it.
-        return Err(format!("{}: {}", answer.error, answer.message));
+        return Err(ApplyError::Refused {
+            code: answer.error,
+            message: answer.message.clone(),
+        });
     }
     if let Some((epoch, leader_end)) = answer.diverging {
         return truncate(replica, epoch, leader_end).await;
@@ -65,16 +118,14 @@ pub async fn apply<S: Storage>(
     let mut iter = MessageSetIter::new(payload, offset);
     let mut count = 0u32;
     for message in iter.by_ref() {
-        message.map_err(|e| format!("a damaged message from the leader: {e}"))?;
+        message.map_err(ApplyError::Damaged)?;
         count += 1;
     }
     let whole = iter.position();
     if whole > 0 {
-        if log.borrow().end_offset() != offset {
-            return Err(format!(
-                "an answer for offset {offset}, but the copy ends at {}",
-                log.borrow().end_offset()
-            ));
+        let end = log.borrow().end_offset();
+        if end != offset {
+            return Err(ApplyError::NotAtEnd { offset, end });
         }
         if chunk_epoch >= 0 {
             let (storage, dir) = {
@@ -85,13 +136,13 @@ pub async fn apply<S: Storage>(
             // A follower never records an epoch newer than its leader's
             // (the fetch named it, and the leader answers only in it).
             if chunk_epoch as u32 > r.epoch() {
-                return Err(format!(
-                    "a chunk of epoch {chunk_epoch} from a leader in epoch {}",
-                    r.epoch()
-                ));
+                return Err(ApplyError::NewerEpoch {
+                    chunk: chunk_epoch,
+                    leader: r.epoch(),
+                });
             }
             if r.epochs.assign(chunk_epoch as u32, offset) {
-                r.epochs.store(&storage, &dir).map_err(|e| e.to_string())?;
+                r.epochs.store(&storage, &dir).map_err(ApplyError::Epochs)?;
             }
         }
         let appended = partition_log::append_replica(
@@ -100,8 +151,7 @@ pub async fn apply<S: Storage>(
             &payload[..whole],
             count,
             answer.segment_base,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         applied.touched(&log, whole as u64);
         // acks=all counts flushed copies (written ones on a write-caching
         // topic): the next fetch reports this one.
@@ -112,7 +162,7 @@ pub async fn apply<S: Storage>(
         };
         partition_log::stored(&log, appended, counted)
             .await
-            .map_err(|e| format!("{e:?}"))?;
+            .map_err(ApplyError::NotStored)?;
     }
     log.borrow_mut().set_high_watermark(hw);
     // The high watermark's checkpoint (`committed_floor`) is the timer's.
@@ -128,7 +178,7 @@ async fn truncate<S: Storage>(
     replica: &SharedReplica<S>,
     epoch: i32,
     leader_end: u64,
-) -> Result<(), String> {
+) -> Result<(), ApplyError> {
     let log = replica.borrow().log.clone();
     let (own_end, floor, own_epoch, leader_epoch) = {
         let r = replica.borrow();
@@ -147,11 +197,9 @@ async fn truncate<S: Storage>(
     if let Some(refusal) = rules::truncation_refused(target, floor, own_epoch, leader_epoch) {
         let r = replica.borrow();
         tracing::error!(partition = %r.label, leader = r.leader(), target, committed_floor = floor, own_epoch, leader_epoch, "{refusal}");
-        return Err(refusal);
+        return Err(ApplyError::TruncationRefused(refusal));
     }
-    partition_log::truncate(&log, target)
-        .await
-        .map_err(|e| e.to_string())?;
+    partition_log::truncate(&log, target).await?;
     let (storage, dir, end) = {
         let l = log.borrow();
         (l.storage().clone(), l.dir().to_path_buf(), l.end_offset())
@@ -162,7 +210,7 @@ async fn truncate<S: Storage>(
     );
     let mut r = replica.borrow_mut();
     if r.epochs.truncate(target) {
-        r.epochs.store(&storage, &dir).map_err(|e| e.to_string())?;
+        r.epochs.store(&storage, &dir).map_err(ApplyError::Epochs)?;
     }
     Ok(())
 }

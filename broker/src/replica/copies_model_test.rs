@@ -58,7 +58,12 @@
 //! wait for members not heard from, the one-epoch-per-chunk read, or the
 //! divergence check fails it too.
 
-use super::apply::{apply, Applied};
+#![allow(
+    clippy::too_many_lines,
+    reason = "a model test's steps and checks read top to bottom"
+)]
+
+use super::apply::{apply, Applied, ApplyError};
 use super::epochs::Epochs;
 use super::leader::{follower_offsets, read_for_follower, replicated, NotReplicated};
 use super::rules::FollowerRead;
@@ -109,7 +114,7 @@ struct Node {
     run: u32,
     replica: Option<SharedReplica<MemoryStorage>>,
     /// A follower's answer being applied: its next fetch waits for it.
-    applying: Option<Pending<Result<(), String>>>,
+    applying: Option<Pending<Result<(), ApplyError>>>,
     producing: Vec<Produce>,
     /// The high watermark it last had while leading: (run, epoch, hw).
     led_hw: Option<(u32, u32, u64)>,
@@ -580,7 +585,7 @@ impl Cluster {
                 answer.offsets.flushed_offset
             )
         });
-        let mut applying: Pending<Result<(), String>> =
+        let mut applying: Pending<Result<(), ApplyError>> =
             Box::pin(async move { apply(&follower, &answer, &payload, &NoBookkeeping).await });
         match noop_poll(&mut applying) {
             Poll::Ready(result) => self.applied(i, result),
@@ -588,7 +593,7 @@ impl Cluster {
         }
     }
 
-    fn applied(&mut self, i: usize, result: Result<(), String>) {
+    fn applied(&mut self, i: usize, result: Result<(), ApplyError>) {
         if let Err(error) = result {
             self.refusals += 1;
             self.say(|| format!("  {} applied: {error}", self.nodes[i].id));

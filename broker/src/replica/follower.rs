@@ -20,10 +20,11 @@ use super::{Role, SharedReplica};
 use crate::shard::Shard;
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use protocol::codec;
 use protocol::codec::multi_fetch::{self, FetchPart, MultiFetch};
-use protocol::codec::{self, verify};
 use protocol::frame::{self, Api, FramePrefix, FRAME_PREFIX_BYTES};
-use protocol::{wire, ErrorCode};
+use protocol::types::BrokerId;
+use protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -44,6 +45,63 @@ const PART_BACKOFF: Duration = Duration::from_millis(100);
 /// How long a link waits for an answer before it reconnects: the leader
 /// answers within its wait, unless it is paused or cut off.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why a link's connection ended; the link connects again with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// The leader's broker is not in the registry.
+    #[error("broker {0} is not live")]
+    NotLive(BrokerId),
+    /// Reaching the leader failed: connecting, TLS, writing or reading
+    /// (`context` says which, with the leader's address).
+    #[error("{context}: {reason}")]
+    Network {
+        /// What was being done.
+        context: String,
+        /// The error, in words.
+        reason: String,
+    },
+    /// The leader answered with an error code: the handshake, the
+    /// broker's login or a fetch refused.
+    #[error("the {what} was refused ({code}): {message}")]
+    Refused {
+        /// What was refused.
+        what: String,
+        /// The leader's code.
+        code: String,
+        /// Its words.
+        message: String,
+    },
+    /// The broker's own login failed on this side (its password, the
+    /// leader's proof).
+    #[error("logging in as {user}: {reason}")]
+    Login {
+        /// The broker's user.
+        user: String,
+        /// Why.
+        reason: String,
+    },
+    /// The leader's answer does not make sense.
+    #[error("the leader's answer: {0}")]
+    Answer(String),
+    /// The shard is stopping.
+    #[error("stopped")]
+    Stopped,
+}
+
+/// A refusal's code and words from an error answer.
+fn refusal(what: &str, prefix: &FramePrefix, header: &[u8]) -> LinkError {
+    let message = codec::verify::<protocol::wire::ErrorResponse>(header)
+        .ok()
+        .and_then(|e| e.message().map(str::to_string))
+        .unwrap_or_default();
+    LinkError::Refused {
+        what: what.to_string(),
+        code: ErrorCode::from_u16(prefix.version_or_error)
+            .map_or_else(|n| n.to_string(), |c| c.name().to_string()),
+        message,
+    }
+}
 
 /// Starts the links this shard needs and has not: one per leader shard of
 /// the partitions it follows. A link ends by itself once it carries none.
@@ -157,25 +215,27 @@ fn frame_of(api: Api, request_id: u32, header: &[u8]) -> Vec<u8> {
 
 /// One connection's life: handshake, then fetches until it breaks or
 /// carries nothing.
-async fn serve_link(shard: &Rc<Shard>, key: LinkKey) -> Result<(), String> {
-    let (host, port) =
-        address_of(shard, key).ok_or_else(|| format!("broker {} is not live", key.0))?;
+async fn serve_link(shard: &Rc<Shard>, key: LinkKey) -> Result<(), LinkError> {
+    let (host, port) = address_of(shard, key).ok_or(LinkError::NotLive(key.0))?;
     let address = format!("{host}:{port}");
+    let network = |context: String| move |reason: String| LinkError::Network { context, reason };
     let connect = glommio::net::TcpStream::connect(address.as_str());
     let stream = within_connect_timeout(async { connect.await.map_err(|e| e.to_string()) })
         .await
-        .map_err(|e| format!("connecting to {address}: {e}"))?;
+        .map_err(network(format!("connecting to {address}")))?;
     let _ = stream.set_nodelay(true);
     let Some(connector) = crate::net::tls::connector() else {
         return follow(shard, key, stream).await;
     };
     // The leader's certificate must name the host it advertises.
-    let name = futures_rustls::rustls::pki_types::ServerName::try_from(host.clone())
-        .map_err(|e| format!("{host}: not a name a TLS certificate can carry ({e})"))?;
+    let name =
+        futures_rustls::rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
+            network(host.clone())(format!("not a name a TLS certificate can carry ({e})"))
+        })?;
     let handshake = connector.connect(name, stream);
     let stream = within_connect_timeout(async { handshake.await.map_err(|e| e.to_string()) })
         .await
-        .map_err(|e| format!("TLS with {address}: {e}"))?;
+        .map_err(network(format!("TLS with {address}")))?;
     follow(shard, key, stream).await
 }
 
@@ -184,21 +244,11 @@ async fn serve_link(shard: &Rc<Shard>, key: LinkKey) -> Result<(), String> {
 async fn log_in<S>(
     fbb: &mut protocol::flatbuffers::FlatBufferBuilder<'static>,
     stream: &mut S,
-) -> Result<(), String>
+) -> Result<(), LinkError>
 where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
-    let refused = |prefix: &FramePrefix, header: &[u8], what: &str| {
-        let why = codec::verify::<protocol::wire::ErrorResponse>(header)
-            .ok()
-            .and_then(|e| e.message().map(str::to_string))
-            .unwrap_or_default();
-        format!(
-            "the {what} was refused ({}): {why}",
-            ErrorCode::from_u16(prefix.version_or_error)
-                .map_or_else(|n| n.to_string(), |c| c.name().to_string())
-        )
-    };
+    let refused = |prefix: &FramePrefix, header: &[u8], what: &str| refusal(what, prefix, header);
     let Some((user, password)) = crate::auth::broker_login() else {
         let hello = codec::handshake_request(fbb, "ringlog-follower").to_vec();
         let (prefix, header, _) = exchange(stream, &frame_of(Api::Handshake, 0, &hello)).await?;
@@ -207,7 +257,11 @@ where
         }
         return Ok(());
     };
-    let (client, first) = protocol::scram::client_first(user).map_err(|e| e.to_string())?;
+    let login = |reason: String| LinkError::Login {
+        user: user.to_string(),
+        reason,
+    };
+    let (client, first) = protocol::scram::client_first(user).map_err(|e| login(e.to_string()))?;
     let hello = codec::security::handshake_login_request(
         fbb,
         "ringlog-follower",
@@ -220,21 +274,21 @@ where
         return Err(refused(&prefix, &header, "handshake"));
     }
     let answer = codec::verify::<protocol::wire::HandshakeResponse>(&header)
-        .map_err(|e| format!("the leader's handshake answer: {e}"))?;
+        .map_err(|e| LinkError::Answer(format!("its handshake: {e}")))?;
     let server_first = answer.sasl_bytes().map(|b| b.bytes()).unwrap_or_default();
     let (client, last) = client
         .finish(password, server_first)
-        .map_err(|e| format!("logging in as {user}: {e}"))?;
+        .map_err(|e| login(e.to_string()))?;
     let proof = codec::security::authenticate_request(fbb, &last).to_vec();
     let (prefix, header, _) = exchange(stream, &frame_of(Api::Authenticate, 1, &proof)).await?;
     if prefix.version_or_error != 0 {
         return Err(refused(&prefix, &header, &format!("login of {user}")));
     }
     let answer = codec::verify::<protocol::wire::AuthenticateResponse>(&header)
-        .map_err(|e| format!("the leader's login answer: {e}"))?;
+        .map_err(|e| LinkError::Answer(format!("its login answer: {e}")))?;
     client
         .verify(answer.sasl_bytes().map(|b| b.bytes()).unwrap_or_default())
-        .map_err(|e| format!("logging in as {user}: {e}"))
+        .map_err(|e| login(e.to_string()))
 }
 
 /// `step` (a connect, a TLS handshake) within 5 s.
@@ -249,7 +303,11 @@ async fn within_connect_timeout<T>(
 }
 
 /// The link over a connected stream (plain or TLS).
-async fn follow<S>(shard: &Rc<Shard>, key: LinkKey, mut stream: S) -> Result<(), String>
+#[expect(
+    clippy::too_many_lines,
+    reason = "one link's request loop: build, send, wait, apply; the connection's state is local to it"
+)]
+async fn follow<S>(shard: &Rc<Shard>, key: LinkKey, mut stream: S) -> Result<(), LinkError>
 where
     S: futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin,
 {
@@ -262,7 +320,7 @@ where
     let mut request_id = 1u32;
     loop {
         if shard.stopping.get() {
-            return Err("stopped".into());
+            return Err(LinkError::Stopped);
         }
         let mut replicas = followed(shard, key);
         if replicas.is_empty() {
@@ -317,22 +375,16 @@ where
         };
         let (prefix, header, payload) = answered?;
         if prefix.version_or_error != 0 {
-            let message = verify::<wire::ErrorResponse>(&header)
-                .ok()
-                .and_then(|e| e.message().map(str::to_string))
-                .unwrap_or_default();
-            return Err(format!(
-                "the leader refused the fetch (error {}): {message}",
-                prefix.version_or_error
-            ));
+            return Err(refusal("fetch", &prefix, &header));
         }
-        let answers = multi_fetch::decode_multi_fetch_response(&header, payload.len())?;
+        let answers = multi_fetch::decode_multi_fetch_response(&header, payload.len())
+            .map_err(LinkError::Answer)?;
         if answers.len() != sent.len() {
-            return Err(format!(
-                "the leader answered {} partitions of {}",
+            return Err(LinkError::Answer(format!(
+                "{} partitions of {}",
                 answers.len(),
                 sent.len()
-            ));
+            )));
         }
         let payload = Rc::new(payload);
         let mut tasks = Vec::new();
@@ -340,10 +392,10 @@ where
             {
                 let r = replica.borrow();
                 if r.topic != answer.topic || r.partition != answer.partition {
-                    return Err(format!(
-                        "the leader answered {}-{} in the place of {}",
+                    return Err(LinkError::Answer(format!(
+                        "{}-{} in the place of {}",
                         answer.topic, answer.partition, r.label
-                    ));
+                    )));
                 }
                 if r.generation != generation || !matches!(r.role(), Role::Follower { .. }) {
                     // The partition moved on (a new leader or epoch): its
@@ -405,16 +457,23 @@ fn requests_of(
 async fn exchange(
     stream: &mut (impl futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin),
     frame: &[u8],
-) -> Result<(FramePrefix, Vec<u8>, Vec<u8>), String> {
+) -> Result<(FramePrefix, Vec<u8>, Vec<u8>), LinkError> {
+    let network = |reason: String| LinkError::Network {
+        context: "exchanging with the leader".to_string(),
+        reason,
+    };
     let round = async {
         stream.write_all(frame).await?;
         stream.flush().await?;
         read_frame(stream).await
     };
-    futures_lite::future::or(async { round.await.map_err(|e| e.to_string()) }, async {
-        glommio::timer::sleep(ANSWER_TIMEOUT).await;
-        Err(format!("no answer within {ANSWER_TIMEOUT:?}"))
-    })
+    futures_lite::future::or(
+        async { round.await.map_err(|e| network(e.to_string())) },
+        async {
+            glommio::timer::sleep(ANSWER_TIMEOUT).await;
+            Err(network(format!("no answer within {ANSWER_TIMEOUT:?}")))
+        },
+    )
     .await
 }
 

@@ -23,6 +23,11 @@
 //!
 //! `RINGLOG_MODEL_CASES` sets the number of cases (default 1,500).
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "a model test's steps and checks read top to bottom"
+)]
+
 use super::io::Storage;
 use super::memory::{MemoryFaults, MemoryStorage, PowerCut, Tail};
 use super::partition_log::{self, Appended, LogSettings, NotStored, PartitionLog, Shared};

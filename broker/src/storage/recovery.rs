@@ -132,6 +132,10 @@ pub fn write_offset_file(
 
 /// Scans a partition directory, removes leftovers of retention, checks the
 /// tail past the recovery point and truncates it where it is torn or corrupt.
+#[expect(
+    clippy::too_many_lines,
+    reason = "recovery's scan, segment by segment, with the rot and torn-tail cases side by side"
+)]
 pub fn recover(
     storage: &impl Storage,
     dir: &Path,

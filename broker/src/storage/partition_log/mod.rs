@@ -276,6 +276,10 @@ pub fn now_ms() -> u64 {
 impl<S: Storage> PartitionLog<S> {
     /// Opens (or creates) the log in `dir` on `storage`, recovering its tail
     /// first.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a log's opening: recovery, segments, recovery point, watermarks, files; one constructor"
+    )]
     pub async fn open(
         storage: S,
         dir: &Path,

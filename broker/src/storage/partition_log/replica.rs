@@ -128,6 +128,10 @@ impl<S: Storage> PartitionLog<S> {
     /// Cuts the log back to `end` (a message boundary of the leader's log):
     /// segments past it go, the active one is truncated, durably. Only when
     /// nothing is pending or being written ([`truncate`] waits for that).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a cut's bookkeeping: every offset and list the log keeps moves back together"
+    )]
     fn cut(&mut self, end: u64) -> Result<(), StorageError> {
         if end > self.end_offset || end < self.start_offset {
             return Err(StorageError::OffsetOutOfRange {

@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 /// The size of the frame whose prefix is `prefix`, or the answer to a
 /// prefix that cannot be one (too large for `frame_max`, inconsistent
 /// lengths), echoing the request id and api it names.
-fn frame_size(prefix: &[u8], frame_max: usize) -> Result<usize, (u32, Response)> {
+fn frame_size(prefix: &[u8], frame_max: usize) -> Result<(usize, FramePrefix), (u32, Response)> {
     let mut bytes = [0u8; FRAME_PREFIX_BYTES];
     bytes.copy_from_slice(&prefix[..FRAME_PREFIX_BYTES]);
     match FramePrefix::parse(&bytes, frame_max) {
-        Ok(prefix) => Ok(prefix.frame_bytes),
+        Ok(prefix) => Ok((prefix.frame_bytes, prefix)),
         Err(error) => {
             let request_id = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
             let api = u16::from_le_bytes([bytes[4], bytes[5]]);
@@ -36,6 +36,32 @@ fn frame_size(prefix: &[u8], frame_max: usize) -> Result<usize, (u32, Response)>
             let message = format!("{error}; closing the connection");
             Err((request_id, super::error_response(api, code, &message, None)))
         }
+    }
+}
+
+/// The request a frame is, for the handlers.
+fn request<'a>(
+    prefix: FramePrefix,
+    header: &'a [u8],
+    payload: &'a [u8],
+    principal: &'a str,
+) -> Request<'a> {
+    Request {
+        api: prefix.api,
+        version: prefix.version_or_error,
+        request_id: prefix.request_id,
+        header,
+        payload,
+        principal: Some(principal),
+    }
+}
+
+/// A frame's answer, in its place among the connection's.
+fn answer(prefix: FramePrefix, dispatched: Dispatched) -> Served {
+    Served::Answer {
+        request_id: prefix.request_id,
+        api: prefix.api,
+        dispatched,
     }
 }
 
@@ -88,6 +114,7 @@ impl Native {
 
 impl Front for Native {
     const PREFIX_BYTES: usize = FRAME_PREFIX_BYTES;
+    type Head = FramePrefix;
 
     fn admit(shard: &Rc<Shard>, address: Option<IpAddr>) -> Result<Native, String> {
         let address_slot = match address.map(|a| crate::auth::quota::quotas().admit_address(a)) {
@@ -153,30 +180,30 @@ impl Front for Native {
         }
     }
 
-    fn frame_bytes(&self, prefix: &[u8], frame_max: usize) -> Result<usize, (u32, Response)> {
+    fn frame_bytes(
+        &self,
+        prefix: &[u8],
+        frame_max: usize,
+    ) -> Result<(usize, FramePrefix), (u32, Response)> {
         frame_size(prefix, frame_max).inspect_err(|_| {
             crate::metrics::bump(&self.client.shard.metrics.counters.request_errors_total, 1);
         })
     }
 
-    fn serve<'a>(&'a self, frame: &'a [u8], give_way: &'a Rc<GiveWay>) -> Step<'a> {
+    fn serve<'a>(
+        &'a self,
+        frame: &'a [u8],
+        prefix: FramePrefix,
+        give_way: &'a Rc<GiveWay>,
+    ) -> Step<'a> {
         let shard = &self.client.shard;
-        let mut bytes = [0u8; FRAME_PREFIX_BYTES];
-        bytes.copy_from_slice(&frame[..FRAME_PREFIX_BYTES]);
-        let prefix = match FramePrefix::parse(&bytes, usize::MAX) {
-            Ok(prefix) => prefix,
-            // The connection sized the frame with `frame_bytes` already.
-            Err(error) => unreachable!("a frame sized by frame_bytes: {error}"),
-        };
         let header_start = FRAME_PREFIX_BYTES;
         let payload_start = header_start + prefix.header_len;
         let header = &frame[header_start..payload_start];
         let payload = &frame[payload_start..prefix.frame_bytes];
-        let principal = match &*self.access.borrow() {
-            Access::Open(principal) => Some(principal.clone()),
-            _ => None,
-        };
-        let Some(principal) = principal else {
+        let access = self.access.borrow();
+        let Access::Open(principal) = &*access else {
+            drop(access);
             return Step::Wait(Box::pin(self.opening(prefix, header)));
         };
         // A quota: the request waits its principal's turn, and the
@@ -186,28 +213,14 @@ impl Front for Native {
         // share of unwritten_bytes_max (issue 8, item 14): this connection
         // stops reading until the disk catches up.
         let budget = prefix.api == Api::Produce as u16 && shard.unwritten.over();
-        let serve = move || {
-            let request = Request {
-                api: prefix.api,
-                version: prefix.version_or_error,
-                request_id: prefix.request_id,
-                header,
-                payload,
-                principal: Some(&*principal),
-            };
-            Served::Answer {
-                request_id: prefix.request_id,
-                api: prefix.api,
-                dispatched: admission::report_throttle(
-                    held,
-                    super::dispatch(shard, give_way, request),
-                ),
-            }
-        };
         if held.is_zero() && !budget {
-            // The common case, without a future per request.
-            return Step::Now(serve());
+            // The common case: served now, without a future or a copy of
+            // the principal per request.
+            let request = request(prefix, header, payload, principal);
+            return Step::Now(answer(prefix, super::dispatch(shard, give_way, request)));
         }
+        let principal = principal.clone();
+        drop(access);
         Step::Wait(Box::pin(async move {
             if !held.is_zero() {
                 glommio::timer::sleep(held).await;
@@ -215,7 +228,9 @@ impl Front for Native {
             if budget {
                 shard.unwritten.wait_for_room().await;
             }
-            serve()
+            let request = request(prefix, header, payload, &principal);
+            let dispatched = super::dispatch(shard, give_way, request);
+            answer(prefix, admission::report_throttle(held, dispatched))
         }))
     }
 
@@ -284,7 +299,7 @@ mod tests {
     fn a_frame_is_sized_from_its_prefix_and_a_bad_one_is_answered_with_its_request_id() {
         let good = prefix(Api::Produce, 7, 40, 1000);
         assert_eq!(
-            frame_size(&good, 1 << 20).unwrap(),
+            frame_size(&good, 1 << 20).unwrap().0,
             FRAME_PREFIX_BYTES + 40 + 1000
         );
         // Larger than the connection may send: FRAME_TOO_LARGE, the

@@ -315,11 +315,11 @@ async fn read_loop<F: Front>(shard: &Rc<Shard>, conn: &Conn<F>) -> io::Result<()
         let mut start = 0usize;
         while filled - start >= F::PREFIX_BYTES {
             let frame_max = conn.front.frame_max();
-            let frame_bytes = match conn
+            let (frame_bytes, head) = match conn
                 .front
                 .frame_bytes(&buf[start..start + F::PREFIX_BYTES], frame_max)
             {
-                Ok(frame_bytes) => frame_bytes,
+                Ok(sized) => sized,
                 Err((request_id, response)) => {
                     push(shard, conn, Queued::Ready(request_id, response));
                     return Ok(());
@@ -334,7 +334,10 @@ async fn read_loop<F: Front>(shard: &Rc<Shard>, conn: &Conn<F>) -> io::Result<()
                 tracing::debug!(shard = shard.id, "closing a connection: {why}");
                 return Ok(());
             }
-            let served = match conn.front.serve(&buf[start..frame_end], &conn.give_way) {
+            let served = match conn
+                .front
+                .serve(&buf[start..frame_end], head, &conn.give_way)
+            {
                 Step::Now(served) => served,
                 Step::Wait(served) => served.await,
             };
@@ -398,7 +401,8 @@ async fn read_loop<F: Front>(shard: &Rc<Shard>, conn: &Conn<F>) -> io::Result<()
         filled -= start;
         if filled == buf.len() && filled >= F::PREFIX_BYTES {
             let frame_max = conn.front.frame_max();
-            if let Ok(frame_bytes) = conn.front.frame_bytes(&buf[..F::PREFIX_BYTES], frame_max) {
+            if let Ok((frame_bytes, _)) = conn.front.frame_bytes(&buf[..F::PREFIX_BYTES], frame_max)
+            {
                 buf.resize(grown(buf.len(), frame_bytes), 0);
             }
         } else if buf.len() > READ_BUFFER_BYTES && filled == 0 && !large_frame {

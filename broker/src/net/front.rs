@@ -50,6 +50,10 @@ pub trait Front: Sized + 'static {
     /// Bytes a frame's size can be read from.
     const PREFIX_BYTES: usize;
 
+    /// A frame's prefix as [`Self::frame_bytes`] read it, handed back to
+    /// [`Self::serve`] with the whole frame (read once per frame).
+    type Head: Copy;
+
     /// A new connection from `address`, before TLS: the front end that
     /// serves it, or why it is refused.
     fn admit(shard: &Rc<Shard>, address: Option<IpAddr>) -> Result<Self, String>;
@@ -71,14 +75,23 @@ pub trait Front: Sized + 'static {
     fn frame_max(&self) -> usize;
 
     /// The size of the frame at the front of `prefix` ([`Self::PREFIX_BYTES`]
-    /// long), or the answer that ends the connection (the stream cannot be
-    /// resynchronised).
-    fn frame_bytes(&self, prefix: &[u8], frame_max: usize) -> Result<usize, (u32, Response)>;
+    /// long) and its parsed prefix, or the answer that ends the connection
+    /// (the stream cannot be resynchronised).
+    fn frame_bytes(
+        &self,
+        prefix: &[u8],
+        frame_max: usize,
+    ) -> Result<(usize, Self::Head), (u32, Response)>;
 
     /// Serves one whole frame, at once or after a wait. (Not an `async fn`:
     /// a future per request cost ringlog's protocol a tenth more broker
     /// CPU per single-message produce, 0.53 against 0.49 µs.)
-    fn serve<'a>(&'a self, frame: &'a [u8], give_way: &'a Rc<GiveWay>) -> Step<'a>;
+    fn serve<'a>(
+        &'a self,
+        frame: &'a [u8],
+        head: Self::Head,
+        give_way: &'a Rc<GiveWay>,
+    ) -> Step<'a>;
 
     /// Writes an answer's framing before its header bytes.
     fn write_prefix(&self, out: &mut Vec<u8>, request_id: u32, response: &Response);

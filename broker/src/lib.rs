@@ -40,8 +40,6 @@
 //! | [`control`] | the control thread and the registry |
 //! | [`broker`], [`config`], [`metrics`], [`mailbox`], [`limits`] | start and stop, configuration, metrics, messages between threads, bounds |
 #![warn(missing_docs)]
-// A function longer than 70 lines (clippy.toml) says why it is one.
-#![warn(clippy::too_many_lines)]
 
 /// This build: the crate version and the git revision it was built from
 /// (`-dirty` when the sources differed), as `--version` prints it and the

@@ -87,6 +87,10 @@ fn main() {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the flags applied to the configuration one by one, then the start: a list"
+)]
 fn run(args: Args) -> anyhow::Result<()> {
     let faults = broker::faults::Faults::init_from_env().map_err(anyhow::Error::msg)?;
     if faults != broker::faults::Faults::default() {

@@ -845,6 +845,10 @@ fn round(
 
 /// Appends one partition's answer to its copy; true when there is more
 /// to copy at once.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one partition's answer applied in order: errors, the copy's end, the append, the metrics"
+)]
 fn settle(
     target: &Client,
     read: &MirrorRead,

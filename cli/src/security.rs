@@ -180,6 +180,10 @@ impl RuleArgs {
 ///
 /// `password_file`: the global --password-file, when no --user logged in
 /// with it (then it holds the new user's password).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one match over the users subcommands"
+)]
 pub fn users(
     brokers: &str,
     command: UsersCommand,

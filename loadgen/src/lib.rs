@@ -12,6 +12,10 @@
 //! - [`broker_process`]: a standalone broker started on demand;
 //!   [`cluster_process`]: etcd and brokers, for [`replication`]'s figures.
 #![deny(missing_docs)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "a benchmark is one experiment read top to bottom: its phases, measurements and figures in order"
+)]
 
 pub mod broker_process;
 pub mod chart;

@@ -2,6 +2,10 @@
 //! and mutated inputs; none may panic. A deterministic stand-in for the
 //! fuzz targets, cheap enough to run on every test run.
 #![allow(clippy::unwrap_used)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom"
+)]
 
 use protocol::codec::groups::{self as group_codec, OffsetCommit};
 use protocol::codec::security;

@@ -1,6 +1,10 @@
 //! Writes the fuzz targets' seed corpus (valid inputs the fuzzer mutates):
 //! `cargo run -p ringlog-tests --example fuzz_seeds -- tests/fuzz/corpus`.
 //! The corpus is checked in; rerun this after a schema or format change.
+#![allow(
+    clippy::too_many_lines,
+    reason = "the seed corpus is written in one pass, a list"
+)]
 
 use protocol::codec::{self, groups, multi_fetch, FetchArgs, OffsetSpec, TopicSettings};
 use protocol::flatbuffers::FlatBufferBuilder;

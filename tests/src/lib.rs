@@ -6,6 +6,10 @@
 //! The binary is found next to the test executable's `deps/` directory
 //! (`target/<profile>/broker`), so run `cargo build --bins` before the
 //! tests; a missing binary fails loudly rather than skipping.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test harness step or a test is one scenario read top to bottom"
+)]
 
 pub mod crash;
 pub mod etcd;

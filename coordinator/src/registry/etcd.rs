@@ -420,6 +420,10 @@ fn value_of(kv: &Option<etcd_client::KeyValue>) -> Option<String> {
 /// previous run is replaced; one left by another data directory is
 /// waited on for its lease's TTL (a replaced directory's crashed run), and
 /// is [`RegistryError::DuplicateBroker`] if it outlives that.
+#[expect(
+    clippy::too_many_lines,
+    reason = "a broker's registration as one etcd transaction with its retries and the stale-lease wait"
+)]
 async fn register(
     client: &mut Client,
     keys: &Keys,
@@ -600,6 +604,10 @@ fn is_lease_not_found(error: &RegistryError) -> bool {
 /// is lost — expired during an outage, unknown to a new etcd behind the
 /// same address, or silent for longer than its TTL — as soon as etcd
 /// answers and holds this broker's cluster. Logs each change of state once.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the lease's keep-alive loop with its reconnects; its state is local to it"
+)]
 async fn keep_alive(
     mut client: Client,
     keys: Keys,
@@ -795,6 +803,10 @@ impl Watcher {
     }
 
     /// Watches the prefix from `revision + 1` until the stream ends.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the registry's watch loop: one match over the keys it follows"
+    )]
     async fn follow(
         &mut self,
         brokers: &mut BTreeMap<u32, BrokerRecord>,

@@ -67,6 +67,10 @@ impl Connection {
 
     /// Connects within `config.connect_timeout` (TCP connect, then the
     /// handshake's answer) and sets `config.request_timeout` for requests.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a connection's opening in protocol order: TCP, TLS, the Handshake and the SCRAM login"
+    )]
     pub fn connect_with(address: &str, config: &ClientConfig) -> Result<Connection, ClientError> {
         let handshake_timeout = config.connect_timeout.max(Duration::from_millis(1));
         let addrs: Vec<_> = address

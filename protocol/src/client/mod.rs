@@ -238,6 +238,7 @@ fn in_doubt(unknown: u64) -> String {
 /// batch's delivery report and the producer's flush). An `io::Error` is
 /// copied as its kind and message.
 impl Clone for ClientError {
+    #[expect(clippy::too_many_lines, reason = "one arm per error variant: a list")]
     fn clone(&self) -> Self {
         let io = |e: &std::io::Error| std::io::Error::new(e.kind(), e.to_string());
         match self {

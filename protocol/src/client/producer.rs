@@ -643,6 +643,10 @@ impl Producer {
         std::mem::take(&mut inner.deliveries)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a send's checks, routing and batching in the order the producer's contract states them"
+    )]
     fn send_to_inner(
         &mut self,
         partition: u32,
@@ -928,6 +932,10 @@ impl Inner {
     /// address cannot be connected to is down (its broker is named), like
     /// one whose broker Metadata does not list. Changes nothing, and fails,
     /// only when no address at all could be connected to.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "new routes applied to every partition: connections, down brokers and the batches to resend"
+    )]
     fn apply_routes(
         &mut self,
         setup: &Setup,
@@ -1129,6 +1137,10 @@ impl Inner {
     /// Writes a batch to its partition's connection (or queues it to be
     /// resent when that connection is gone); returns a spare buffer from
     /// the connection's answered batches, if there is one.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a batch's write, its lane's backpressure and its resend queue, side by side"
+    )]
     fn write(&mut self, setup: &Setup, mut pending: Pending) -> Option<Vec<u8>> {
         let index = pending.partition as usize;
         let Some(lane_index) = self.lane_of_partition[index] else {
@@ -1305,6 +1317,10 @@ impl Inner {
 
     /// Takes a lane's answers and buffers, and turns them into deliveries,
     /// retries and failures.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "every answer of a lane turned into deliveries, retries or failures; one match over the outcomes"
+    )]
     fn harvest(&mut self, setup: &Setup, lane: &Lane) {
         let (answers, refusals, spare, closed, orphans, written) = {
             let mut counts = lock(&lane.state.counts);
@@ -1592,6 +1608,10 @@ fn spawn_linger(shared: Arc<Shared>) -> Result<JoinHandle<()>, ClientError> {
     Ok(handle)
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "a lane's opening: connection, login and its reader thread, in order"
+)]
 fn open_lane(setup: &Setup, events: &Arc<Events>, address: &str) -> Result<Lane, ClientError> {
     let conn = setup.client.open(address)?;
     let (mut reader, writer) = conn.split();

@@ -240,6 +240,10 @@ impl TopicConsumer {
         TopicConsumer::start(client, topic, Some(partitions), start, config)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a topic consumer's start: metadata, offsets and the fetch threads, in order"
+    )]
     fn start(
         client: &Client,
         topic: &str,
@@ -622,6 +626,10 @@ impl Fetcher {
         conn.flush()
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one partition's fetch loop with its outages, resets and back-off; its state is local"
+    )]
     fn fetch_loop(&mut self, conn: &mut Connection, attempt: &mut u32) -> Broke {
         for cursor in &mut self.cursors {
             cursor.in_flight = false;

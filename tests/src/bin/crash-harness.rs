@@ -1,6 +1,10 @@
 //! The crash-consistency harness, for long runs:
 //! `cargo build --bins && target/debug/crash-harness --rounds 200 [--seed N] [--partitions 4]`.
 //! The integration test `crash::…` runs 20 rounds of the same code.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a crash round is one scenario read top to bottom"
+)]
 
 use harness::crash::{run, Options};
 

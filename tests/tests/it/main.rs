@@ -4,6 +4,10 @@
 //! The workspace lints apply here too (issue 8, item 22); a test's unwrap
 //! is its assertion, so those two are allowed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::too_many_lines,
+    reason = "a test is one scenario read top to bottom"
+)]
 
 mod admin;
 mod bad_input;

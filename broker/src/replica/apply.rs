@@ -152,6 +152,13 @@ pub async fn apply<S: Storage>(
             count,
             answer.segment_base,
         )?;
+        // Verbatim, at the leader's offsets: the chunk's bytes and nothing
+        // else, where the copy ended.
+        assert_eq!(
+            (appended.base, appended.end),
+            (offset, offset + whole as u64),
+            "a follower's append moved its bytes"
+        );
         applied.touched(&log, whole as u64);
         // acks=all counts flushed copies (written ones on a write-caching
         // topic): the next fetch reports this one.

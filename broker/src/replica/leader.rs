@@ -94,6 +94,7 @@ impl<S: Storage> Replica<S> {
         }
         progress.end = offset;
         progress.flushed = flushed.min(offset);
+        debug_assert!(progress.flushed <= progress.end);
         progress.leader_end_at_last_fetch = leader_end;
         progress.last_fetch = now;
         self.update_high_watermark();

@@ -375,6 +375,14 @@ impl<S: Storage> Replica<S> {
                 return;
             }
         }
+        // Pair assertion with `may_not_lead` (no epoch this copy led
+        // before): this epoch is the newest it knows, starting here.
+        assert_eq!(
+            self.epochs.last(),
+            Some((epoch, start)),
+            "{}: leading epoch {epoch} from {start}",
+            self.label
+        );
         tracing::info!(partition = %self.label, epoch, start_offset = start, isr = ?self.state.state.isr, "leading");
         self.leading = Some(epoch);
         self.leading_since = self.log.borrow().storage().now();

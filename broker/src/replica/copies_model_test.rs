@@ -253,6 +253,15 @@ impl Cluster {
         self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 
+    /// The brokers whose lease is live.
+    fn live(&self) -> Vec<BrokerId> {
+        self.nodes
+            .iter()
+            .filter(|n| n.live())
+            .map(|n| n.id)
+            .collect()
+    }
+
     fn index(&self, broker: BrokerId) -> usize {
         self.nodes
             .iter()
@@ -324,12 +333,7 @@ impl Cluster {
         replica.run = node.incarnation();
         node.replica = Some(Rc::new(RefCell::new(replica)));
         let me = node.id;
-        let live: Vec<BrokerId> = self
-            .nodes
-            .iter()
-            .filter(|n| n.live())
-            .map(|n| n.id)
-            .collect();
+        let live = self.live();
         let current = self.registry.clone();
         let change = current.state.on_restart(
             me,
@@ -410,12 +414,7 @@ impl Cluster {
             return;
         };
         let now = self.nodes[i].storage.now();
-        let live: Vec<BrokerId> = self
-            .nodes
-            .iter()
-            .filter(|n| n.live())
-            .map(|n| n.id)
-            .collect();
+        let live = self.live();
         let registered: BTreeMap<BrokerId, (String, String)> = self
             .nodes
             .iter()

@@ -387,5 +387,11 @@ impl<S: Storage> Replica<S> {
         self.leading = Some(epoch);
         self.leading_since = self.log.borrow().storage().now();
         self.followers.clear();
+        // A leader alone in the ISR (an unclean election, min ISR 1)
+        // publishes what it has flushed at once, not at its first check
+        // 100 ms later: a consumer that saw it lead found the partition
+        // empty in between (`disk_loss::r47_1_the_last_in_sync_copy…`,
+        // once in CI). With followers it waits for their fetches, as ever.
+        self.update_high_watermark();
     }
 }

@@ -1,4 +1,7 @@
-//! Request handlers, one file per request.
+//! Request handlers, one file per request, and ringlog's protocol as a
+//! connection's front end: `native.rs` (its frames), `opening.rs` (the
+//! Handshake and SCRAM login), `admission.rs` (quotas and the produce
+//! budget), `client.rs` (what is known of the client).
 //!
 //! Each handler turns a verified wire header into a domain call at its top
 //! and maps the outcome (including `StorageError`) to a wire `ErrorCode` at

@@ -340,24 +340,49 @@ impl Member {
 }
 
 impl EtcdCluster {
-    /// Starts `size` members and waits until every one serves.
+    /// Starts `size` members and waits until every one serves. As for
+    /// [`Etcd::start`], a member whose port was taken between picking and
+    /// binding exits at once: then the whole cluster starts again on new
+    /// ports (a member's peers are in its `--initial-cluster`, so one
+    /// member cannot move alone).
     pub fn start(size: usize) -> EtcdCluster {
-        let dir = TempDir::new("etcd-cluster");
-        let members: Vec<Member> = (0..size)
-            .map(|i| Member {
-                name: format!("m{i}"),
-                client_port: free_port(),
-                peer_port: free_port(),
-                child: None,
-                starts: 0,
-            })
-            .collect();
-        let mut cluster = EtcdCluster { dir, members };
-        for i in 0..size {
-            cluster.launch(i, "new");
+        for attempt in 1.. {
+            let dir = TempDir::new("etcd-cluster");
+            // Every port held until all are picked, so no two members get
+            // the same one.
+            let held: Vec<TcpListener> = (0..2 * size)
+                .map(|_| {
+                    TcpListener::bind("127.0.0.1:0")
+                        .unwrap_or_else(|e| panic!("finding a free port: {e}"))
+                })
+                .collect();
+            let port = |i: usize| {
+                held[i]
+                    .local_addr()
+                    .unwrap_or_else(|e| panic!("a bound port: {e}"))
+                    .port()
+            };
+            let members: Vec<Member> = (0..size)
+                .map(|i| Member {
+                    name: format!("m{i}"),
+                    client_port: port(2 * i),
+                    peer_port: port(2 * i + 1),
+                    child: None,
+                    starts: 0,
+                })
+                .collect();
+            drop(held);
+            let mut cluster = EtcdCluster { dir, members };
+            for i in 0..size {
+                cluster.launch(i, "new");
+            }
+            match cluster.try_wait_healthy((0..size).collect()) {
+                Ok(()) => return cluster,
+                Err(log) if attempt < 5 && log.contains("address already in use") => continue,
+                Err(log) => panic!("the etcd cluster did not start:\n{log}"),
+            }
         }
-        cluster.wait_healthy((0..size).collect());
-        cluster
+        unreachable!("the loop returns or panics")
     }
 
     fn initial_cluster(&self) -> String {
@@ -406,15 +431,50 @@ impl EtcdCluster {
         member.starts += 1;
     }
 
-    fn wait_healthy(&self, members: Vec<usize>) {
+    fn wait_healthy(&mut self, members: Vec<usize>) {
+        if let Err(log) = self.try_wait_healthy(members) {
+            panic!("the etcd cluster did not become healthy:\n{log}");
+        }
+    }
+
+    /// Waits up to 60 s until every one of `members` serves; a member that
+    /// exits on the way ends the wait. The error is every member's log.
+    fn try_wait_healthy(&mut self, members: Vec<usize>) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         while !members.iter().all(|&i| self.members[i].healthy()) {
-            assert!(
-                Instant::now() < deadline,
-                "the etcd cluster did not become healthy within 60 s"
-            );
+            for &i in &members {
+                let member = &mut self.members[i];
+                if let Some(Ok(Some(status))) = member.child.as_mut().map(Child::try_wait) {
+                    member.child = None;
+                    let name = member.name.clone();
+                    return Err(format!("{name} exited with {status}\n{}", self.logs()));
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("not healthy within 60 s\n{}", self.logs()));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
+        Ok(())
+    }
+
+    /// The tail of what each member wrote to stderr in its latest run.
+    fn logs(&self) -> String {
+        self.members
+            .iter()
+            .filter(|m| m.starts > 0)
+            .map(|m| {
+                let path = self
+                    .dir
+                    .path()
+                    .join(format!("{}-{}.log", m.name, m.starts - 1));
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {} ({}):\n{}", m.name, path.display(), tail.join("\n"))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// Every member's client URL, comma-separated, as `broker --etcd`

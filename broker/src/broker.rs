@@ -23,6 +23,7 @@ use coordinator::registry::{
     BrokerRecord, Etcd, EtcdOptions, Identity, ShardEndpoint, Standalone, TopicRecord,
 };
 use glommio::{LocalExecutorBuilder, Placement};
+use protocol::types::ShardId;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
@@ -243,7 +244,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     };
 
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), ShardStartError>>();
     let alive = Arc::new(AtomicUsize::new(config.shards));
     let mut handles = Vec::new();
     for (id, (listener, inbox)) in listeners.into_iter().zip(inboxes).enumerate() {
@@ -362,8 +363,29 @@ struct ShardContext {
     inbox: flume::Receiver<ShardMsg>,
     listener_fd: i32,
     topics: Vec<TopicRecord>,
-    ready: mpsc::Sender<Result<(), String>>,
+    ready: mpsc::Sender<Result<(), ShardStartError>>,
     published: Published,
+}
+
+/// Why a shard could not start serving.
+#[derive(Debug, thiserror::Error)]
+enum ShardStartError {
+    /// Its disk driver (io_uring, the syncfs descriptor) did not start.
+    #[error("starting shard {shard}'s disk driver: {source}")]
+    Driver {
+        /// The shard.
+        shard: ShardId,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// One of its topics did not open.
+    #[error("shard {shard}: {source}")]
+    Topic {
+        /// The shard.
+        shard: ShardId,
+        /// What failed.
+        source: crate::topic_error::TopicError,
+    },
 }
 
 #[expect(
@@ -382,10 +404,10 @@ async fn shard_main(context: ShardContext) {
     }) {
         Ok(storage) => storage,
         Err(error) => {
-            let _ = context.ready.send(Err(format!(
-                "starting shard {}'s disk driver: {error}",
-                context.id
-            )));
+            let _ = context.ready.send(Err(ShardStartError::Driver {
+                shard: context.id,
+                source: error,
+            }));
             return;
         }
     };
@@ -438,8 +460,11 @@ async fn shard_main(context: ShardContext) {
     // released with into_raw_fd; this is its only owner now.
     let listener = unsafe { glommio::net::TcpListener::from_raw_fd(context.listener_fd) };
     for topic in &context.topics {
-        if let Err(error) = shard.open_topic(topic).await {
-            let _ = context.ready.send(Err(error));
+        if let Err(source) = shard.open_topic(topic).await {
+            let _ = context.ready.send(Err(ShardStartError::Topic {
+                shard: shard.id,
+                source,
+            }));
             return;
         }
     }

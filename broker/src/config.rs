@@ -334,6 +334,39 @@ impl Default for Config {
     }
 }
 
+/// The longest a topic may leave appended messages unflushed, in ms.
+const FLUSH_INTERVAL_MS_MAX: u64 = 3_600_000;
+
+/// A topic setting out of range, from a request or the registry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// Larger than the registries store (TOML and JSON integers stop at
+    /// 2^63 - 1).
+    #[error("{name} must be below 2^63, got {value}")]
+    TooLarge {
+        /// The setting.
+        name: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// A segment size outside the broker's limits.
+    #[error("segment_bytes must be {min}..={max} (the broker's segment_bytes_min), got {value}")]
+    SegmentBytes {
+        /// The broker's `segment_bytes_min`.
+        min: u64,
+        /// The largest segment a log holds.
+        max: u64,
+        /// The value.
+        value: u64,
+    },
+    /// A flush interval of 0 or above an hour.
+    #[error("flush_interval_ms must be 1..={FLUSH_INTERVAL_MS_MAX}, got {0}")]
+    FlushInterval(u64),
+    /// A flush every 0 messages.
+    #[error("flush_messages must be at least 1")]
+    FlushMessages,
+}
+
 /// A configuration value out of range.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid configuration: {0}")]
@@ -494,7 +527,7 @@ impl Config {
         }
         self.topic_settings(&protocol::codec::TopicSettings::default())
             .map(|_| ())
-            .map_err(ConfigError)
+            .map_err(|e| ConfigError(e.to_string()))
     }
 
     /// How to reach and log in to etcd.
@@ -509,7 +542,9 @@ impl Config {
     }
 
     fn validate_security(&self) -> Result<(), ConfigError> {
-        self.etcd_access().check(&self.etcd).map_err(ConfigError)?;
+        self.etcd_access()
+            .check(&self.etcd)
+            .map_err(|e| ConfigError(e.to_string()))?;
         let needs_certificates = matches!(
             self.authentication,
             Authentication::Tls | Authentication::ScramOrTls
@@ -594,7 +629,7 @@ impl Config {
     pub fn stored_topic_settings(
         &self,
         overrides: &protocol::codec::TopicSettings,
-    ) -> Result<LogSettings, String> {
+    ) -> Result<LogSettings, SettingsError> {
         let mut overrides = *overrides;
         if overrides.segment_bytes != 0 && overrides.segment_bytes < self.segment_bytes_min {
             overrides.segment_bytes = self.segment_bytes_min;
@@ -606,7 +641,7 @@ impl Config {
     pub fn topic_settings(
         &self,
         overrides: &protocol::codec::TopicSettings,
-    ) -> Result<LogSettings, String> {
+    ) -> Result<LogSettings, SettingsError> {
         // The registries store values as TOML or JSON integers, which stop at
         // 2^63 - 1; anything larger is a client's mistake, not a disk failure.
         for (name, value) in [
@@ -617,7 +652,7 @@ impl Config {
             ("flush_interval_ms", overrides.flush_interval_ms),
         ] {
             if value > i64::MAX as u64 {
-                return Err(format!("{name} must be below 2^63, got {value}"));
+                return Err(SettingsError::TooLarge { name, value });
             }
         }
         let pick = |v: u64, d: u64| if v == 0 { d } else { v };
@@ -635,19 +670,17 @@ impl Config {
         let min = self.segment_bytes_min;
         let max = crate::limits::SEGMENT_BYTES_MAX;
         if !(min..=max).contains(&settings.segment_bytes) {
-            return Err(format!(
-                "segment_bytes must be {min}..={max} (the broker's segment_bytes_min), got {}",
-                settings.segment_bytes
-            ));
+            return Err(SettingsError::SegmentBytes {
+                min,
+                max,
+                value: settings.segment_bytes,
+            });
         }
-        if settings.flush_interval_ms == 0 || settings.flush_interval_ms > 3_600_000 {
-            return Err(format!(
-                "flush_interval_ms must be 1..=3600000, got {}",
-                settings.flush_interval_ms
-            ));
+        if settings.flush_interval_ms == 0 || settings.flush_interval_ms > FLUSH_INTERVAL_MS_MAX {
+            return Err(SettingsError::FlushInterval(settings.flush_interval_ms));
         }
         if settings.flush_messages == 0 {
-            return Err("flush_messages must be at least 1".into());
+            return Err(SettingsError::FlushMessages);
         }
         Ok(settings)
     }
@@ -666,8 +699,18 @@ mod tests {
             ..TopicSettings::default()
         };
         let refused = config.topic_settings(&small).unwrap_err();
+        assert_eq!(
+            refused,
+            SettingsError::SegmentBytes {
+                min: 1 << 20,
+                max: crate::limits::SEGMENT_BYTES_MAX,
+                value: 4096
+            }
+        );
         assert!(
-            refused.contains("segment_bytes must be 1048576.."),
+            refused
+                .to_string()
+                .contains("segment_bytes must be 1048576.."),
             "{refused}"
         );
         // A topic created when the limit was lower still opens.

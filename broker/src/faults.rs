@@ -49,17 +49,34 @@ pub struct Faults {
 
 static FAULTS: OnceLock<Faults> = OnceLock::new();
 
+/// An entry of the faults variable that is not a fault this build knows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FaultsError {
+    /// No `=`.
+    #[error("{FAULTS_ENV}: `{0}` is not name=value")]
+    NotNameValue(String),
+    /// A value that is not a whole number.
+    #[error("{FAULTS_ENV}: the value is not a number in `{0}`")]
+    NotNumber(String),
+    /// An errno out of range.
+    #[error("{FAULTS_ENV}: the value is not an errno in `{0}`")]
+    NotErrno(String),
+    /// A name this build does not know.
+    #[error("{FAULTS_ENV}: unknown fault `{0}`")]
+    Unknown(String),
+}
+
 impl Faults {
     /// Parses `name=value` pairs separated by commas.
-    pub fn parse(text: &str) -> Result<Faults, String> {
+    pub fn parse(text: &str) -> Result<Faults, FaultsError> {
         let mut faults = Faults::default();
         for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let (name, value) = entry
                 .split_once('=')
-                .ok_or_else(|| format!("{FAULTS_ENV}: `{entry}` is not name=value"))?;
+                .ok_or_else(|| FaultsError::NotNameValue(entry.to_string()))?;
             let number: u64 = value
                 .parse()
-                .map_err(|_| format!("{FAULTS_ENV}: `{value}` is not a number in `{entry}`"))?;
+                .map_err(|_| FaultsError::NotNumber(entry.to_string()))?;
             match name {
                 "sync_delay_ms" => faults.sync_delay = Some(Duration::from_millis(number)),
                 "write_delay_ms" => faults.write_delay = Some(Duration::from_millis(number)),
@@ -71,18 +88,19 @@ impl Faults {
                     faults.cold_read_delay = Some(Duration::from_millis(number))
                 }
                 "syncfs_errno" => {
-                    faults.syncfs_errno = Some(i32::try_from(number).map_err(|_| {
-                        format!("{FAULTS_ENV}: `{value}` is not an errno in `{entry}`")
-                    })?)
+                    faults.syncfs_errno = Some(
+                        i32::try_from(number)
+                            .map_err(|_| FaultsError::NotErrno(entry.to_string()))?,
+                    )
                 }
-                other => return Err(format!("{FAULTS_ENV}: unknown fault `{other}`")),
+                other => return Err(FaultsError::Unknown(other.to_string())),
             }
         }
         Ok(faults)
     }
 
     /// Reads the environment once (at start); later calls return the same.
-    pub fn init_from_env() -> Result<Faults, String> {
+    pub fn init_from_env() -> Result<Faults, FaultsError> {
         let faults = match std::env::var(FAULTS_ENV) {
             Ok(text) => Faults::parse(&text)?,
             Err(_) => Faults::default(),
@@ -107,21 +125,24 @@ mod tests {
             Faults::parse("sync_delay_ms=250").unwrap().sync_delay,
             Some(Duration::from_millis(250))
         );
-        assert!(Faults::parse("sync_delay_ms")
-            .unwrap_err()
-            .contains("not name=value"));
-        assert!(Faults::parse("sync_delay_ms=soon")
-            .unwrap_err()
-            .contains("not a number"));
+        assert_eq!(
+            Faults::parse("sync_delay_ms"),
+            Err(FaultsError::NotNameValue("sync_delay_ms".into()))
+        );
+        assert_eq!(
+            Faults::parse("sync_delay_ms=soon"),
+            Err(FaultsError::NotNumber("sync_delay_ms=soon".into()))
+        );
         assert_eq!(
             Faults::parse("syncfs_errno=5").unwrap().syncfs_errno,
             Some(5)
         );
-        assert!(Faults::parse("syncfs_errno=99999999999")
-            .unwrap_err()
-            .contains("not an errno"));
-        assert!(Faults::parse("disk_on_fire=1")
-            .unwrap_err()
-            .contains("unknown fault"));
+        assert_eq!(
+            Faults::parse("syncfs_errno=99999999999"),
+            Err(FaultsError::NotErrno("syncfs_errno=99999999999".into()))
+        );
+        let unknown = Faults::parse("disk_on_fire=1").unwrap_err();
+        assert_eq!(unknown, FaultsError::Unknown("disk_on_fire".into()));
+        assert!(unknown.to_string().contains("unknown fault"), "{unknown}");
     }
 }

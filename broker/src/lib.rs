@@ -38,7 +38,7 @@
 //! | [`handler`] | one file per request, and ringlog's protocol as a front end (`native`, `opening`, `admission`) |
 //! | [`net`] | transport only: listeners, connections, TLS, sendfile; [`net::front`] is what a protocol provides |
 //! | [`control`] | the control thread and the registry |
-//! | [`broker`], [`config`], [`metrics`], [`mailbox`], [`limits`] | start and stop, configuration, metrics, messages between threads, bounds |
+//! | [`broker`], [`config`], [`metrics`], [`mailbox`], [`limits`], [`topic_error`] | start and stop, configuration, metrics, messages between threads, bounds, why a shard could not take a topic |
 #![warn(missing_docs)]
 
 /// This build: the crate version and the git revision it was built from
@@ -68,4 +68,5 @@ pub mod replica;
 pub mod reply;
 pub mod shard;
 pub mod storage;
+pub mod topic_error;
 pub mod window;

@@ -60,7 +60,7 @@ pub enum ShardMsg {
         /// visible (no request sees a copy without one).
         states: Vec<(PartitionId, Versioned)>,
         /// Done (or why not).
-        done: flume::Sender<Result<(), String>>,
+        done: flume::Sender<Result<(), crate::topic_error::TopicError>>,
     },
     /// A topic was removed from the registry: drop your partitions and their files.
     TopicDeleted {
@@ -70,7 +70,7 @@ pub enum ShardMsg {
         /// another topic, and stays (empty: whichever it is).
         id: String,
         /// Done, or which directories could not be moved aside.
-        done: flume::Sender<Result<(), String>>,
+        done: flume::Sender<Result<(), crate::storage::sweep::DeleteError>>,
     },
     /// A topic the registry no longer lists, with no delete seen: forget it
     /// and move its partition directories aside (never delete them).
@@ -87,7 +87,7 @@ pub enum ShardMsg {
         /// The record now.
         topic: TopicRecord,
         /// Done (or why not).
-        done: flume::Sender<Result<(), String>>,
+        done: flume::Sender<Result<(), crate::topic_error::TopicError>>,
     },
     /// Where your copies of a topic's partitions end, and the high
     /// watermark each last learned (an unclean election's report).

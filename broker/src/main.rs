@@ -92,7 +92,7 @@ fn main() {
     reason = "the flags applied to the configuration one by one, then the start: a list"
 )]
 fn run(args: Args) -> anyhow::Result<()> {
-    let faults = broker::faults::Faults::init_from_env().map_err(anyhow::Error::msg)?;
+    let faults = broker::faults::Faults::init_from_env()?;
     if faults != broker::faults::Faults::default() {
         tracing::warn!(
             ?faults,

@@ -405,7 +405,9 @@ async fn connect_etcd(
 ) -> Result<etcd_client::Client, RegistryError> {
     access
         .check(endpoints)
-        .map_err(|reason| RegistryError::Unavailable { reason })?;
+        .map_err(|reason| RegistryError::Unavailable {
+            reason: reason.to_string(),
+        })?;
     let timeout = std::time::Duration::from_secs(5);
     let options = access.connect_options(timeout)?.with_timeout(timeout);
     etcd_client::Client::connect(endpoints.to_vec(), Some(options))

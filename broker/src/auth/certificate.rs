@@ -16,32 +16,45 @@
 /// the last one won, and `CN=alice, CN=admin` logged in as the super
 /// user). A name that looks like a wildcard (`*`, `?`) is refused too: in
 /// a rule `User:*` means everyone, and no certificate may name everyone.
-pub fn principal(der: &[u8]) -> Result<String, String> {
-    let names = common_names(der).ok_or("the client certificate's subject cannot be read")?;
+pub fn principal(der: &[u8]) -> Result<String, NoPrincipal> {
+    let names = common_names(der).ok_or(NoPrincipal::Unreadable)?;
     let name = match names.as_slice() {
-        [] => return Err("the client certificate's subject has no common name (CN)".into()),
+        [] => return Err(NoPrincipal::NoCommonName),
         [one] => one,
         many => {
-            return Err(format!(
-                "the client certificate's subject has {} common names ({}): a principal needs exactly one",
-                many.len(),
+            return Err(NoPrincipal::SeveralCommonNames(
                 many.iter()
-                    .map(|n| format!("{:?}", n.chars().take(64).collect::<String>()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                    .map(|n| n.chars().take(64).collect::<String>())
+                    .collect(),
             ))
         }
     };
     if name.contains(['*', '?']) {
-        return Err(format!(
-            "the client certificate's common name {name:?} looks like a wildcard: it cannot be a principal"
-        ));
+        return Err(NoPrincipal::Wildcard(name.clone()));
     }
     let principal = format!("User:{name}");
-    protocol::acl::check_principal(&principal).map_err(|_| {
-        format!("the client certificate's common name {name:?} cannot be a principal (no spaces or ':', at most 256 bytes)")
-    })?;
+    protocol::acl::check_principal(&principal).map_err(|_| NoPrincipal::BadName(name.clone()))?;
     Ok(principal)
+}
+
+/// Why a verified client certificate names no principal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoPrincipal {
+    /// Its subject is not DER this reader understands.
+    #[error("the client certificate's subject cannot be read")]
+    Unreadable,
+    /// Its subject has no CN.
+    #[error("the client certificate's subject has no common name (CN)")]
+    NoCommonName,
+    /// Its subject has several CNs (each cut to 64 characters).
+    #[error("the client certificate's subject has {} common names ({}): a principal needs exactly one", .0.len(), .0.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", "))]
+    SeveralCommonNames(Vec<String>),
+    /// Its CN looks like a wildcard.
+    #[error("the client certificate's common name {0:?} looks like a wildcard: it cannot be a principal")]
+    Wildcard(String),
+    /// Its CN breaks the principal rule.
+    #[error("the client certificate's common name {0:?} cannot be a principal (no spaces or ':', at most 256 bytes)")]
+    BadName(String),
 }
 
 /// One DER element: its tag, and its contents.
@@ -199,10 +212,14 @@ mod tests {
             vec!["alice".to_string(), "admin".to_string()]
         );
         let refused = principal(&two).unwrap_err();
-        assert!(refused.contains("2 common names"), "{refused}");
+        assert_eq!(
+            refused,
+            NoPrincipal::SeveralCommonNames(vec!["alice".into(), "admin".into()])
+        );
+        assert!(refused.to_string().contains("2 common names"), "{refused}");
         for wildcard in ["*", "adm*", "a?ice"] {
             let refused = principal(&certificate(Some(wildcard))).unwrap_err();
-            assert!(refused.contains("looks like a wildcard"), "{refused}");
+            assert_eq!(refused, NoPrincipal::Wildcard(wildcard.to_string()));
         }
     }
 
@@ -213,9 +230,9 @@ mod tests {
             "User:alice"
         );
         let none = principal(&certificate(None)).unwrap_err();
-        assert!(none.contains("no common name"), "{none}");
+        assert_eq!(none, NoPrincipal::NoCommonName);
         let spaced = principal(&certificate(Some("Alice Smith"))).unwrap_err();
-        assert!(spaced.contains("cannot be a principal"), "{spaced}");
+        assert_eq!(spaced, NoPrincipal::BadName("Alice Smith".into()));
     }
 
     #[test]

@@ -83,7 +83,7 @@ fn secret() -> &'static [u8; 32] {
 pub fn begin(
     config: &Config,
     users: &super::Snapshot,
-    certificate: Option<&Result<String, String>>,
+    certificate: Option<&Result<String, crate::auth::certificate::NoPrincipal>>,
     mechanism: Option<&str>,
     first: Option<&[u8]>,
     address: Option<IpAddr>,
@@ -105,7 +105,7 @@ pub fn begin(
             }),
             (_, Some(Ok(principal))) => Ok(Step::Open(principal.clone())),
             (Authentication::None, _) => Ok(Step::Open(protocol::acl::ANONYMOUS.to_string())),
-            (_, Some(Err(why))) => Err(Refusal::failed(why.clone(), None)),
+            (_, Some(Err(why))) => Err(Refusal::failed(why.to_string(), None)),
             (Authentication::Tls, None) => Err(Refusal::failed(
                 "this broker authenticates by TLS client certificate, and the connection presented none",
                 None,
@@ -272,18 +272,12 @@ mod tests {
         let users = snapshot();
         let limiter = super::super::limiter::Limiter::new(3, 10);
         let cert = Ok("User:carol".to_string());
-        let open = |mode, cert: Option<&Result<String, String>>| match begin(
-            &config(mode),
-            &users,
-            cert,
-            None,
-            None,
-            None,
-            &limiter,
-        ) {
-            Ok(Step::Open(p)) => Ok(p),
-            Ok(Step::Continue(..)) => Err(ErrorCode::Internal),
-            Err(r) => Err(r.code),
+        let open = |mode, cert: Option<&Result<String, crate::auth::certificate::NoPrincipal>>| {
+            match begin(&config(mode), &users, cert, None, None, None, &limiter) {
+                Ok(Step::Open(p)) => Ok(p),
+                Ok(Step::Continue(..)) => Err(ErrorCode::Internal),
+                Err(r) => Err(r.code),
+            }
         };
         assert_eq!(open(Authentication::None, None).unwrap(), "User:ANONYMOUS");
         assert_eq!(
@@ -306,7 +300,7 @@ mod tests {
             open(Authentication::ScramOrTls, None),
             Err(ErrorCode::AuthenticationRequired)
         );
-        let no_cn = Err("no common name".to_string());
+        let no_cn = Err(crate::auth::certificate::NoPrincipal::NoCommonName);
         assert_eq!(
             open(Authentication::Tls, Some(&no_cn)),
             Err(ErrorCode::AuthenticationFailed)

@@ -29,7 +29,10 @@ pub mod limiter;
 pub mod login;
 pub mod pending;
 pub mod quota;
+mod refused;
 pub mod sessions;
+
+pub use refused::Refused;
 
 use coordinator::security::SecurityRecords;
 use protocol::acl::Acls;

@@ -22,6 +22,7 @@
 //! when their count reaches zero: its size is the number of addresses with
 //! connections not yet logged in, each bounded.
 
+use super::Refused;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Mutex, OnceLock};
@@ -96,7 +97,7 @@ impl Pending {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn admit(&'static self, address: IpAddr, kind: Kind) -> Result<Slot, String> {
+    fn admit(&'static self, address: IpAddr, kind: Kind) -> Result<Slot, Refused> {
         let max = match kind {
             Kind::Connection => self.connections_max,
             Kind::Exchange => self.exchanges_max,
@@ -108,13 +109,10 @@ impl Pending {
             Kind::Exchange => &mut c.exchanges,
         };
         if max > 0 && *count >= max {
+            let count = *count;
             return Err(match kind {
-                Kind::Connection => format!(
-                    "{address} holds {count} connections that have not logged in, the broker's max_unauthenticated_connections_per_address; log in on them or close them"
-                ),
-                Kind::Exchange => format!(
-                    "{address} has {count} logins under way, the broker's login_exchanges_per_address_max: retry once one has finished"
-                ),
+                Kind::Connection => Refused::Unauthenticated { address, count },
+                Kind::Exchange => Refused::Exchanges { address, count },
             });
         }
         *count += 1;
@@ -127,12 +125,12 @@ impl Pending {
 
     /// Counts a new connection of `address` until it logs in (the slot is
     /// dropped then) or closes.
-    pub fn admit_connection(&'static self, address: IpAddr) -> Result<Slot, String> {
+    pub fn admit_connection(&'static self, address: IpAddr) -> Result<Slot, Refused> {
         self.admit(address, Kind::Connection)
     }
 
     /// Counts a SCRAM exchange of `address` until its proof is answered.
-    pub fn begin_exchange(&'static self, address: IpAddr) -> Result<Slot, String> {
+    pub fn begin_exchange(&'static self, address: IpAddr) -> Result<Slot, Refused> {
         self.admit(address, Kind::Exchange)
     }
 
@@ -157,8 +155,17 @@ mod tests {
         let b: IpAddr = "10.0.0.2".parse().unwrap();
         let held: Vec<Slot> = (0..3).map(|_| table.admit_connection(a).unwrap()).collect();
         let refused = table.admit_connection(a).unwrap_err();
+        assert_eq!(
+            refused,
+            Refused::Unauthenticated {
+                address: a,
+                count: 3
+            }
+        );
         assert!(
-            refused.contains("3 connections that have not logged in"),
+            refused
+                .to_string()
+                .contains("3 connections that have not logged in"),
             "{refused}"
         );
         assert!(
@@ -167,10 +174,18 @@ mod tests {
         );
         let first = table.begin_exchange(a).unwrap();
         let _second = table.begin_exchange(a).unwrap();
-        assert!(table
-            .begin_exchange(a)
-            .unwrap_err()
-            .contains("2 logins under way"));
+        let refused = table.begin_exchange(a).unwrap_err();
+        assert_eq!(
+            refused,
+            Refused::Exchanges {
+                address: a,
+                count: 2
+            }
+        );
+        assert!(
+            refused.to_string().contains("2 logins under way"),
+            "{refused}"
+        );
         drop(first);
         assert!(table.begin_exchange(a).is_ok());
         assert_eq!(table.connections(), 3);

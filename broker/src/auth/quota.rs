@@ -36,6 +36,7 @@
 //! connections = 50
 //! ```
 
+use super::Refused;
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
@@ -238,17 +239,17 @@ pub fn quotas() -> &'static Quotas {
 impl Quotas {
     /// Counts a new connection from `address`; `Err` with the refusal's
     /// words when the address holds its bound already.
-    pub fn admit_address(&'static self, address: IpAddr) -> Result<Option<AddressSlot>, String> {
+    pub fn admit_address(&'static self, address: IpAddr) -> Result<Option<AddressSlot>, Refused> {
         if self.max_per_address == 0 {
             return Ok(None);
         }
         let mut counts = self.addresses.lock().unwrap_or_else(|p| p.into_inner());
         let count = counts.entry(address).or_insert(0);
         if *count >= self.max_per_address {
-            return Err(format!(
-                "{address} holds {} connections already, the broker's max_connections_per_address; close some or retry later",
-                *count
-            ));
+            return Err(Refused::Address {
+                address,
+                count: *count,
+            });
         }
         *count += 1;
         Ok(Some(AddressSlot(self, address)))
@@ -257,7 +258,7 @@ impl Quotas {
     /// Counts a connection opened as `principal`; `Err` with the refusal's
     /// words past its `connections` quota. `None`: nothing to charge
     /// (no quota applies).
-    pub fn admit_principal(&self, principal: &str) -> Result<Option<PrincipalSlot>, String> {
+    pub fn admit_principal(&self, principal: &str) -> Result<Option<PrincipalSlot>, Refused> {
         let quota = self
             .by_principal
             .get(principal)
@@ -276,9 +277,10 @@ impl Quotas {
         let before = usage.connections.fetch_add(1, Ordering::AcqRel);
         let slot = PrincipalSlot(usage);
         if quota.connections != 0 && before >= quota.connections {
-            return Err(format!(
-                "{principal} holds {before} connections already, its quota; close some or retry later"
-            ));
+            return Err(Refused::Principal {
+                principal: principal.to_string(),
+                count: before,
+            });
         }
         Ok(Some(slot))
     }
@@ -325,7 +327,17 @@ mod tests {
         let one = quotas.admit_principal("User:a").unwrap();
         let two = quotas.admit_principal("User:a").unwrap();
         let refused = quotas.admit_principal("User:a").unwrap_err();
-        assert!(refused.contains("holds 2 connections already"), "{refused}");
+        assert_eq!(
+            refused,
+            Refused::Principal {
+                principal: "User:a".into(),
+                count: 2
+            }
+        );
+        assert!(
+            refused.to_string().contains("holds 2 connections already"),
+            "{refused}"
+        );
         drop(one);
         assert!(quotas.admit_principal("User:a").is_ok());
         drop(two);
@@ -333,7 +345,11 @@ mod tests {
         let slot = quotas.admit_address(address).unwrap();
         assert!(slot.is_some());
         let refused = quotas.admit_address(address).unwrap_err();
-        assert!(refused.contains("max_connections_per_address"), "{refused}");
+        assert_eq!(refused, Refused::Address { address, count: 1 });
+        assert!(
+            refused.to_string().contains("max_connections_per_address"),
+            "{refused}"
+        );
         drop(slot);
         assert!(quotas.admit_address(address).unwrap().is_some());
     }

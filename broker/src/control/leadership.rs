@@ -412,7 +412,7 @@ impl<R: Registry> ControlPlane<R> {
             match planned {
                 Err(why) => {
                     answer.error = ErrorCode::ElectionNotPossible;
-                    answer.message = why;
+                    answer.message = why.to_string();
                 }
                 Ok(None) => {
                     answer.message = format!("broker {} leads already", current.state.leader);
@@ -477,12 +477,9 @@ impl<R: Registry> ControlPlane<R> {
         state: &PartitionState,
         live: &[BrokerId],
         position: Option<(u64, u64)>,
-    ) -> Result<Option<(PartitionState, String)>, String> {
+    ) -> Result<Option<(PartitionState, String)>, NotElected> {
         if self.leader_serves(state) {
-            return Err(format!(
-                "broker {} leads it and is live: an unclean election is only for an offline partition",
-                state.leader
-            ));
+            return Err(NotElected::LeaderServes(state.leader));
         }
         // A member back on a new disk holds nothing: it does not count.
         if let Some(member) = state
@@ -490,16 +487,13 @@ impl<R: Registry> ControlPlane<R> {
             .iter()
             .find(|b| live.contains(b) && self.live_isr_copy(state, **b))
         {
-            return Err(format!(
-                "broker {member} is in sync and live: it takes over by itself, losing nothing"
-            ));
+            return Err(NotElected::InSyncLive(*member));
         }
         if !record.has_replica(p, self.me) || position.is_none() {
-            return Err(format!(
-                "broker {} holds no copy of it (its replicas: {:?}): send the election to one that does",
-                self.me,
-                record.replicas_of(p)
-            ));
+            return Err(NotElected::NoCopyHere {
+                me: self.me,
+                replicas: record.replicas_of(p).to_vec(),
+            });
         }
         let (end, hw) = position.unwrap_or_default();
         Ok(Some((
@@ -549,21 +543,16 @@ fn plan_preferred(
     p: u32,
     state: &PartitionState,
     live: &[BrokerId],
-) -> Result<Option<(PartitionState, String)>, String> {
+) -> Result<Option<(PartitionState, String)>, NotElected> {
     let preferred = record.replicas_of(p).first().copied().unwrap_or(0);
     if state.leader == preferred {
         return Ok(None);
     }
     if !live.contains(&preferred) {
-        return Err(format!(
-            "the preferred replica, broker {preferred}, is not live"
-        ));
+        return Err(NotElected::PreferredNotLive(preferred));
     }
     if !live.contains(&state.leader) {
-        return Err(format!(
-            "its leader, broker {}, is not live: an in-sync replica takes over by itself",
-            state.leader
-        ));
+        return Err(NotElected::LeaderNotLive(state.leader));
     }
     match state.ask_transfer(preferred) {
         Some(next) => Ok(Some((
@@ -573,9 +562,44 @@ fn plan_preferred(
                 state.leader
             ),
         ))),
-        None => Err(format!(
-            "the preferred replica, broker {preferred}, is not in sync (ISR {:?}); it is elected once it is",
-            state.isr
-        )),
+        None => Err(NotElected::PreferredNotInSync {
+            preferred,
+            isr: state.isr.clone(),
+        }),
     }
+}
+
+/// Why an election was not held for a partition (the answer's message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NotElected {
+    /// Unclean: the leader is live and serves.
+    #[error(
+        "broker {0} leads it and is live: an unclean election is only for an offline partition"
+    )]
+    LeaderServes(BrokerId),
+    /// Unclean: a live in-sync replica takes over without losing data.
+    #[error("broker {0} is in sync and live: it takes over by itself, losing nothing")]
+    InSyncLive(BrokerId),
+    /// Unclean: this broker has nothing to lead with.
+    #[error("broker {me} holds no copy of it (its replicas: {replicas:?}): send the election to one that does")]
+    NoCopyHere {
+        /// This broker.
+        me: BrokerId,
+        /// The partition's replicas.
+        replicas: Vec<BrokerId>,
+    },
+    /// Preferred: the first replica is not live.
+    #[error("the preferred replica, broker {0}, is not live")]
+    PreferredNotLive(BrokerId),
+    /// Preferred: no live leader to hand over.
+    #[error("its leader, broker {0}, is not live: an in-sync replica takes over by itself")]
+    LeaderNotLive(BrokerId),
+    /// Preferred: the first replica is behind.
+    #[error("the preferred replica, broker {preferred}, is not in sync (ISR {isr:?}); it is elected once it is")]
+    PreferredNotInSync {
+        /// The first replica.
+        preferred: BrokerId,
+        /// The ISR.
+        isr: Vec<BrokerId>,
+    },
 }

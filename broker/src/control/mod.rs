@@ -777,7 +777,7 @@ impl<R: Registry> ControlPlane<R> {
             }
             match result.recv_async().await {
                 Ok(Ok(())) => {}
-                Ok(Err(error)) => failures.push(error),
+                Ok(Err(error)) => failures.push(error.to_string()),
                 Err(_) => failures.push("a shard has stopped".to_string()),
             }
         }
@@ -794,7 +794,11 @@ impl<R: Registry> ControlPlane<R> {
     /// Has every shard drop the topic (the one with id `id`; empty:
     /// whichever) and its partitions' files; says which directories could
     /// not be moved aside.
-    async fn drop_everywhere(&mut self, name: &str, id: &str) -> Result<(), String> {
+    async fn drop_everywhere(
+        &mut self,
+        name: &str,
+        id: &str,
+    ) -> Result<(), crate::storage::sweep::DeleteError> {
         if self
             .known
             .get(name)
@@ -803,7 +807,7 @@ impl<R: Registry> ControlPlane<R> {
             self.known.remove(name);
             self.remember_topics();
         }
-        let mut failures = Vec::new();
+        let mut failures = crate::storage::sweep::DeleteError::default();
         for shard in &self.shards {
             let (done, finished) = flume::bounded(1);
             let msg = ShardMsg::TopicDeleted {
@@ -813,15 +817,15 @@ impl<R: Registry> ControlPlane<R> {
             };
             if shard.send_async(msg).await.is_ok() {
                 if let Ok(Err(failure)) = finished.recv_async().await {
-                    failures.push(failure);
+                    failures.extend(failure);
                 }
             }
         }
-        if failures.is_empty() {
+        if failures.0.is_empty() {
             return Ok(());
         }
-        tracing::error!(topic = %name, failures = %failures.join("; "), "deleting a topic's partitions");
-        Err(failures.join("; "))
+        tracing::error!(topic = %name, %failures, "deleting a topic's partitions");
+        Err(failures)
     }
 
     /// Has every shard forget a topic the registry no longer lists without

@@ -125,6 +125,6 @@ fn grown(
         next.brokers.extend(owners.into_iter().skip(old));
     }
     next.check()
-        .map_err(|why| ControlError::new(ErrorCode::Internal, why))?;
+        .map_err(|why| ControlError::new(ErrorCode::Internal, why.to_string()))?;
     Ok(next)
 }

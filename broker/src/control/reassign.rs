@@ -21,7 +21,7 @@
 
 use super::ControlPlane;
 use crate::mailbox::{ControlError, ShardMsg};
-use coordinator::registry::{Registry, TopicRecord};
+use coordinator::registry::{MoveError, Registry, TopicRecord};
 use coordinator::replicas::{PartitionState, PartitionUpdate, UpdateOutcome};
 use protocol::codec::operations::Reassigned;
 use protocol::types::{BrokerId, PartitionId};
@@ -55,12 +55,13 @@ impl<R: Registry> ControlPlane<R> {
             let next = record
                 .start_reassignment(partition, &target)
                 .map_err(|why| {
-                    let code = if partition >= record.partitions {
-                        ErrorCode::UnknownPartition
-                    } else {
-                        ErrorCode::InvalidReplicas
+                    let code = match why {
+                        MoveError::NoPartition { .. } => ErrorCode::UnknownPartition,
+                        MoveError::NotDistinct(_) | MoveError::BelowMinInsync { .. } => {
+                            ErrorCode::InvalidReplicas
+                        }
                     };
-                    ControlError::new(code, why)
+                    ControlError::new(code, why.to_string())
                 })?;
             let Some(next) = next else {
                 return Ok(Reassigned {

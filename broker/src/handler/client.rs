@@ -20,7 +20,7 @@ pub struct Client {
     pub address_slot: Option<crate::auth::quota::AddressSlot>,
     /// The principal of the client's verified TLS certificate, or why it
     /// has none; `None` without a certificate.
-    pub certificate: RefCell<Option<Result<String, String>>>,
+    pub certificate: RefCell<Option<Result<String, crate::auth::certificate::NoPrincipal>>>,
     /// Once open: the principal's quota usage, when a quota applies to it
     /// (its connection is counted there while it lives).
     pub quota: RefCell<Option<crate::auth::quota::PrincipalSlot>>,

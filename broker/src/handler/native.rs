@@ -116,15 +116,15 @@ impl Front for Native {
     const PREFIX_BYTES: usize = FRAME_PREFIX_BYTES;
     type Head = FramePrefix;
 
-    fn admit(shard: &Rc<Shard>, address: Option<IpAddr>) -> Result<Native, String> {
+    fn admit(shard: &Rc<Shard>, address: Option<IpAddr>) -> Result<Native, crate::auth::Refused> {
         let address_slot = match address.map(|a| crate::auth::quota::quotas().admit_address(a)) {
-            Some(Err(message)) => return Err(message),
+            Some(Err(refusal)) => return Err(refusal),
             Some(Ok(slot)) => slot,
             None => None,
         };
         // Counted as not logged in yet until it is (auth/pending.rs).
         let pending = match address.map(|a| crate::auth::pending::pending().admit_connection(a)) {
-            Some(Err(message)) => return Err(message),
+            Some(Err(refusal)) => return Err(refusal),
             Some(Ok(slot)) => Some(slot),
             None => None,
         };
@@ -164,7 +164,10 @@ impl Front for Native {
         out
     }
 
-    fn certificate(&self, certificate: Option<Result<String, String>>) {
+    fn certificate(
+        &self,
+        certificate: Option<Result<String, crate::auth::certificate::NoPrincipal>>,
+    ) {
         *self.client.certificate.borrow_mut() = certificate;
     }
 

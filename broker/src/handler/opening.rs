@@ -41,7 +41,7 @@ pub fn login_frame(
     access: &mut Access,
     prefix: FramePrefix,
     header: &[u8],
-    under_way: Option<Result<crate::auth::pending::Slot, String>>,
+    under_way: Option<Result<crate::auth::pending::Slot, crate::auth::Refused>>,
 ) -> Result<Response, Response> {
     let api = prefix.api;
     let refused = |code, message: &str| super::error_response(api, code, message, None);
@@ -157,7 +157,9 @@ pub fn login_frame(
         Ok(crate::auth::login::Step::Open(principal)) => (None, Some(principal)),
         Ok(crate::auth::login::Step::Continue(exchange, answer)) => {
             let under_way = match under_way {
-                Some(Err(message)) => return Ok(refused(ErrorCode::Overloaded, &message)),
+                Some(Err(refusal)) => {
+                    return Ok(refused(ErrorCode::Overloaded, &refusal.to_string()))
+                }
                 Some(Ok(slot)) => Some(slot),
                 None => None,
             };
@@ -203,11 +205,11 @@ fn hello(shard: &Shard) -> protocol::codec::BrokerHello<'static> {
 }
 
 /// A place among `address`'s logins under way, waited for until `until`;
-/// then the refusal's words.
+/// then why not.
 pub async fn exchange_slot(
     address: std::net::IpAddr,
     until: Instant,
-) -> Result<crate::auth::pending::Slot, String> {
+) -> Result<crate::auth::pending::Slot, crate::auth::Refused> {
     loop {
         match crate::auth::pending::pending().begin_exchange(address) {
             Ok(slot) => return Ok(slot),
@@ -230,11 +232,11 @@ fn opened(
     if !exempt {
         match crate::auth::quota::quotas().admit_principal(&principal) {
             Ok(slot) => *client.quota.borrow_mut() = slot,
-            Err(message) => {
+            Err(refusal) => {
                 return Err(super::error_response(
                     api,
                     ErrorCode::Overloaded,
-                    &message,
+                    &refusal.to_string(),
                     None,
                 ))
             }

@@ -26,7 +26,7 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
     let change = match api {
         Api::DescribeAcls => {
             let request = verify::<wire::DescribeAclsRequest>(header).map_err(bad)?;
-            let filter = codec::decode_acl_filter(request).map_err(invalid)?;
+            let filter = codec::decode_acl_filter(request).map_err(|e| invalid(e.to_string()))?;
             let header = shard.security.with(|snapshot| {
                 let rules: Vec<_> = protocol::acl::filter(
                     snapshot.acls.rules(),
@@ -52,11 +52,15 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
         }
         Api::CreateAcls => {
             let request = verify::<wire::CreateAclsRequest>(header).map_err(bad)?;
-            SecurityChange::AddAcls(codec::decode_rules(request.rules()).map_err(invalid)?)
+            SecurityChange::AddAcls(
+                codec::decode_rules(request.rules()).map_err(|e| invalid(e.to_string()))?,
+            )
         }
         Api::DeleteAcls => {
             let request = verify::<wire::DeleteAclsRequest>(header).map_err(bad)?;
-            SecurityChange::RemoveAcls(codec::decode_rules(request.rules()).map_err(invalid)?)
+            SecurityChange::RemoveAcls(
+                codec::decode_rules(request.rules()).map_err(|e| invalid(e.to_string()))?,
+            )
         }
         Api::AlterUsers => {
             let request = verify::<wire::AlterUsersRequest>(header).map_err(bad)?;

@@ -54,7 +54,7 @@ pub fn handle_create(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Fai
     shard
         .config
         .topic_settings(&overrides)
-        .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e))?;
+        .map_err(|e| Failure::new(ErrorCode::InvalidConfig, e.to_string()))?;
     let (reply, answer) = flume::bounded(1);
     let msg = ControlMsg::CreateTopic {
         name: name.clone(),

@@ -168,7 +168,7 @@ pub async fn serve<F: Front>(shard: Rc<Shard>, stream: TcpStream) {
     let address = stream.peer_addr().ok().map(|a| a.ip());
     let front = match F::admit(&shard, address) {
         Ok(front) => front,
-        Err(message) => return refuse_at_accept::<F>(&shard, stream, &message).await,
+        Err(refusal) => return refuse_at_accept::<F>(&shard, stream, &refusal.to_string()).await,
     };
     let Some(stream) = accept_tls(&shard, stream).await else {
         front.closed();

@@ -56,7 +56,7 @@ pub trait Front: Sized + 'static {
 
     /// A new connection from `address`, before TLS: the front end that
     /// serves it, or why it is refused.
-    fn admit(shard: &Rc<Shard>, address: Option<IpAddr>) -> Result<Self, String>;
+    fn admit(shard: &Rc<Shard>, address: Option<IpAddr>) -> Result<Self, crate::auth::Refused>;
 
     /// The bytes that tell a refused connection why before it is closed
     /// (none when the protocol has no way to say it before a request).
@@ -64,7 +64,10 @@ pub trait Front: Sized + 'static {
 
     /// The principal of the client's verified TLS certificate, or why it
     /// names none; `None` without a certificate.
-    fn certificate(&self, certificate: Option<Result<String, String>>);
+    fn certificate(
+        &self,
+        certificate: Option<Result<String, crate::auth::certificate::NoPrincipal>>,
+    );
 
     /// True once the connection is open (past its handshake and login):
     /// its read buffer grows, its frames may be large, and the idle

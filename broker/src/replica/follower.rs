@@ -53,13 +53,23 @@ pub enum LinkError {
     #[error("broker {0} is not live")]
     NotLive(BrokerId),
     /// Reaching the leader failed: connecting, TLS, writing or reading
-    /// (`context` says which, with the leader's address).
-    #[error("{context}: {reason}")]
+    /// (`context` says which, with the leader's address), or it took too
+    /// long (`TimedOut`).
+    #[error("{context}: {source}")]
     Network {
         /// What was being done.
         context: String,
-        /// The error, in words.
-        reason: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The leader's advertised host cannot be checked against a TLS
+    /// certificate.
+    #[error("{host}: not a name a TLS certificate can carry ({source})")]
+    HostName {
+        /// The host.
+        host: String,
+        /// Why.
+        source: futures_rustls::rustls::pki_types::InvalidDnsNameError,
     },
     /// The leader answered with an error code: the handshake, the
     /// broker's login or a fetch refused.
@@ -218,9 +228,9 @@ fn frame_of(api: Api, request_id: u32, header: &[u8]) -> Vec<u8> {
 async fn serve_link(shard: &Rc<Shard>, key: LinkKey) -> Result<(), LinkError> {
     let (host, port) = address_of(shard, key).ok_or(LinkError::NotLive(key.0))?;
     let address = format!("{host}:{port}");
-    let network = |context: String| move |reason: String| LinkError::Network { context, reason };
+    let network = |context: String| move |source| LinkError::Network { context, source };
     let connect = glommio::net::TcpStream::connect(address.as_str());
-    let stream = within_connect_timeout(async { connect.await.map_err(|e| e.to_string()) })
+    let stream = within_connect_timeout(async { connect.await.map_err(std::io::Error::from) })
         .await
         .map_err(network(format!("connecting to {address}")))?;
     let _ = stream.set_nodelay(true);
@@ -228,12 +238,14 @@ async fn serve_link(shard: &Rc<Shard>, key: LinkKey) -> Result<(), LinkError> {
         return follow(shard, key, stream).await;
     };
     // The leader's certificate must name the host it advertises.
-    let name =
-        futures_rustls::rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| {
-            network(host.clone())(format!("not a name a TLS certificate can carry ({e})"))
-        })?;
+    let name = futures_rustls::rustls::pki_types::ServerName::try_from(host.clone()).map_err(
+        |source| LinkError::HostName {
+            host: host.clone(),
+            source,
+        },
+    )?;
     let handshake = connector.connect(name, stream);
-    let stream = within_connect_timeout(async { handshake.await.map_err(|e| e.to_string()) })
+    let stream = within_connect_timeout(handshake)
         .await
         .map_err(network(format!("TLS with {address}")))?;
     follow(shard, key, stream).await
@@ -293,14 +305,20 @@ where
 
 /// `step` (a connect, a TLS handshake) within 5 s.
 async fn within_connect_timeout<T>(
-    step: impl std::future::Future<Output = Result<T, String>>,
-) -> Result<T, String> {
+    step: impl std::future::Future<Output = std::io::Result<T>>,
+) -> std::io::Result<T> {
     futures_lite::future::or(step, async {
-        glommio::timer::sleep(Duration::from_secs(5)).await;
-        Err("timed out".to_string())
+        glommio::timer::sleep(CONNECT_TIMEOUT).await;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {CONNECT_TIMEOUT:?}"),
+        ))
     })
     .await
 }
+
+/// How long a connect, or a TLS handshake, to a leader may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The link over a connected stream (plain or TLS).
 #[expect(
@@ -378,7 +396,7 @@ where
             return Err(refusal("fetch", &prefix, &header));
         }
         let answers = multi_fetch::decode_multi_fetch_response(&header, payload.len())
-            .map_err(LinkError::Answer)?;
+            .map_err(|e| LinkError::Answer(e.to_string()))?;
         if answers.len() != sent.len() {
             return Err(LinkError::Answer(format!(
                 "{} partitions of {}",
@@ -458,22 +476,22 @@ async fn exchange(
     stream: &mut (impl futures_lite::AsyncRead + futures_lite::AsyncWrite + Unpin),
     frame: &[u8],
 ) -> Result<(FramePrefix, Vec<u8>, Vec<u8>), LinkError> {
-    let network = |reason: String| LinkError::Network {
+    let network = |source| LinkError::Network {
         context: "exchanging with the leader".to_string(),
-        reason,
+        source,
     };
     let round = async {
         stream.write_all(frame).await?;
         stream.flush().await?;
         read_frame(stream).await
     };
-    futures_lite::future::or(
-        async { round.await.map_err(|e| network(e.to_string())) },
-        async {
-            glommio::timer::sleep(ANSWER_TIMEOUT).await;
-            Err(network(format!("no answer within {ANSWER_TIMEOUT:?}")))
-        },
-    )
+    futures_lite::future::or(async { round.await.map_err(network) }, async {
+        glommio::timer::sleep(ANSWER_TIMEOUT).await;
+        Err(network(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {ANSWER_TIMEOUT:?}"),
+        )))
+    })
     .await
 }
 

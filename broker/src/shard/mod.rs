@@ -8,6 +8,8 @@
 pub mod placement;
 mod topic_change;
 
+use crate::topic_error::TopicError;
+
 use crate::config::Config;
 use crate::mailbox::{ControlMsg, ShardMsg};
 use crate::metrics::ShardMetrics;
@@ -345,7 +347,7 @@ impl Shard {
 
     /// Opens the partitions of `stored` that this shard owns and registers
     /// the topic. Used at start-up and when a topic is created.
-    pub async fn open_topic(&self, stored: &TopicRecord) -> Result<(), String> {
+    pub async fn open_topic(&self, stored: &TopicRecord) -> Result<(), TopicError> {
         stored.check()?;
         let settings = self.config.stored_topic_settings(&stored.overrides())?;
         let mut logs = HashMap::new();
@@ -418,14 +420,17 @@ impl Shard {
         stored: &TopicRecord,
         partition: PartitionId,
         settings: LogSettings,
-    ) -> Result<(SharedLog, Option<SharedReplica>), String> {
+    ) -> Result<(SharedLog, Option<SharedReplica>), TopicError> {
         let label = partition_dir_name(&stored.name, partition);
         let dir = self.config.data_dir.join(&label);
         // A directory of another topic of this name (deleted while this
         // broker was down, or during a crash) is never opened as this one.
         let claim = crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
             .await
-            .map_err(|e| format!("opening partition {label}: {e}"))?;
+            .map_err(|source| TopicError::Open {
+                label: label.clone(),
+                source,
+            })?;
         if let crate::storage::topic_id::Claim::Other(old) = claim {
             crate::storage::sweep::move_aside(
                 &dir,
@@ -434,15 +439,24 @@ impl Shard {
                     stored.name, stored.id
                 ),
             )
-            .map_err(|e| format!("moving aside partition {label} of an earlier topic: {e}"))?;
+            .map_err(|source| TopicError::MoveAside {
+                label: label.clone(),
+                source,
+            })?;
             crate::metrics::bump(&self.metrics.counters.partitions_orphaned_total, 1);
             crate::storage::topic_id::claim(&self.storage, &dir, &stored.id)
                 .await
-                .map_err(|e| format!("opening partition {label}: {e}"))?;
+                .map_err(|source| TopicError::Open {
+                    label: label.clone(),
+                    source,
+                })?;
         }
         let (mut log, recovered) = PartitionLog::open(self.storage.clone(), &dir, &label, settings)
             .await
-            .map_err(|e| format!("opening partition {label}: {e}"))?;
+            .map_err(|source| TopicError::Open {
+                label: label.clone(),
+                source,
+            })?;
         log.set_flush_stats(self.metrics.flush.clone());
         log.set_budget(self.unwritten.clone());
         if crate::storage::lost::is_marked(&dir) {
@@ -474,7 +488,10 @@ impl Shard {
         if stored.is_replicated() {
             let cut = partition_log::cut_uncommitted_damage(&log, recovered.first_damaged)
                 .await
-                .map_err(|e| format!("opening partition {label}: {e}"))?;
+                .map_err(|source| TopicError::Open {
+                    label: label.clone(),
+                    source,
+                })?;
             if cut > 0 {
                 tracing::warn!(partition = %label, bytes_cut = cut, end_offset = log.borrow().end_offset(), "recovery: a damaged message above the committed high watermark; the copy is cut there and fetches the rest from its leader");
                 crate::metrics::bump(&self.metrics.counters.recovery_bytes_cut_total, cut);
@@ -495,8 +512,10 @@ impl Shard {
             let new_copy =
                 self.starting.get() && self.config.copies_at_start.is_new(stored, partition);
             if new_copy {
-                crate::storage::new_copy::mark(&dir)
-                    .map_err(|e| format!("marking {label} a new copy: {e}"))?;
+                crate::storage::new_copy::mark(&dir).map_err(|source| TopicError::MarkNewCopy {
+                    label: label.clone(),
+                    source,
+                })?;
                 tracing::warn!(partition = %label, "no directory for this broker's copy of a partition that existed before this run (a new data directory, or its partition directory removed), or a new copy an earlier run did not finish: the copy starts outside the ISR and catches up from the leader");
             }
             replica.borrow_mut().new_copy = new_copy;
@@ -536,7 +555,11 @@ impl Shard {
     /// shard has under that name is the one with id `id` (empty: whichever
     /// it is). Fails when a directory could not be moved aside; the next
     /// start moves it aside then.
-    pub fn drop_topic(&self, name: &str, id: &str) -> Result<(), String> {
+    pub fn drop_topic(
+        &self,
+        name: &str,
+        id: &str,
+    ) -> Result<(), crate::storage::sweep::DeleteError> {
         let Some(logs) = self.forget_topic(name, id) else {
             return Ok(());
         };

@@ -9,6 +9,7 @@
 
 use super::{Shard, Topic};
 use crate::storage::SharedLog;
+use crate::topic_error::TopicError;
 use coordinator::registry::TopicRecord;
 use coordinator::replicas::Versioned;
 use protocol::types::{BrokerId, PartitionId};
@@ -21,7 +22,7 @@ impl Shard {
         clippy::too_many_lines,
         reason = "a topic's change applied to every partition this shard holds: close, open, learn, in that order"
     )]
-    pub async fn change_topic(self: &Rc<Self>, stored: &TopicRecord) -> Result<(), String> {
+    pub async fn change_topic(self: &Rc<Self>, stored: &TopicRecord) -> Result<(), TopicError> {
         stored.check()?;
         let Some(topic) = self
             .topic(&stored.name)

@@ -30,6 +30,7 @@
 //! start). Neither folder's name parses as a partition directory. Older
 //! brokers' `<dir>~deleted-N` tombstones are still removed at start.
 
+use crate::storage::StorageError;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -68,7 +69,7 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// removes them. Fails if a directory could not be renamed (it is then
 /// moved aside at the next start); trash that cannot be removed now is
 /// removed at the next start.
-pub fn delete_partition_dirs(dirs: &[PathBuf]) -> Result<(), String> {
+pub fn delete_partition_dirs(dirs: &[PathBuf]) -> Result<(), DeleteError> {
     let mut failures = Vec::new();
     let mut trashed = Vec::new();
     let mut parents = BTreeSet::new();
@@ -78,7 +79,7 @@ pub fn delete_partition_dirs(dirs: &[PathBuf]) -> Result<(), String> {
         };
         let trash = parent.join(TRASH_DIR);
         if let Err(e) = std::fs::create_dir_all(&trash) {
-            failures.push(format!("creating {}: {e}", trash.display()));
+            failures.push(StorageError::io("creating", &trash, e));
             continue;
         }
         let target = trash.join(stamp());
@@ -88,12 +89,12 @@ pub fn delete_partition_dirs(dirs: &[PathBuf]) -> Result<(), String> {
                 parents.insert(parent.to_path_buf());
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => failures.push(format!("moving {} aside: {e}", dir.display())),
+            Err(e) => failures.push(StorageError::io("moving aside", dir, e)),
         }
     }
     for parent in &parents {
         if let Err(e) = sync_dir(parent).and_then(|()| sync_dir(&parent.join(TRASH_DIR))) {
-            failures.push(format!("syncing {}: {e}", parent.display()));
+            failures.push(StorageError::io("syncing", parent, e));
         }
     }
     for dir in trashed {
@@ -104,7 +105,20 @@ pub fn delete_partition_dirs(dirs: &[PathBuf]) -> Result<(), String> {
     if failures.is_empty() {
         Ok(())
     } else {
-        Err(failures.join("; "))
+        Err(DeleteError(failures))
+    }
+}
+
+/// The partition directories a delete could not move into the trash (or
+/// make durable there): each is moved aside at the next start.
+#[derive(Debug, Default, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct DeleteError(pub Vec<StorageError>);
+
+impl DeleteError {
+    /// Adds `other`'s failures to these (one topic's, from every shard).
+    pub fn extend(&mut self, other: DeleteError) {
+        self.0.extend(other.0);
     }
 }
 

@@ -32,32 +32,46 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, RegistryError> {
     })
 }
 
+/// Settings for etcd that do not go together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// A client certificate without its key, or a key alone.
+    #[error("etcd_cert and etcd_key go together: set both, or neither")]
+    CertWithoutKey,
+    /// A client certificate, but no CA to check etcd's.
+    #[error("etcd_cert needs etcd_ca (the CA that signed etcd's certificate)")]
+    CertWithoutCa,
+    /// A user without a password file, or a password file alone.
+    #[error("etcd_user and etcd_password_file go together: set both, or neither")]
+    UserWithoutPassword,
+    /// A CA, and an endpoint that is not TLS.
+    #[error("etcd endpoint {0} is not https:// but etcd_ca is set: TLS needs https:// endpoints")]
+    PlainEndpoint(String),
+    /// A TLS endpoint, and no CA to check its certificate.
+    #[error("etcd endpoint {0} is https://: set etcd_ca to the CA that signed etcd's certificate")]
+    SecureEndpointWithoutCa(String),
+}
+
 impl EtcdAccess {
     /// Checks that the settings go together and name https endpoints.
-    pub fn check(&self, endpoints: &[String]) -> Result<(), String> {
+    pub fn check(&self, endpoints: &[String]) -> Result<(), AccessError> {
         if self.cert.is_some() != self.key.is_some() {
-            return Err("etcd_cert and etcd_key go together: set both, or neither".into());
+            return Err(AccessError::CertWithoutKey);
         }
         if self.cert.is_some() && self.ca.is_none() {
-            return Err("etcd_cert needs etcd_ca (the CA that signed etcd's certificate)".into());
+            return Err(AccessError::CertWithoutCa);
         }
         if self.user.is_some() != self.password_file.is_some() {
-            return Err(
-                "etcd_user and etcd_password_file go together: set both, or neither".into(),
-            );
+            return Err(AccessError::UserWithoutPassword);
         }
         if let Some(plain) = endpoints.iter().find(|e| !e.starts_with("https://")) {
             if self.ca.is_some() {
-                return Err(format!(
-                    "etcd endpoint {plain} is not https:// but etcd_ca is set: TLS needs https:// endpoints"
-                ));
+                return Err(AccessError::PlainEndpoint(plain.clone()));
             }
         }
         if let Some(secure) = endpoints.iter().find(|e| e.starts_with("https://")) {
             if self.ca.is_none() {
-                return Err(format!(
-                    "etcd endpoint {secure} is https://: set etcd_ca to the CA that signed etcd's certificate"
-                ));
+                return Err(AccessError::SecureEndpointWithoutCa(secure.clone()));
             }
         }
         Ok(())

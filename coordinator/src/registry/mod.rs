@@ -25,12 +25,14 @@ mod endpoints;
 pub mod error;
 mod etcd;
 mod memory;
+mod record_error;
 mod standalone;
 
 pub use access::EtcdAccess;
 pub use error::RegistryError;
 pub use etcd::{Etcd, EtcdOptions};
 pub use memory::Memory;
+pub use record_error::{MoveError, RecordError};
 pub use standalone::{Standalone, TOPICS_FILE};
 
 use crate::replicas::{PartitionUpdate, UpdateOutcome, Versioned};
@@ -235,20 +237,19 @@ impl TopicRecord {
         &self,
         partition: PartitionId,
         target: &[BrokerId],
-    ) -> Result<Option<TopicRecord>, String> {
+    ) -> Result<Option<TopicRecord>, MoveError> {
         if partition >= self.partitions {
-            return Err(format!(
-                "topic {:?} has {} partitions, not {partition}",
-                self.name, self.partitions
-            ));
+            return Err(MoveError::NoPartition {
+                name: self.name.clone(),
+                partitions: self.partitions,
+                partition,
+            });
         }
         let mut distinct = target.to_vec();
         distinct.sort_unstable();
         distinct.dedup();
         if target.is_empty() || distinct.len() != target.len() {
-            return Err(format!(
-                "replicas {target:?} are not one or more distinct brokers"
-            ));
+            return Err(MoveError::NotDistinct(target.to_vec()));
         }
         let mut next = self.clone();
         if !next.is_replicated() {
@@ -257,11 +258,10 @@ impl TopicRecord {
             next.min_insync_replicas = 1;
         }
         if (target.len() as u32) < next.min_insync_replicas {
-            return Err(format!(
-                "{} replicas are fewer than the topic's min_insync_replicas {}: acks=all produces would be refused",
-                target.len(),
-                next.min_insync_replicas
-            ));
+            return Err(MoveError::BelowMinInsync {
+                replicas: target.len(),
+                min_insync: next.min_insync_replicas,
+            });
         }
         // Every copy it has now stays until the move completes (a move in
         // progress may be redirected: the copies its target added go then).
@@ -342,28 +342,29 @@ impl TopicRecord {
     /// record read from disk or etcd is no more trusted than a request: a
     /// name like `../x` would escape the data directory), at least one
     /// partition, one broker per partition.
-    pub fn check(&self) -> Result<(), String> {
-        protocol::types::validate_topic_name(&self.name)
-            .map_err(|e| format!("topic record {:?}: {e}", self.name))?;
+    pub fn check(&self) -> Result<(), RecordError> {
+        let name = || self.name.clone();
+        protocol::types::validate_topic_name(&self.name).map_err(|source| RecordError::Name {
+            name: name(),
+            source,
+        })?;
         if self.partitions == 0 {
-            return Err(format!("topic {:?} has no partitions", self.name));
+            return Err(RecordError::NoPartitions { name: name() });
         }
         if self.brokers.len() != self.partitions as usize {
-            return Err(format!(
-                "topic {:?} has {} partitions but {} partition owners",
-                self.name,
-                self.partitions,
-                self.brokers.len()
-            ));
+            return Err(RecordError::Owners {
+                name: name(),
+                partitions: self.partitions,
+                owners: self.brokers.len(),
+            });
         }
         if self.is_replicated() {
             if self.replicas.len() != self.partitions as usize {
-                return Err(format!(
-                    "topic {:?} has {} partitions but {} replica sets",
-                    self.name,
-                    self.partitions,
-                    self.replicas.len()
-                ));
+                return Err(RecordError::ReplicaSets {
+                    name: name(),
+                    partitions: self.partitions,
+                    sets: self.replicas.len(),
+                });
             }
             let distinct_brokers = |set: &[BrokerId]| {
                 let mut distinct = set.to_vec();
@@ -373,11 +374,12 @@ impl TopicRecord {
             };
             for (p, set) in self.replicas.iter().enumerate() {
                 if !distinct_brokers(set) || set.first() != self.brokers.get(p) {
-                    return Err(format!(
-                        "topic {:?} partition {p}: replicas {set:?} are not distinct brokers led by {:?}",
-                        self.name,
-                        self.brokers.get(p)
-                    ));
+                    return Err(RecordError::Replicas {
+                        name: name(),
+                        partition: p as PartitionId,
+                        set: set.clone(),
+                        owner: self.brokers.get(p).copied(),
+                    });
                 }
             }
             for (p, target) in &self.reassigning {
@@ -385,24 +387,24 @@ impl TopicRecord {
                 if !distinct_brokers(target)
                     || !moving.is_some_and(|set| target.iter().all(|b| set.contains(b)))
                 {
-                    return Err(format!(
-                        "topic {:?} partition {p}: moving to {target:?}, which its replicas {moving:?} do not hold",
-                        self.name
-                    ));
+                    return Err(RecordError::Moving {
+                        name: name(),
+                        partition: *p,
+                        target: target.clone(),
+                        set: moving.cloned(),
+                    });
                 }
             }
             let largest = self.replicas.iter().map(Vec::len).max().unwrap_or(0) as u32;
             if self.min_insync_replicas == 0 || self.min_insync_replicas > largest {
-                return Err(format!(
-                    "topic {:?}: min_insync_replicas {} is not 1..={largest}",
-                    self.name, self.min_insync_replicas
-                ));
+                return Err(RecordError::MinInsync {
+                    name: name(),
+                    value: self.min_insync_replicas,
+                    largest,
+                });
             }
         } else if !self.reassigning.is_empty() {
-            return Err(format!(
-                "topic {:?} has one copy per partition but partitions moving",
-                self.name
-            ));
+            return Err(RecordError::MovingUnreplicated { name: name() });
         }
         Ok(())
     }

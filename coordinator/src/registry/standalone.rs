@@ -58,7 +58,7 @@ impl Standalone {
             topic.brokers = vec![me.broker_id; topic.partitions as usize];
             topic.check().map_err(|reason| RegistryError::Corrupt {
                 path: path.display().to_string(),
-                reason,
+                reason: reason.to_string(),
             })?;
         }
         topics.sort_by(|a, b| a.name.cmp(&b.name));

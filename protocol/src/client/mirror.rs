@@ -182,7 +182,7 @@ impl Client {
             conn.expect_wait(Duration::ZERO)?;
             let mut frame = frame?;
             let answer = decode_multi_fetch_response(&frame.header, frame.payload.len())
-                .map_err(ClientError::protocol)?;
+                .map_err(|e| ClientError::protocol(e.to_string()))?;
             if answer.len() != parts.len() {
                 return Err(ClientError::protocol(format!(
                     "a MultiFetch of {} partitions answered {}",

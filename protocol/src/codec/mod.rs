@@ -91,10 +91,13 @@ impl OffsetSpec {
     }
 }
 
+mod decode_error;
 pub mod groups;
 pub mod multi_fetch;
 pub mod operations;
 pub mod security;
+
+pub use decode_error::DecodeError;
 
 /// Verifies `bytes` as a flatbuffer whose root is `T` and returns the root.
 ///

@@ -1,7 +1,7 @@
 //! MultiFetch (api 17): chunks of many partitions of one shard in one
 //! request and one answer (PROTOCOL.md, "MultiFetch").
 
-use super::{finish, verify, PartitionOffsets};
+use super::{finish, verify, DecodeError, PartitionOffsets};
 use crate::generated::ringlog::wire;
 use crate::types::{BrokerId, PartitionId};
 use crate::ErrorCode;
@@ -210,9 +210,8 @@ pub fn multi_fetch_response_throttled<'b>(
 pub fn decode_multi_fetch_response(
     header: &[u8],
     payload_len: usize,
-) -> Result<Vec<(FetchedPart, std::ops::Range<usize>)>, String> {
-    let response = verify::<wire::MultiFetchResponse>(header)
-        .map_err(|e| format!("a MultiFetch answer's header failed verification: {e}"))?;
+) -> Result<Vec<(FetchedPart, std::ops::Range<usize>)>, DecodeError> {
+    let response = verify::<wire::MultiFetchResponse>(header)?;
     let mut parts = Vec::new();
     let mut at = 0usize;
     for p in response.partitions().iter().flatten() {
@@ -220,8 +219,9 @@ pub fn decode_multi_fetch_response(
         let end = at
             .checked_add(length as usize)
             .filter(|&end| end <= payload_len)
-            .ok_or_else(|| {
-                format!("a MultiFetch answer's chunks overrun its {payload_len}-byte payload")
+            .ok_or(DecodeError::Chunks {
+                held: at.saturating_add(length as usize),
+                payload: payload_len,
             })?;
         let diverging =
             (p.diverging_epoch() >= 0).then(|| (p.diverging_epoch(), p.diverging_end_offset()));
@@ -247,9 +247,10 @@ pub fn decode_multi_fetch_response(
         at = end;
     }
     if at != payload_len {
-        return Err(format!(
-            "a MultiFetch answer's chunks hold {at} bytes, its payload {payload_len}"
-        ));
+        return Err(DecodeError::Chunks {
+            held: at,
+            payload: payload_len,
+        });
     }
     Ok(parts)
 }
@@ -280,9 +281,23 @@ mod tests {
             "every field, and each chunk's place in the payload"
         );
         let short = decode_multi_fetch_response(&header, 7).unwrap_err();
-        assert!(short.contains("overrun"), "{short}");
+        assert_eq!(
+            short,
+            DecodeError::Chunks {
+                held: 8,
+                payload: 7
+            },
+            "the last chunk overruns"
+        );
         let long = decode_multi_fetch_response(&header, 9).unwrap_err();
-        assert!(long.contains("hold 8 bytes"), "{long}");
+        assert_eq!(
+            long,
+            DecodeError::Chunks {
+                held: 8,
+                payload: 9
+            }
+        );
+        assert!(long.to_string().contains("hold 8 bytes"), "{long}");
     }
 
     #[test]

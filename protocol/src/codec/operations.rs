@@ -2,7 +2,7 @@
 //! of replicated partitions, and more partitions for a topic (api 18).
 //! Owned forms, builders, decoders.
 
-use super::{finish, verify};
+use super::{finish, verify, DecodeError};
 use crate::generated::ringlog::wire;
 use crate::types::{BrokerId, PartitionId};
 use crate::ErrorCode;
@@ -134,8 +134,8 @@ pub fn create_partitions_response<'b>(
 }
 
 /// Decodes a CreatePartitions response header.
-pub fn decode_partitions_created(header: &[u8]) -> Result<PartitionsCreated, String> {
-    let r = verify::<wire::CreatePartitionsResponse>(header).map_err(|e| e.to_string())?;
+pub fn decode_partitions_created(header: &[u8]) -> Result<PartitionsCreated, DecodeError> {
+    let r = verify::<wire::CreatePartitionsResponse>(header)?;
     Ok(PartitionsCreated {
         topic: r.topic().unwrap_or_default().to_string(),
         partitions: r.partitions(),
@@ -201,8 +201,8 @@ pub fn elect_leaders_response<'b>(
 }
 
 /// Decodes an ElectLeaders response header.
-pub fn decode_elect_leaders(header: &[u8]) -> Result<Vec<Elected>, String> {
-    let response = verify::<wire::ElectLeadersResponse>(header).map_err(|e| e.to_string())?;
+pub fn decode_elect_leaders(header: &[u8]) -> Result<Vec<Elected>, DecodeError> {
+    let response = verify::<wire::ElectLeadersResponse>(header)?;
     Ok(response
         .partitions()
         .map(|ps| {
@@ -261,8 +261,8 @@ pub fn reassign_response<'b>(fbb: &'b mut FlatBufferBuilder<'_>, answer: &Reassi
 }
 
 /// Decodes a ReassignPartition response header.
-pub fn decode_reassign(header: &[u8]) -> Result<Reassigned, String> {
-    let r = verify::<wire::ReassignPartitionResponse>(header).map_err(|e| e.to_string())?;
+pub fn decode_reassign(header: &[u8]) -> Result<Reassigned, DecodeError> {
+    let r = verify::<wire::ReassignPartitionResponse>(header)?;
     Ok(Reassigned {
         topic: r.topic().unwrap_or_default().to_string(),
         partition: r.partition(),

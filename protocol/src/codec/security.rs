@@ -2,7 +2,7 @@
 //! access control rules (apis 21–23) and users (apis 24–25). Builders, and
 //! decoders from verified headers to the owned forms of [`crate::acl`].
 
-use super::{finish, verify};
+use super::{finish, verify, DecodeError};
 use crate::acl::{AclRule, Operation, PatternType, Permission, ResourceType};
 use crate::generated::ringlog::wire;
 use flatbuffers::{FlatBufferBuilder, WIPOffset};
@@ -139,24 +139,24 @@ fn encode_rule<'b>(
 
 /// A rule from the wire, checked ([`AclRule::check`]); `Err` says what is
 /// wrong with it.
-pub fn decode_rule(rule: wire::AclRule<'_>) -> Result<AclRule, String> {
-    let resource = resource_from_wire(rule.resource_type()).ok_or_else(|| {
-        format!(
-            "resource type {} is not cluster, topic or group",
-            rule.resource_type().0
-        )
-    })?;
+pub fn decode_rule(rule: wire::AclRule<'_>) -> Result<AclRule, DecodeError> {
+    let unknown = |what, value| DecodeError::Unknown {
+        what,
+        value: i64::from(value),
+    };
+    let resource = resource_from_wire(rule.resource_type())
+        .ok_or_else(|| unknown("resource type", rule.resource_type().0))?;
     let operation = operation_from_wire(rule.operation())
-        .ok_or_else(|| format!("operation {} is not known", rule.operation().0))?;
+        .ok_or_else(|| unknown("operation", rule.operation().0))?;
     let pattern = match rule.pattern() {
         wire::PatternType::Literal => PatternType::Literal,
         wire::PatternType::Prefixed => PatternType::Prefixed,
-        other => return Err(format!("pattern type {} is not known", other.0)),
+        other => return Err(unknown("pattern type", other.0)),
     };
     let permission = match rule.permission() {
         wire::AclPermission::Allow => Permission::Allow,
         wire::AclPermission::Deny => Permission::Deny,
-        other => return Err(format!("permission {} is not known", other.0)),
+        other => return Err(unknown("permission", other.0)),
     };
     let decoded = AclRule {
         permission,
@@ -166,7 +166,7 @@ pub fn decode_rule(rule: wire::AclRule<'_>) -> Result<AclRule, String> {
         pattern,
         name: rule.resource_name().unwrap_or_default().to_string(),
     };
-    decoded.check().map_err(|e| e.0)?;
+    decoded.check().map_err(|e| DecodeError::Rule(e.0))?;
     Ok(decoded)
 }
 
@@ -174,16 +174,16 @@ pub fn decode_rule(rule: wire::AclRule<'_>) -> Result<AclRule, String> {
 /// each valid.
 pub fn decode_rules(
     rules: Option<flatbuffers::Vector<'_, flatbuffers::ForwardsUOffset<wire::AclRule<'_>>>>,
-) -> Result<Vec<AclRule>, String> {
+) -> Result<Vec<AclRule>, DecodeError> {
     let rules = rules
         .map(|r| r.iter().collect::<Vec<_>>())
         .unwrap_or_default();
     if rules.is_empty() || rules.len() > crate::acl::RULES_PER_REQUEST_MAX {
-        return Err(format!(
-            "{} rules: a request carries 1 to {}",
-            rules.len(),
-            crate::acl::RULES_PER_REQUEST_MAX
-        ));
+        return Err(DecodeError::Count {
+            what: "rules",
+            count: rules.len(),
+            max: crate::acl::RULES_PER_REQUEST_MAX,
+        });
     }
     rules.into_iter().map(decode_rule).collect()
 }
@@ -255,13 +255,13 @@ pub fn describe_acls_request<'b>(
 }
 
 /// Decodes a DescribeAcls request's filter.
-pub fn decode_acl_filter(request: wire::DescribeAclsRequest<'_>) -> Result<AclFilter, String> {
+pub fn decode_acl_filter(request: wire::DescribeAclsRequest<'_>) -> Result<AclFilter, DecodeError> {
     let resource = match request.resource_type() {
         wire::ResourceType::Any => None,
-        other => Some(
-            resource_from_wire(other)
-                .ok_or_else(|| format!("resource type {} is not known", other.0))?,
-        ),
+        other => Some(resource_from_wire(other).ok_or(DecodeError::Unknown {
+            what: "resource type",
+            value: i64::from(other.0),
+        })?),
     };
     let some = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(str::to_string);
     Ok(AclFilter {
@@ -287,8 +287,8 @@ pub fn describe_acls_response<'b>(
 }
 
 /// Decodes a DescribeAcls answer.
-pub fn decode_describe_acls(header: &[u8]) -> Result<Vec<AclRule>, String> {
-    let response = verify::<wire::DescribeAclsResponse>(header).map_err(|e| e.to_string())?;
+pub fn decode_describe_acls(header: &[u8]) -> Result<Vec<AclRule>, DecodeError> {
+    let response = verify::<wire::DescribeAclsResponse>(header)?;
     response
         .rules()
         .map(|r| r.iter().map(decode_rule).collect())
@@ -394,17 +394,24 @@ mod tests {
         let mut fbb = FlatBufferBuilder::new();
         let header = create_acls_request(&mut fbb, &[]).to_vec();
         let request = verify::<wire::CreateAclsRequest>(&header).unwrap();
-        assert!(decode_rules(request.rules())
-            .unwrap_err()
-            .contains("1 to 1000"));
+        assert_eq!(
+            decode_rules(request.rules()).unwrap_err(),
+            DecodeError::Count {
+                what: "rules",
+                count: 0,
+                max: 1000
+            }
+        );
         let bad = AclRule {
             principal: "alice".into(),
             ..AclRule::parse("allow User:a read topic:t").unwrap()
         };
         let header = create_acls_request(&mut fbb, &[bad]).to_vec();
         let request = verify::<wire::CreateAclsRequest>(&header).unwrap();
-        assert!(decode_rules(request.rules())
-            .unwrap_err()
-            .contains("principal"));
+        let refused = decode_rules(request.rules()).unwrap_err();
+        assert!(
+            matches!(&refused, DecodeError::Rule(words) if words.contains("principal")),
+            "{refused}"
+        );
     }
 }

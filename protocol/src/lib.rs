@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod acl;
+pub mod batch;
 pub mod codec;
 pub mod error_code;
 pub mod frame;

@@ -1,0 +1,186 @@
+//! The records of an uncompressed batch (or of a compressed one, once
+//! decompressed): each is
+//!
+//! ```text
+//! length varint          bytes after this field
+//! attributes i8          unused (0)
+//! timestampDelta varlong from the batch's baseTimestamp
+//! offsetDelta varint     from the batch's baseOffset: its index
+//! keyLength varint, key  -1: no key
+//! valueLength varint, value   -1: no value (a tombstone)
+//! headerCount varint, headers: keyLength varint, key (UTF-8), valueLength varint, value
+//! ```
+//!
+//! Parsing borrows: no byte is copied, no allocation but a record's
+//! header list.
+
+use super::varint::{read_varint, read_varlong};
+
+/// One record, borrowed from its batch's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// From the batch's baseTimestamp (ms).
+    pub timestamp_delta: i64,
+    /// From the batch's baseOffset.
+    pub offset_delta: i32,
+    /// `None`: no key.
+    pub key: Option<&'a [u8]>,
+    /// `None`: a tombstone.
+    pub value: Option<&'a [u8]>,
+    /// Headers in order: key, value (`None`: no value).
+    pub headers: Vec<(&'a str, Option<&'a [u8]>)>,
+}
+
+/// Why record bytes do not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// A varint runs past the record or is too long.
+    #[error("a malformed or cut {0} varint")]
+    Varint(&'static str),
+    /// A length below -1 (or below 0 where none may be absent), or past
+    /// the record's end.
+    #[error("{field} length {length} does not fit the record")]
+    Length {
+        /// Which field.
+        field: &'static str,
+        /// Its length.
+        length: i32,
+    },
+    /// A header key that is not UTF-8.
+    #[error("a header key is not UTF-8")]
+    HeaderKey,
+    /// Bytes left inside the record after its headers.
+    #[error("{0} bytes after the record's headers")]
+    Trailing(usize),
+    /// offsetDelta is not the record's index.
+    #[error("offsetDelta {found}, not its index {index}")]
+    OffsetDelta {
+        /// The record's index.
+        index: i32,
+        /// Its offsetDelta.
+        found: i32,
+    },
+}
+
+/// Reads the record at the start of `bytes`: it, and the bytes it took.
+pub fn read_record(bytes: &[u8]) -> Result<(Record<'_>, usize), RecordError> {
+    let (length, at) = read_varint(bytes).ok_or(RecordError::Varint("record length"))?;
+    let end = usize::try_from(length)
+        .ok()
+        .and_then(|l| at.checked_add(l))
+        .filter(|&end| end <= bytes.len())
+        .ok_or(RecordError::Length {
+            field: "record",
+            length,
+        })?;
+    let mut cursor = Cursor {
+        bytes: &bytes[..end],
+        at,
+    };
+    let _attributes = cursor.take(1, "attributes")?;
+    let timestamp_delta = cursor.varlong("timestampDelta")?;
+    let offset_delta = cursor.varint("offsetDelta")?;
+    let key = cursor.nullable("key")?;
+    let value = cursor.nullable("value")?;
+    let count = cursor.varint("headerCount")?;
+    let count = usize::try_from(count).map_err(|_| RecordError::Length {
+        field: "headers",
+        length: count,
+    })?;
+    // Each header takes at least two bytes: a count past that is a lie.
+    if count > (end - cursor.at) / 2 {
+        return Err(RecordError::Length {
+            field: "headers",
+            length: count as i32,
+        });
+    }
+    let mut headers = Vec::with_capacity(count);
+    for _ in 0..count {
+        let key = cursor.nullable("header key")?.ok_or(RecordError::Length {
+            field: "header key",
+            length: -1,
+        })?;
+        let key = std::str::from_utf8(key).map_err(|_| RecordError::HeaderKey)?;
+        headers.push((key, cursor.nullable("header value")?));
+    }
+    if cursor.at != end {
+        return Err(RecordError::Trailing(end - cursor.at));
+    }
+    Ok((
+        Record {
+            timestamp_delta,
+            offset_delta,
+            key,
+            value,
+            headers,
+        },
+        end,
+    ))
+}
+
+/// Walks `count` records in `bytes` (a batch's records, uncompressed) and
+/// checks each one's offsetDelta is its index. Returns how many parsed and
+/// the bytes left after them; the first bad record's index and problem.
+pub fn check_records(bytes: &[u8], count: i32) -> Result<(i32, usize), (i32, RecordError)> {
+    let mut at = 0;
+    let mut index = 0;
+    while index < count && at < bytes.len() {
+        let (record, len) = read_record(&bytes[at..]).map_err(|e| (index, e))?;
+        if record.offset_delta != index {
+            return Err((
+                index,
+                RecordError::OffsetDelta {
+                    index,
+                    found: record.offset_delta,
+                },
+            ));
+        }
+        at += len;
+        index += 1;
+    }
+    Ok((index, bytes.len() - at))
+}
+
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], RecordError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or(RecordError::Length {
+                field,
+                length: n as i32,
+            })?;
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn varint(&mut self, field: &'static str) -> Result<i32, RecordError> {
+        let (value, len) = read_varint(&self.bytes[self.at..]).ok_or(RecordError::Varint(field))?;
+        self.at += len;
+        Ok(value)
+    }
+
+    fn varlong(&mut self, field: &'static str) -> Result<i64, RecordError> {
+        let (value, len) =
+            read_varlong(&self.bytes[self.at..]).ok_or(RecordError::Varint(field))?;
+        self.at += len;
+        Ok(value)
+    }
+
+    /// A length-prefixed field; -1 is absent.
+    fn nullable(&mut self, field: &'static str) -> Result<Option<&'a [u8]>, RecordError> {
+        let length = self.varint(field)?;
+        match usize::try_from(length) {
+            Ok(n) => self.take(n, field).map(Some),
+            Err(_) if length == -1 => Ok(None),
+            Err(_) => Err(RecordError::Length { field, length }),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Writing a batch, as a producer does: records one by one, then the
+//! header (baseOffset 0, leader epoch -1, lastOffsetDelta recordCount - 1,
+//! the CRC-32C). The broker stamps its own fields when it stores it
+//! ([`super::produce::stamp`]).
+
+use super::varint::{write_varint, write_varlong};
+use super::{at, Compression, HEADER_BYTES, LOG_OVERHEAD, MAGIC};
+
+/// An idempotent producer's numbering of a batch, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Producer {
+    /// producerId (-1: not idempotent).
+    pub id: i64,
+    /// producerEpoch.
+    pub epoch: i16,
+    /// The first record's sequence number.
+    pub base_sequence: i32,
+}
+
+impl Producer {
+    /// A producer that does not number its batches.
+    pub const NONE: Producer = Producer {
+        id: -1,
+        epoch: -1,
+        base_sequence: -1,
+    };
+}
+
+/// Records gathered into one uncompressed batch.
+#[derive(Debug, Default, Clone)]
+pub struct BatchWriter {
+    records: Vec<u8>,
+    scratch: Vec<u8>,
+    count: i32,
+    base_timestamp: i64,
+    max_timestamp: i64,
+}
+
+impl BatchWriter {
+    /// An empty batch.
+    pub fn new() -> BatchWriter {
+        BatchWriter::default()
+    }
+
+    /// Adds a record written at `timestamp_ms` (the first record's is the
+    /// batch's baseTimestamp).
+    pub fn push(
+        &mut self,
+        timestamp_ms: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(&str, Option<&[u8]>)],
+    ) {
+        if self.count == 0 {
+            self.base_timestamp = timestamp_ms;
+            self.max_timestamp = timestamp_ms;
+        }
+        self.max_timestamp = self.max_timestamp.max(timestamp_ms);
+        let body = &mut self.scratch;
+        body.clear();
+        body.push(0); // attributes
+        write_varlong(body, timestamp_ms.wrapping_sub(self.base_timestamp));
+        write_varint(body, self.count);
+        let field = |body: &mut Vec<u8>, bytes: Option<&[u8]>| match bytes {
+            Some(b) => {
+                write_varint(body, b.len() as i32);
+                body.extend_from_slice(b);
+            }
+            None => write_varint(body, -1),
+        };
+        field(body, key);
+        field(body, value);
+        write_varint(body, headers.len() as i32);
+        for (name, value) in headers {
+            field(body, Some(name.as_bytes()));
+            field(body, *value);
+        }
+        write_varint(&mut self.records, body.len() as i32);
+        self.records.extend_from_slice(body);
+        self.count += 1;
+    }
+
+    /// Records so far.
+    pub fn count(&self) -> i32 {
+        self.count
+    }
+
+    /// The batch's bytes if finished now.
+    pub fn size(&self) -> usize {
+        HEADER_BYTES + self.records.len()
+    }
+
+    /// The records' bytes (what a codec compresses).
+    pub fn records(&self) -> &[u8] {
+        &self.records
+    }
+
+    /// The batch, uncompressed.
+    pub fn finish(&self, producer: Producer) -> Vec<u8> {
+        self.finish_with(producer, Compression::None, &self.records)
+    }
+
+    /// The batch with `records` in place of the records written (the same
+    /// records compressed with `codec`).
+    pub fn finish_with(&self, producer: Producer, codec: Compression, records: &[u8]) -> Vec<u8> {
+        let size = HEADER_BYTES + records.len();
+        let mut out = Vec::with_capacity(size);
+        out.extend_from_slice(&0i64.to_be_bytes());
+        out.extend_from_slice(&((size - LOG_OVERHEAD) as i32).to_be_bytes());
+        out.extend_from_slice(&(-1i32).to_be_bytes());
+        out.push(MAGIC);
+        out.extend_from_slice(&0u32.to_be_bytes());
+        out.extend_from_slice(&(codec as u16).to_be_bytes());
+        out.extend_from_slice(&(self.count - 1).to_be_bytes());
+        out.extend_from_slice(&self.base_timestamp.to_be_bytes());
+        out.extend_from_slice(&self.max_timestamp.to_be_bytes());
+        out.extend_from_slice(&producer.id.to_be_bytes());
+        out.extend_from_slice(&producer.epoch.to_be_bytes());
+        out.extend_from_slice(&producer.base_sequence.to_be_bytes());
+        out.extend_from_slice(&self.count.to_be_bytes());
+        out.extend_from_slice(records);
+        debug_assert_eq!(out.len(), size);
+        let crc = super::crc(&out);
+        out[at::CRC..at::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        out
+    }
+}

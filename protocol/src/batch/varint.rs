@@ -5,6 +5,7 @@
 
 /// Reads a varint (i32) at the start of `bytes`: its value and its length;
 /// `None` when it runs past the bytes or past 5 bytes.
+#[inline]
 pub fn read_varint(bytes: &[u8]) -> Option<(i32, usize)> {
     let (raw, len) = read_unsigned(bytes, 5)?;
     let raw = u32::try_from(raw).ok()?;
@@ -13,12 +14,20 @@ pub fn read_varint(bytes: &[u8]) -> Option<(i32, usize)> {
 
 /// Reads a varlong (i64) at the start of `bytes`: its value and its
 /// length; `None` when it runs past the bytes or past 10 bytes.
+#[inline]
 pub fn read_varlong(bytes: &[u8]) -> Option<(i64, usize)> {
     let (raw, len) = read_unsigned(bytes, 10)?;
     Some((((raw >> 1) as i64) ^ -((raw & 1) as i64), len))
 }
 
+#[inline]
 fn read_unsigned(bytes: &[u8], max_len: usize) -> Option<(u64, usize)> {
+    // Most lengths and deltas in a batch fit one byte.
+    if let Some(&b) = bytes.first() {
+        if b & 0x80 == 0 {
+            return Some((u64::from(b), 1));
+        }
+    }
     let mut value = 0u64;
     for (i, &b) in bytes.iter().take(max_len).enumerate() {
         value |= u64::from(b & 0x7f) << (7 * i);

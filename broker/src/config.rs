@@ -663,6 +663,7 @@ impl Config {
             flush_interval_ms: pick(overrides.flush_interval_ms, d.flush_interval_ms),
             retention_ms: pick(overrides.retention_ms, d.retention_ms),
             retention_bytes: pick(overrides.retention_bytes, d.retention_bytes),
+            format: protocol::stored::MessageFormat::One,
             waiting_fetch_flush: self.flush_for_waiting_fetches.then_some(
                 std::time::Duration::from_micros(self.waiting_fetch_flush_us),
             ),

@@ -21,6 +21,7 @@ pub mod frame;
 pub mod message;
 pub mod rebalance;
 pub mod scram;
+pub mod stored;
 pub mod types;
 
 #[cfg(feature = "client")]

@@ -16,7 +16,7 @@ use crate::storage::io::Storage;
 use crate::storage::partition_log::{self, NotStored, Shared};
 use crate::storage::StorageError;
 use protocol::codec::multi_fetch::FetchedPart;
-use protocol::message::{MessageError, MessageSetIter};
+use protocol::stored::{whole_units, StoredError};
 use protocol::ErrorCode;
 
 /// Why a follower could not apply its leader's answer. Each leaves the
@@ -35,7 +35,7 @@ pub enum ApplyError {
     },
     /// A message of the chunk fails its checks.
     #[error("a damaged message from the leader: {0}")]
-    Damaged(MessageError),
+    Damaged(StoredError),
     /// The chunk does not start where the copy ends.
     #[error("an answer for offset {offset}, but the copy ends at {end}")]
     NotAtEnd {
@@ -114,14 +114,10 @@ pub async fn apply<S: Storage>(
     let offset = answer.offset;
     let hw = answer.offsets.flushed_offset;
     let chunk_epoch = answer.chunk_epoch;
-    // Whole, valid messages only: a chunk may end in the middle of one.
-    let mut iter = MessageSetIter::new(payload, offset);
-    let mut count = 0u32;
-    for message in iter.by_ref() {
-        message.map_err(ApplyError::Damaged)?;
-        count += 1;
-    }
-    let whole = iter.position();
+    // Whole, valid units only (messages, or batches at their own
+    // positions): a chunk may end in the middle of one.
+    let format = log.borrow().settings().format;
+    let (whole, count) = whole_units(format, payload, offset).map_err(ApplyError::Damaged)?;
     if whole > 0 {
         let end = log.borrow().end_offset();
         if end != offset {

@@ -72,9 +72,12 @@ use crate::storage::io::{SegmentFile, Storage};
 use crate::storage::memory::{MemoryStorage, PowerCut, Tail};
 use crate::storage::partition_log::{self, LogSettings, PartitionLog, Shared};
 use coordinator::replicas::{PartitionState, Versioned};
+use protocol::batch::produce::{stamp, Stamp};
+use protocol::batch::write::{BatchWriter, Producer};
 use protocol::codec::multi_fetch::FetchedPart;
 use protocol::codec::AckMode;
 use protocol::message::encode_message;
+use protocol::stored::MessageFormat;
 use protocol::types::BrokerId;
 use protocol::ErrorCode;
 use std::cell::RefCell;
@@ -210,6 +213,8 @@ impl Cluster {
             retention_ms: 7 * 24 * 3_600_000,
             retention_bytes: 0,
             waiting_fetch_flush: None,
+            // Half the cases store format-2 batches, stamped by the leader.
+            format: [MessageFormat::One, MessageFormat::Two][below(2) as usize],
         };
         let mut cluster = Cluster {
             nodes: BROKERS
@@ -475,7 +480,14 @@ impl Cluster {
             let len = (n * 7 % 40) as usize;
             let mut value = format!("m{n}:").into_bytes();
             value.extend((0..len).map(|k| (n as usize * 31 + k) as u8));
-            encode_message(&mut bytes, None, &value);
+            match self.settings.format {
+                MessageFormat::One => encode_message(&mut bytes, None, &value),
+                MessageFormat::Two => {
+                    let mut writer = BatchWriter::new();
+                    writer.push(0, None, Some(&value), &[]);
+                    bytes.extend_from_slice(&writer.finish(Producer::NONE));
+                }
+            }
         }
         let (log, epoch) = {
             let r = replica.borrow();
@@ -485,6 +497,24 @@ impl Cluster {
         else {
             return;
         };
+        if self.settings.format == MessageFormat::Two {
+            // What the leader stores: each batch at its position, in its
+            // epoch (the model stamps its own copy to compare with).
+            let mut at = 0usize;
+            while at < bytes.len() {
+                let size = protocol::batch::BatchHeader::read(&bytes[at..])
+                    .map_or(bytes.len() - at, |h| h.size);
+                stamp(
+                    &mut bytes[at..at + size],
+                    Stamp {
+                        position: appended.base + at as u64,
+                        leader_epoch: epoch as i32,
+                        log_append_time: None,
+                    },
+                );
+                at += size;
+            }
+        }
         self.say(|| format!("  produce at {}..{}", appended.base, appended.end));
         let answer: Pending<Result<(), String>> = Box::pin(async move {
             partition_log::stored(&log, appended, AckMode::Flushed)
@@ -719,10 +749,11 @@ impl Cluster {
                 let n = self.committed.len();
                 assert!(
                     bytes.len() >= n && bytes[..n] == self.committed[..],
-                    "broker {}, in the ISR {:?}, holds {} bytes that do not begin with the {n} committed (a committed byte was lost or truncated)",
+                    "broker {}, in the ISR {:?}, holds {} bytes that do not begin with the {n} committed (a committed byte was lost or truncated); first difference at {:?}",
                     node.id,
                     state.isr,
-                    bytes.len()
+                    bytes.len(),
+                    (0..n.min(bytes.len())).find(|&k| bytes[k] != self.committed[k]).map(|k| (k, &bytes[k.saturating_sub(20)..(k + 20).min(bytes.len())], &self.committed[k.saturating_sub(20)..(k + 20).min(n)]))
                 );
             }
         }

@@ -32,7 +32,7 @@
 //! Not `Send`: a shard's, like the log it replicates.
 
 pub mod apply;
-pub mod epochs;
+pub use crate::storage::epochs;
 pub mod follower;
 pub mod leader;
 pub mod rules;
@@ -385,6 +385,7 @@ impl<S: Storage> Replica<S> {
         );
         tracing::info!(partition = %self.label, epoch, start_offset = start, isr = ?self.state.state.isr, "leading");
         self.leading = Some(epoch);
+        self.log.borrow_mut().set_leader_epoch(epoch);
         self.leading_since = self.log.borrow().storage().now();
         self.followers.clear();
         // A leader alone in the ISR (an unclean election, min ISR 1)

@@ -376,3 +376,11 @@ pub fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 
 /// Files are shared between the log and the fetches sending from them.
 pub type SharedFile<S> = Rc<<S as Storage>::File>;
+
+/// Milliseconds since the Unix epoch (the wall clock: file times and
+/// retention; the storage's `now` is the monotonic one).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -101,7 +101,7 @@ impl Fs {
         self.inodes.insert(
             inode,
             Inode {
-                modified_ms: super::partition_log::now_ms(),
+                modified_ms: super::io::now_ms(),
                 ..Inode::default()
             },
         );
@@ -369,7 +369,7 @@ impl SegmentFile for MemoryFile {
             file.data.resize(end, 0);
         }
         file.data[start..end].copy_from_slice(&bytes);
-        file.modified_ms = super::partition_log::now_ms();
+        file.modified_ms = super::io::now_ms();
         Ok(bytes.len())
     }
 

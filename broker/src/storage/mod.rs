@@ -33,6 +33,7 @@
 
 pub mod budget;
 pub mod driver;
+pub mod epochs;
 pub mod error;
 pub mod io;
 pub mod lost;

@@ -36,6 +36,7 @@ use super::StorageError;
 use proptest::prelude::*;
 use protocol::codec::AckMode;
 use protocol::message::{encode_message, MessageSetIter};
+use protocol::stored::{unit, MessageFormat, Unit};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -277,7 +278,7 @@ impl Harness {
             let value = value_for(self.next_value, len);
             self.next_value += 1;
             let before = set.len();
-            encode_message(&mut set, None, &value);
+            encode(self.settings.format, &mut set, &value);
             let stored = (set.len() - before) as u64;
             known.push(Known {
                 offset: at,
@@ -405,9 +406,8 @@ impl Harness {
             // The tasks polled while this read waited may have flushed more;
             // compare up to the flushed offset this check began with.
             let bytes = &bytes[..bytes.len().min((flushed - offset) as usize)];
-            let mut iter = MessageSetIter::new(bytes, offset);
             let mut progressed = false;
-            for message in iter.by_ref() {
+            for message in units(self.settings.format, bytes, offset) {
                 let want = expected.next().unwrap_or_else(|| {
                     panic!(
                         "more messages than the model: {:?} at {offset}, flushed {flushed}, model {:?}",
@@ -634,9 +634,17 @@ fn settings() -> impl Strategy<Value = LogSettings> {
         prop_oneof![Just(0u64), 400u64..4_000],
         prop_oneof![Just(3_600_000u64), 1u64..100],
         prop_oneof![Just(None), Just(Some(0u64)), (1u64..50).prop_map(Some)],
+        prop_oneof![Just(MessageFormat::One), Just(MessageFormat::Two)],
     )
         .prop_map(
-            |(segment_bytes, flush_messages, retention_bytes, flush_interval_ms, waiting)| {
+            |(
+                segment_bytes,
+                flush_messages,
+                retention_bytes,
+                flush_interval_ms,
+                waiting,
+                format,
+            )| {
                 LogSettings {
                     segment_bytes,
                     flush_messages,
@@ -646,9 +654,76 @@ fn settings() -> impl Strategy<Value = LogSettings> {
                     // The clock is the disk's now, so the waiting-fetch
                     // flush runs here too (it used glommio's timer before).
                     waiting_fetch_flush: waiting.map(std::time::Duration::from_millis),
+                    format,
                 }
             },
         )
+}
+
+/// Appends `value` as one unit of `format`: a message, or a batch of one
+/// record (the log stamps it).
+fn encode(format: MessageFormat, out: &mut Vec<u8>, value: &[u8]) {
+    match format {
+        MessageFormat::One => encode_message(out, None, value),
+        MessageFormat::Two => {
+            let mut writer = protocol::batch::write::BatchWriter::new();
+            writer.push(0, None, Some(value), &[]);
+            out.extend_from_slice(&writer.finish(protocol::batch::write::Producer::NONE));
+        }
+    }
+}
+
+/// One unit read back: its offset and value, or why it is damaged.
+struct ReadUnit<'a> {
+    offset: u64,
+    value: &'a [u8],
+}
+
+/// The units of `bytes` read at `offset`, as a consumer would: up to an
+/// incomplete one at the end, or the first damaged one (then its error).
+fn units(format: MessageFormat, bytes: &[u8], offset: u64) -> Vec<Result<ReadUnit<'_>, String>> {
+    let mut out = Vec::new();
+    match format {
+        MessageFormat::One => {
+            for message in MessageSetIter::new(bytes, offset) {
+                let failed = message.is_err();
+                out.push(
+                    message
+                        .map(|m| ReadUnit {
+                            offset: m.offset,
+                            value: m.value,
+                        })
+                        .map_err(|e| e.to_string()),
+                );
+                if failed {
+                    break;
+                }
+            }
+        }
+        MessageFormat::Two => {
+            let mut at = 0usize;
+            while at < bytes.len() {
+                match unit(format, &bytes[at..], offset + at as u64) {
+                    Unit::Whole { len, .. } => {
+                        let records = &bytes[at + protocol::batch::HEADER_BYTES..at + len];
+                        let (record, _) = protocol::batch::records::read_record(records)
+                            .unwrap_or_else(|e| panic!("a whole batch's record: {e}"));
+                        out.push(Ok(ReadUnit {
+                            offset: offset + at as u64,
+                            value: record.value.unwrap_or_default(),
+                        }));
+                        at += len;
+                    }
+                    Unit::Incomplete { .. } => break,
+                    Unit::Damaged { error, .. } => {
+                        out.push(Err(error.to_string()));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 fn cases() -> u32 {
@@ -694,6 +769,7 @@ fn a_waiting_fetch_flush_comes_due_on_the_disks_clock() {
             retention_ms: 7 * 24 * 3_600_000,
             retention_bytes: 0,
             waiting_fetch_flush: Some(std::time::Duration::from_millis(5)),
+            format: MessageFormat::One,
         },
     );
     let mut set = Vec::new();

@@ -15,10 +15,11 @@
 //! This runs with the storage's blocking calls, at start-up only, before the
 //! shard serves.
 
+use super::epochs::Epochs;
 use super::error::StorageError;
 use super::io::Storage;
 use super::segment::{parse_segment_file_name, DELETED_SUFFIX};
-use protocol::message::{validate_message_set, MessageError, MessageSetIter, MESSAGE_BYTES_MAX};
+use protocol::stored::{unit, MessageFormat, StoredError, Unit};
 use std::path::Path;
 
 /// Name of the recovery-point file inside a partition directory.
@@ -140,6 +141,7 @@ pub fn recover(
     storage: &impl Storage,
     dir: &Path,
     partition_label: &str,
+    format: MessageFormat,
 ) -> Result<Recovered, StorageError> {
     let mut found = Vec::new();
     let entries = storage
@@ -181,6 +183,16 @@ pub fn recover(
     )?;
 
     let recovery_point = read_recovery_point(storage, dir).unwrap_or(0);
+    // A format-2 batch carries its leader epoch outside its CRC: the
+    // epochs file says which it must be (see `judge`).
+    let epochs = match format {
+        MessageFormat::One => Epochs::default(),
+        MessageFormat::Two => Epochs::load(storage, dir),
+    };
+    let scan = Scan {
+        format,
+        epochs: &epochs,
+    };
     let first_to_scan = found
         .iter()
         .position(|s| s.base_offset + s.size_bytes > recovery_point)
@@ -194,7 +206,7 @@ pub fn recover(
             .saturating_sub(found[i].base_offset)
             .min(found[i].size_bytes);
         let (valid, scanned, damaged, first_damaged) =
-            scan_segment(storage, &path, found[i].base_offset, from)?;
+            scan_segment(storage, &path, &scan, found[i].base_offset, from)?;
         recovered.bytes_scanned += scanned;
         if damaged > 0 {
             recovered.damaged_segments += 1;
@@ -202,7 +214,7 @@ pub fn recover(
         }
         if valid < found[i].size_bytes
             && i + 1 < found.len()
-            && next_segment_starts_valid(storage, dir, &found[i + 1])?
+            && next_segment_starts_valid(storage, dir, &scan, &found[i + 1])?
         {
             // Damage in a closed segment followed by intact data is not a
             // torn tail: the segments after it were written later and may
@@ -262,13 +274,14 @@ pub fn recover(
 fn next_segment_starts_valid(
     storage: &impl Storage,
     dir: &Path,
+    scan: &Scan<'_>,
     next: &FoundSegment,
 ) -> Result<bool, StorageError> {
     if next.size_bytes == 0 {
         return Ok(false);
     }
     let path = dir.join(super::segment::segment_file_name(next.base_offset));
-    Ok(next_valid_message(storage, &path, 0)?.is_some())
+    Ok(next_valid_unit(storage, &path, scan, next.base_offset, 0)?.is_some())
 }
 
 fn remove_from(
@@ -295,15 +308,63 @@ fn remove_from(
     Ok(())
 }
 
-/// Scans from position `from` (a message boundary); returns (the position
-/// where valid whole messages end, bytes read, damaged messages kept, the
-/// offset of the first of them).
+/// How recovery judges a log's units.
+struct Scan<'a> {
+    format: MessageFormat,
+    /// The copy's leader epochs (none for format 1, or a copy that never
+    /// had any: a topic with one copy, or a lost epochs file).
+    epochs: &'a Epochs,
+}
+
+impl Scan<'_> {
+    /// The unit at the start of `bytes`, stored at `offset`. A format-2
+    /// batch's partitionLeaderEpoch lies outside its CRC: a flipped byte
+    /// there would pass, and the copy would differ from its leader's for
+    /// good (found by `replica/copies_model_test.rs`). Every append stamps
+    /// the epoch the epochs file names for its offset (0 on a topic with
+    /// one copy), so a batch of another epoch is damage, framed.
+    fn judge(&self, bytes: &[u8], offset: u64) -> Unit {
+        let judged = unit(self.format, bytes, offset);
+        let Unit::Whole { len, .. } = judged else {
+            return judged;
+        };
+        if self.format == MessageFormat::One {
+            return judged;
+        }
+        let at = protocol::batch::at::LEADER_EPOCH;
+        let stamped = i32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let expected = self.epochs.epoch_at(offset);
+        let fits = if expected >= 0 {
+            stamped == expected
+        } else {
+            (0..=self.epochs.last_epoch().max(0)).contains(&stamped)
+        };
+        if fits {
+            judged
+        } else {
+            Unit::Damaged {
+                framed: Some(len),
+                error: StoredError::Epoch {
+                    offset,
+                    stamped,
+                    expected,
+                },
+            }
+        }
+    }
+}
+
+/// Scans from position `from` (a unit's boundary: a format-1 message or a
+/// format-2 batch); returns (the position where valid whole units end,
+/// bytes read, damaged units kept, the offset of the first of them).
 fn scan_segment(
     storage: &impl Storage,
     path: &Path,
+    scan: &Scan<'_>,
     base_offset: u64,
     from: u64,
 ) -> Result<(u64, u64, u64, Option<u64>), StorageError> {
+    let format = scan.format;
     let mut damaged = 0u64;
     let mut first_damaged = None;
     let mut position = from;
@@ -325,32 +386,40 @@ fn scan_segment(
             read_total += n as u64;
             eof = n == 0;
         }
-        let mut iter = MessageSetIter::new(&buf, base_offset + valid);
+        let mut consumed = 0usize;
         let mut failed = None;
-        for message in iter.by_ref() {
-            if let Err(error) = message {
-                failed = Some(error);
-                break;
+        let mut need = None;
+        while consumed < buf.len() {
+            match scan.judge(&buf[consumed..], base_offset + valid + consumed as u64) {
+                Unit::Whole { len, .. } => consumed += len,
+                Unit::Incomplete { need: n } => {
+                    need = Some(n);
+                    break;
+                }
+                Unit::Damaged { framed, error } => {
+                    failed = Some((framed, error));
+                    break;
+                }
             }
         }
-        let consumed = iter.position();
-        let pending = iter.incomplete();
         valid += consumed as u64;
         buf.drain(..consumed);
-        if let Some(error) = failed {
-            // Damage inside one message whose framing still holds, followed
-            // by a valid message, is rot, not a torn write: a crash leaves
-            // garbage or a short message at the end, not a good message
-            // after a bad one. Keep it and go on, or acknowledged messages
-            // after it would be cut (found by the model test: a damaged
-            // closed segment whose successor had not reached the disk).
-            // Consumers get a CRC error there and can step over it.
-            if let Some(stored) = framed_len(&error, &buf) {
-                if let Some((next, skipped)) = next_valid_message(storage, path, valid + stored)? {
+        if let Some((framed, error)) = failed {
+            // Damage inside one unit whose framing still holds, followed
+            // by a valid unit, is rot, not a torn write: a crash leaves
+            // garbage or a short unit at the end, not a good unit after a
+            // bad one. Keep it and go on, or acknowledged messages after
+            // it would be cut (found by the model test: a damaged closed
+            // segment whose successor had not reached the disk). Consumers
+            // get a CRC error there and can step over it.
+            if let Some(stored) = framed {
+                let next =
+                    next_valid_unit(storage, path, scan, base_offset, valid + stored as u64)?;
+                if let Some((next, skipped)) = next {
                     tracing::error!(
                         segment = %path.display(),
                         offset = base_offset + valid,
-                        damaged_messages = 1 + skipped,
+                        damaged_units = 1 + skipped,
                         %error,
                         "recovery: damaged messages with intact data after them; kept (consumers can skip them)"
                     );
@@ -366,68 +435,55 @@ fn scan_segment(
             tracing::warn!(segment = %path.display(), %error, "recovery: invalid message");
             return Ok((valid, read_total, damaged, first_damaged));
         }
-        if let Some((need, _)) = pending {
-            if need > MESSAGE_BYTES_MAX {
-                return Ok((valid, read_total, damaged, first_damaged));
-            }
-        }
-        if eof {
-            // Anything left is an incomplete (torn) message.
+        if need.is_some_and(|need| need > format.unit_bytes_max()) || eof {
+            // Anything left is an incomplete (torn) unit.
             return Ok((valid, read_total, damaged, first_damaged));
         }
     }
 }
 
-/// The stored size of the message `error` was found in (at the start of
-/// `rest`), when its length field is sane and only its contents are bad.
-fn framed_len(error: &MessageError, rest: &[u8]) -> Option<u64> {
-    let content_only = matches!(
-        error,
-        MessageError::CrcMismatch { .. }
-            | MessageError::BadMagic { .. }
-            | MessageError::BadKey { .. }
-    );
-    let length = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-    (content_only && (5..=MESSAGE_BYTES_MAX - 4).contains(&length)).then_some(4 + length as u64)
-}
-
-/// Damaged messages in a row that recovery follows by their length fields
+/// Damaged units in a row that recovery follows by their length fields
 /// looking for a valid one.
 const DAMAGED_RUN_MAX: u64 = 64;
 
-/// From `position`, follows messages whose framing holds but whose contents
-/// are bad, up to the first whole valid message: returns its position and
-/// how many damaged ones were passed, or `None` if framing breaks, the file
+/// From `position`, follows units whose framing holds but whose contents
+/// are bad, up to the first whole valid one: returns its position and how
+/// many damaged ones were passed, or `None` if framing breaks, the file
 /// ends or the run is too long (then it is a torn tail, not rot).
-fn next_valid_message(
+fn next_valid_unit(
     storage: &impl Storage,
     path: &Path,
+    scan: &Scan<'_>,
+    base_offset: u64,
     mut position: u64,
 ) -> Result<Option<(u64, u64)>, StorageError> {
-    let read = |at: u64, buf: &mut [u8]| {
-        storage
+    let format = scan.format;
+    let read = |at: u64, buf: &mut Vec<u8>, len: usize| {
+        buf.resize(len, 0);
+        let n = storage
             .read_at(path, at, buf)
-            .map_err(|e| StorageError::io("reading", path, e))
+            .map_err(|e| StorageError::io("reading", path, e))?;
+        buf.truncate(n);
+        Ok::<bool, StorageError>(n == len)
     };
+    let mut buf = Vec::new();
     for skipped in 0..DAMAGED_RUN_MAX {
-        let mut header = [0u8; 4];
-        if read(position, &mut header)? < 4 {
+        if !read(position, &mut buf, format.header_bytes())? {
             return Ok(None);
         }
-        let length = u32::from_le_bytes(header) as usize;
-        if !(5..=MESSAGE_BYTES_MAX - 4).contains(&length) {
-            return Ok(None);
-        }
-        let mut message = vec![0u8; 4 + length];
-        if read(position, &mut message)? < message.len() {
-            return Ok(None);
-        }
-        match validate_message_set(&message) {
-            Ok(_) => return Ok(Some((position, skipped))),
-            Err(error) if framed_len(&error, &message).is_some() => {
-                position += message.len() as u64;
+        let mut judged = scan.judge(&buf, base_offset + position);
+        if let Unit::Incomplete { need } = judged {
+            if need > format.unit_bytes_max() || !read(position, &mut buf, need)? {
+                return Ok(None);
             }
-            Err(_) => return Ok(None),
+            judged = scan.judge(&buf, base_offset + position);
+        }
+        match judged {
+            Unit::Whole { .. } => return Ok(Some((position, skipped))),
+            Unit::Damaged {
+                framed: Some(len), ..
+            } => position += len as u64,
+            Unit::Damaged { framed: None, .. } | Unit::Incomplete { .. } => return Ok(None),
         }
     }
     Ok(None)

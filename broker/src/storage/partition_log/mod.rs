@@ -59,11 +59,12 @@ use crate::log_limit::LogLimit;
 use crate::metrics::{self, FlushStats};
 use crate::notify::Notify;
 use protocol::codec::AckMode;
+use protocol::stored::MessageFormat;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// A partition log shared within its shard.
 pub type Shared<S> = Rc<RefCell<PartitionLog<S>>>;
@@ -114,6 +115,9 @@ pub struct LogSettings {
     /// one fdatasync, not after the policy's interval. `None`: the policy
     /// alone, whoever waits.
     pub waiting_fetch_flush: Option<std::time::Duration>,
+    /// What the log stores: format-1 messages or format-2 batches. Fixed
+    /// for the log's life (recovery judges its bytes by it).
+    pub format: protocol::stored::MessageFormat,
 }
 
 /// Bytes appended but not yet written, all for one segment.
@@ -199,6 +203,9 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     end_offset: u64,
     pending: Vec<PendingChunk>,
     pending_bytes: usize,
+    /// The leader epoch a format-2 append stamps into its batches
+    /// (`partitionLeaderEpoch`): the copy's while it leads, 0 unreplicated.
+    leader_epoch: i32,
     appended_messages: u64,
     written_messages: u64,
     flushed_messages: u64,
@@ -266,12 +273,7 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     budget_counted: u64,
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
+pub use super::io::now_ms;
 
 impl<S: Storage> PartitionLog<S> {
     /// Opens (or creates) the log in `dir` on `storage`, recovering its tail
@@ -289,7 +291,7 @@ impl<S: Storage> PartitionLog<S> {
         storage
             .create_dir_all(dir)
             .map_err(|e| StorageError::io("creating", dir, e))?;
-        let mut recovered = recovery::recover(&storage, dir, label)?;
+        let mut recovered = recovery::recover(&storage, dir, label, settings.format)?;
         let mut segments = Segments::new();
         for found in &recovered.segments {
             let mut segment = Segment::new(dir, found.base_offset, found.modified_ms);
@@ -364,6 +366,7 @@ impl<S: Storage> PartitionLog<S> {
             end_offset,
             pending: Vec::new(),
             pending_bytes: 0,
+            leader_epoch: 0,
             appended_messages: 0,
             written_messages: 0,
             flushed_messages: 0,
@@ -558,6 +561,35 @@ impl<S: Storage> PartitionLog<S> {
         active.size_bytes += len;
         active.last_append_ms = now_ms();
         let segment_base = active.base_offset;
+        // A produce's format-2 batches get their positions and the
+        // leader's epoch as they are placed; a copy's bytes are the
+        // leader's, verbatim.
+        let stamp = (follow.is_none() && self.settings.format == MessageFormat::Two)
+            .then_some(self.leader_epoch);
+        let placed = self.place(segment_base, position, bytes, messages);
+        if let Some(epoch) = stamp {
+            stamp_batches(placed, base, epoch);
+        }
+        self.pending_bytes += bytes.len();
+        self.end_offset += len;
+        self.appended_messages += u64::from(messages);
+        if self.oldest_unflushed_at.is_none() {
+            self.oldest_unflushed_at = Some(self.storage.now());
+        }
+        debug_assert!(self.written_offset <= self.end_offset);
+        self.account();
+        Ok((base, self.end_offset))
+    }
+
+    /// Copies `bytes` into the pending chunks at `position` of the segment
+    /// at `segment_base`; the copy, to stamp.
+    fn place(
+        &mut self,
+        segment_base: u64,
+        position: u64,
+        bytes: &[u8],
+        messages: u32,
+    ) -> &mut [u8] {
         // The last chunk takes the bytes while they fit in its buffer;
         // otherwise a new chunk follows it, sized to twice the partition's
         // pending bytes (at least this append, 4 KiB to 256 KiB): nothing
@@ -593,15 +625,17 @@ impl<S: Storage> PartitionLog<S> {
                 });
             }
         }
-        self.pending_bytes += bytes.len();
-        self.end_offset += len;
-        self.appended_messages += u64::from(messages);
-        if self.oldest_unflushed_at.is_none() {
-            self.oldest_unflushed_at = Some(self.storage.now());
-        }
-        debug_assert!(self.written_offset <= self.end_offset);
-        self.account();
-        Ok((base, self.end_offset))
+        let Some(chunk) = self.pending.last_mut() else {
+            unreachable!("a chunk was just filled");
+        };
+        let from = chunk.bytes.len() - bytes.len();
+        &mut chunk.bytes[from..]
+    }
+
+    /// The leader epoch format-2 appends stamp into their batches from now
+    /// on (the replica sets it as it starts leading).
+    pub fn set_leader_epoch(&mut self, epoch: u32) {
+        self.leader_epoch = i32::try_from(epoch).unwrap_or(i32::MAX);
     }
 
     /// The rollback epoch: read it right after [`Self::append`] and pass it
@@ -887,3 +921,26 @@ pub use writer::{append, append_mirror, append_replica, request_sync, stored, sy
 
 #[cfg(test)]
 mod tests;
+
+/// Stamps each checked batch of a produce, placed at `base`: its position
+/// as baseOffset, `leader_epoch`, lastOffsetDelta = size - 1 (design
+/// record 0015).
+fn stamp_batches(bytes: &mut [u8], base: u64, leader_epoch: i32) {
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let size = match protocol::batch::BatchHeader::read(&bytes[at..]) {
+            Ok(header) if header.size <= bytes.len() - at => header.size,
+            // The caller checked every batch (`batch::produce::check`).
+            other => panic!("stamping an unchecked batch at {at}: {other:?}"),
+        };
+        protocol::batch::produce::stamp(
+            &mut bytes[at..at + size],
+            protocol::batch::produce::Stamp {
+                position: base + at as u64,
+                leader_epoch,
+                log_append_time: None,
+            },
+        );
+        at += size;
+    }
+}

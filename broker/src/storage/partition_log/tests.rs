@@ -27,6 +27,7 @@ fn settings(segment_bytes: u64) -> LogSettings {
         flush_interval_ms: 1_000_000,
         retention_ms: 7 * 24 * 3600 * 1000,
         retention_bytes: 0,
+        format: protocol::stored::MessageFormat::One,
         waiting_fetch_flush: Some(std::time::Duration::from_millis(1)),
     }
 }
@@ -119,6 +120,7 @@ fn a_waiting_fetch_has_appends_flushed_within_its_delay() {
             &dir,
             "t-0",
             LogSettings {
+                format: protocol::stored::MessageFormat::One,
                 waiting_fetch_flush: Some(delay),
                 ..settings(1 << 20)
             },
@@ -179,6 +181,7 @@ fn a_waiting_fetch_costs_at_most_one_flush_round_per_delay() {
             &dir,
             "t-0",
             LogSettings {
+                format: protocol::stored::MessageFormat::One,
                 waiting_fetch_flush: Some(delay),
                 ..settings(1 << 20)
             },

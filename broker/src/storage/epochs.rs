@@ -13,10 +13,12 @@
 //!   its last epoch: the end of the largest epoch ≤ it (the start of the
 //!   next one, or the log end), never by high watermark (KIP-101).
 //!
-//! Kept out of the message bytes, in the partition directory as
-//! `leader-epochs` (a line per entry and a CRC line), replaced whole: a
-//! mirror copies a partition's bytes verbatim and its cluster's own epochs
-//! must not change them.
+//! Kept in the partition directory as `leader-epochs` (a line per entry
+//! and a CRC line), replaced whole. Format-1 messages carry no epoch (a
+//! mirror copies their bytes verbatim, and its cluster's own epochs must
+//! not change them); a format-2 batch carries the epoch that appended it,
+//! outside its CRC, and recovery checks it against this file (design
+//! record 0015) — which is why the file lives with the storage.
 
 use crate::storage::io::Storage;
 use std::path::{Path, PathBuf};

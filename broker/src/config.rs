@@ -1,6 +1,7 @@
 //! Broker configuration: TOML file, overridden by flags, validated once.
 
 use crate::storage::LogSettings;
+use protocol::stored::MessageFormat;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -337,6 +338,10 @@ impl Default for Config {
 /// The longest a topic may leave appended messages unflushed, in ms.
 const FLUSH_INTERVAL_MS_MAX: u64 = 3_600_000;
 
+/// The message format of a topic created without one (design record
+/// 0015 says why).
+pub const DEFAULT_MESSAGE_FORMAT: MessageFormat = MessageFormat::One;
+
 /// A topic setting out of range, from a request or the registry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SettingsError {
@@ -365,6 +370,11 @@ pub enum SettingsError {
     /// A flush every 0 messages.
     #[error("flush_messages must be at least 1")]
     FlushMessages,
+    /// A message format other than 1 or 2.
+    #[error(
+        "message_format must be 1 (the paper's messages) or 2 (Kafka's record batches v2), got {0}"
+    )]
+    MessageFormat(u32),
 }
 
 /// A configuration value out of range.
@@ -663,7 +673,10 @@ impl Config {
             flush_interval_ms: pick(overrides.flush_interval_ms, d.flush_interval_ms),
             retention_ms: pick(overrides.retention_ms, d.retention_ms),
             retention_bytes: pick(overrides.retention_bytes, d.retention_bytes),
-            format: protocol::stored::MessageFormat::One,
+            format: match overrides.message_format {
+                0 => DEFAULT_MESSAGE_FORMAT,
+                n => MessageFormat::from_number(n).ok_or(SettingsError::MessageFormat(n))?,
+            },
             waiting_fetch_flush: self.flush_for_waiting_fetches.then_some(
                 std::time::Duration::from_micros(self.waiting_fetch_flush_us),
             ),

@@ -719,6 +719,12 @@ impl<R: Registry> ControlPlane<R> {
         };
         record.id = coordinator::registry::new_topic_id();
         record.mirror_source = mirror_source;
+        // Fixed now: a later change of the broker's default must not
+        // change how an existing topic's bytes are read.
+        record.message_format = match overrides.message_format {
+            0 => crate::config::DEFAULT_MESSAGE_FORMAT.number(),
+            n => n,
+        };
         // A topic of this name deleted earlier may have left committed
         // offsets (its delete's clean-up lost to a crash or an etcd
         // outage): a new topic starts empty, so no group has a position in

@@ -9,7 +9,8 @@ use crate::shard::{Owner, Shard};
 use crate::storage::partition_log::{self, Appended, NotStored, SharedLog};
 use protocol::codec::{verify, AckMode};
 use protocol::frame::Api;
-use protocol::message::validate_message_set;
+use protocol::message::{validate_message_set, MessageSetSummary};
+use protocol::stored::{whole_units, MessageFormat};
 use protocol::{wire, ErrorCode};
 use std::rc::Rc;
 use std::time::Instant;
@@ -43,7 +44,10 @@ pub fn handle(
     }
     // Checked before any forwarding too, so a bad set is refused at once
     // whichever shard the client talks to.
-    let summary = validate_message_set(payload).map_err(|e| {
+    let format = shard
+        .topic(topic_name)
+        .map_or(MessageFormat::One, |t| t.borrow().settings.format);
+    let summary = check_payload(format, payload, mirror.map(|m| m.offset)).map_err(|e| {
         Failure::new(
             ErrorCode::CorruptMessage,
             format!("{topic_name}-{partition}: {e}"),
@@ -135,6 +139,91 @@ pub fn handle(
             .await,
         )
     })))
+}
+
+/// Why a produce's bytes are refused (CORRUPT_MESSAGE).
+#[derive(Debug, thiserror::Error)]
+enum PayloadError {
+    /// A format-1 message set that is not whole, valid messages.
+    #[error(transparent)]
+    Messages(#[from] protocol::message::MessageError),
+    /// A format-2 batch a producer should not have written so.
+    #[error("batch at byte {position}: {error}")]
+    Batch {
+        /// Where in the request.
+        position: usize,
+        /// What is wrong.
+        error: protocol::batch::BatchError,
+    },
+    /// A mirror's chunk that is not its source's stored batches.
+    #[error(transparent)]
+    Stored(#[from] protocol::stored::StoredError),
+    /// A mirror's chunk that ends inside a batch.
+    #[error("a mirrored chunk of {len} bytes holds {whole} bytes of whole batches")]
+    Partial {
+        /// Its bytes.
+        len: usize,
+        /// Those of whole batches.
+        whole: usize,
+    },
+    /// Nothing.
+    #[error("no batch: a produce to a format-2 topic carries record batches v2")]
+    Empty,
+}
+
+/// Checks a produce's bytes as the topic's format wants them: whole, valid
+/// messages (format 1); whole batches as a producer writes them, or — from
+/// a mirror, at `mirror_offset` — as its source stored them (format 2).
+fn check_payload(
+    format: MessageFormat,
+    payload: &[u8],
+    mirror_offset: Option<u64>,
+) -> Result<MessageSetSummary, PayloadError> {
+    use protocol::batch::produce::{batches, check};
+    match (format, mirror_offset) {
+        (MessageFormat::One, _) => Ok(validate_message_set(payload)?),
+        (MessageFormat::Two, Some(offset)) => {
+            let (whole, count) = whole_units(format, payload, offset)?;
+            if whole != payload.len() || count == 0 {
+                return Err(PayloadError::Partial {
+                    len: payload.len(),
+                    whole,
+                });
+            }
+            let largest_bytes = batches(payload)
+                .filter_map(Result::ok)
+                .map(|(_, h)| h.size)
+                .max()
+                .unwrap_or(0);
+            Ok(MessageSetSummary {
+                count,
+                largest_bytes,
+            })
+        }
+        (MessageFormat::Two, None) => {
+            let mut count = 0u32;
+            let mut largest_bytes = 0;
+            let mut next = 0;
+            for found in batches(payload) {
+                let (position, header) = found.map_err(|error| PayloadError::Batch {
+                    position: next,
+                    error,
+                })?;
+                check(&payload[position..position + header.size])
+                    .map_err(|error| PayloadError::Batch { position, error })?;
+                count = count.saturating_add(header.record_count as u32);
+                largest_bytes = largest_bytes.max(header.size);
+                next = position + header.size;
+            }
+            if count == 0 {
+                return Err(PayloadError::Empty);
+            }
+            Ok(MessageSetSummary {
+                count,
+                largest_bytes,
+            })
+        }
+    }
 }
 
 async fn await_ack(

@@ -339,6 +339,7 @@ impl Shard {
                 replication_factor: topic.replica_sets.first().map_or(1, |s| s.len() as u32),
                 min_insync_replicas: topic.min_insync,
                 write_caching: topic.write_caching,
+                message_format: topic.settings.format.number(),
             },
             id: topic.id.clone(),
             mirror_source: topic.mirror_source.clone().unwrap_or_default(),

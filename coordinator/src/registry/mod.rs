@@ -113,6 +113,11 @@ pub struct TopicRecord {
     /// that holds its bytes. Empty in records written before it existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disks: Vec<DisksAtCreation>,
+    /// What its logs store: 1 the paper's messages, 2 Kafka's record
+    /// batches v2 (design record 0015). Resolved at creation and fixed for
+    /// the topic's life (0 in records written before format 2: format 1).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub message_format: u32,
 }
 
 /// The data directories of the live brokers when partitions from
@@ -150,6 +155,7 @@ impl TopicRecord {
             replicas: Vec::new(),
             reassigning: BTreeMap::new(),
             disks: Vec::new(),
+            message_format: overrides.message_format,
         }
     }
 
@@ -330,6 +336,7 @@ impl TopicRecord {
             replication_factor: self.replication_factor,
             min_insync_replicas: self.min_insync_replicas,
             write_caching: self.write_caching,
+            message_format: self.message_format,
         }
     }
 
@@ -350,6 +357,12 @@ impl TopicRecord {
         })?;
         if self.partitions == 0 {
             return Err(RecordError::NoPartitions { name: name() });
+        }
+        if self.message_format > 2 {
+            return Err(RecordError::MessageFormat {
+                name: name(),
+                format: self.message_format,
+            });
         }
         if self.brokers.len() != self.partitions as usize {
             return Err(RecordError::Owners {

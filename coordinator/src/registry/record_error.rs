@@ -23,6 +23,16 @@ pub enum RecordError {
         /// The topic.
         name: String,
     },
+    /// A message format this build does not know.
+    #[error(
+        "topic {name:?} stores message format {format}, which this broker does not know (1 or 2)"
+    )]
+    MessageFormat {
+        /// The topic.
+        name: String,
+        /// Its format.
+        format: u32,
+    },
     /// Not one owner per partition.
     #[error("topic {name:?} has {partitions} partitions but {owners} partition owners")]
     Owners {

@@ -121,6 +121,16 @@ pub fn stamp(batch: &mut [u8], stamp: Stamp) {
     batch[at::CRC..at::CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Sets a stored batch's partitionLeaderEpoch alone (a mirror's copy takes
+/// its own cluster's epoch). The field lies outside the CRC: nothing else
+/// changes.
+///
+/// Panics if `batch` is shorter than a header.
+pub fn stamp_epoch(batch: &mut [u8], leader_epoch: i32) {
+    assert!(batch.len() >= HEADER_BYTES);
+    batch[at::LEADER_EPOCH..at::LEADER_EPOCH + 4].copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
 /// The batches in `bytes`, in order, each with its place: headers read,
 /// nothing else checked (a produce request's records, a fetched chunk, a
 /// segment being recovered). Stops at the first error, or at a batch cut

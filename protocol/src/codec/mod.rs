@@ -137,6 +137,9 @@ pub struct TopicSettings {
     /// Replicated: acks=all and consumers count what every in-sync replica
     /// has written instead of flushed (false, the default: flushed).
     pub write_caching: bool,
+    /// What the logs store: 1 messages, 2 record batches v2 (0 = the
+    /// broker's default). Fixed at creation.
+    pub message_format: u32,
 }
 
 impl TopicSettings {
@@ -152,6 +155,7 @@ impl TopicSettings {
                 replication_factor: self.replication_factor,
                 min_insync_replicas: self.min_insync_replicas,
                 write_caching: self.write_caching,
+                message_format: self.message_format,
             },
         )
     }
@@ -167,6 +171,7 @@ impl TopicSettings {
             replication_factor: c.replication_factor(),
             min_insync_replicas: c.min_insync_replicas(),
             write_caching: c.write_caching(),
+            message_format: c.message_format(),
         })
     }
 }

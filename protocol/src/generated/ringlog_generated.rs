@@ -1690,6 +1690,7 @@ pub mod ringlog {
             pub const VT_REPLICATION_FACTOR: ::flatbuffers::VOffsetT = 14;
             pub const VT_MIN_INSYNC_REPLICAS: ::flatbuffers::VOffsetT = 16;
             pub const VT_WRITE_CACHING: ::flatbuffers::VOffsetT = 18;
+            pub const VT_MESSAGE_FORMAT: ::flatbuffers::VOffsetT = 20;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1711,6 +1712,7 @@ pub mod ringlog {
                 builder.add_segment_bytes(args.segment_bytes);
                 builder.add_retention_bytes(args.retention_bytes);
                 builder.add_retention_ms(args.retention_ms);
+                builder.add_message_format(args.message_format);
                 builder.add_min_insync_replicas(args.min_insync_replicas);
                 builder.add_replication_factor(args.replication_factor);
                 builder.add_write_caching(args.write_caching);
@@ -1805,6 +1807,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn message_format(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(TopicConfig::VT_MESSAGE_FORMAT, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for TopicConfig<'_> {
@@ -1822,6 +1835,7 @@ pub mod ringlog {
                     .visit_field::<u32>("replication_factor", Self::VT_REPLICATION_FACTOR, false)?
                     .visit_field::<u32>("min_insync_replicas", Self::VT_MIN_INSYNC_REPLICAS, false)?
                     .visit_field::<bool>("write_caching", Self::VT_WRITE_CACHING, false)?
+                    .visit_field::<u32>("message_format", Self::VT_MESSAGE_FORMAT, false)?
                     .finish();
                 Ok(())
             }
@@ -1835,6 +1849,7 @@ pub mod ringlog {
             pub replication_factor: u32,
             pub min_insync_replicas: u32,
             pub write_caching: bool,
+            pub message_format: u32,
         }
         impl<'a> Default for TopicConfigArgs {
             #[inline]
@@ -1848,6 +1863,7 @@ pub mod ringlog {
                     replication_factor: 0,
                     min_insync_replicas: 0,
                     write_caching: false,
+                    message_format: 0,
                 }
             }
         }
@@ -1904,6 +1920,11 @@ pub mod ringlog {
                     .push_slot::<bool>(TopicConfig::VT_WRITE_CACHING, write_caching, false);
             }
             #[inline]
+            pub fn add_message_format(&mut self, message_format: u32) {
+                self.fbb_
+                    .push_slot::<u32>(TopicConfig::VT_MESSAGE_FORMAT, message_format, 0);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> TopicConfigBuilder<'a, 'b, A> {
@@ -1931,6 +1952,7 @@ pub mod ringlog {
                 ds.field("replication_factor", &self.replication_factor());
                 ds.field("min_insync_replicas", &self.min_insync_replicas());
                 ds.field("write_caching", &self.write_caching());
+                ds.field("message_format", &self.message_format());
                 ds.finish()
             }
         }

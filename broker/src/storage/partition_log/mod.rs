@@ -517,17 +517,17 @@ impl<S: Storage> PartitionLog<S> {
     /// CRCs checked). Returns the offsets `[base, end)` it was given. Never
     /// waits: the bytes are written later by the sync task.
     pub fn append(&mut self, bytes: &[u8], messages: u32) -> Result<(u64, u64), StorageError> {
-        self.append_in(bytes, messages, None)
+        self.append_in(bytes, messages, Placing::Produce)
     }
 
-    /// [`Self::append`], rolling by size (`follow: None`) or, on a
-    /// follower, exactly where the leader rolled: to a new segment at
-    /// `follow` when the active one is older.
+    /// [`Self::append`], rolling by size (a produce) or, for a copy,
+    /// exactly where its source rolled: to a new segment at the source's
+    /// `segment_base` when the active one is older.
     fn append_in(
         &mut self,
         bytes: &[u8],
         messages: u32,
-        follow: Option<u64>,
+        placing: Placing,
     ) -> Result<(u64, u64), StorageError> {
         if let Some(reason) = &self.poisoned {
             return Err(StorageError::Poisoned(reason.clone()));
@@ -543,11 +543,14 @@ impl<S: Storage> PartitionLog<S> {
             self.refusing = None;
         }
         let len = bytes.len() as u64;
-        let needs_roll = match follow {
-            None => self.segments.active().is_none_or(|a| {
+        let needs_roll = match placing {
+            Placing::Produce => self.segments.active().is_none_or(|a| {
                 a.size_bytes > 0 && a.size_bytes + len > self.settings.segment_bytes
             }),
-            Some(base) => self.segments.active().is_none_or(|a| a.base_offset < base),
+            Placing::Copy { segment_base } | Placing::Mirror { segment_base } => self
+                .segments
+                .active()
+                .is_none_or(|a| a.base_offset < segment_base),
         };
         if needs_roll {
             self.segments
@@ -562,13 +565,12 @@ impl<S: Storage> PartitionLog<S> {
         active.last_append_ms = now_ms();
         let segment_base = active.base_offset;
         // A produce's format-2 batches get their positions and the
-        // leader's epoch as they are placed; a copy's bytes are the
-        // leader's, verbatim.
-        let stamp = (follow.is_none() && self.settings.format == MessageFormat::Two)
-            .then_some(self.leader_epoch);
+        // leader's epoch as they are placed, a mirror's copy this cluster's
+        // epoch (design record 0015); a follower's bytes are its leader's.
+        let stamp = (self.settings.format == MessageFormat::Two).then_some(self.leader_epoch);
         let placed = self.place(segment_base, position, bytes, messages);
         if let Some(epoch) = stamp {
-            stamp_batches(placed, base, epoch);
+            stamp_batches(placed, base, epoch, placing);
         }
         self.pending_bytes += bytes.len();
         self.end_offset += len;
@@ -922,10 +924,26 @@ pub use writer::{append, append_mirror, append_replica, request_sync, stored, sy
 #[cfg(test)]
 mod tests;
 
-/// Stamps each checked batch of a produce, placed at `base`: its position
-/// as baseOffset, `leader_epoch`, lastOffsetDelta = size - 1 (design
-/// record 0015).
-fn stamp_batches(bytes: &mut [u8], base: u64, leader_epoch: i32) {
+/// How an append's bytes come: a producer's (the log rolls by size and
+/// stamps its batches), a follower's copy of its leader's log, or a
+/// mirror's copy of another cluster's (both roll where the source did).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placing {
+    Produce,
+    Copy { segment_base: u64 },
+    Mirror { segment_base: u64 },
+}
+
+/// Stamps the format-2 batches of an append placed at `base` (checked by
+/// its caller): a produce's get their position as baseOffset,
+/// `leader_epoch`, lastOffsetDelta = size - 1 and a new CRC; a mirror's
+/// only this cluster's `leader_epoch` (outside the CRC: the source's
+/// epochs mean nothing here, and recovery checks the field against this
+/// copy's epochs); a follower's none (design record 0015).
+fn stamp_batches(bytes: &mut [u8], base: u64, leader_epoch: i32, placing: Placing) {
+    if let Placing::Copy { .. } = placing {
+        return;
+    }
     let mut at = 0usize;
     while at < bytes.len() {
         let size = match protocol::batch::BatchHeader::read(&bytes[at..]) {
@@ -933,14 +951,19 @@ fn stamp_batches(bytes: &mut [u8], base: u64, leader_epoch: i32) {
             // The caller checked every batch (`batch::produce::check`).
             other => panic!("stamping an unchecked batch at {at}: {other:?}"),
         };
-        protocol::batch::produce::stamp(
-            &mut bytes[at..at + size],
-            protocol::batch::produce::Stamp {
-                position: base + at as u64,
-                leader_epoch,
-                log_append_time: None,
-            },
-        );
+        let batch = &mut bytes[at..at + size];
+        if placing == Placing::Produce {
+            protocol::batch::produce::stamp(
+                batch,
+                protocol::batch::produce::Stamp {
+                    position: base + at as u64,
+                    leader_epoch,
+                    log_append_time: None,
+                },
+            );
+        } else {
+            protocol::batch::produce::stamp_epoch(batch, leader_epoch);
+        }
         at += size;
     }
 }

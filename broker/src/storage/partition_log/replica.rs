@@ -89,7 +89,26 @@ impl<S: Storage> PartitionLog<S> {
                 self.label, self.end_offset
             )));
         }
-        self.append_in(bytes, messages, Some(segment_base))
+        self.append_in(bytes, messages, super::Placing::Copy { segment_base })
+    }
+
+    /// A mirror's append: as [`Self::append_replica`], of another
+    /// cluster's bytes, whose format-2 batches take this copy's leader
+    /// epoch.
+    pub fn append_mirrored(
+        &mut self,
+        offset: u64,
+        bytes: &[u8],
+        messages: u32,
+        segment_base: u64,
+    ) -> Result<(u64, u64), StorageError> {
+        if offset != self.end_offset || segment_base > offset {
+            return Err(StorageError::Poisoned(format!(
+                "{}: a mirrored chunk at {offset} in the source's segment {segment_base} does not follow this log's end {}",
+                self.label, self.end_offset
+            )));
+        }
+        self.append_in(bytes, messages, super::Placing::Mirror { segment_base })
     }
 
     /// A new follower of a leader whose log starts at `start` (retention

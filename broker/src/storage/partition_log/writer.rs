@@ -97,7 +97,7 @@ pub fn append_mirror<S: Storage>(
     acks: AckMode,
 ) -> Result<Appended, StorageError> {
     append_with(log, acks, |l| {
-        l.append_replica(offset, bytes, messages, segment_base)
+        l.append_mirrored(offset, bytes, messages, segment_base)
     })
 }
 

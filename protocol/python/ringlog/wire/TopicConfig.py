@@ -80,8 +80,15 @@ class TopicConfig(object):
             return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
         return False
 
+    # TopicConfig
+    def MessageFormat(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def TopicConfigStart(builder):
-    builder.StartObject(8)
+    builder.StartObject(9)
 
 def Start(builder):
     TopicConfigStart(builder)
@@ -133,6 +140,12 @@ def TopicConfigAddWriteCaching(builder, writeCaching):
 
 def AddWriteCaching(builder, writeCaching):
     TopicConfigAddWriteCaching(builder, writeCaching)
+
+def TopicConfigAddMessageFormat(builder, messageFormat):
+    builder.PrependUint32Slot(8, messageFormat, 0)
+
+def AddMessageFormat(builder, messageFormat):
+    TopicConfigAddMessageFormat(builder, messageFormat)
 
 def TopicConfigEnd(builder):
     return builder.EndObject()

@@ -1,0 +1,285 @@
+//! Message format 2 with real brokers (issue 43): a topic created to store
+//! Kafka's record batches v2 takes a producer's batches, stamps each with
+//! its byte position and leader epoch, refuses what is not a valid batch
+//! (storing nothing of it), serves the stamped batches back, keeps them
+//! across a kill -9, and its three copies are byte-identical.
+
+use super::replication::{cluster, metadata, replicated, wait_identical, WAIT};
+use harness::etcd::Etcd;
+use harness::{eventually, Broker, BrokerOptions};
+use protocol::batch::records::read_record;
+use protocol::batch::write::{BatchWriter, Producer};
+use protocol::batch::{BatchHeader, HEADER_BYTES};
+use protocol::client::{AckMode, Client, Connection, OffsetSpec, TopicSettings};
+use protocol::codec::{self, FetchArgs};
+use protocol::frame::Api;
+use protocol::message::encode_message;
+use protocol::stored::{unit, MessageFormat, Unit};
+use protocol::ErrorCode;
+
+fn format_two(settings: TopicSettings) -> TopicSettings {
+    TopicSettings {
+        message_format: 2,
+        ..settings
+    }
+}
+
+/// A producer's batch of `count` records, the n-th valued `{first + n}`.
+fn batch(first: u64, count: u64) -> Vec<u8> {
+    let mut writer = BatchWriter::new();
+    for n in first..first + count {
+        let header_value = n.to_string();
+        writer.push(
+            1_700_000_000_000 + n as i64,
+            Some(format!("k{n}").as_bytes()),
+            Some(format!("value {n}").as_bytes()),
+            &[("n", Some(header_value.as_bytes()))],
+        );
+    }
+    writer.finish(Producer::NONE)
+}
+
+fn produce(
+    conn: &mut Connection,
+    topic: &str,
+    bytes: &[u8],
+) -> Result<(), protocol::client::ClientError> {
+    let header = codec::produce_request(&mut conn.fbb, topic, 0, AckMode::Flushed).to_vec();
+    conn.call(Api::Produce, &header, bytes).map(|_| ())
+}
+
+fn end_offset(client: &Client, topic: &str) -> u64 {
+    client
+        .list_offsets(topic, 0, OffsetSpec::Latest, 0)
+        .unwrap()
+        .1
+        .end_offset
+}
+
+/// A stored batch: its position, header and records' values.
+type Fetched = (u64, BatchHeader, Vec<String>);
+
+/// Every batch of the partition from 0, fetched raw: each checked as
+/// stored bytes at its position, with its records' values.
+fn fetch_batches(address: &str, topic: &str, end: u64) -> (Vec<u8>, Vec<Fetched>) {
+    let mut conn = Connection::connect(address).unwrap();
+    let mut bytes = Vec::new();
+    while (bytes.len() as u64) < end {
+        let header = codec::fetch_request(
+            &mut conn.fbb,
+            topic,
+            0,
+            FetchArgs {
+                offset: bytes.len() as u64,
+                max_bytes: 1 << 20,
+                max_wait_ms: 0,
+            },
+        )
+        .to_vec();
+        let answer = conn.call(Api::Fetch, &header, &[]).unwrap();
+        assert!(
+            !answer.payload.is_empty(),
+            "nothing fetched at {}",
+            bytes.len()
+        );
+        bytes.extend_from_slice(&answer.payload);
+    }
+    let mut batches = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let Unit::Whole { len, .. } = unit(MessageFormat::Two, &bytes[at..], at as u64) else {
+            panic!(
+                "not a whole stored batch at {at}: {:?}",
+                unit(MessageFormat::Two, &bytes[at..], at as u64)
+            );
+        };
+        let header = BatchHeader::read(&bytes[at..]).unwrap();
+        let mut values = Vec::new();
+        let mut r = at + HEADER_BYTES;
+        while r < at + len {
+            let (record, used) = read_record(&bytes[r..at + len]).unwrap();
+            values.push(String::from_utf8(record.value.unwrap().to_vec()).unwrap());
+            r += used;
+        }
+        batches.push((at as u64, header, values));
+        at += len;
+    }
+    (bytes, batches)
+}
+
+#[test]
+fn a_format_two_topic_stamps_batches_at_their_positions_refuses_bad_ones_and_keeps_them_across_a_kill_9(
+) {
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    let created = client
+        .create_topic("b", 1, &format_two(TopicSettings::default()))
+        .unwrap();
+    assert_eq!(created.settings.message_format, 2);
+    let plain = client
+        .create_topic("m", 1, &TopicSettings::default())
+        .unwrap();
+    assert_eq!(plain.settings.message_format, 1, "the default is format 1");
+
+    let mut conn = Connection::connect(&broker.address()).unwrap();
+    let sent = [batch(0, 3), batch(3, 1), batch(4, 50)];
+    for b in &sent {
+        produce(&mut conn, "b", b).unwrap();
+    }
+    let total: u64 = sent.iter().map(|b| b.len() as u64).sum();
+    assert_eq!(
+        end_offset(&client, "b"),
+        total,
+        "offsets are byte positions"
+    );
+
+    // Refused, each with its reason, and nothing of it stored.
+    let mut message_set = Vec::new();
+    encode_message(&mut message_set, None, b"a format-1 message");
+    let mut bad_crc = batch(100, 2);
+    *bad_crc.last_mut().unwrap() ^= 1;
+    let mut stored_again = fetch_batches(&broker.address(), "b", total).0;
+    stored_again.truncate(sent[0].len());
+    let mut two_then_cut = batch(200, 2);
+    two_then_cut.extend_from_slice(&batch(202, 2)[..70]);
+    for (what, bytes, words) in [
+        ("format-1 messages", message_set, "batch"),
+        ("a flipped byte", bad_crc, "CRC-32C"),
+        ("a stored batch sent back", stored_again, "lastOffsetDelta"),
+        (
+            "a whole batch and a cut one",
+            two_then_cut,
+            "bytes where a batch needs",
+        ),
+    ] {
+        let error = produce(&mut conn, "b", &bytes).unwrap_err();
+        assert_eq!(
+            error.code(),
+            Some(ErrorCode::CorruptMessage),
+            "{what}: {error}"
+        );
+        assert!(error.to_string().contains(words), "{what}: {error}");
+        assert_eq!(end_offset(&client, "b"), total, "{what}: nothing stored");
+    }
+    // Batches to a format-1 topic are refused the same way.
+    let error = produce(&mut conn, "m", &batch(0, 1)).unwrap_err();
+    assert_eq!(error.code(), Some(ErrorCode::CorruptMessage), "{error}");
+
+    let (bytes, batches) = fetch_batches(&broker.address(), "b", total);
+    let positions: Vec<u64> = batches.iter().map(|(at, _, _)| *at).collect();
+    assert_eq!(
+        positions,
+        vec![
+            0,
+            sent[0].len() as u64,
+            (sent[0].len() + sent[1].len()) as u64
+        ]
+    );
+    for ((at, header, values), produced) in batches.iter().zip(&sent) {
+        assert_eq!(header.base_offset, *at as i64, "baseOffset is the position");
+        assert_eq!(header.last_offset(), *at as i64 + produced.len() as i64 - 1);
+        assert_eq!(header.leader_epoch, 0, "one copy: epoch 0");
+        assert_eq!(
+            &bytes[*at as usize + HEADER_BYTES..*at as usize + produced.len()],
+            &produced[HEADER_BYTES..],
+            "records verbatim"
+        );
+        let _ = values;
+    }
+    let values: Vec<String> = batches.iter().flat_map(|(_, _, v)| v.clone()).collect();
+    assert_eq!(
+        values,
+        (0..54).map(|n| format!("value {n}")).collect::<Vec<_>>()
+    );
+
+    broker.kill9();
+    broker.restart();
+    let client = broker.client();
+    assert_eq!(
+        end_offset(&client, "b"),
+        total,
+        "recovery keeps every batch"
+    );
+    assert_eq!(
+        fetch_batches(&broker.address(), "b", total).0,
+        bytes,
+        "the same bytes"
+    );
+    let mut conn = Connection::connect(&broker.address()).unwrap();
+    produce(&mut conn, "b", &batch(54, 2)).unwrap();
+    let (_, after) = fetch_batches(&broker.address(), "b", total + batch(54, 2).len() as u64);
+    assert_eq!(
+        after.last().unwrap().0,
+        total,
+        "the next batch goes at the end"
+    );
+}
+
+#[test]
+fn three_copies_of_a_format_two_topic_are_byte_identical_and_carry_their_leaders_epoch() {
+    let etcd = Etcd::start();
+    let mut brokers = cluster(&etcd, "f2", 3);
+    let client = brokers[0].client();
+    client
+        .create_topic("b", 1, &format_two(replicated(3, 2)))
+        .unwrap();
+    let leader_of = |client: &Client| {
+        let m = metadata(client, "b");
+        let p = &m.topics[0].partitions[0];
+        (
+            p.broker_id,
+            p.leader_epoch,
+            client.owner_address(&m, "b", 0),
+        )
+    };
+    let (leader, epoch, address) = leader_of(&client);
+    let mut conn = Connection::connect(&address).unwrap();
+    for n in 0..20 {
+        let header = codec::produce_request(&mut conn.fbb, "b", 0, AckMode::All).to_vec();
+        conn.call(Api::Produce, &header, &batch(n * 5, 5)).unwrap();
+    }
+    let all: Vec<&Broker> = brokers.iter().collect();
+    wait_identical(&all, "b", 0);
+    let end = end_offset(&client, "b");
+    let (_, batches) = fetch_batches(&address, "b", end);
+    assert_eq!(batches.len(), 20);
+    assert!(
+        batches.iter().all(|(_, h, _)| h.leader_epoch == epoch),
+        "{epoch}"
+    );
+
+    // The leader killed: the new one stamps its own epoch; every copy
+    // keeps the old batches as they were.
+    let victim = brokers
+        .iter()
+        .position(|b| b.options().broker_id == leader)
+        .unwrap();
+    brokers[victim].kill9();
+    let survivor = (victim + 1) % 3;
+    let client = brokers[survivor].client();
+    let (_, new_epoch, address) = eventually("a new leader", WAIT, || {
+        let (l, e, a) = leader_of(&client);
+        if l != leader && e > epoch {
+            Ok((l, e, a))
+        } else {
+            Err(format!("leader {l} epoch {e}"))
+        }
+    });
+    let mut conn = Connection::connect(&address).unwrap();
+    eventually("an acks=all produce after the failover", WAIT, || {
+        let header = codec::produce_request(&mut conn.fbb, "b", 0, AckMode::All).to_vec();
+        conn.call(Api::Produce, &header, &batch(100, 3))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    brokers[victim].restart();
+    let all: Vec<&Broker> = brokers.iter().collect();
+    wait_identical(&all, "b", 0);
+    let end = end_offset(&client, "b");
+    let (_, batches) = fetch_batches(&address, "b", end);
+    let last = batches.last().unwrap();
+    assert_eq!(last.1.leader_epoch, new_epoch, "the new leader's epoch");
+    assert!(batches[..20]
+        .iter()
+        .all(|(_, h, _)| h.leader_epoch == epoch));
+}

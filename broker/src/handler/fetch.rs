@@ -72,8 +72,9 @@ pub fn handle(
     let slice = match found {
         Read::Slice(slice) => Some(slice),
         Read::NotYet => None,
-        // A segment nobody read for a while: open its file first.
-        Read::Closed { .. } => {
+        // A segment nobody read for a while: open its file first. Or a
+        // format-2 offset that may lie inside a batch: find the batch.
+        Read::Closed { .. } | Read::Locate => {
             return Ok(Dispatched::Later(Box::pin(async move {
                 Some(match partition_log::read(&log, offset, bytes_max).await {
                     Ok(slice) => respond(&shard, &log, offset, slice, started),
@@ -134,6 +135,8 @@ fn respond(
 ) -> Response {
     let offsets = log.borrow().offsets();
     let len = slice.as_ref().map_or(0, |s| s.len);
+    // Format 2: the batch that holds the offset asked for starts there.
+    let offset = slice.as_ref().map_or(offset, |s| s.offset);
     let header = super::with_builder(shard, |fbb| {
         protocol::codec::fetch_response(fbb, offset, len, offsets).to_vec()
     });

@@ -427,11 +427,14 @@ async fn read_part(
             let slice = partition_log::read_below(log, part.offset, bytes_max, limit).await?;
             answer.offsets = log.borrow().offsets();
             answer.length = slice.as_ref().map_or(0, |s| s.len);
+            // Format 2: the batch that holds the offset asked for starts
+            // at the chunk's offset.
+            answer.offset = slice.as_ref().map_or(part.offset, |s| s.offset);
             // Where the chunk's segment starts, for consumers too: a mirror
             // rolls its copy there (issue 21).
             answer.segment_base = slice
                 .as_ref()
-                .map_or(part.offset, |s| part.offset - s.position);
+                .map_or(part.offset, |s| s.offset - s.position);
             Ok((answer, slice))
         }
         What::Follower {

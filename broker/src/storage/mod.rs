@@ -31,6 +31,7 @@
 //!   [`io::Storage`] — io_uring files in the broker, an in-memory disk that
 //!   can crash (`memory.rs`) in the model test (`model_test.rs`).
 
+pub mod batch_index;
 pub mod budget;
 pub mod driver;
 pub mod epochs;

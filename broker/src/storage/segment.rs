@@ -50,6 +50,8 @@ pub struct Segment<F> {
     pub last_append_ms: u64,
     /// The file's path.
     pub path: PathBuf,
+    /// Where its format-2 batches start, sparsely (empty for format 1).
+    pub index: super::batch_index::BatchIndex,
 }
 
 impl<F> Segment<F> {
@@ -62,6 +64,7 @@ impl<F> Segment<F> {
             last_used: Cell::new(Instant::now()),
             last_append_ms: now_ms,
             path: dir.join(segment_file_name(base_offset)),
+            index: super::batch_index::BatchIndex::default(),
         }
     }
 

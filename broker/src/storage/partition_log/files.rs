@@ -153,6 +153,92 @@ pub async fn read_below<S: Storage>(
     bytes_max: u32,
     limit: Option<u64>,
 ) -> Result<Option<FetchSlice<S::File>>, StorageError> {
+    // Format 1 never needs it; format 2 only off a known batch start.
+    let locate = {
+        let l = log.borrow();
+        l.settings.format == protocol::stored::MessageFormat::Two
+            && matches!(
+                l.try_read_below(offset, bytes_max, limit.unwrap_or(u64::MAX)),
+                Ok(Read::Locate)
+            )
+    };
+    if locate {
+        let start = batch_start(log, offset, limit).await?;
+        return read_at(log, start, bytes_max, limit).await;
+    }
+    read_at(log, offset, bytes_max, limit).await
+}
+
+/// Bytes to read at once while hopping over batch headers.
+const HOP_READ_BYTES: u32 = 64 * 1024;
+
+/// The start of the format-2 batch that holds `offset` (Kafka's rule: the
+/// first batch whose last offset is at or past it): from the segment's
+/// sparse index, hopping over the headers after it, noting what it passes.
+/// A header that cannot be a batch's ends the hop at `offset` itself (the
+/// reader meets the damage there, as it would have).
+async fn batch_start<S: Storage>(
+    log: &Shared<S>,
+    offset: u64,
+    limit: Option<u64>,
+) -> Result<u64, StorageError> {
+    let (base, mut at) = {
+        let l = log.borrow();
+        let Some(i) = l.segments.find(offset) else {
+            return Ok(offset);
+        };
+        let segment = &l.segments.as_slice()[i];
+        (
+            segment.base_offset,
+            segment.index.from(offset - segment.base_offset),
+        )
+    };
+    let target = offset - base;
+    loop {
+        if at >= target {
+            return Ok(base + at.min(target));
+        }
+        let Some(slice) = read_at(log, base + at, HOP_READ_BYTES, limit).await? else {
+            return Ok(offset);
+        };
+        let bytes = crate::storage::io::SegmentFile::read_at(
+            &*slice.file,
+            slice.position,
+            slice.len as usize,
+        )
+        .await
+        .map_err(|e| StorageError::io("reading", log.borrow().dir(), e))?;
+        let mut hopped = 0usize;
+        while let Some(length) = bytes.get(hopped + 8..hopped + 12) {
+            let length = i32::from_be_bytes([length[0], length[1], length[2], length[3]]);
+            let Some(size) = usize::try_from(length)
+                .ok()
+                .map(|l| l + protocol::batch::LOG_OVERHEAD)
+                .filter(|s| *s >= protocol::batch::HEADER_BYTES)
+            else {
+                return Ok(offset);
+            };
+            let start = at + hopped as u64;
+            log.borrow_mut().note_batch(base, start, size as u64);
+            if start + size as u64 > target {
+                return Ok(base + start);
+            }
+            hopped += size;
+        }
+        if hopped == 0 {
+            return Ok(offset);
+        }
+        at += hopped as u64;
+    }
+}
+
+/// [`read_below`] at an offset known to start a unit.
+async fn read_at<S: Storage>(
+    log: &Shared<S>,
+    offset: u64,
+    bytes_max: u32,
+    limit: Option<u64>,
+) -> Result<Option<FetchSlice<S::File>>, StorageError> {
     // The file this call opened, held until the read below has its own
     // handle: a file nobody holds may be closed again at once by the
     // per-partition cap, and the read would open it forever.
@@ -161,11 +247,12 @@ pub async fn read_below<S: Storage>(
         let found = {
             let l = log.borrow();
             let limit = limit.unwrap_or_else(|| l.visible_offset());
-            l.try_read_below(offset, bytes_max, limit)?
+            l.try_read_at(offset, bytes_max, limit, true)?
         };
         match found {
             Read::Slice(slice) => return Ok(Some(slice)),
             Read::NotYet => return Ok(None),
+            Read::Locate => unreachable!("a located read is never asked to locate"),
             Read::Closed { .. } if opened.is_some() => {
                 return Err(StorageError::io(
                     "opening",

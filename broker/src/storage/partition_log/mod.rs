@@ -143,6 +143,9 @@ pub enum Read<F> {
         /// Its file.
         path: PathBuf,
     },
+    /// A format-2 offset that may lie inside a batch: find the batch that
+    /// holds it first ([`read`] does).
+    Locate,
 }
 
 /// What a fetch returns: a range of one segment file, described, not copied.
@@ -154,6 +157,9 @@ pub struct FetchSlice<F = DiskFile> {
     pub position: u64,
     /// Bytes to send (0 when nothing is flushed at the offset yet).
     pub len: u32,
+    /// The log offset of its first byte: the one asked for, or, format 2,
+    /// the start of the batch that holds it.
+    pub offset: u64,
 }
 
 impl<F> Clone for FetchSlice<F> {
@@ -162,6 +168,7 @@ impl<F> Clone for FetchSlice<F> {
             file: self.file.clone(),
             position: self.position,
             len: self.len,
+            offset: self.offset,
         }
     }
 }
@@ -571,6 +578,11 @@ impl<S: Storage> PartitionLog<S> {
         let placed = self.place(segment_base, position, bytes, messages);
         if let Some(epoch) = stamp {
             stamp_batches(placed, base, epoch, placing);
+            if let Some(active) = self.segments.active_mut() {
+                for (at, header) in protocol::batch::produce::batches(bytes).flatten() {
+                    active.index.note(position + at as u64, header.size as u64);
+                }
+            }
         }
         self.pending_bytes += bytes.len();
         self.end_offset += len;
@@ -632,6 +644,18 @@ impl<S: Storage> PartitionLog<S> {
         };
         let from = chunk.bytes.len() - bytes.len();
         &mut chunk.bytes[from..]
+    }
+
+    /// Notes a format-2 batch a hop found in the segment at `base`.
+    pub(super) fn note_batch(&mut self, base: u64, position: u64, size: u64) {
+        let Some(i) = self.segments.find(base) else {
+            return;
+        };
+        if let Some(segment) = self.segments.get_mut(i) {
+            if segment.base_offset == base {
+                segment.index.note(position, size);
+            }
+        }
     }
 
     /// The leader epoch format-2 appends stamp into their batches from now
@@ -740,6 +764,19 @@ impl<S: Storage> PartitionLog<S> {
         bytes_max: u32,
         limit: u64,
     ) -> Result<Read<S::File>, StorageError> {
+        self.try_read_at(offset, bytes_max, limit, false)
+    }
+
+    /// [`Self::try_read_below`]; `located`: `offset` is known to start a
+    /// unit (else a format-2 offset that may lie inside a batch is
+    /// [`Read::Locate`]).
+    pub(super) fn try_read_at(
+        &self,
+        offset: u64,
+        bytes_max: u32,
+        limit: u64,
+        located: bool,
+    ) -> Result<Read<S::File>, StorageError> {
         // Bytes past the written offset are not in the file yet.
         let limit = limit.min(self.written_offset);
         if offset < self.start_offset || offset > self.end_offset {
@@ -761,6 +798,14 @@ impl<S: Storage> PartitionLog<S> {
                 end: self.end_offset,
             })?;
         let segment = &self.segments.as_slice()[index];
+        let relative = offset - segment.base_offset;
+        if !located
+            && self.settings.format == MessageFormat::Two
+            && relative != 0
+            && relative != segment.index.covered()
+        {
+            return Ok(Read::Locate);
+        }
         let visible_end = segment.end_offset().min(limit);
         let len = (visible_end - offset).min(u64::from(bytes_max)) as u32;
         let Some(file) = segment.file.clone() else {
@@ -778,6 +823,7 @@ impl<S: Storage> PartitionLog<S> {
             file,
             position,
             len,
+            offset,
         }))
     }
 
@@ -843,6 +889,7 @@ impl<S: Storage> PartitionLog<S> {
         if let Some(active) = self.segments.active_mut() {
             let keep = to - active.base_offset;
             active.size_bytes = keep;
+            active.index.truncate(keep);
             // A short write may have left bytes past the last whole chunk.
             match self.storage.len(&active.path) {
                 Ok(len) if len > keep => self

@@ -184,6 +184,7 @@ impl<S: Storage> PartitionLog<S> {
         if let Some(active) = self.segments.active_mut() {
             let keep = end - active.base_offset;
             active.size_bytes = keep;
+            active.index.truncate(keep);
             self.storage
                 .truncate(&active.path, keep, true)
                 .map_err(|e| StorageError::io("truncating", &active.path, e))?;

@@ -3,7 +3,8 @@
 //! directory, and `recover` runs over them. It may cut or keep, but never
 //! panic, never keep more bytes than a file holds, keep segments contiguous,
 //! and whatever it keeps above the recovery point of the last segment must
-//! be whole valid messages. The files live on the in-memory disk
+//! be whole valid units — format-1 messages, or, when the first byte's top
+//! bit is set, format-2 batches. The files live on the in-memory disk
 //! (`storage::memory`), the same code path as on a real one.
 #![no_main]
 
@@ -11,6 +12,7 @@ use broker::storage::io::Storage;
 use broker::storage::memory::MemoryStorage;
 use broker::storage::recovery::{self, recover};
 use libfuzzer_sys::fuzz_target;
+use protocol::stored::{unit, MessageFormat, Unit};
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
@@ -34,7 +36,12 @@ fuzz_target!(|data: &[u8]| {
         let point = u64::from(control >> 3) * 16;
         recovery::write_recovery_point(&storage, dir, point.min(base), false).unwrap();
     }
-    let recovered = recover(&storage, dir, "fuzz-0").unwrap();
+    let format = if control & 0x80 != 0 {
+        MessageFormat::Two
+    } else {
+        MessageFormat::One
+    };
+    let recovered = recover(&storage, dir, "fuzz-0", format).unwrap();
     let mut expected_base = recovered.segments.first().map_or(0, |s| s.base_offset);
     for segment in &recovered.segments {
         assert_eq!(segment.base_offset, expected_base, "segments contiguous");
@@ -67,13 +74,24 @@ fuzz_target!(|data: &[u8]| {
             let mut at = 0;
             let mut last_valid = true;
             while at < bytes.len() {
-                let length = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-                let frame = &bytes[at..at + 4 + length];
-                last_valid = protocol::message::validate_message_set(frame).is_ok();
-                at += frame.len();
+                let offset = last.base_offset + at as u64;
+                let len = match unit(format, &bytes[at..], offset) {
+                    Unit::Whole { len, .. } => {
+                        last_valid = true;
+                        len
+                    }
+                    Unit::Damaged {
+                        framed: Some(len), ..
+                    } => {
+                        last_valid = false;
+                        len
+                    }
+                    other => panic!("kept bytes at {offset} are not whole units: {other:?}"),
+                };
+                at += len;
             }
-            assert_eq!(at, bytes.len(), "kept bytes are whole messages");
-            assert!(last_valid, "the last kept message is valid");
+            assert_eq!(at, bytes.len(), "kept bytes are whole units");
+            assert!(last_valid, "the last kept unit is valid");
         }
     }
 });

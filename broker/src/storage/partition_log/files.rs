@@ -198,7 +198,11 @@ async fn batch_start<S: Storage>(
         if at >= target {
             return Ok(base + at.min(target));
         }
-        let Some(slice) = read_at(log, base + at, HOP_READ_BYTES, limit).await? else {
+        // Up to the header at the offset: usually the few KiB after an
+        // indexed start.
+        let want =
+            (target - at + protocol::batch::LOG_OVERHEAD as u64).min(u64::from(HOP_READ_BYTES));
+        let Some(slice) = read_at(log, base + at, want as u32, limit).await? else {
             return Ok(offset);
         };
         let bytes = crate::storage::io::SegmentFile::read_at(

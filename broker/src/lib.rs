@@ -30,7 +30,7 @@
 //!
 //! | room | what |
 //! |---|---|
-//! | [`storage`] | the log: segments, writer and flush rounds, recovery, retention, the disk driver, the in-memory disk |
+//! | [`storage`] | the log: segments (a sparse batch index for format 2), writer and flush rounds, recovery, retention, leader epochs, the disk driver, the in-memory disk |
 //! | [`reply`] | what a request is answered with (the low room of the request path) |
 //! | [`replica`] | replication: pure rules, the copy over the storage seam, the leader's and follower's sides and tasks |
 //! | [`auth`] | logins, their limits, access control, quotas, sessions |

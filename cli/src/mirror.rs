@@ -35,7 +35,7 @@ use protocol::client::{
     Client, ClientError, GroupView, Joined, MirrorChunk, MirrorRead, OffsetCommit, OffsetSpec,
 };
 use protocol::codec::{AckMode, TopicMetadata, TopicSettings};
-use protocol::message::whole_messages;
+use protocol::stored::{framed_units, unit_len, MessageFormat};
 use protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -291,11 +291,14 @@ struct Copy {
     /// Bytes its next read asks for after a message larger than a read
     /// (`None`: [`READ_BYTES`], or less for a target of small requests).
     read_grown: Option<u32>,
+    /// What the source topic stores (how chunks are cut to whole units).
+    format: MessageFormat,
 }
 
 impl Copy {
-    fn new() -> Copy {
+    fn new(format: MessageFormat) -> Copy {
         Copy {
+            format,
             position: None,
             retry_at: Instant::now(),
             at_end: false,
@@ -654,8 +657,8 @@ impl Supervisor<'_> {
                 ) {
                     Ok(partitions) => {
                         let mut map = copies.lock();
-                        for key in partitions {
-                            map.entry(key).or_insert_with(Copy::new);
+                        for (key, format) in partitions {
+                            map.entry(key).or_insert_with(|| Copy::new(format));
                         }
                         scanned = Some(Instant::now());
                     }
@@ -760,6 +763,34 @@ fn work(index: usize, source: &Client, target: &Client, copies: &Copies) {
     }
 }
 
+/// A partition due for a read: its key, position, grown read, source shard
+/// and format.
+type Due = (
+    (String, u32),
+    Option<u64>,
+    Option<u32>,
+    String,
+    MessageFormat,
+);
+
+/// The partitions worker `index` reads now.
+fn due(copies: &Copies, index: usize, now: Instant) -> Vec<Due> {
+    copies
+        .lock()
+        .iter()
+        .filter(|(_, c)| c.mine && c.worker == index && c.retry_at <= now)
+        .filter_map(|(key, c)| {
+            Some((
+                key.clone(),
+                c.position,
+                c.read_grown,
+                c.owner.clone()?,
+                c.format,
+            ))
+        })
+        .collect()
+}
+
 /// One read of each source shard a worker copies from, and the appends of
 /// what it answered; true when there is more to do at once. After a quiet
 /// round, a worker of one shard waits in the read for news (the source
@@ -774,16 +805,10 @@ fn round(
     turn: usize,
 ) -> anyhow::Result<bool> {
     let now = Instant::now();
-    // Each due partition: its key, position, grown read and source shard.
-    let due: Vec<_> = copies
-        .lock()
-        .iter()
-        .filter(|(_, c)| c.mine && c.worker == index && c.retry_at <= now)
-        .filter_map(|(key, c)| Some((key.clone(), c.position, c.read_grown, c.owner.clone()?)))
-        .collect();
+    let due = due(copies, index, now);
     let mut by_shard: BTreeMap<String, Vec<MirrorRead>> = BTreeMap::new();
     let append_max = copies.append_max.load(Ordering::Relaxed);
-    for (key, position, grown, owner) in due {
+    for (key, position, grown, owner, format) in due {
         let max_bytes = grown.unwrap_or(READ_BYTES.min(append_max));
         let offset = match position {
             Some(position) => position,
@@ -803,6 +828,7 @@ fn round(
             partition: key.1,
             offset,
             max_bytes,
+            format,
         });
     }
     if by_shard.is_empty() {
@@ -903,7 +929,11 @@ fn settle(
         });
         return Ok(false);
     }
-    let chunk = fitted(chunk, copies.append_max.load(Ordering::Relaxed));
+    let chunk = fitted(
+        chunk,
+        copies.append_max.load(Ordering::Relaxed),
+        read.format,
+    );
     // acks=written: the mirror keeps no state, so bytes a target broker
     // loses to a power cut before flushing are copied again from where its
     // log ends after the restart (the next append there is refused with
@@ -1057,7 +1087,7 @@ fn scan(
     target: &Client,
     pattern: &regex::Regex,
     label: &str,
-) -> anyhow::Result<Vec<(String, u32)>> {
+) -> anyhow::Result<Vec<((String, u32), MessageFormat)>> {
     let listed = source
         .metadata(&[])
         .context("listing the source's topics")?;
@@ -1108,7 +1138,8 @@ fn scan(
             }
             Some(_) => {}
         }
-        partitions.extend((0..count).map(|p| (topic.name.clone(), p)));
+        let format = MessageFormat::from_number(topic.settings.message_format).unwrap_or_default();
+        partitions.extend((0..count).map(|p| ((topic.name.clone(), p), format)));
     }
     Ok(partitions)
 }
@@ -1148,15 +1179,16 @@ fn resume(
 /// `chunk` cut to the whole messages within `max` bytes (at least its
 /// first message): what a target that takes only small requests gets in
 /// one append; the rest is read again.
-fn fitted(mut chunk: MirrorChunk, max: u32) -> MirrorChunk {
+fn fitted(mut chunk: MirrorChunk, max: u32, format: MessageFormat) -> MirrorChunk {
     let max = max as usize;
     if chunk.bytes.len() <= max {
         return chunk;
     }
-    let (mut len, mut messages) = whole_messages(&chunk.bytes[..max]).unwrap_or((0, 0));
+    let (mut len, mut messages) = framed_units(format, &chunk.bytes[..max]).unwrap_or((0, 0));
     if messages == 0 {
-        let first = &chunk.bytes[..4];
-        len = 4 + u32::from_le_bytes([first[0], first[1], first[2], first[3]]) as usize;
+        // The first unit alone is larger: it goes whole (the chunk holds
+        // it, cut to whole units when read).
+        len = unit_len(format, &chunk.bytes).unwrap_or(chunk.bytes.len());
         messages = 1;
     }
     chunk.bytes = chunk.bytes.slice(..len);

@@ -262,6 +262,44 @@ pub fn whole_units(
     Ok((at, messages))
 }
 
+/// The whole units at the start of `bytes`, judged by their framing only
+/// (length fields, magic): their bytes and messages. For a copier that
+/// hands the bytes on to a broker which checks them itself (a mirror), so
+/// they are not hashed twice. A unit cut by the end of `bytes` is left out.
+pub fn framed_units(format: MessageFormat, bytes: &[u8]) -> Result<(usize, u32), StoredError> {
+    match format {
+        MessageFormat::One => Ok(crate::message::whole_messages(bytes)?),
+        MessageFormat::Two => {
+            let mut at = 0usize;
+            let mut messages = 0u32;
+            while bytes.len() - at >= batch::HEADER_BYTES {
+                let header =
+                    BatchHeader::read(&bytes[at..]).map_err(|error| StoredError::Batch {
+                        offset: at as u64,
+                        error,
+                    })?;
+                if bytes.len() - at < header.size {
+                    break;
+                }
+                at += header.size;
+                messages = messages.saturating_add(header.record_count.max(1) as u32);
+            }
+            Ok((at, messages))
+        }
+    }
+}
+
+/// The bytes of the unit at the start of `bytes`, from its length field
+/// (at least its header must be there).
+pub fn unit_len(format: MessageFormat, bytes: &[u8]) -> Option<usize> {
+    match format {
+        MessageFormat::One => bytes
+            .get(..4)
+            .map(|l| 4 + u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize),
+        MessageFormat::Two => BatchHeader::read(bytes).ok().map(|h| h.size),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +379,26 @@ mod tests {
                 error: StoredError::Offsets { .. }
             }
         ));
+    }
+
+    #[test]
+    fn framing_alone_finds_whole_batches_and_their_records() {
+        let first = stored_batch(0, 3);
+        let second = stored_batch(first.len() as u64, 2);
+        let mut bytes = first.clone();
+        bytes.extend_from_slice(&second);
+        assert_eq!(
+            framed_units(MessageFormat::Two, &bytes),
+            Ok((bytes.len(), 5))
+        );
+        assert_eq!(
+            framed_units(MessageFormat::Two, &bytes[..bytes.len() - 1]),
+            Ok((first.len(), 3))
+        );
+        assert_eq!(unit_len(MessageFormat::Two, &bytes), Some(first.len()));
+        let mut magic = bytes.clone();
+        magic[batch::at::MAGIC] = 1;
+        assert!(framed_units(MessageFormat::Two, &magic).is_err());
     }
 
     #[test]

@@ -13,7 +13,6 @@ use crate::codec::multi_fetch::{
 };
 use crate::codec::{self, verify, AckMode, MirrorAppend, PartitionOffsets};
 use crate::frame::Api;
-use crate::message::whole_messages;
 use crate::{wire, ErrorCode};
 use bytes::Bytes;
 use std::time::Duration;
@@ -48,6 +47,8 @@ pub struct MirrorRead {
     pub offset: u64,
     /// At most this many bytes of it.
     pub max_bytes: u32,
+    /// What the topic stores (how a chunk is cut to whole units).
+    pub format: crate::stored::MessageFormat,
 }
 
 /// The most a mirror's read asks for in all (a broker caps an answer at
@@ -120,11 +121,18 @@ impl Client {
         max_bytes: u32,
     ) -> Result<MirrorChunk, ClientError> {
         let address = self.placement(topic, partition, false)?;
+        let format = self
+            .metadata(&[topic])?
+            .topics
+            .first()
+            .and_then(|t| crate::stored::MessageFormat::from_number(t.settings.message_format))
+            .unwrap_or_default();
         let read = MirrorRead {
             topic: topic.to_string(),
             partition,
             offset,
             max_bytes,
+            format,
         };
         let mut answers = self.mirror_read_many(&address, &[read], Duration::ZERO)?;
         answers.pop().unwrap_or_else(|| {
@@ -205,10 +213,13 @@ impl Client {
                         });
                     }
                     let chunk = payload.slice(range);
-                    let (whole, messages) =
-                        whole_messages(&chunk).map_err(|e| ClientError::Corrupt {
-                            partition: format!("{}-{}", asked.topic, asked.partition),
-                            source: e,
+                    let partition = format!("{}-{}", asked.topic, asked.partition);
+                    let (whole, messages) = crate::stored::framed_units(asked.format, &chunk)
+                        .map_err(|e| match e {
+                            crate::stored::StoredError::Message(source) => {
+                                ClientError::Corrupt { partition, source }
+                            }
+                            other => ClientError::protocol(format!("{partition}: {other}")),
                         })?;
                     Ok(MirrorChunk {
                         offset: asked.offset,

@@ -44,9 +44,14 @@ pub fn handle(
     }
     // Checked before any forwarding too, so a bad set is refused at once
     // whichever shard the client talks to.
-    let format = shard
-        .topic(topic_name)
-        .map_or(MessageFormat::One, |t| t.borrow().settings.format);
+    // The log's own when it is here (no second lookup by name on the hot
+    // path); the topic's when the request is forwarded.
+    let format = match &owner {
+        Owner::Here(log) => log.borrow().settings().format,
+        Owner::Shard(_) | Owner::Broker(_) => shard
+            .topic(topic_name)
+            .map_or(MessageFormat::One, |t| t.borrow().settings.format),
+    };
     let summary = check_payload(format, payload, mirror.map(|m| m.offset)).map_err(|e| {
         Failure::new(
             ErrorCode::CorruptMessage,

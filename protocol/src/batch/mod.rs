@@ -27,6 +27,7 @@
 //! would run into the next batch's. `lastOffsetDelta` is inside the CRC,
 //! so stamping it recomputes the CRC over the (still compressed) records.
 
+pub mod compression;
 mod error;
 pub mod produce;
 pub mod records;

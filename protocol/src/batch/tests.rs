@@ -14,6 +14,15 @@ const JAVA_NONE: &str = "00000000000000000000005f00000000024a04c0140000000000020
 /// The same records, gzip.
 const JAVA_GZIP: &str = "0000000000000000000000730000000002201bf4cb0001000000020000018bcfe568000000018bcfe568050000000000001092000300000011000000031f8b08000000000000ffd363606060c936e4ca48cdc9c967e22a294a4c4e652bd1359460e06262e429cf2fca4951641060606361c93666640000c8c6d9c32e000000";
 
+/// The same records, snappy (xerial framing, one uncompressed-as-literal
+/// chunk).
+const JAVA_SNAPPY: &str = "0000000000000000000000750000000002d1ad1b0a0002000000020000018bcfe568000000018bcfe5680500000000000010920003000000110000000382534e41505059000000000100000001000000302eb42e000000046b310a68656c6c6f020a747261636506742d3118000a02010c776f726c64210010000604046b330100";
+/// The same records, lz4 (a frame of independent 64 KiB blocks; this one
+/// block is stored uncompressed, its high bit set).
+const JAVA_LZ4: &str = "00000000000000000000006e0000000002ab8d284b0003000000020000018bcfe568000000018bcfe5680500000000000010920003000000110000000304224d186040822e0000802e000000046b310a68656c6c6f020a747261636506742d3118000a02010c776f726c64210010000604046b33010000000000";
+/// The same records, zstd.
+const JAVA_ZSTD: &str = "00000000000000000000006b0000000002717859ed0004000000020000018bcfe568000000018bcfe5680500000000000010920003000000110000000328b52ffd00587001002e000000046b310a68656c6c6f020a747261636506742d3118000a02010c776f726c64210010000604046b330100010000";
+
 fn hex(text: &str) -> Vec<u8> {
     (0..text.len())
         .step_by(2)
@@ -141,6 +150,78 @@ fn kafkas_batches_pass_and_read_back_uncompressed_and_gzip() {
         read.iter().map(|r| r.offset_delta).collect::<Vec<_>>(),
         [0, 1, 2]
     );
+}
+
+#[test]
+fn kafkas_compressed_batches_decompress_to_its_uncompressed_records() {
+    let plain = hex(JAVA_NONE);
+    for (text, codec) in [
+        (JAVA_GZIP, Compression::Gzip),
+        (JAVA_SNAPPY, Compression::Snappy),
+        (JAVA_LZ4, Compression::Lz4),
+        (JAVA_ZSTD, Compression::Zstd),
+    ] {
+        let batch = hex(text);
+        let header = check(&batch).unwrap();
+        assert_eq!(header.compression(), Some(codec));
+        let mut records = Vec::new();
+        compression::decompress(codec, &batch[HEADER_BYTES..], 1 << 20, &mut records).unwrap();
+        assert_eq!(records, plain[HEADER_BYTES..], "{codec:?}");
+    }
+}
+
+#[test]
+fn a_compressed_batch_written_here_carries_the_same_records_and_falls_back_when_it_must() {
+    let writer = java_records();
+    let mut fell_back = 0;
+    for codec in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        // Three tiny records do not shrink: stored as they are.
+        let batch = writer.finish_compressed(JAVA_PRODUCER, codec).unwrap();
+        assert_eq!(batch, writer.finish(JAVA_PRODUCER), "{codec:?}");
+        // Five hundred alike do.
+        let mut many = BatchWriter::new();
+        for n in 0..500 {
+            many.push(
+                1_700_000_000_000 + n,
+                None,
+                Some(b"the same line again"),
+                &[],
+            );
+        }
+        let batch = many.finish_compressed(Producer::NONE, codec).unwrap();
+        let header = check(&batch).unwrap();
+        assert_eq!(header.compression(), Some(codec));
+        assert!(batch.len() < many.size() / 3, "{codec:?}: {}", batch.len());
+        let mut records = Vec::new();
+        compression::decompress(codec, &batch[HEADER_BYTES..], 1 << 20, &mut records).unwrap();
+        assert_eq!(records, many.records(), "{codec:?}");
+        // 100,000 empty records at one time: where a codec packs them
+        // below a byte each, their offsets would run past the batch's
+        // end, so they go uncompressed.
+        let mut empty = BatchWriter::new();
+        for _ in 0..100_000 {
+            empty.push(1_700_000_000_000, None, None, &[]);
+        }
+        let mut block = Vec::new();
+        compression::compress(codec, empty.records(), &mut block).unwrap();
+        let too_dense = HEADER_BYTES + block.len() < 100_000;
+        fell_back += usize::from(too_dense);
+        let batch = empty.finish_compressed(Producer::NONE, codec).unwrap();
+        let header = check(&batch).unwrap();
+        let expected = if too_dense { Compression::None } else { codec };
+        assert_eq!(
+            header.compression(),
+            Some(expected),
+            "{codec:?}: {}",
+            block.len()
+        );
+    }
+    assert!(fell_back > 0, "no codec packed records below a byte each");
 }
 
 #[test]

@@ -100,6 +100,27 @@ impl BatchWriter {
         self.finish_with(producer, Compression::None, &self.records)
     }
 
+    /// The batch with its records compressed by `codec` — or uncompressed
+    /// when that is no smaller, or when the compressed batch would hold
+    /// more records than bytes (a batch's records need offsets below the
+    /// next batch's position: the broker refuses such a batch).
+    pub fn finish_compressed(
+        &self,
+        producer: Producer,
+        codec: Compression,
+    ) -> Result<Vec<u8>, super::compression::CodecError> {
+        if codec == Compression::None {
+            return Ok(self.finish(producer));
+        }
+        let mut block = Vec::with_capacity(self.records.len() / 2);
+        super::compression::compress(codec, &self.records, &mut block)?;
+        let fits = HEADER_BYTES + block.len() >= self.count as usize;
+        if block.len() >= self.records.len() || !fits {
+            return Ok(self.finish(producer));
+        }
+        Ok(self.finish_with(producer, codec, &block))
+    }
+
     /// The batch with `records` in place of the records written (the same
     /// records compressed with `codec`).
     pub fn finish_with(&self, producer: Producer, codec: Compression, records: &[u8]) -> Vec<u8> {

@@ -1,6 +1,7 @@
 //! Broker configuration: TOML file, overridden by flags, validated once.
 
 use crate::storage::LogSettings;
+use protocol::batch::TimestampType;
 use protocol::stored::MessageFormat;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -375,6 +376,14 @@ pub enum SettingsError {
         "message_format must be 1 (the paper's messages) or 2 (Kafka's record batches v2), got {0}"
     )]
     MessageFormat(u32),
+    /// A timestamp type other than 1 or 2.
+    #[error("timestamp_type must be 1 (CreateTime, the producer's) or 2 (LogAppendTime, the broker's), got {0}")]
+    TimestampType(u32),
+    /// LogAppendTime asked of a topic whose messages carry no time.
+    #[error(
+        "LogAppendTime needs message format 2: the paper's messages (format 1) carry no timestamps"
+    )]
+    TimestampsNeedFormatTwo,
 }
 
 /// A configuration value out of range.
@@ -667,16 +676,25 @@ impl Config {
         }
         let pick = |v: u64, d: u64| if v == 0 { d } else { v };
         let d = &self.topic_defaults;
+        let format = match overrides.message_format {
+            0 => DEFAULT_MESSAGE_FORMAT,
+            n => MessageFormat::from_number(n).ok_or(SettingsError::MessageFormat(n))?,
+        };
+        let timestamps = match overrides.timestamp_type {
+            0 => TimestampType::Create,
+            n => TimestampType::from_number(n).ok_or(SettingsError::TimestampType(n))?,
+        };
+        if timestamps == TimestampType::LogAppend && format == MessageFormat::One {
+            return Err(SettingsError::TimestampsNeedFormatTwo);
+        }
         let settings = LogSettings {
             segment_bytes: pick(overrides.segment_bytes, d.segment_bytes),
             flush_messages: pick(overrides.flush_messages, d.flush_messages),
             flush_interval_ms: pick(overrides.flush_interval_ms, d.flush_interval_ms),
             retention_ms: pick(overrides.retention_ms, d.retention_ms),
             retention_bytes: pick(overrides.retention_bytes, d.retention_bytes),
-            format: match overrides.message_format {
-                0 => DEFAULT_MESSAGE_FORMAT,
-                n => MessageFormat::from_number(n).ok_or(SettingsError::MessageFormat(n))?,
-            },
+            format,
+            timestamps,
             waiting_fetch_flush: self.flush_for_waiting_fetches.then_some(
                 std::time::Duration::from_micros(self.waiting_fetch_flush_us),
             ),

@@ -324,6 +324,11 @@ enum TopicCommand {
         // 43, item 7): today only raw batches go in and out.
         #[arg(long, default_value_t = 0, hide = true)]
         message_format: u32,
+        /// Format 2: whose time each message carries, CreateTime (the
+        /// producer's, the default) or LogAppendTime (the broker's, when it
+        /// appends the batch).
+        #[arg(long, value_parser = parse_timestamp_type, hide = true)]
+        timestamp_type: Option<u32>,
     },
     /// List topics.
     List,
@@ -572,6 +577,7 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
             min_insync_replicas,
             write_caching,
             message_format,
+            timestamp_type,
         } => {
             let settings = TopicSettings {
                 retention_ms,
@@ -583,6 +589,7 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                 min_insync_replicas,
                 write_caching,
                 message_format,
+                timestamp_type: timestamp_type.unwrap_or(0),
             };
             let topic = client.create_topic(&name, partitions, &settings)?;
             println!(
@@ -625,7 +632,12 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                 );
             }
             if s.message_format == 2 {
-                println!("message_format 2 (Kafka's record batches v2 at byte offsets)");
+                let timestamps = protocol::batch::TimestampType::from_number(s.timestamp_type)
+                    .unwrap_or_default();
+                println!(
+                    "message_format 2 (Kafka's record batches v2 at byte offsets) timestamp_type {}",
+                    timestamps.name()
+                );
             }
             if !topic.mirror_source.is_empty() {
                 println!(
@@ -1079,6 +1091,17 @@ fn write_message(
     }
     out.write_all(value)?;
     out.write_all(b"\n")
+}
+
+/// `--timestamp-type`: Kafka's names, in any case.
+fn parse_timestamp_type(name: &str) -> Result<u32, String> {
+    match name.to_ascii_lowercase().as_str() {
+        "createtime" | "create-time" | "create" => Ok(1),
+        "logappendtime" | "log-append-time" | "log-append" => Ok(2),
+        _ => Err(format!(
+            "{name:?} is not CreateTime (the producer's time) or LogAppendTime (the broker's)"
+        )),
+    }
 }
 
 fn start_offset(client: &Client, topic: &str, partition: u32, from: &str) -> anyhow::Result<u64> {

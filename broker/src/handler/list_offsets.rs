@@ -1,10 +1,13 @@
 //! ListOffsets: the earliest retained offset, the latest visible (flushed)
-//! offset, or the offset to start from to see everything appended since a
-//! time (segment granularity, as in the paper).
+//! offset, or the offset to start from to see everything of a time or
+//! later (format 1: a segment's granularity, as in the paper; format 2:
+//! the exact record, `storage::partition_log::offset_for_time`).
 
 use super::forward::forward;
-use super::{invalid_header, Dispatched, Failure, Response};
+use super::{invalid_header, Dispatched, Failure};
+use crate::reply::Response;
 use crate::shard::{Owner, Shard};
+use crate::storage::partition_log;
 use protocol::codec::{verify, OffsetSpec};
 use protocol::frame::Api;
 use protocol::{wire, ErrorCode};
@@ -34,10 +37,35 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
         super::replicated::check_leader(&replica, -1)?;
     }
     let offsets = log.borrow().offsets();
+    let answer = move |shard: &Shard, offset: u64, offsets| {
+        let header = super::with_builder(shard, |fbb| {
+            protocol::codec::list_offsets_response(fbb, offset, offsets).to_vec()
+        });
+        Response {
+            api: Api::ListOffsets as u16,
+            error: 0,
+            header,
+            payload: super::Payload::None,
+        }
+    };
     let offset = match OffsetSpec::from_wire(request.spec()) {
         Some(OffsetSpec::Earliest) => offsets.start_offset,
         Some(OffsetSpec::Latest) => offsets.flushed_offset,
-        Some(OffsetSpec::BeforeTime) => log.borrow().offset_before_time(request.timestamp_ms()),
+        Some(OffsetSpec::BeforeTime) => {
+            // Format 2 may read the files (a hop over batch headers, one
+            // batch's records): later.
+            let time = request.timestamp_ms();
+            let shard = shard.clone();
+            return Ok(Dispatched::Later(Box::pin(async move {
+                Some(match partition_log::offset_for_time(&log, time).await {
+                    Ok(offset) => {
+                        let offsets = log.borrow().offsets();
+                        answer(&shard, offset, offsets)
+                    }
+                    Err(error) => Failure::from(error).response(Api::ListOffsets as u16),
+                })
+            })));
+        }
         None => {
             return Err(Failure::new(
                 ErrorCode::InvalidRequest,
@@ -45,13 +73,5 @@ pub fn handle(shard: &Rc<Shard>, request_id: u32, header: &[u8]) -> Result<Dispa
             ));
         }
     };
-    let header = super::with_builder(shard, |fbb| {
-        protocol::codec::list_offsets_response(fbb, offset, offsets).to_vec()
-    });
-    Ok(Dispatched::Ready(Response {
-        api: Api::ListOffsets as u16,
-        error: 0,
-        header,
-        payload: super::Payload::None,
-    }))
+    Ok(Dispatched::Ready(answer(shard, offset, offsets)))
 }

@@ -206,6 +206,7 @@ impl Cluster {
             rng ^= rng >> 27;
             rng.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
         };
+        let format = [MessageFormat::One, MessageFormat::Two][below(2) as usize];
         let settings = LogSettings {
             segment_bytes: 150 + below(1_500),
             flush_messages: 1_000_000,
@@ -213,8 +214,13 @@ impl Cluster {
             retention_ms: 7 * 24 * 3_600_000,
             retention_bytes: 0,
             waiting_fetch_flush: None,
-            // Half the cases store format-2 batches, stamped by the leader.
-            format: [MessageFormat::One, MessageFormat::Two][below(2) as usize],
+            // Half the cases store format-2 batches, stamped by the leader,
+            // half of those with the leader's append time.
+            format,
+            timestamps: match (format, below(2)) {
+                (MessageFormat::Two, 1) => protocol::batch::TimestampType::LogAppend,
+                _ => protocol::batch::TimestampType::Create,
+            },
         };
         let mut cluster = Cluster {
             nodes: BROKERS
@@ -499,7 +505,11 @@ impl Cluster {
         };
         if self.settings.format == MessageFormat::Two {
             // What the leader stores: each batch at its position, in its
-            // epoch (the model stamps its own copy to compare with).
+            // epoch, at its disk's time under LogAppendTime (the model
+            // stamps its own copy to compare with).
+            let append_time = (self.settings.timestamps
+                == protocol::batch::TimestampType::LogAppend)
+                .then(|| self.nodes[i].storage.time_ms() as i64);
             let mut at = 0usize;
             while at < bytes.len() {
                 let size = protocol::batch::BatchHeader::read(&bytes[at..])
@@ -509,7 +519,7 @@ impl Cluster {
                     Stamp {
                         position: appended.base + at as u64,
                         leader_epoch: epoch as i32,
-                        log_append_time: None,
+                        log_append_time: append_time,
                     },
                 );
                 at += size;

@@ -340,6 +340,7 @@ impl Shard {
                 min_insync_replicas: topic.min_insync,
                 write_caching: topic.write_caching,
                 message_format: topic.settings.format.number(),
+                timestamp_type: topic.settings.timestamps as u32,
             },
             id: topic.id.clone(),
             mirror_source: topic.mirror_source.clone().unwrap_or_default(),

@@ -133,6 +133,11 @@ pub trait Storage: Clone + 'static {
     /// failure, idle files) runs in the model test too.
     fn now(&self) -> Instant;
 
+    /// The wall clock in ms since the Unix epoch, as this storage keeps
+    /// time: what a LogAppendTime batch is stamped with (the memory disk's
+    /// moves with its clock, so the model tests know it).
+    fn time_ms(&self) -> u64;
+
     /// Resolves once `delay` has passed by [`Storage::now`]'s clock.
     fn sleep(&self, delay: Duration) -> impl Future<Output = ()>;
 }
@@ -287,6 +292,10 @@ impl Storage for DiskStorage {
 
     fn now(&self) -> Instant {
         Instant::now()
+    }
+
+    fn time_ms(&self) -> u64 {
+        now_ms()
     }
 
     async fn sleep(&self, delay: Duration) {

@@ -550,6 +550,11 @@ impl Storage for MemoryStorage {
         clock_base() + self.clock.get()
     }
 
+    /// 14 November 2023 at the clock's start (any fixed time would do).
+    fn time_ms(&self) -> u64 {
+        1_700_000_000_000 + self.clock.get().as_millis() as u64
+    }
+
     /// Pending until the test moves the clock past the deadline
     /// ([`MemoryStorage::advance`]), or every other task is done.
     async fn sleep(&self, delay: Duration) {

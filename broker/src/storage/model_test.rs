@@ -655,6 +655,7 @@ fn settings() -> impl Strategy<Value = LogSettings> {
                     // flush runs here too (it used glommio's timer before).
                     waiting_fetch_flush: waiting.map(std::time::Duration::from_millis),
                     format,
+                    timestamps: protocol::batch::TimestampType::Create,
                 }
             },
         )
@@ -770,6 +771,7 @@ fn a_waiting_fetch_flush_comes_due_on_the_disks_clock() {
             retention_bytes: 0,
             waiting_fetch_flush: Some(std::time::Duration::from_millis(5)),
             format: MessageFormat::One,
+            timestamps: protocol::batch::TimestampType::Create,
         },
     );
     let mut set = Vec::new();

@@ -118,6 +118,10 @@ pub struct TopicRecord {
     /// the topic's life (0 in records written before format 2: format 1).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub message_format: u32,
+    /// Format 2's timestamps: 1 CreateTime, 2 LogAppendTime (0:
+    /// CreateTime).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub timestamp_type: u32,
 }
 
 /// The data directories of the live brokers when partitions from
@@ -156,6 +160,7 @@ impl TopicRecord {
             reassigning: BTreeMap::new(),
             disks: Vec::new(),
             message_format: overrides.message_format,
+            timestamp_type: overrides.timestamp_type,
         }
     }
 
@@ -337,6 +342,7 @@ impl TopicRecord {
             min_insync_replicas: self.min_insync_replicas,
             write_caching: self.write_caching,
             message_format: self.message_format,
+            timestamp_type: self.timestamp_type,
         }
     }
 
@@ -358,6 +364,12 @@ impl TopicRecord {
         if self.partitions == 0 {
             return Err(RecordError::NoPartitions { name: name() });
         }
+        if self.timestamp_type > 2 {
+            return Err(RecordError::TimestampType {
+                name: name(),
+                timestamp_type: self.timestamp_type,
+            });
+        }
         if self.message_format > 2 {
             return Err(RecordError::MessageFormat {
                 name: name(),
@@ -372,52 +384,62 @@ impl TopicRecord {
             });
         }
         if self.is_replicated() {
-            if self.replicas.len() != self.partitions as usize {
-                return Err(RecordError::ReplicaSets {
-                    name: name(),
-                    partitions: self.partitions,
-                    sets: self.replicas.len(),
-                });
-            }
-            let distinct_brokers = |set: &[BrokerId]| {
-                let mut distinct = set.to_vec();
-                distinct.sort_unstable();
-                distinct.dedup();
-                !set.is_empty() && distinct.len() == set.len()
-            };
-            for (p, set) in self.replicas.iter().enumerate() {
-                if !distinct_brokers(set) || set.first() != self.brokers.get(p) {
-                    return Err(RecordError::Replicas {
-                        name: name(),
-                        partition: p as PartitionId,
-                        set: set.clone(),
-                        owner: self.brokers.get(p).copied(),
-                    });
-                }
-            }
-            for (p, target) in &self.reassigning {
-                let moving = self.replicas.get(*p as usize);
-                if !distinct_brokers(target)
-                    || !moving.is_some_and(|set| target.iter().all(|b| set.contains(b)))
-                {
-                    return Err(RecordError::Moving {
-                        name: name(),
-                        partition: *p,
-                        target: target.clone(),
-                        set: moving.cloned(),
-                    });
-                }
-            }
-            let largest = self.replicas.iter().map(Vec::len).max().unwrap_or(0) as u32;
-            if self.min_insync_replicas == 0 || self.min_insync_replicas > largest {
-                return Err(RecordError::MinInsync {
-                    name: name(),
-                    value: self.min_insync_replicas,
-                    largest,
-                });
-            }
+            self.check_replicas()
         } else if !self.reassigning.is_empty() {
-            return Err(RecordError::MovingUnreplicated { name: name() });
+            Err(RecordError::MovingUnreplicated { name: name() })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A replicated topic's part of [`Self::check`]: one set of distinct
+    /// brokers per partition led by its owner, moves within them, and a
+    /// min-ISR the sets can meet.
+    fn check_replicas(&self) -> Result<(), RecordError> {
+        let name = || self.name.clone();
+        if self.replicas.len() != self.partitions as usize {
+            return Err(RecordError::ReplicaSets {
+                name: name(),
+                partitions: self.partitions,
+                sets: self.replicas.len(),
+            });
+        }
+        let distinct_brokers = |set: &[BrokerId]| {
+            let mut distinct = set.to_vec();
+            distinct.sort_unstable();
+            distinct.dedup();
+            !set.is_empty() && distinct.len() == set.len()
+        };
+        for (p, set) in self.replicas.iter().enumerate() {
+            if !distinct_brokers(set) || set.first() != self.brokers.get(p) {
+                return Err(RecordError::Replicas {
+                    name: name(),
+                    partition: p as PartitionId,
+                    set: set.clone(),
+                    owner: self.brokers.get(p).copied(),
+                });
+            }
+        }
+        for (p, target) in &self.reassigning {
+            let moving = self.replicas.get(*p as usize);
+            if !distinct_brokers(target)
+                || !moving.is_some_and(|set| target.iter().all(|b| set.contains(b)))
+            {
+                return Err(RecordError::Moving {
+                    name: name(),
+                    partition: *p,
+                    target: target.clone(),
+                    set: moving.cloned(),
+                });
+            }
+        }
+        let largest = self.replicas.iter().map(Vec::len).max().unwrap_or(0) as u32;
+        if self.min_insync_replicas == 0 || self.min_insync_replicas > largest {
+            return Err(RecordError::MinInsync {
+                name: name(),
+                value: self.min_insync_replicas,
+                largest,
+            });
         }
         Ok(())
     }

@@ -33,6 +33,14 @@ pub enum RecordError {
         /// Its format.
         format: u32,
     },
+    /// A timestamp type this build does not know.
+    #[error("topic {name:?} has timestamp type {timestamp_type}, which this broker does not know (1 CreateTime or 2 LogAppendTime)")]
+    TimestampType {
+        /// The topic.
+        name: String,
+        /// Its timestamp type.
+        timestamp_type: u32,
+    },
     /// Not one owner per partition.
     #[error("topic {name:?} has {partitions} partitions but {owners} partition owners")]
     Owners {

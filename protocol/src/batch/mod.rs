@@ -30,6 +30,7 @@
 pub mod compression;
 mod error;
 pub mod produce;
+pub mod read;
 pub mod records;
 pub mod varint;
 pub mod write;
@@ -100,6 +101,37 @@ impl Compression {
             3 => Some(Compression::Lz4),
             4 => Some(Compression::Zstd),
             _ => None,
+        }
+    }
+}
+
+/// Whose time a topic's batches carry (Kafka's `message.timestamp.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TimestampType {
+    /// The producer's: each record's own, as written.
+    #[default]
+    Create = 1,
+    /// The broker's: the time the batch was appended, stamped into its
+    /// maxTimestamp with attribute bit 3, and every record reads as having
+    /// it.
+    LogAppend = 2,
+}
+
+impl TimestampType {
+    /// 1 or 2, as the wire and the registry carry it.
+    pub fn from_number(n: u32) -> Option<TimestampType> {
+        match n {
+            1 => Some(TimestampType::Create),
+            2 => Some(TimestampType::LogAppend),
+            _ => None,
+        }
+    }
+
+    /// Kafka's name: CreateTime or LogAppendTime.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimestampType::Create => "CreateTime",
+            TimestampType::LogAppend => "LogAppendTime",
         }
     }
 }

@@ -171,6 +171,56 @@ fn kafkas_compressed_batches_decompress_to_its_uncompressed_records() {
 }
 
 #[test]
+fn a_batchs_records_read_with_their_offsets_and_times_in_every_codec() {
+    for text in [JAVA_NONE, JAVA_GZIP, JAVA_SNAPPY, JAVA_LZ4, JAVA_ZSTD] {
+        let mut batch = hex(text);
+        stamp(
+            &mut batch,
+            Stamp {
+                position: 1_000,
+                leader_epoch: 0,
+                log_append_time: None,
+            },
+        );
+        let mut scratch = Vec::new();
+        let (header, bytes) = read::decode(&batch, 1 << 20, &mut scratch).unwrap();
+        let read: Vec<(i64, i64)> = read::records(&header, bytes)
+            .map(|r| r.map(|r| (r.offset, r.timestamp)).unwrap())
+            .collect();
+        let t = 1_700_000_000_000;
+        assert_eq!(read, [(1_000, t), (1_001, t + 5), (1_002, t + 3)]);
+        // The first record of a time or later, in offset order.
+        let first = |time| read::first_at_or_after(&batch, time, 1 << 20);
+        assert_eq!(first(t), Some(1_000));
+        assert_eq!(first(t + 1), Some(1_001));
+        assert_eq!(first(t + 4), Some(1_001));
+        assert_eq!(first(t + 5), Some(1_001));
+        assert_eq!(first(t + 6), None);
+        if text != JAVA_NONE {
+            let bounded = read::first_at_or_after(&batch, t + 1, 3);
+            assert_eq!(bounded, None, "decompressed past the bound");
+        }
+        // LogAppendTime: every record has the batch's time.
+        let mut appended = hex(text);
+        stamp(
+            &mut appended,
+            Stamp {
+                position: 0,
+                leader_epoch: 0,
+                log_append_time: Some(t + 100),
+            },
+        );
+        let (header, bytes) = read::decode(&appended, 1 << 20, &mut scratch).unwrap();
+        assert!(read::records(&header, bytes).all(|r| r.unwrap().timestamp == t + 100));
+        assert_eq!(
+            read::first_at_or_after(&appended, t + 100, 1 << 20),
+            Some(0)
+        );
+        assert_eq!(read::first_at_or_after(&appended, t + 101, 1 << 20), None);
+    }
+}
+
+#[test]
 fn a_compressed_batch_written_here_carries_the_same_records_and_falls_back_when_it_must() {
     let writer = java_records();
     let mut fell_back = 0;

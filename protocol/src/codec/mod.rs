@@ -140,6 +140,9 @@ pub struct TopicSettings {
     /// What the logs store: 1 messages, 2 record batches v2 (0 = the
     /// broker's default). Fixed at creation.
     pub message_format: u32,
+    /// Format 2's timestamps: 1 CreateTime (the producer's), 2
+    /// LogAppendTime (the broker's); 0 = CreateTime.
+    pub timestamp_type: u32,
 }
 
 impl TopicSettings {
@@ -156,6 +159,7 @@ impl TopicSettings {
                 min_insync_replicas: self.min_insync_replicas,
                 write_caching: self.write_caching,
                 message_format: self.message_format,
+                timestamp_type: self.timestamp_type,
             },
         )
     }
@@ -172,6 +176,7 @@ impl TopicSettings {
             min_insync_replicas: c.min_insync_replicas(),
             write_caching: c.write_caching(),
             message_format: c.message_format(),
+            timestamp_type: c.timestamp_type(),
         })
     }
 }

@@ -1691,6 +1691,7 @@ pub mod ringlog {
             pub const VT_MIN_INSYNC_REPLICAS: ::flatbuffers::VOffsetT = 16;
             pub const VT_WRITE_CACHING: ::flatbuffers::VOffsetT = 18;
             pub const VT_MESSAGE_FORMAT: ::flatbuffers::VOffsetT = 20;
+            pub const VT_TIMESTAMP_TYPE: ::flatbuffers::VOffsetT = 22;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -1712,6 +1713,7 @@ pub mod ringlog {
                 builder.add_segment_bytes(args.segment_bytes);
                 builder.add_retention_bytes(args.retention_bytes);
                 builder.add_retention_ms(args.retention_ms);
+                builder.add_timestamp_type(args.timestamp_type);
                 builder.add_message_format(args.message_format);
                 builder.add_min_insync_replicas(args.min_insync_replicas);
                 builder.add_replication_factor(args.replication_factor);
@@ -1818,6 +1820,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn timestamp_type(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(TopicConfig::VT_TIMESTAMP_TYPE, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for TopicConfig<'_> {
@@ -1836,6 +1849,7 @@ pub mod ringlog {
                     .visit_field::<u32>("min_insync_replicas", Self::VT_MIN_INSYNC_REPLICAS, false)?
                     .visit_field::<bool>("write_caching", Self::VT_WRITE_CACHING, false)?
                     .visit_field::<u32>("message_format", Self::VT_MESSAGE_FORMAT, false)?
+                    .visit_field::<u32>("timestamp_type", Self::VT_TIMESTAMP_TYPE, false)?
                     .finish();
                 Ok(())
             }
@@ -1850,6 +1864,7 @@ pub mod ringlog {
             pub min_insync_replicas: u32,
             pub write_caching: bool,
             pub message_format: u32,
+            pub timestamp_type: u32,
         }
         impl<'a> Default for TopicConfigArgs {
             #[inline]
@@ -1864,6 +1879,7 @@ pub mod ringlog {
                     min_insync_replicas: 0,
                     write_caching: false,
                     message_format: 0,
+                    timestamp_type: 0,
                 }
             }
         }
@@ -1925,6 +1941,11 @@ pub mod ringlog {
                     .push_slot::<u32>(TopicConfig::VT_MESSAGE_FORMAT, message_format, 0);
             }
             #[inline]
+            pub fn add_timestamp_type(&mut self, timestamp_type: u32) {
+                self.fbb_
+                    .push_slot::<u32>(TopicConfig::VT_TIMESTAMP_TYPE, timestamp_type, 0);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> TopicConfigBuilder<'a, 'b, A> {
@@ -1953,6 +1974,7 @@ pub mod ringlog {
                 ds.field("min_insync_replicas", &self.min_insync_replicas());
                 ds.field("write_caching", &self.write_caching());
                 ds.field("message_format", &self.message_format());
+                ds.field("timestamp_type", &self.timestamp_type());
                 ds.finish()
             }
         }

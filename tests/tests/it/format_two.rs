@@ -365,3 +365,163 @@ fn a_mirror_copies_a_format_two_topic_at_its_offsets_with_the_targets_epoch() {
     let values: Vec<String> = batches.iter().flat_map(|(_, _, v)| v.clone()).collect();
     assert_eq!(values.len(), 400);
 }
+
+/// Offsets by time on real brokers: 100 batches of 20 records in all five
+/// codecs (one batch with a producer's clock far behind), each lookup the
+/// exact first record of that time or later — through the client and
+/// `ringlog offsets --before` — and the same after a kill -9 (the time
+/// index found again from the files). LogAppendTime stamps the broker's
+/// time; asked of a format-1 topic it is refused by name.
+#[test]
+fn offsets_by_time_are_exact_records_in_every_codec_and_log_append_time_is_the_brokers() {
+    use protocol::batch::Compression;
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    client
+        .create_topic("t", 1, &format_two(TopicSettings::default()))
+        .unwrap();
+    let codecs = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+    let t0 = 1_700_000_000_000i64;
+    let mut conn = Connection::connect(&broker.address()).unwrap();
+    // Every record's offset and time, in log order.
+    let mut records: Vec<(u64, i64)> = Vec::new();
+    let mut position = 0u64;
+    for b in 0..100i64 {
+        let mut writer = BatchWriter::new();
+        let times: Vec<i64> = (0..20)
+            .map(|r| {
+                if b == 50 {
+                    t0 - 86_400_000
+                } else {
+                    t0 + 1_000 * b + 7 * r
+                }
+            })
+            .collect();
+        for (r, &time) in times.iter().enumerate() {
+            let value = format!("{{\"batch\":{b},\"record\":{r},\"path\":\"/api/v1/items\"}}");
+            writer.push(time, None, Some(value.as_bytes()), &[]);
+        }
+        let bytes = writer
+            .finish_compressed(Producer::NONE, codecs[b as usize % codecs.len()])
+            .unwrap();
+        produce(&mut conn, "t", &bytes).unwrap();
+        records.extend(
+            times
+                .iter()
+                .enumerate()
+                .map(|(r, &t)| (position + r as u64, t)),
+        );
+        position += bytes.len() as u64;
+    }
+    let end = end_offset(&client, "t");
+    assert_eq!(end, position);
+    let expected = |time: i64| {
+        records
+            .iter()
+            .find(|&&(_, t)| t >= time)
+            .map_or(end, |&(offset, _)| offset)
+    };
+    let times: Vec<i64> = [
+        t0 - 86_400_000,
+        t0,
+        t0 + 1,
+        t0 + 50_000,
+        t0 + 99_133,
+        t0 + 99_134,
+    ]
+    .into_iter()
+    .chain((0..100).map(|b| t0 + 1_000 * b + 30))
+    .collect();
+    let check = |address: &str, round: &str| {
+        let client = Client::connect(address).unwrap();
+        for &time in &times {
+            let (found, _) = client
+                .list_offsets("t", 0, OffsetSpec::BeforeTime, time as u64)
+                .unwrap();
+            assert_eq!(found, expected(time), "{round}: time {time}");
+        }
+        for time in [t0 + 3, t0 + 64_070] {
+            let (code, out, err) = super::replica_operations::ringlog(
+                address,
+                &["offsets", "t", "--before", &time.to_string()],
+            );
+            assert_eq!(code, 0, "{err}");
+            assert_eq!(
+                out.trim(),
+                expected(time).to_string(),
+                "{round}: the CLI at {time}"
+            );
+        }
+    };
+    check(&broker.address(), "appended");
+    broker.kill9();
+    broker.restart();
+    check(&broker.address(), "after a kill -9");
+
+    // LogAppendTime: the broker's clock, whatever the producer wrote.
+    let client = broker.client();
+    let settings = TopicSettings {
+        timestamp_type: 2,
+        ..format_two(TopicSettings::default())
+    };
+    let created = client.create_topic("a", 1, &settings).unwrap();
+    assert_eq!(created.settings.timestamp_type, 2);
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let mut conn = Connection::connect(&broker.address()).unwrap();
+    let before = wall();
+    produce(&mut conn, "a", &batch(0, 5)).unwrap();
+    let after = wall();
+    let end = end_offset(&client, "a");
+    let (_, batches) = fetch_batches(&broker.address(), "a", end);
+    let header = batches[0].1;
+    assert_ne!(header.attributes & protocol::batch::ATTR_LOG_APPEND_TIME, 0);
+    assert!(
+        (before..=after).contains(&header.max_timestamp),
+        "stamped {} outside {before}..={after}",
+        header.max_timestamp
+    );
+    let found = |time: i64| {
+        client
+            .list_offsets("a", 0, OffsetSpec::BeforeTime, time as u64)
+            .unwrap()
+            .0
+    };
+    // The producer wrote 2023's times; the records are now's.
+    assert_eq!(found(t0 + 10), 0);
+    assert_eq!(found(header.max_timestamp), 0);
+    assert_eq!(found(header.max_timestamp + 1), end);
+    let (code, out, _) =
+        super::replica_operations::ringlog(&broker.address(), &["topic", "describe", "a"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("timestamp_type LogAppendTime"), "{out}");
+
+    // Format 1 carries no time: LogAppendTime is refused, by name.
+    let refused = client
+        .create_topic(
+            "m",
+            1,
+            &TopicSettings {
+                timestamp_type: 2,
+                message_format: 1,
+                ..TopicSettings::default()
+            },
+        )
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("LogAppendTime needs message format 2"),
+        "{refused}"
+    );
+}

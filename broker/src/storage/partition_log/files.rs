@@ -3,6 +3,7 @@
 //! closed when idle or when the shard needs descriptors.
 
 use super::*;
+use protocol::batch::{BatchHeader, HEADER_BYTES};
 
 impl<S: Storage> PartitionLog<S> {
     /// Gives a segment the file a reader opened, unless another reader or
@@ -170,40 +171,34 @@ pub async fn read_below<S: Storage>(
 }
 
 /// Bytes to read at once while hopping over batch headers.
-const HOP_READ_BYTES: u32 = 64 * 1024;
+pub(super) const HOP_READ_BYTES: u32 = 64 * 1024;
 
-/// The start of the format-2 batch that holds `offset` (Kafka's rule: the
-/// first batch whose last offset is at or past it): from the segment's
-/// sparse index, hopping over the headers after it, noting what it passes.
-/// A header that cannot be a batch's ends the hop at `offset` itself (the
-/// reader meets the damage there, as it would have).
-async fn batch_start<S: Storage>(
+/// Where a hop over format-2 batch headers stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hop {
+    /// The first batch the hop was looking for: its offset and header.
+    Found(u64, BatchHeader),
+    /// The end of what may be read, without it.
+    End,
+    /// Bytes at this offset that cannot be a batch's header.
+    Damaged(u64),
+}
+
+/// Hops over the format-2 batch headers from `at` (a batch start) to the
+/// visible end (or `limit`), noting each batch in its segment's index,
+/// until `wanted` takes one. Reads `read_bytes(at)` bytes at a time (at
+/// least a header's): the files' bytes, usually from the page cache.
+pub(super) async fn hop<S: Storage>(
     log: &Shared<S>,
-    offset: u64,
+    mut at: u64,
     limit: Option<u64>,
-) -> Result<u64, StorageError> {
-    let (base, mut at) = {
-        let l = log.borrow();
-        let Some(i) = l.segments.find(offset) else {
-            return Ok(offset);
-        };
-        let segment = &l.segments.as_slice()[i];
-        (
-            segment.base_offset,
-            segment.index.from(offset - segment.base_offset),
-        )
-    };
-    let target = offset - base;
+    read_bytes: impl Fn(u64) -> u32,
+    mut wanted: impl FnMut(u64, &BatchHeader) -> bool,
+) -> Result<Hop, StorageError> {
     loop {
-        if at >= target {
-            return Ok(base + at.min(target));
-        }
-        // Up to the header at the offset: usually the few KiB after an
-        // indexed start.
-        let want =
-            (target - at + protocol::batch::LOG_OVERHEAD as u64).min(u64::from(HOP_READ_BYTES));
-        let Some(slice) = read_at(log, base + at, want as u32, limit).await? else {
-            return Ok(offset);
+        let want = read_bytes(at).max(HEADER_BYTES as u32);
+        let Some(slice) = read_at(log, at, want, limit).await? else {
+            return Ok(Hop::End);
         };
         let bytes = crate::storage::io::SegmentFile::read_at(
             &*slice.file,
@@ -213,27 +208,77 @@ async fn batch_start<S: Storage>(
         .await
         .map_err(|e| StorageError::io("reading", log.borrow().dir(), e))?;
         let mut hopped = 0usize;
-        while let Some(length) = bytes.get(hopped + 8..hopped + 12) {
-            let length = i32::from_be_bytes([length[0], length[1], length[2], length[3]]);
-            let Some(size) = usize::try_from(length)
-                .ok()
-                .map(|l| l + protocol::batch::LOG_OVERHEAD)
-                .filter(|s| *s >= protocol::batch::HEADER_BYTES)
-            else {
-                return Ok(offset);
-            };
+        while bytes.len().saturating_sub(hopped) >= HEADER_BYTES {
             let start = at + hopped as u64;
-            log.borrow_mut().note_batch(base, start, size as u64);
-            if start + size as u64 > target {
-                return Ok(base + start);
+            let Ok(header) = BatchHeader::read(&bytes[hopped..]) else {
+                return Ok(Hop::Damaged(start));
+            };
+            log.borrow_mut()
+                .note_batch(start, header.size as u64, header.max_timestamp);
+            if wanted(start, &header) {
+                return Ok(Hop::Found(start, header));
             }
-            hopped += size;
+            hopped += header.size;
         }
+        // Less than a header at `at`: the end (batches end where the
+        // visible bytes and the segments do).
         if hopped == 0 {
-            return Ok(offset);
+            return Ok(Hop::End);
         }
         at += hopped as u64;
     }
+}
+
+/// The whole batch of `size` bytes at `offset` (visible), read into
+/// memory; `None` if it is not all there.
+pub(super) async fn read_exact_batch<S: Storage>(
+    log: &Shared<S>,
+    offset: u64,
+    size: usize,
+) -> Result<Option<Vec<u8>>, StorageError> {
+    let Some(slice) = read_at(log, offset, size as u32, None).await? else {
+        return Ok(None);
+    };
+    if slice.len as usize != size {
+        return Ok(None);
+    }
+    let bytes = crate::storage::io::SegmentFile::read_at(&*slice.file, slice.position, size)
+        .await
+        .map_err(|e| StorageError::io("reading", log.borrow().dir(), e))?;
+    Ok((bytes.len() == size).then_some(bytes))
+}
+
+/// The start of the format-2 batch that holds `offset` (Kafka's rule: the
+/// first batch whose last offset is at or past it): from the segment's
+/// sparse index, hopping over the headers after it. A header that cannot
+/// be a batch's ends the hop at `offset` itself (the reader meets the
+/// damage there, as it would have).
+async fn batch_start<S: Storage>(
+    log: &Shared<S>,
+    offset: u64,
+    limit: Option<u64>,
+) -> Result<u64, StorageError> {
+    let from = {
+        let l = log.borrow();
+        let Some(i) = l.segments.find(offset) else {
+            return Ok(offset);
+        };
+        let segment = &l.segments.as_slice()[i];
+        segment.base_offset + segment.index.from(offset - segment.base_offset)
+    };
+    if from >= offset {
+        return Ok(offset);
+    }
+    // Up to the header at the offset: usually the few KiB after an
+    // indexed start.
+    let read_bytes = |at: u64| {
+        (offset.saturating_sub(at) + HEADER_BYTES as u64).min(u64::from(HOP_READ_BYTES)) as u32
+    };
+    let holds = |start: u64, header: &BatchHeader| start + header.size as u64 > offset;
+    Ok(match hop(log, from, limit, read_bytes, holds).await? {
+        Hop::Found(start, _) => start,
+        Hop::End | Hop::Damaged(_) => offset,
+    })
 }
 
 /// [`read_below`] at an offset known to start a unit.

@@ -58,6 +58,7 @@ use super::segments::Segments;
 use crate::log_limit::LogLimit;
 use crate::metrics::{self, FlushStats};
 use crate::notify::Notify;
+use protocol::batch::TimestampType;
 use protocol::codec::AckMode;
 use protocol::stored::MessageFormat;
 use std::cell::RefCell;
@@ -118,6 +119,9 @@ pub struct LogSettings {
     /// What the log stores: format-1 messages or format-2 batches. Fixed
     /// for the log's life (recovery judges its bytes by it).
     pub format: protocol::stored::MessageFormat,
+    /// Format 2: whose time a batch carries (LogAppendTime: the append's,
+    /// stamped as it is placed).
+    pub timestamps: protocol::batch::TimestampType,
 }
 
 /// Bytes appended but not yet written, all for one segment.
@@ -575,12 +579,20 @@ impl<S: Storage> PartitionLog<S> {
         // leader's epoch as they are placed, a mirror's copy this cluster's
         // epoch (design record 0015); a follower's bytes are its leader's.
         let stamp = (self.settings.format == MessageFormat::Two).then_some(self.leader_epoch);
+        // LogAppendTime: a produce's batches take this moment as their
+        // time; a copy keeps the time its leader (or source) stamped.
+        let append_time = (placing == Placing::Produce
+            && self.settings.timestamps == TimestampType::LogAppend)
+            .then(|| self.storage.time_ms() as i64);
         let placed = self.place(segment_base, position, bytes, messages);
         if let Some(epoch) = stamp {
-            stamp_batches(placed, base, epoch, placing);
+            stamp_batches(placed, base, epoch, placing, append_time);
             if let Some(active) = self.segments.active_mut() {
                 for (at, header) in protocol::batch::produce::batches(bytes).flatten() {
-                    active.index.note(position + at as u64, header.size as u64);
+                    let time = append_time.unwrap_or(header.max_timestamp);
+                    active
+                        .index
+                        .note(position + at as u64, header.size as u64, time);
                 }
             }
         }
@@ -646,15 +658,15 @@ impl<S: Storage> PartitionLog<S> {
         &mut chunk.bytes[from..]
     }
 
-    /// Notes a format-2 batch a hop found in the segment at `base`.
-    pub(super) fn note_batch(&mut self, base: u64, position: u64, size: u64) {
-        let Some(i) = self.segments.find(base) else {
+    /// Notes a format-2 batch of `size` bytes a hop found at `offset`,
+    /// its maxTimestamp `max_time`, in its segment's index.
+    pub(super) fn note_batch(&mut self, offset: u64, size: u64, max_time: i64) {
+        let Some(i) = self.segments.find(offset) else {
             return;
         };
         if let Some(segment) = self.segments.get_mut(i) {
-            if segment.base_offset == base {
-                segment.index.note(position, size);
-            }
+            let position = offset - segment.base_offset;
+            segment.index.note(position, size, max_time);
         }
     }
 
@@ -955,12 +967,14 @@ thread_local! {
     static CHECKPOINT_LINES: LogLimit = const { LogLimit::new(Duration::from_secs(1)) };
 }
 
+mod by_time;
 mod fetch_wait;
 mod files;
 mod replica;
 mod retention;
 mod writer;
 
+pub use by_time::offset_for_time;
 use fetch_wait::flush_for_waiting_fetches;
 pub use fetch_wait::{fetch_waits, WaitingFetch};
 use files::{open_segment_file, segment_file};
@@ -987,7 +1001,13 @@ enum Placing {
 /// only this cluster's `leader_epoch` (outside the CRC: the source's
 /// epochs mean nothing here, and recovery checks the field against this
 /// copy's epochs); a follower's none (design record 0015).
-fn stamp_batches(bytes: &mut [u8], base: u64, leader_epoch: i32, placing: Placing) {
+fn stamp_batches(
+    bytes: &mut [u8],
+    base: u64,
+    leader_epoch: i32,
+    placing: Placing,
+    log_append_time: Option<i64>,
+) {
     if let Placing::Copy { .. } = placing {
         return;
     }
@@ -1005,7 +1025,7 @@ fn stamp_batches(bytes: &mut [u8], base: u64, leader_epoch: i32, placing: Placin
                 protocol::batch::produce::Stamp {
                     position: base + at as u64,
                     leader_epoch,
-                    log_append_time: None,
+                    log_append_time,
                 },
             );
         } else {

@@ -28,6 +28,7 @@ fn settings(segment_bytes: u64) -> LogSettings {
         retention_ms: 7 * 24 * 3600 * 1000,
         retention_bytes: 0,
         format: protocol::stored::MessageFormat::One,
+        timestamps: protocol::batch::TimestampType::Create,
         waiting_fetch_flush: Some(std::time::Duration::from_millis(1)),
     }
 }
@@ -482,6 +483,144 @@ fn size_retention_keeps_the_log_under_its_limit() {
         // least retention_bytes, so 3000 of 5000 bytes stay.
         assert_eq!(removed.len(), 2, "5000 bytes in 5 segments");
         assert_eq!(log.borrow().start_offset(), 2000);
+        std::fs::remove_dir_all(&dir).unwrap();
+    });
+}
+
+async fn open_format_two(
+    dir: &Path,
+    segment_bytes: u64,
+    timestamps: protocol::batch::TimestampType,
+) -> SharedLog {
+    let settings = LogSettings {
+        format: protocol::stored::MessageFormat::Two,
+        timestamps,
+        ..settings(segment_bytes)
+    };
+    let (log, _) = PartitionLog::open(DiskStorage::plain(), dir, "t-0", settings)
+        .await
+        .unwrap();
+    Rc::new(RefCell::new(log))
+}
+
+/// 200 batches of 10 records over several segments (each with indexed
+/// starts inside), in all five codecs, one batch with an early clock: every lookup by time answers the first
+/// record of that time or later — from the indexes built by the appends,
+/// and again after a reopen, from hops over the files.
+#[test]
+fn offsets_by_time_are_exact_records_in_format_two_before_and_after_a_reopen() {
+    use protocol::batch::write::{BatchWriter, Producer};
+    use protocol::batch::Compression;
+    run(|| async {
+        let dir = temp_dir("by-time");
+        let mut log = open_format_two(&dir, 16_384, protocol::batch::TimestampType::Create).await;
+        let codecs = [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ];
+        // Every record's offset and time, in log order.
+        let mut records: Vec<(u64, i64)> = Vec::new();
+        for b in 0..200i64 {
+            let mut writer = BatchWriter::new();
+            let times: Vec<i64> = (0..10)
+                .map(|r| if b == 30 { 5 } else { 1_000 * b + 10 * r })
+                .collect();
+            for (r, &time) in times.iter().enumerate() {
+                let value = format!("{{\"batch\":{b},\"record\":{r},\"msg\":\"served\"}}");
+                writer.push(time, None, Some(value.as_bytes()), &[]);
+            }
+            let codec = codecs[b as usize % codecs.len()];
+            let batch = writer.finish_compressed(Producer::NONE, codec).unwrap();
+            let (base, _) = log.borrow_mut().append(&batch, 10).unwrap();
+            records.extend(times.iter().enumerate().map(|(r, &t)| (base + r as u64, t)));
+        }
+        sync_all(&log).await.unwrap();
+        assert!(log.borrow().segment_count() >= 3, "several segments");
+        let end = log.borrow().end_offset();
+        let expected = |time: i64| {
+            records
+                .iter()
+                .find(|&&(_, t)| t >= time)
+                .map_or(end, |&(offset, _)| offset)
+        };
+        let times: Vec<i64> = [0, 1, 5, 6, 10, 11, 29_990, 29_991, 30_000, 31_000, 44_444]
+            .into_iter()
+            .chain((0..200).map(|b| 1_000 * b + 55))
+            .chain([199_090, 199_091, 1_000_000])
+            .collect();
+        for round in ["appended", "reopened"] {
+            for &time in &times {
+                let found = offset_for_time(&log, time as u64).await.unwrap();
+                assert_eq!(found, expected(time), "{round}: time {time}");
+            }
+            drop(log);
+            log = open_format_two(&dir, 16_384, protocol::batch::TimestampType::Create).await;
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    });
+}
+
+/// LogAppendTime: the broker's time goes into each batch as it is
+/// appended, and a lookup answers a batch's start (every record has its
+/// batch's time).
+#[test]
+fn log_append_time_stamps_the_append_and_lookups_answer_batch_starts() {
+    use protocol::batch::write::{BatchWriter, Producer};
+    run(|| async {
+        let dir = temp_dir("append-time");
+        let log = open_format_two(&dir, 1 << 20, protocol::batch::TimestampType::LogAppend).await;
+        let mut bases = Vec::new();
+        let mut stamped = Vec::new();
+        for b in 0..3 {
+            let mut writer = BatchWriter::new();
+            for r in 0..5 {
+                // A producer's clock far in the past: not what is kept.
+                writer.push(r, None, Some(format!("{b}-{r}").as_bytes()), &[]);
+            }
+            let before = now_ms() as i64;
+            let (base, _) = log
+                .borrow_mut()
+                .append(&writer.finish(Producer::NONE), 5)
+                .unwrap();
+            stamped.push((before, now_ms() as i64));
+            bases.push(base);
+            // Apart in time, so each batch has its own.
+            glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        sync_all(&log).await.unwrap();
+        let end = log.borrow().end_offset();
+        let slice = read(&log, 0, 1 << 20).await.unwrap().unwrap();
+        let bytes = slice
+            .file
+            .read_at(slice.position, slice.len as usize)
+            .await
+            .unwrap();
+        for (i, found) in protocol::batch::produce::batches(&bytes).enumerate() {
+            let (at, header) = found.unwrap();
+            assert_eq!(at as u64, bases[i]);
+            assert_ne!(header.attributes & protocol::batch::ATTR_LOG_APPEND_TIME, 0);
+            let (before, after) = stamped[i];
+            assert!(
+                (before..=after).contains(&header.max_timestamp),
+                "batch {i}: {} not in {before}..={after}",
+                header.max_timestamp
+            );
+            let mut scratch = Vec::new();
+            let (header, records) =
+                protocol::batch::read::decode(&bytes[at..at + header.size], 1 << 20, &mut scratch)
+                    .unwrap();
+            for record in protocol::batch::read::records(&header, records) {
+                assert_eq!(record.unwrap().timestamp, header.max_timestamp);
+            }
+            let time = header.max_timestamp as u64;
+            assert_eq!(offset_for_time(&log, time).await.unwrap(), bases[i]);
+        }
+        assert_eq!(offset_for_time(&log, 0).await.unwrap(), 0);
+        let last = stamped[2].1 as u64;
+        assert_eq!(offset_for_time(&log, last + 1).await.unwrap(), end);
         std::fs::remove_dir_all(&dir).unwrap();
     });
 }

@@ -87,8 +87,15 @@ class TopicConfig(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # TopicConfig
+    def TimestampType(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def TopicConfigStart(builder):
-    builder.StartObject(9)
+    builder.StartObject(10)
 
 def Start(builder):
     TopicConfigStart(builder)
@@ -146,6 +153,12 @@ def TopicConfigAddMessageFormat(builder, messageFormat):
 
 def AddMessageFormat(builder, messageFormat):
     TopicConfigAddMessageFormat(builder, messageFormat)
+
+def TopicConfigAddTimestampType(builder, timestampType):
+    builder.PrependUint32Slot(9, timestampType, 0)
+
+def AddTimestampType(builder, timestampType):
+    TopicConfigAddTimestampType(builder, timestampType)
 
 def TopicConfigEnd(builder):
     return builder.EndObject()

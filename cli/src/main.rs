@@ -4,9 +4,10 @@
 
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use protocol::batch::Compression;
 use protocol::client::{
-    AckMode, Client, ClientConfig, Consumer, GroupConfig, GroupConsumer, OffsetCommit, OffsetSpec,
-    Producer, ProducerConfig, StartFrom, TopicSettings,
+    AckMode, Client, ClientConfig, Consumer, Extras, GroupConfig, GroupConsumer, OffsetCommit,
+    OffsetSpec, Producer, ProducerConfig, StartFrom, TopicSettings,
 };
 use std::io::{BufRead, Write};
 use std::time::Duration;
@@ -319,15 +320,15 @@ enum TopicCommand {
         write_caching: bool,
         /// What the topic stores, fixed for its life: 1, the paper's
         /// messages (9 bytes each beyond the payload); 2, Kafka's record
-        /// batches v2 at byte offsets (0 = the broker's default, 1).
-        // Hidden until ringlog's clients produce and read format 2 (issue
-        // 43, item 7): today only raw batches go in and out.
-        #[arg(long, default_value_t = 0, hide = true)]
+        /// batches v2 at byte offsets, with each message's time and
+        /// headers, compression, and exact offsets by time (0 = the
+        /// broker's default, 1).
+        #[arg(long, default_value_t = 0)]
         message_format: u32,
         /// Format 2: whose time each message carries, CreateTime (the
         /// producer's, the default) or LogAppendTime (the broker's, when it
         /// appends the batch).
-        #[arg(long, value_parser = parse_timestamp_type, hide = true)]
+        #[arg(long, value_parser = parse_timestamp_type)]
         timestamp_type: Option<u32>,
     },
     /// List topics.
@@ -386,6 +387,47 @@ struct ProduceArgs {
     /// changes before it counts as undelivered (from its first message).
     #[arg(long, value_name = "MS", default_value_t = 120_000)]
     delivery_timeout_ms: u64,
+    /// Compress each batch (topics of message format 2): none, gzip,
+    /// snappy, lz4 or zstd. A batch that would not shrink goes as it is.
+    #[arg(long, value_enum, default_value = "none")]
+    compression: Codec,
+    /// A header on every message, KEY=VALUE (KEY alone: no value); may be
+    /// given again (topics of message format 2).
+    #[arg(long = "header", value_name = "KEY=VALUE")]
+    headers: Vec<String>,
+}
+
+/// `produce --compression`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Codec {
+    None,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+impl From<Codec> for Compression {
+    fn from(codec: Codec) -> Compression {
+        match codec {
+            Codec::None => Compression::None,
+            Codec::Gzip => Compression::Gzip,
+            Codec::Snappy => Compression::Snappy,
+            Codec::Lz4 => Compression::Lz4,
+            Codec::Zstd => Compression::Zstd,
+        }
+    }
+}
+
+/// `produce --header KEY=VALUE` (KEY alone: a header without value).
+fn headers(given: &[String]) -> Vec<(&str, Option<&[u8]>)> {
+    given
+        .iter()
+        .map(|h| match h.split_once('=') {
+            Some((k, v)) => (k, Some(v.as_bytes())),
+            None => (h.as_str(), None),
+        })
+        .collect()
 }
 
 #[derive(Args, Debug)]
@@ -396,8 +438,10 @@ struct ConsumeArgs {
     #[arg(long)]
     partition: Option<u32>,
     /// earliest, latest, an OFFSET (with --partition), or @UNIX_MS: from the
-    /// first segment appended to at or after that time, so with segment
-    /// granularity (as in the paper) somewhat older messages may come first.
+    /// first message of that time or later (message format 2), or from the
+    /// first segment appended to at or after it (format 1: segment
+    /// granularity, as in the paper, so somewhat older messages may come
+    /// first).
     #[arg(long, default_value = "earliest")]
     from: String,
     /// Stop after this many messages.
@@ -409,6 +453,14 @@ struct ConsumeArgs {
     /// Prefix each line with PARTITION:OFFSET and a tab.
     #[arg(long)]
     print_offsets: bool,
+    /// Then each message's time (ms since the Unix epoch; `-` for the
+    /// paper's messages, which carry none) and a tab.
+    #[arg(long)]
+    print_timestamps: bool,
+    /// Then each message's headers, KEY=VALUE joined by commas (a header
+    /// without value prints its key alone), and a tab.
+    #[arg(long)]
+    print_headers: bool,
     /// Print each message's key before its payload, separated by this
     /// character (as `produce --key-separator` reads them); unkeyed
     /// messages print an empty key.
@@ -749,6 +801,7 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
         Acks::Flushed => AckMode::Flushed,
         Acks::All => AckMode::All,
     };
+    let headers = headers(&args.headers);
     let mut producer = Producer::new(
         &client,
         &args.topic,
@@ -756,9 +809,14 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
             acks,
             linger: Duration::from_millis(50),
             delivery_timeout,
+            compression: args.compression.into(),
             ..ProducerConfig::default()
         },
     )?;
+    let extras = Extras {
+        timestamp_ms: None,
+        headers: &headers,
+    };
     if let Some(p) = args.partition {
         if p >= producer.partitions() {
             bail!(
@@ -768,29 +826,7 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let stdin = std::io::stdin();
-    let mut line = Vec::new();
-    let mut reader = stdin.lock();
-    let mut count = 0u64;
-    loop {
-        line.clear();
-        if reader
-            .read_until(b'\n', &mut line)
-            .context("reading stdin")?
-            == 0
-        {
-            break;
-        }
-        if line.last() == Some(&b'\n') {
-            line.pop();
-        }
-        let (key, value) = split_key(&line, args.key_separator);
-        match args.partition {
-            Some(p) => producer.send_to(p, key, value)?,
-            None => producer.send(key, value)?,
-        };
-        count += 1;
-    }
+    let count = send_lines(&mut producer, &args, extras)?;
     // Every batch has an outcome by its delivery timeout (plus a request
     // timeout for one in flight then): wait that long, not a flush's 30 s.
     producer.close(delivery_timeout + client.config().request_timeout)?;
@@ -813,6 +849,38 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
         args.topic
     );
     Ok(())
+}
+
+/// Sends each line of stdin as a message (split into key and value at
+/// `--key-separator`); how many.
+fn send_lines(
+    producer: &mut Producer,
+    args: &ProduceArgs,
+    extras: Extras<'_>,
+) -> anyhow::Result<u64> {
+    let stdin = std::io::stdin();
+    let mut line = Vec::new();
+    let mut reader = stdin.lock();
+    let mut count = 0u64;
+    loop {
+        line.clear();
+        if reader
+            .read_until(b'\n', &mut line)
+            .context("reading stdin")?
+            == 0
+        {
+            return Ok(count);
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        let (key, value) = split_key(&line, args.key_separator);
+        match args.partition {
+            Some(p) => producer.send_to_with(p, key, value, extras)?,
+            None => producer.send_with(key, value, extras)?,
+        };
+        count += 1;
+    }
 }
 
 /// "1 message", "2 messages".
@@ -923,7 +991,15 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
                 if printed >= limit || write_error.is_some() {
                     return;
                 }
-                let result = write_message(&mut out, &args, *p, m.offset, m.key, m.value);
+                let line = Line {
+                    partition: *p,
+                    offset: m.offset,
+                    key: m.key,
+                    value: m.value,
+                    timestamp: m.timestamp,
+                    headers: m.headers.to_vec(),
+                };
+                let result = write_message(&mut out, &args, &line);
                 if let Err(e) = result {
                     write_error = Some(e);
                 }
@@ -1073,23 +1149,46 @@ fn warn_truncated(cut: &protocol::client::Truncation, group: Option<&str>) {
     );
 }
 
-/// One consumed message as a line: `[PARTITION:OFFSET\t][KEY<C>]PAYLOAD\n`.
-fn write_message(
-    out: &mut impl Write,
-    args: &ConsumeArgs,
+/// A consumed message, as printed.
+struct Line<'a> {
     partition: u32,
     offset: u64,
-    key: Option<&[u8]>,
-    value: &[u8],
-) -> std::io::Result<()> {
+    key: Option<&'a [u8]>,
+    value: &'a [u8],
+    timestamp: Option<i64>,
+    headers: Vec<(&'a str, Option<&'a [u8]>)>,
+}
+
+/// One consumed message as a line:
+/// `[PARTITION:OFFSET\t][TIME\t][HEADERS\t][KEY<C>]PAYLOAD\n`.
+fn write_message(out: &mut impl Write, args: &ConsumeArgs, line: &Line<'_>) -> std::io::Result<()> {
     if args.print_offsets {
-        write!(out, "{partition}:{offset}\t")?;
+        write!(out, "{}:{}\t", line.partition, line.offset)?;
+    }
+    if args.print_timestamps {
+        match line.timestamp {
+            Some(time) => write!(out, "{time}\t")?,
+            None => out.write_all(b"-\t")?,
+        }
+    }
+    if args.print_headers {
+        for (i, (key, value)) in line.headers.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            out.write_all(key.as_bytes())?;
+            if let Some(value) = value {
+                out.write_all(b"=")?;
+                out.write_all(value)?;
+            }
+        }
+        out.write_all(b"\t")?;
     }
     if let Some(separator) = args.print_keys {
-        out.write_all(key.unwrap_or_default())?;
+        out.write_all(line.key.unwrap_or_default())?;
         write!(out, "{separator}")?;
     }
-    out.write_all(value)?;
+    out.write_all(line.value)?;
     out.write_all(b"\n")
 }
 
@@ -1227,14 +1326,19 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
                 }
                 continue;
             }
-            let result = write_message(
-                &mut out,
-                args,
-                m.partition,
-                m.offset,
-                m.key.as_deref(),
-                &m.value,
-            );
+            let line = Line {
+                partition: m.partition,
+                offset: m.offset,
+                key: m.key.as_deref(),
+                value: &m.value,
+                timestamp: m.timestamp,
+                headers: m
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_deref()))
+                    .collect(),
+            };
+            let result = write_message(&mut out, args, &line);
             match result {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),

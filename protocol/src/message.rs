@@ -125,7 +125,14 @@ pub struct Message<'a> {
     /// The payload.
     pub value: &'a [u8],
     /// Stored size: 4 + the length field. `offset + stored_len` is the next offset.
+    /// (A format-2 record: to the next record's offset, or for a batch's
+    /// last record to the batch's end.)
     pub stored_len: usize,
+    /// Format 2: its time (ms; the producer's or the broker's, as the
+    /// topic says). Format 1 messages carry none.
+    pub timestamp: Option<i64>,
+    /// Format 2: its headers (format 1: none).
+    pub headers: crate::batch::records::Headers<'a>,
 }
 
 impl Message<'_> {
@@ -205,6 +212,8 @@ impl<'a> Iterator for MessageSetIter<'a> {
                     key,
                     value,
                     stored_len,
+                    timestamp: None,
+                    headers: Default::default(),
                 }))
             }
             Ok(None) => None,

@@ -90,6 +90,24 @@ pub enum StoredError {
         /// The epoch the copy's epochs name for it.
         expected: i32,
     },
+    /// A batch whose records do not read (a consumer's check: a stored
+    /// batch's CRC held, so the producer wrote them so).
+    #[error("batch at offset {offset}: {error}")]
+    Records {
+        /// Where the batch is.
+        offset: u64,
+        /// What is wrong.
+        error: crate::batch::records::RecordError,
+    },
+    /// A batch whose records do not decompress, or decompress past the
+    /// reader's bound.
+    #[error("batch at offset {offset}: {reason}")]
+    Decompress {
+        /// Where the batch is.
+        offset: u64,
+        /// The codec's words.
+        reason: String,
+    },
     /// A batch whose offsets do not end where it does, or that claims more
     /// records than bytes.
     #[error(

@@ -134,11 +134,12 @@ fn respond(
     started: Instant,
 ) -> Response {
     let offsets = log.borrow().offsets();
+    let format = log.borrow().settings().format.number();
     let len = slice.as_ref().map_or(0, |s| s.len);
     // Format 2: the batch that holds the offset asked for starts there.
     let offset = slice.as_ref().map_or(offset, |s| s.offset);
     let header = super::with_builder(shard, |fbb| {
-        protocol::codec::fetch_response(fbb, offset, len, offsets).to_vec()
+        protocol::codec::fetch_response(fbb, offset, len, offsets, format).to_vec()
     });
     crate::metrics::bump(&shard.metrics.counters.fetch_requests_total, 1);
     crate::metrics::record_us(

@@ -426,6 +426,7 @@ async fn read_part(
             }
             let slice = partition_log::read_below(log, part.offset, bytes_max, limit).await?;
             answer.offsets = log.borrow().offsets();
+            answer.message_format = log.borrow().settings().format.number();
             answer.length = slice.as_ref().map_or(0, |s| s.len);
             // Format 2: the batch that holds the offset asked for starts
             // at the chunk's offset.
@@ -448,6 +449,7 @@ async fn read_part(
             }
             let log = replica.borrow().log.clone();
             answer.leader_epoch = *epoch as i32;
+            answer.message_format = log.borrow().settings().format.number();
             answer.offsets = follower_offsets(&log);
             let chunk_epoch = match *read {
                 FollowerRead::Diverging { epoch, end } => {
@@ -509,6 +511,7 @@ pub fn serve_single(
             chunk_epoch: answer.chunk_epoch,
             segment_base: answer.segment_base,
             diverging: answer.diverging,
+            message_format: answer.message_format,
         };
         let header = super::with_builder(&shard, |fbb| {
             protocol::codec::replica_fetch_response(

@@ -535,6 +535,7 @@ def _decode_metadata(header: bytes) -> Metadata:
                     "segment_bytes": c.SegmentBytes(),
                     "flush_messages": c.FlushMessages(),
                     "flush_interval_ms": c.FlushIntervalMs(),
+                    "message_format": c.MessageFormat() or 1,
                 }
             name = (t.Name() or b"").decode()
             topics[name] = TopicMetadata(name, parts, settings, (t.Id() or b"").decode())
@@ -606,6 +607,12 @@ class Producer:
         metadata = client.metadata([topic])
         if topic not in metadata.topics:
             raise BrokerError(7, f"no topic {topic!r}")
+        if metadata.topics[topic].settings.get("message_format", 1) == 2:
+            raise RinglogError(
+                f"topic {topic!r} stores message format 2 (Kafka's record batches), "
+                "which this Python client does not write yet: use the Rust client or "
+                "`ringlog produce`"
+            )
         self.partitions = len(metadata.topics[topic].partitions)
         self._owner: List[str] = []
         self._conns: Dict[str, Connection] = {}
@@ -835,6 +842,12 @@ class Consumer:
         FetchRequest.AddMaxWaitMs(b, self.max_wait_ms if max_wait_ms is None else max_wait_ms)
         header, chunk = self.conn.call(Api.FETCH, _finish(b, FetchRequest.End(b)))
         r = FetchResponse.FetchResponse.GetRootAs(header, 0)
+        if r.MessageFormat() == 2:
+            raise RinglogError(
+                f"topic {self._topic!r} stores message format 2 (Kafka's record batches), "
+                "which this Python client does not read yet: use the Rust client or "
+                "`ringlog consume`"
+            )
         self.flushed_offset = r.FlushedOffset()
         messages, next_offset = codec.decode_messages(chunk, self.position)
         if not messages and chunk and len(chunk) >= self.max_bytes:

@@ -11,8 +11,8 @@
 //! headerCount varint, headers: keyLength varint, key (UTF-8), valueLength varint, value
 //! ```
 //!
-//! Parsing borrows: no byte is copied, no allocation but a record's
-//! header list.
+//! Parsing borrows: no byte is copied, nothing is allocated (a record's
+//! headers are checked when it is read and walked again when asked for).
 
 use super::varint::{read_varint, read_varlong};
 
@@ -27,9 +27,65 @@ pub struct Record<'a> {
     pub key: Option<&'a [u8]>,
     /// `None`: a tombstone.
     pub value: Option<&'a [u8]>,
-    /// Headers in order: key, value (`None`: no value).
-    pub headers: Vec<(&'a str, Option<&'a [u8]>)>,
+    /// Headers in order.
+    pub headers: Headers<'a>,
 }
+
+/// A record's headers, as stored: checked when the record was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Headers<'a> {
+    bytes: &'a [u8],
+    count: usize,
+}
+
+impl<'a> Headers<'a> {
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// None at all.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Each header's key and value (`None`: no value), in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a str, Option<&'a [u8]>)> + 'a {
+        let mut cursor = Cursor {
+            bytes: self.bytes,
+            at: 0,
+        };
+        let mut left = self.count;
+        std::iter::from_fn(move || {
+            if left == 0 {
+                return None;
+            }
+            left -= 1;
+            // Read once already: these cannot fail.
+            let key = cursor.nullable("header key").ok()??;
+            let key = std::str::from_utf8(key).ok()?;
+            let value = cursor.nullable("header value").ok()?;
+            Some((key, value))
+        })
+    }
+
+    /// The headers, collected.
+    pub fn to_vec(&self) -> Vec<(&'a str, Option<&'a [u8]>)> {
+        self.iter().collect()
+    }
+
+    /// The headers, copied (no allocation when there are none).
+    pub fn to_owned_vec(&self) -> OwnedHeaders {
+        self.iter()
+            .map(|(k, v)| (k.to_string(), v.map(<[u8]>::to_vec)))
+            .collect()
+    }
+}
+
+/// Headers copied out of their batch: key, value (`None`: no value).
+pub type OwnedHeaders = Vec<(String, Option<Vec<u8>>)>;
+
+impl Headers<'_> {}
 
 /// Why record bytes do not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -94,15 +150,19 @@ pub fn read_record(bytes: &[u8]) -> Result<(Record<'_>, usize), RecordError> {
             length: count as i32,
         });
     }
-    let mut headers = Vec::with_capacity(count);
+    let headers_at = cursor.at;
     for _ in 0..count {
         let key = cursor.nullable("header key")?.ok_or(RecordError::Length {
             field: "header key",
             length: -1,
         })?;
-        let key = std::str::from_utf8(key).map_err(|_| RecordError::HeaderKey)?;
-        headers.push((key, cursor.nullable("header value")?));
+        std::str::from_utf8(key).map_err(|_| RecordError::HeaderKey)?;
+        cursor.nullable("header value")?;
     }
+    let headers = Headers {
+        bytes: &bytes[headers_at..cursor.at],
+        count,
+    };
     if cursor.at != end {
         return Err(RecordError::Trailing(end - cursor.at));
     }

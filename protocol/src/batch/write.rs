@@ -80,6 +80,14 @@ impl BatchWriter {
         self.count += 1;
     }
 
+    /// Empties it for the next batch, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.records.clear();
+        self.count = 0;
+        self.base_timestamp = 0;
+        self.max_timestamp = 0;
+    }
+
     /// Records so far.
     pub fn count(&self) -> i32 {
         self.count

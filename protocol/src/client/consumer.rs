@@ -24,10 +24,12 @@
 //! log; the consumer records a [`Truncation`] (what it had read that is
 //! gone), moves back to that offset and goes on from there.
 
+use super::walk::{walk_chunk, ChunkPlace};
 use super::{Client, ClientError, Connection, ResponseFrame};
 use crate::codec::{self, verify, FetchArgs, PartitionOffsets, ReplicaFetch};
 use crate::frame::Api;
 use crate::message::{Message, MessageSetIter};
+use crate::stored::MessageFormat;
 use crate::wire;
 use crate::ErrorCode;
 use std::time::Duration;
@@ -41,6 +43,10 @@ pub struct OwnedMessage {
     pub key: Option<Vec<u8>>,
     /// Its payload.
     pub value: Vec<u8>,
+    /// Format 2: its time (ms since the Unix epoch).
+    pub timestamp: Option<i64>,
+    /// Format 2: its headers.
+    pub headers: crate::batch::records::OwnedHeaders,
 }
 
 /// Messages a consumer had read that are gone from the partition: an
@@ -311,13 +317,16 @@ impl Consumer {
     /// how many messages were delivered (0 when nothing new arrived within
     /// the wait).
     pub fn poll_with(&mut self, mut f: impl FnMut(Message<'_>)) -> Result<usize, ClientError> {
-        let (flushed_offset, chunk_epoch) = self.fetch_positioned()?;
+        let answer = self.fetch_positioned()?;
+        let chunk_epoch = answer.chunk_epoch;
         let place = ChunkPlace {
             topic: &self.topic,
             partition: self.partition,
-            offset: self.offset,
+            offset: answer.offset,
+            from: self.offset,
+            format: answer.format,
             verified: self.verified,
-            flushed_offset,
+            flushed_offset: answer.flushed_offset,
             max_bytes: self.max_bytes,
         };
         match walk_chunk(&place, &self.frame.payload, &mut f) {
@@ -360,7 +369,8 @@ impl Consumer {
                 source: crate::message::MessageError::Incomplete {
                     position: 0,
                     missing: size - self.frame.payload.len(),
-                },
+                }
+                .into(),
             },
             _ => {
                 self.offset = at;
@@ -372,8 +382,8 @@ impl Consumer {
     /// Fetches the chunk at the position into `self.frame` (retrying, and
     /// moving the position as the out-of-range policy says), checks the
     /// response against the request and records the partition's offsets.
-    /// Returns the flushed offset and the chunk's leader epoch.
-    fn fetch_positioned(&mut self) -> Result<(u64, i32), ClientError> {
+    /// Returns what the answer says of the chunk.
+    fn fetch_positioned(&mut self) -> Result<FetchAnswer, ClientError> {
         let answer = self.fetch_answer()?;
         if let Some((cut, epoch)) = answer.cut_under(&self.topic, self.partition, self.offset) {
             // Continue at the cut, a message boundary.
@@ -391,7 +401,7 @@ impl Consumer {
 
     /// Records the partition's offsets of an answer; returns its flushed
     /// offset and chunk epoch.
-    fn take_answer(&mut self, answer: &FetchAnswer) -> Result<(u64, i32), ClientError> {
+    fn take_answer(&mut self, answer: &FetchAnswer) -> Result<FetchAnswer, ClientError> {
         if answer.diverging.is_some_and(|(_, end)| end < self.offset) {
             return Err(ClientError::Protocol(format!(
                 "{}-{}: the leader reported the log cut under offset {} twice in a row",
@@ -403,7 +413,7 @@ impl Consumer {
             flushed_offset: answer.flushed_offset,
             end_offset: answer.flushed_offset,
         };
-        Ok((answer.flushed_offset, answer.chunk_epoch))
+        Ok(*answer)
     }
 
     /// Fetches the chunk at the position (retrying, and moving the position
@@ -434,18 +444,47 @@ impl Consumer {
     /// instead of being reallocated), its offset and the flushed offset; the
     /// position moves to the chunk's byte end — where the next chunk starts,
     /// whether or not this one ends at a message boundary.
+    ///
+    /// Format 2 (the last value returned) is cut to its whole batches and
+    /// the position moves to their end instead: a batch cut by the chunk's
+    /// end would be fetched again from its start (the broker serves a
+    /// batch whole from its start), so the bytes could not simply be
+    /// joined. A first batch larger than the fetch size is fetched whole.
+    /// The chunk may start below the position (inside its first batch).
     pub(super) fn fetch_chunk(
         &mut self,
         spare: ResponseFrame,
-    ) -> Result<(ResponseFrame, u64, u64), ClientError> {
-        let (flushed_offset, chunk_epoch) = self.fetch_positioned()?;
-        let offset = self.offset;
+    ) -> Result<(ResponseFrame, u64, u64, MessageFormat), ClientError> {
+        let mut answer = self.fetch_positioned()?;
+        if answer.format == MessageFormat::Two {
+            if let crate::stored::Unit::Incomplete { need } =
+                crate::stored::unit(MessageFormat::Two, &self.frame.payload, answer.offset)
+            {
+                if need > self.max_bytes as usize && !self.frame.payload.is_empty() {
+                    let saved = self.max_bytes;
+                    self.max_bytes = u32::try_from(need).unwrap_or(u32::MAX);
+                    let fetched = self.fetch_positioned();
+                    self.max_bytes = saved;
+                    answer = fetched?;
+                }
+            }
+            if let Ok((whole, _)) =
+                crate::stored::framed_units(MessageFormat::Two, &self.frame.payload)
+            {
+                // Nothing whole (a damaged or cut first batch): handed over
+                // as it is, for the walk to say what is wrong.
+                if whole > 0 {
+                    self.frame.payload.truncate(whole);
+                }
+            }
+        }
         let frame = std::mem::replace(&mut self.frame, spare);
         if !frame.payload.is_empty() {
-            self.epoch = chunk_epoch;
+            self.epoch = answer.chunk_epoch;
         }
-        self.offset = offset + frame.payload.len() as u64;
-        Ok((frame, offset, flushed_offset))
+        let end = answer.offset + frame.payload.len() as u64;
+        self.offset = end.max(self.offset);
+        Ok((frame, answer.offset, answer.flushed_offset, answer.format))
     }
 
     /// Places the consumer at `offset`, known (or not) to be a message
@@ -554,6 +593,8 @@ impl Consumer {
                 offset: m.offset,
                 key: m.key.map(<[u8]>::to_vec),
                 value: m.value.to_vec(),
+                timestamp: m.timestamp,
+                headers: m.headers.to_owned_vec(),
             })
         })?;
         Ok(out)
@@ -561,7 +602,13 @@ impl Consumer {
 }
 
 /// What a fetch answer says besides its bytes.
+#[derive(Debug, Clone, Copy)]
 pub(super) struct FetchAnswer {
+    /// Where the chunk starts: the offset asked for, or (format 2) the
+    /// start of the batch that holds it.
+    pub offset: u64,
+    /// What the chunk holds.
+    pub format: MessageFormat,
     pub start_offset: u64,
     pub flushed_offset: u64,
     /// The leader epoch of the chunk's bytes (-1: not replicated).
@@ -593,7 +640,17 @@ pub(super) fn check_fetch_response(
 ) -> Result<FetchAnswer, ClientError> {
     let response = verify::<wire::FetchResponse>(&frame.header)
         .map_err(|e| ClientError::Protocol(format!("fetch response: {e}")))?;
-    if response.offset() != offset || response.length() as usize != frame.payload.len() {
+    let format = match response.message_format() {
+        2 => MessageFormat::Two,
+        _ => MessageFormat::One,
+    };
+    // Format 2: the start of the batch that holds the offset, at most a
+    // batch below it.
+    let starts_well = response.offset() == offset
+        || (format == MessageFormat::Two
+            && response.offset() < offset
+            && offset - response.offset() < crate::batch::BATCH_BYTES_MAX as u64);
+    if !starts_well || response.length() as usize != frame.payload.len() {
         return Err(ClientError::Protocol(format!(
             "fetch response for offset {} with {} bytes does not match the request for offset {offset} ({} bytes received)",
             response.offset(),
@@ -602,96 +659,12 @@ pub(super) fn check_fetch_response(
         )));
     }
     Ok(FetchAnswer {
+        offset: response.offset(),
+        format,
         start_offset: response.start_offset(),
         flushed_offset: response.flushed_offset(),
         chunk_epoch: response.chunk_epoch(),
         diverging: (response.diverging_epoch() >= 0)
             .then(|| (response.diverging_epoch(), response.diverging_end_offset())),
-    })
-}
-
-/// Where a fetched chunk came from.
-pub(super) struct ChunkPlace<'a> {
-    pub topic: &'a str,
-    pub partition: u32,
-    /// The offset the chunk starts at.
-    pub offset: u64,
-    /// `offset` is known to be a message boundary.
-    pub verified: bool,
-    pub flushed_offset: u64,
-    pub max_bytes: u32,
-}
-
-/// What a walk over a chunk found.
-pub(super) struct Walked {
-    pub delivered: usize,
-    /// Where the next fetch starts: after the last whole message.
-    pub next_offset: u64,
-}
-
-/// Calls `f` for each whole message of a fetched chunk, in order. A bad
-/// message fails the walk with the offset it is at: as
-/// [`ClientError::InvalidOffset`] when it is the first and the position
-/// was not known to be a boundary, else as [`ClientError::Corrupt`].
-pub(super) fn walk_chunk(
-    place: &ChunkPlace<'_>,
-    chunk: &[u8],
-    f: &mut impl FnMut(Message<'_>),
-) -> Result<Walked, (ClientError, u64)> {
-    let name = || format!("{}-{}", place.topic, place.partition);
-    let bad = |source: crate::message::MessageError, delivered: usize| {
-        if delivered == 0 && !place.verified {
-            ClientError::InvalidOffset {
-                partition: name(),
-                offset: place.offset,
-                source,
-            }
-        } else {
-            ClientError::Corrupt {
-                partition: name(),
-                source,
-            }
-        }
-    };
-    let mut iter = MessageSetIter::new(chunk, place.offset);
-    let mut delivered = 0;
-    for message in iter.by_ref() {
-        match message {
-            Ok(message) => {
-                f(message);
-                delivered += 1;
-            }
-            Err(source) => return Err((bad(source, delivered), iter.next_offset())),
-        }
-    }
-    if delivered == 0 && !chunk.is_empty() {
-        if let Some((size, present)) = iter.incomplete() {
-            // Flushed data always ends at a message boundary: a message
-            // still incomplete at the flushed end never completes, so this
-            // offset is not a message boundary (or the data is damaged).
-            // Say so instead of waiting forever.
-            let chunk_end = place.offset + chunk.len() as u64;
-            if chunk_end >= place.flushed_offset {
-                let source = crate::message::MessageError::Incomplete {
-                    position: iter.position(),
-                    missing: size.saturating_sub(present).max(1),
-                };
-                return Err((bad(source, 0), place.offset));
-            }
-            if size > place.max_bytes as usize {
-                return Err((
-                    ClientError::MessageTooLarge {
-                        offset: place.offset,
-                        size,
-                        max_bytes: place.max_bytes,
-                    },
-                    place.offset,
-                ));
-            }
-        }
-    }
-    Ok(Walked {
-        delivered,
-        next_offset: iter.next_offset(),
     })
 }

@@ -305,6 +305,10 @@ pub struct GroupMessage {
     pub key: Option<Vec<u8>>,
     /// Its payload.
     pub value: Vec<u8>,
+    /// Format 2: its time (ms since the Unix epoch).
+    pub timestamp: Option<i64>,
+    /// Format 2: its headers.
+    pub headers: crate::batch::records::OwnedHeaders,
 }
 
 /// Claims that lose in a row before a poll gives up for this time (the next
@@ -1030,6 +1034,8 @@ impl GroupConsumer {
                 offset: m.offset,
                 key: m.key.map(<[u8]>::to_vec),
                 value: m.value.to_vec(),
+                timestamp: m.timestamp,
+                headers: m.headers.to_owned_vec(),
             })
         });
         for truncation in consumer.take_truncations() {

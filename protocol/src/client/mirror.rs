@@ -215,12 +215,7 @@ impl Client {
                     let chunk = payload.slice(range);
                     let partition = format!("{}-{}", asked.topic, asked.partition);
                     let (whole, messages) = crate::stored::framed_units(asked.format, &chunk)
-                        .map_err(|e| match e {
-                            crate::stored::StoredError::Message(source) => {
-                                ClientError::Corrupt { partition, source }
-                            }
-                            other => ClientError::protocol(format!("{partition}: {other}")),
-                        })?;
+                        .map_err(|source| ClientError::Corrupt { partition, source })?;
                     Ok(MirrorChunk {
                         offset: asked.offset,
                         segment_base: part.segment_base,

@@ -41,6 +41,7 @@ mod prefetch;
 mod producer;
 mod tls;
 mod topic_consumer;
+mod walk;
 
 pub use crate::codec::groups::{
     GroupDescription, GroupMemberInfo, GroupPartitionInfo, GroupTopicInfo, GroupView, Joined,
@@ -57,7 +58,8 @@ pub use mirror::{MirrorChunk, MirrorRead};
 pub use offset_store::OffsetStore;
 pub use prefetch::PrefetchConsumer;
 pub use producer::{
-    partition_for_key, Delivery, Outcome, Partitioner, Producer, ProducerConfig, Receipt, Stored,
+    partition_for_key, Delivery, Extras, Outcome, Partitioner, Producer, ProducerConfig, Receipt,
+    Stored,
 };
 pub use tls::{Stream, TlsConfig};
 pub use topic_consumer::{
@@ -132,7 +134,7 @@ pub enum ClientError {
         /// `topic-partition`.
         partition: String,
         /// What was wrong.
-        source: crate::message::MessageError,
+        source: crate::stored::StoredError,
     },
     /// A consumer's position is not the start of a message: the offset
     /// given to it (or to `seek`) points inside one. Offsets are byte
@@ -145,7 +147,7 @@ pub enum ClientError {
         /// The offset.
         offset: u64,
         /// What the bytes there failed.
-        source: crate::message::MessageError,
+        source: crate::stored::StoredError,
     },
     /// One message is larger than the consumer's fetch size.
     #[error("the message at offset {offset} is {size} bytes, larger than the fetch size of {max_bytes} bytes; raise the consumer's max_bytes")]

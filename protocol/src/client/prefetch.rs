@@ -33,10 +33,11 @@
 //! [`skip_damaged`](PrefetchConsumer::skip_damaged) stop the fetcher
 //! (waiting at most for its fetch in flight), act, and start it again.
 
-use super::consumer::{walk_chunk, ChunkPlace};
+use super::walk::{walk_chunk, ChunkPlace};
 use super::{ClientError, Consumer, ResponseFrame, Truncation};
 use crate::codec::PartitionOffsets;
 use crate::message::{Message, MESSAGE_BYTES_MAX};
+use crate::stored::MessageFormat;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::Arc;
@@ -49,6 +50,8 @@ enum Fetched {
         frame: ResponseFrame,
         /// The byte offset the chunk starts at.
         offset: u64,
+        /// What it holds.
+        format: MessageFormat,
         start_offset: u64,
         flushed_offset: u64,
         /// Cuts of the log the fetch found under its position.
@@ -162,6 +165,7 @@ impl PrefetchConsumer {
             Fetched::Chunk {
                 frame,
                 offset,
+                format,
                 start_offset,
                 flushed_offset,
                 truncations,
@@ -179,7 +183,11 @@ impl PrefetchConsumer {
                     flushed_offset,
                     end_offset: flushed_offset,
                 };
-                let walked = self.walk(offset, flushed_offset, &frame.payload, &mut f);
+                let walked = if format == MessageFormat::Two {
+                    self.walk_batches(offset, flushed_offset, &frame.payload, &mut f)
+                } else {
+                    self.walk(offset, flushed_offset, &frame.payload, &mut f)
+                };
                 if let Some(fetcher) = &self.fetcher {
                     let _ = fetcher.spares.send(frame);
                 }
@@ -334,11 +342,49 @@ impl PrefetchConsumer {
         }
     }
 
+    /// Format 2: the fetcher hands over whole batches (the chunk may start
+    /// inside the first, below the position, after a start or a seek
+    /// there), so nothing is carried.
+    fn walk_batches(
+        &mut self,
+        offset: u64,
+        flushed_offset: u64,
+        payload: &[u8],
+        f: &mut impl FnMut(Message<'_>),
+    ) -> Result<usize, ClientError> {
+        self.carry.clear();
+        // A chunk above the position, or more than a batch below it: the
+        // fetcher moved (the out-of-range policy).
+        if offset > self.position || self.position - offset >= crate::batch::BATCH_BYTES_MAX as u64
+        {
+            self.position = offset;
+            self.verified = true;
+        }
+        let place = ChunkPlace {
+            offset,
+            format: MessageFormat::Two,
+            ..self.place(flushed_offset)
+        };
+        match walk_chunk(&place, payload, f) {
+            Ok(walked) => {
+                self.verified |= walked.delivered > 0;
+                self.position = walked.next_offset;
+                Ok(walked.delivered)
+            }
+            Err((error, at)) => {
+                self.position = at;
+                Err(error)
+            }
+        }
+    }
+
     fn place(&self, flushed_offset: u64) -> ChunkPlace<'_> {
         ChunkPlace {
             topic: &self.topic,
             partition: self.partition,
             offset: self.position,
+            from: self.position,
+            format: MessageFormat::One,
             verified: self.verified,
             flushed_offset,
             // A message is assembled across chunks, so no chunk size is too
@@ -367,9 +413,10 @@ fn fetch_ahead(
     while !stop.load(Ordering::SeqCst) {
         let spare = spares.try_recv().unwrap_or_default();
         let fetched = match consumer.fetch_chunk(spare) {
-            Ok((frame, offset, flushed_offset)) => Fetched::Chunk {
+            Ok((frame, offset, flushed_offset, format)) => Fetched::Chunk {
                 frame,
                 offset,
+                format,
                 start_offset: consumer.last_offsets().start_offset,
                 flushed_offset,
                 truncations: consumer.take_truncations(),

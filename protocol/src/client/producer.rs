@@ -60,9 +60,11 @@
 //! broker answers.
 
 use super::{lock, Client, ClientError, ResponseFrame};
+use crate::batch::{self, write::BatchWriter, Compression};
 use crate::codec::{self, verify, AckMode, Metadata};
 use crate::frame::{self, Api, API_VERSION};
 use crate::message::{encode_message, encoded_len, MESSAGE_BYTES_MAX};
+use crate::stored::MessageFormat;
 use crate::types::fnv1a;
 use crate::wire;
 use crate::ErrorCode;
@@ -153,6 +155,37 @@ pub struct ProducerConfig {
     /// once. (The client's [`ClientConfig::retries`](super::ClientConfig::retries)
     /// bounds its other requests, not a producer's batches.)
     pub retries: u32,
+    /// Format-2 topics: how each batch's records are compressed (a batch
+    /// that would not shrink goes uncompressed). Format 1 has none: other
+    /// than `None` there is an error. Default `None`.
+    pub compression: Compression,
+}
+
+/// What a format-2 message carries beside its key and value.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Extras<'a> {
+    /// Its time in ms since the Unix epoch (`None`: when it is sent). A
+    /// LogAppendTime topic keeps the broker's instead.
+    pub timestamp_ms: Option<i64>,
+    /// Its headers, in order: a UTF-8 key and a value (`None`: no value).
+    pub headers: &'a [(&'a str, Option<&'a [u8]>)],
+}
+
+impl Extras<'_> {
+    fn is_empty(&self) -> bool {
+        self.timestamp_ms.is_none() && self.headers.is_empty()
+    }
+
+    /// A record's bytes at most: the fields and their varints (5 bytes
+    /// each at most, 10 for the time).
+    fn record_len(&self, key: Option<&[u8]>, value: &[u8]) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(k, v)| 10 + k.len() + v.map_or(0, <[u8]>::len))
+            .sum();
+        5 + 1 + 10 + 5 + 5 + key.map_or(0, <[u8]>::len) + 5 + value.len() + 5 + headers
+    }
 }
 
 impl Default for ProducerConfig {
@@ -172,6 +205,7 @@ impl Default for ProducerConfig {
             delivery_timeout: Duration::from_secs(120),
             metadata_max_age: Duration::from_secs(30),
             retries: u32::MAX,
+            compression: Compression::None,
         }
     }
 }
@@ -388,6 +422,8 @@ impl Lane {
 
 struct Batch {
     bytes: Vec<u8>,
+    /// Format 2: the records so far (`bytes` is the finished batch).
+    records: BatchWriter,
     count: u32,
     first_sequence: u64,
     started: Option<Instant>,
@@ -396,9 +432,19 @@ struct Batch {
 }
 
 impl Batch {
+    /// Bytes queued so far.
+    fn len(&self, format: MessageFormat) -> usize {
+        match format {
+            MessageFormat::One => self.bytes.len(),
+            MessageFormat::Two if self.count == 0 => 0,
+            MessageFormat::Two => self.records.size(),
+        }
+    }
+
     fn empty() -> Batch {
         Batch {
             bytes: Vec::new(),
+            records: BatchWriter::new(),
             count: 0,
             first_sequence: 0,
             started: None,
@@ -412,6 +458,8 @@ struct Setup {
     topic: String,
     config: ProducerConfig,
     client: Client,
+    /// What the topic stores (fixed for its life).
+    format: MessageFormat,
 }
 
 /// Messages given up on since the last flush.
@@ -494,10 +542,23 @@ impl Producer {
         config: ProducerConfig,
     ) -> Result<Producer, ClientError> {
         let metadata = client.metadata(&[topic])?;
+        let format = metadata
+            .topics
+            .iter()
+            .find(|t| t.name == topic)
+            .and_then(|t| MessageFormat::from_number(t.settings.message_format))
+            .unwrap_or_default();
+        if format == MessageFormat::One && config.compression != Compression::None {
+            return Err(ClientError::Usage(format!(
+                "topic {topic:?} stores the paper's messages (format 1), which are not compressed: {:?} needs a topic created with message format 2",
+                config.compression
+            )));
+        }
         let setup = Setup {
             topic: topic.to_string(),
             config,
             client: client.clone(),
+            format,
         };
         let routes = routes(&setup, &metadata)?;
         let partitions = routes.len() as u32;
@@ -596,6 +657,35 @@ impl Producer {
         self.send_to(partition, key, value)
     }
 
+    /// Queues one message with a time and headers (format-2 topics; a
+    /// format-1 topic refuses them), partitioned as [`Self::send`].
+    pub fn send_with(
+        &mut self,
+        key: Option<&[u8]>,
+        value: &[u8],
+        extras: Extras<'_>,
+    ) -> Result<Receipt, ClientError> {
+        let partition = self.partition_for(key);
+        self.send_to_with(partition, key, value, extras)
+    }
+
+    /// [`Self::send_with`] to a given partition.
+    pub fn send_to_with(
+        &mut self,
+        partition: u32,
+        key: Option<&[u8]>,
+        value: &[u8],
+        extras: Extras<'_>,
+    ) -> Result<Receipt, ClientError> {
+        self.send_to_inner(partition, key, value, None, extras)
+    }
+
+    /// What the topic stores: format 1 (the paper's messages) or 2
+    /// (record batches with times, headers and compression).
+    pub fn message_format(&self) -> MessageFormat {
+        self.shared.setup.format
+    }
+
     /// Queues one message for a given partition. Waits (at most the
     /// client's `flush_timeout`) while the producer's buffer is full; an
     /// error means the message was not queued.
@@ -607,7 +697,7 @@ impl Producer {
     ) -> Result<Receipt, ClientError> {
         // With latency tracking, a batch's first message is timed when the
         // batch starts (one clock read a batch, not one a message).
-        self.send_to_inner(partition, key, value, None)
+        self.send_to_inner(partition, key, value, None, Extras::default())
     }
 
     /// Queues one message that was *meant* to be sent at `intended`. A
@@ -621,7 +711,7 @@ impl Producer {
         value: &[u8],
         intended: Instant,
     ) -> Result<Receipt, ClientError> {
-        self.send_to_inner(partition, key, value, Some(intended))
+        self.send_to_inner(partition, key, value, Some(intended), Extras::default())
     }
 
     /// Latencies of the requests acknowledged since the last call:
@@ -653,12 +743,31 @@ impl Producer {
         key: Option<&[u8]>,
         value: &[u8],
         intended: Option<Instant>,
+        extras: Extras<'_>,
     ) -> Result<Receipt, ClientError> {
         let index = partition as usize;
         let setup = &self.shared.setup;
-        let size = encoded_len(key, value);
-        if key.is_some_and(|k| k.len() > crate::message::KEY_BYTES_MAX) || size > MESSAGE_BYTES_MAX
-        {
+        let format = setup.format;
+        let size = match format {
+            MessageFormat::One => {
+                if !extras.is_empty() {
+                    return Err(ClientError::Usage(format!(
+                        "topic {:?} stores the paper's messages (format 1), which carry no time or headers",
+                        setup.topic
+                    )));
+                }
+                encoded_len(key, value)
+            }
+            MessageFormat::Two => extras.record_len(key, value),
+        };
+        let too_large = match format {
+            MessageFormat::One => {
+                key.is_some_and(|k| k.len() > crate::message::KEY_BYTES_MAX)
+                    || size > MESSAGE_BYTES_MAX
+            }
+            MessageFormat::Two => size + batch::HEADER_BYTES > batch::BATCH_BYTES_MAX,
+        };
+        if too_large {
             return Err(ClientError::Usage(format!(
                 "message of {size} bytes is too large"
             )));
@@ -684,7 +793,7 @@ impl Producer {
         }
         let batch = &inner.batches[index];
         let fills = batch.count as usize + 1 >= config.batch_messages
-            || batch.bytes.len() + size >= config.batch_bytes;
+            || batch.len(format) + size >= config.batch_bytes;
         if fills {
             // Room first, so an error leaves the message unqueued.
             let deadline = Instant::now() + setup.client.config().flush_timeout;
@@ -730,9 +839,15 @@ impl Producer {
             batch.first_sequence = sequence;
         }
         let batch = &mut inner.batches[index];
-        encode_message(&mut batch.bytes, key, value);
+        match format {
+            MessageFormat::One => encode_message(&mut batch.bytes, key, value),
+            MessageFormat::Two => {
+                let time = extras.timestamp_ms.unwrap_or_else(now_ms);
+                batch.records.push(time, key, Some(value), extras.headers);
+            }
+        }
         batch.count += 1;
-        if batch.count as usize >= config.batch_messages || batch.bytes.len() >= config.batch_bytes
+        if batch.count as usize >= config.batch_messages || batch.len(format) >= config.batch_bytes
         {
             inner.send_batch(setup, index);
         }
@@ -1072,6 +1187,15 @@ impl Inner {
         let batch = &mut self.batches[index];
         if batch.count == 0 {
             return;
+        }
+        if setup.format == MessageFormat::Two {
+            // Compressing writes only into memory: it cannot fail but for
+            // the allocator, and then the batch goes uncompressed.
+            batch.bytes = batch
+                .records
+                .finish_compressed(batch::write::Producer::NONE, setup.config.compression)
+                .unwrap_or_else(|_| batch.records.finish(batch::write::Producer::NONE));
+            batch.records.clear();
         }
         let size = batch.bytes.len();
         let now = Instant::now();
@@ -1704,4 +1828,12 @@ fn open_lane(setup: &Setup, events: &Arc<Events>, address: &str) -> Result<Lane,
         broken: false,
         timed_out: false,
     })
+}
+
+/// Milliseconds since the Unix epoch: a format-2 message's time when the
+/// application gives none.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }

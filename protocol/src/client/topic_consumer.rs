@@ -25,7 +25,8 @@
 //! returned by the next [`TopicConsumer::poll`], after the messages
 //! received before it.
 
-use super::consumer::{check_fetch_response, walk_chunk, ChunkPlace};
+use super::consumer::check_fetch_response;
+use super::walk::{walk_chunk, ChunkPlace};
 use super::{lock, Client, ClientError, Connection, OutOfRange, ResponseFrame, Truncation};
 use crate::codec::{self, FetchArgs, OffsetSpec, ReplicaFetch};
 use crate::frame::Api;
@@ -49,6 +50,10 @@ pub struct TopicMessage {
     pub key: Option<Vec<u8>>,
     /// Its payload.
     pub value: Vec<u8>,
+    /// Format 2: its time (ms since the Unix epoch).
+    pub timestamp: Option<i64>,
+    /// Format 2: its headers.
+    pub headers: crate::batch::records::OwnedHeaders,
 }
 
 /// Where each partition starts.
@@ -739,7 +744,9 @@ impl Fetcher {
         let place = ChunkPlace {
             topic: &self.topic,
             partition: cursor.partition,
-            offset: cursor.offset,
+            offset: answer.offset,
+            from: cursor.offset,
+            format: answer.format,
             verified: cursor.verified,
             flushed_offset,
             max_bytes: self.config.max_bytes,
@@ -752,6 +759,8 @@ impl Fetcher {
                 offset: m.offset,
                 key: m.key.map(<[u8]>::to_vec),
                 value: m.value.to_vec(),
+                timestamp: m.timestamp,
+                headers: m.headers.to_owned_vec(),
             })
         })
         .map_err(|(error, _)| error)?;

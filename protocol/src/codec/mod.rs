@@ -847,14 +847,20 @@ pub struct PartitionOffsets {
     pub end_offset: u64,
 }
 
-/// Fetch response header (`length` raw log bytes follow it).
+/// Fetch response header (`length` raw log bytes of `message_format`
+/// follow it).
 pub fn fetch_response<'b>(
     fbb: &'b mut FlatBufferBuilder<'_>,
     offset: u64,
     length: u32,
     offsets: PartitionOffsets,
+    message_format: u32,
 ) -> &'b [u8] {
-    replica_fetch_response(fbb, offset, length, offsets, &FetchedReplica::default())
+    let replica = FetchedReplica {
+        message_format,
+        ..FetchedReplica::default()
+    };
+    replica_fetch_response(fbb, offset, length, offsets, &replica)
 }
 
 /// What a follower's fetch answer tells it besides the bytes.
@@ -868,6 +874,8 @@ pub struct FetchedReplica {
     pub segment_base: u64,
     /// When the follower diverged: the epoch and the offset to truncate to.
     pub diverging: Option<(i32, u64)>,
+    /// What the chunk holds: 2 record batches v2, else messages.
+    pub message_format: u32,
 }
 
 impl Default for FetchedReplica {
@@ -877,6 +885,7 @@ impl Default for FetchedReplica {
             chunk_epoch: -1,
             segment_base: 0,
             diverging: None,
+            message_format: 0,
         }
     }
 }
@@ -904,6 +913,7 @@ pub fn replica_fetch_response<'b>(
             diverging_epoch,
             diverging_end_offset,
             throttle_ms: 0,
+            message_format: replica.message_format,
         },
     );
     finish(fbb, root)
@@ -944,6 +954,7 @@ pub fn with_throttle(api: crate::frame::Api, header: &[u8], throttle_ms: u32) ->
                     diverging_epoch: r.diverging_epoch(),
                     diverging_end_offset: r.diverging_end_offset(),
                     throttle_ms,
+                    message_format: r.message_format(),
                 },
             );
             Some(finish(&mut fbb, root).to_vec())
@@ -1014,7 +1025,7 @@ mod tests {
             flushed_offset: 2,
             end_offset: 3,
         };
-        let fetched = fetch_response(&mut fbb, 5, 7, offsets).to_vec();
+        let fetched = fetch_response(&mut fbb, 5, 7, offsets, 2).to_vec();
         let header = with_throttle(Api::Fetch, &fetched, 9).unwrap();
         let r = verify::<wire::FetchResponse>(&header).unwrap();
         assert_eq!(

@@ -129,6 +129,8 @@ pub struct FetchedPart {
     pub segment_base: u64,
     /// To a follower whose log diverged: the epoch and where to truncate.
     pub diverging: Option<(i32, u64)>,
+    /// What the chunk holds: 2 record batches v2, else messages.
+    pub message_format: u32,
 }
 
 impl FetchedPart {
@@ -147,6 +149,7 @@ impl FetchedPart {
             chunk_epoch: -1,
             segment_base: 0,
             diverging: None,
+            message_format: 0,
         }
     }
 }
@@ -190,6 +193,7 @@ pub fn multi_fetch_response_throttled<'b>(
                 segment_base: part.segment_base,
                 diverging_epoch,
                 diverging_end_offset,
+                message_format: part.message_format,
             },
         ));
     }
@@ -242,6 +246,7 @@ pub fn decode_multi_fetch_response(
             chunk_epoch: p.chunk_epoch(),
             segment_base: p.segment_base(),
             diverging,
+            message_format: p.message_format(),
         };
         parts.push((part, at..end));
         at = end;

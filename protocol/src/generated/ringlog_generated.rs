@@ -4510,6 +4510,7 @@ pub mod ringlog {
             pub const VT_DIVERGING_EPOCH: ::flatbuffers::VOffsetT = 18;
             pub const VT_DIVERGING_END_OFFSET: ::flatbuffers::VOffsetT = 20;
             pub const VT_THROTTLE_MS: ::flatbuffers::VOffsetT = 22;
+            pub const VT_MESSAGE_FORMAT: ::flatbuffers::VOffsetT = 24;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -4531,6 +4532,7 @@ pub mod ringlog {
                 builder.add_flushed_offset(args.flushed_offset);
                 builder.add_start_offset(args.start_offset);
                 builder.add_offset(args.offset);
+                builder.add_message_format(args.message_format);
                 builder.add_throttle_ms(args.throttle_ms);
                 builder.add_diverging_epoch(args.diverging_epoch);
                 builder.add_chunk_epoch(args.chunk_epoch);
@@ -4649,6 +4651,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn message_format(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(FetchResponse::VT_MESSAGE_FORMAT, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for FetchResponse<'_> {
@@ -4672,6 +4685,7 @@ pub mod ringlog {
                         false,
                     )?
                     .visit_field::<u32>("throttle_ms", Self::VT_THROTTLE_MS, false)?
+                    .visit_field::<u32>("message_format", Self::VT_MESSAGE_FORMAT, false)?
                     .finish();
                 Ok(())
             }
@@ -4687,6 +4701,7 @@ pub mod ringlog {
             pub diverging_epoch: i32,
             pub diverging_end_offset: u64,
             pub throttle_ms: u32,
+            pub message_format: u32,
         }
         impl<'a> Default for FetchResponseArgs {
             #[inline]
@@ -4702,6 +4717,7 @@ pub mod ringlog {
                     diverging_epoch: -1,
                     diverging_end_offset: 0,
                     throttle_ms: 0,
+                    message_format: 0,
                 }
             }
         }
@@ -4765,6 +4781,11 @@ pub mod ringlog {
                     .push_slot::<u32>(FetchResponse::VT_THROTTLE_MS, throttle_ms, 0);
             }
             #[inline]
+            pub fn add_message_format(&mut self, message_format: u32) {
+                self.fbb_
+                    .push_slot::<u32>(FetchResponse::VT_MESSAGE_FORMAT, message_format, 0);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> FetchResponseBuilder<'a, 'b, A> {
@@ -4794,6 +4815,7 @@ pub mod ringlog {
                 ds.field("diverging_epoch", &self.diverging_epoch());
                 ds.field("diverging_end_offset", &self.diverging_end_offset());
                 ds.field("throttle_ms", &self.throttle_ms());
+                ds.field("message_format", &self.message_format());
                 ds.finish()
             }
         }
@@ -10798,6 +10820,7 @@ pub mod ringlog {
             pub const VT_SEGMENT_BASE: ::flatbuffers::VOffsetT = 28;
             pub const VT_DIVERGING_EPOCH: ::flatbuffers::VOffsetT = 30;
             pub const VT_DIVERGING_END_OFFSET: ::flatbuffers::VOffsetT = 32;
+            pub const VT_MESSAGE_FORMAT: ::flatbuffers::VOffsetT = 34;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -10820,6 +10843,7 @@ pub mod ringlog {
                 builder.add_flushed_offset(args.flushed_offset);
                 builder.add_start_offset(args.start_offset);
                 builder.add_offset(args.offset);
+                builder.add_message_format(args.message_format);
                 builder.add_diverging_epoch(args.diverging_epoch);
                 builder.add_chunk_epoch(args.chunk_epoch);
                 builder.add_leader_epoch(args.leader_epoch);
@@ -11003,6 +11027,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn message_format(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(FetchedPartition::VT_MESSAGE_FORMAT, Some(0))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for FetchedPartition<'_> {
@@ -11039,6 +11074,7 @@ pub mod ringlog {
                         Self::VT_DIVERGING_END_OFFSET,
                         false,
                     )?
+                    .visit_field::<u32>("message_format", Self::VT_MESSAGE_FORMAT, false)?
                     .finish();
                 Ok(())
             }
@@ -11059,6 +11095,7 @@ pub mod ringlog {
             pub segment_base: u64,
             pub diverging_epoch: i32,
             pub diverging_end_offset: u64,
+            pub message_format: u32,
         }
         impl<'a> Default for FetchedPartitionArgs<'a> {
             #[inline]
@@ -11079,6 +11116,7 @@ pub mod ringlog {
                     segment_base: 0,
                     diverging_epoch: -1,
                     diverging_end_offset: 0,
+                    message_format: 0,
                 }
             }
         }
@@ -11177,6 +11215,11 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_message_format(&mut self, message_format: u32) {
+                self.fbb_
+                    .push_slot::<u32>(FetchedPartition::VT_MESSAGE_FORMAT, message_format, 0);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> FetchedPartitionBuilder<'a, 'b, A> {
@@ -11211,6 +11254,7 @@ pub mod ringlog {
                 ds.field("segment_base", &self.segment_base());
                 ds.field("diverging_epoch", &self.diverging_epoch());
                 ds.field("diverging_end_offset", &self.diverging_end_offset());
+                ds.field("message_format", &self.message_format());
                 ds.finish()
             }
         }

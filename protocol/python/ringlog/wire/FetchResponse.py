@@ -94,8 +94,15 @@ class FetchResponse(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # FetchResponse
+    def MessageFormat(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def FetchResponseStart(builder):
-    builder.StartObject(10)
+    builder.StartObject(11)
 
 def Start(builder):
     FetchResponseStart(builder)
@@ -159,6 +166,12 @@ def FetchResponseAddThrottleMs(builder, throttleMs):
 
 def AddThrottleMs(builder, throttleMs):
     FetchResponseAddThrottleMs(builder, throttleMs)
+
+def FetchResponseAddMessageFormat(builder, messageFormat):
+    builder.PrependUint32Slot(10, messageFormat, 0)
+
+def AddMessageFormat(builder, messageFormat):
+    FetchResponseAddMessageFormat(builder, messageFormat)
 
 def FetchResponseEnd(builder):
     return builder.EndObject()

@@ -129,8 +129,15 @@ class FetchedPartition(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # FetchedPartition
+    def MessageFormat(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def FetchedPartitionStart(builder):
-    builder.StartObject(15)
+    builder.StartObject(16)
 
 def Start(builder):
     FetchedPartitionStart(builder)
@@ -224,6 +231,12 @@ def FetchedPartitionAddDivergingEndOffset(builder, divergingEndOffset):
 
 def AddDivergingEndOffset(builder, divergingEndOffset):
     FetchedPartitionAddDivergingEndOffset(builder, divergingEndOffset)
+
+def FetchedPartitionAddMessageFormat(builder, messageFormat):
+    builder.PrependUint32Slot(15, messageFormat, 0)
+
+def AddMessageFormat(builder, messageFormat):
+    FetchedPartitionAddMessageFormat(builder, messageFormat)
 
 def FetchedPartitionEnd(builder):
     return builder.EndObject()

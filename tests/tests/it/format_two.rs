@@ -15,6 +15,7 @@ use protocol::frame::Api;
 use protocol::message::encode_message;
 use protocol::stored::{unit, MessageFormat, Unit};
 use protocol::ErrorCode;
+use std::path::Path;
 use std::time::Duration;
 
 fn format_two(settings: TopicSettings) -> TopicSettings {
@@ -737,4 +738,140 @@ fn the_rust_client_and_the_cli_produce_and_consume_format_two_in_every_codec() {
             .any(|(_, h, _)| h.compression() == Some(Compression::Zstd)),
         "the CLI's batches are zstd"
     );
+}
+
+/// Where `deploy/test-deps.sh` installs Kafka's jars.
+const KAFKA_LIBS: &str = "/tmp/ringlog-peers/kafka-4.4.0/libs";
+
+/// Kafka 4.4's own record classes (`MemoryRecords`, `ensureValid`) read
+/// the bytes a ringlog broker stored — batches of every codec written by
+/// the Rust client, under CreateTime and LogAppendTime — with the offsets,
+/// times, keys, values and headers ringlog's consumer reads.
+#[test]
+fn kafkas_own_classes_read_what_ringlog_stored_in_every_codec() {
+    use protocol::batch::Compression;
+    use protocol::client::{Consumer, Extras, Producer, ProducerConfig};
+    assert!(
+        std::path::Path::new(KAFKA_LIBS)
+            .join("kafka-clients-4.4.0.jar")
+            .exists(),
+        "Kafka 4.4's jars are not in {KAFKA_LIBS}: run `bash deploy/test-deps.sh` (the README's test command does)"
+    );
+    let broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    let dir = harness::TempDir::new("kafka-reads");
+    for (topic, timestamp_type) in [("create", 1), ("append", 2)] {
+        let settings = TopicSettings {
+            timestamp_type,
+            ..format_two(TopicSettings::default())
+        };
+        client.create_topic(topic, 1, &settings).unwrap();
+        for (c, codec) in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut producer = Producer::new(
+                &client,
+                topic,
+                ProducerConfig {
+                    acks: AckMode::Flushed,
+                    batch_messages: 100,
+                    compression: codec,
+                    ..ProducerConfig::default()
+                },
+            )
+            .unwrap();
+            for n in 0..100 {
+                let value = format!("{{\"codec\":{c},\"n\":{n},\"msg\":\"served in 3 ms\"}}");
+                let headers = [("codec", Some(format!("{codec:?}").into_bytes()))];
+                let headers: Vec<(&str, Option<&[u8]>)> =
+                    headers.iter().map(|(k, v)| (*k, v.as_deref())).collect();
+                let extras = Extras {
+                    timestamp_ms: Some(1_700_000_000_000 + n),
+                    headers: &headers,
+                };
+                let key = format!("k{c}-{n}");
+                producer
+                    .send_to_with(0, Some(key.as_bytes()), value.as_bytes(), extras)
+                    .unwrap();
+            }
+            producer.flush().unwrap();
+        }
+        let end = end_offset(&client, topic);
+        let (bytes, _) = fetch_batches(&broker.address(), topic, end);
+        let file = dir.path().join(format!("{topic}.bin"));
+        std::fs::write(&file, &bytes).unwrap();
+        let java = std::process::Command::new("java")
+            .arg("-cp")
+            .arg(format!("{KAFKA_LIBS}/*"))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/ReadBatches.java"))
+            .arg(&file)
+            .output()
+            .expect("java (installed by deploy/test-deps.sh)");
+        assert!(
+            java.status.success(),
+            "Kafka's classes refused ringlog's bytes: {}",
+            String::from_utf8_lossy(&java.stderr)
+        );
+        let printed = String::from_utf8(java.stdout).unwrap();
+        let batches: Vec<&str> = printed
+            .lines()
+            .filter(|l| l.starts_with("batch "))
+            .collect();
+        let codecs: Vec<&str> = batches
+            .iter()
+            .map(|l| l.split(' ').nth(3).unwrap())
+            .collect();
+        assert_eq!(codecs, ["none", "gzip", "snappy", "lz4", "zstd"], "{topic}");
+        let kind = if timestamp_type == 2 {
+            "LogAppendTime"
+        } else {
+            "CreateTime"
+        };
+        assert!(
+            batches.iter().all(|l| l.ends_with(kind)),
+            "{topic}: {batches:?}"
+        );
+
+        // The records as Kafka reads them, and as ringlog's consumer does.
+        let kafka: Vec<String> = printed
+            .lines()
+            .filter(|l| !l.starts_with("batch "))
+            .map(str::to_string)
+            .collect();
+        let mut consumer = Consumer::new(&client, topic, 0, 0).unwrap();
+        let mut ours = Vec::new();
+        while consumer.position() < end {
+            for m in consumer.poll().unwrap() {
+                let headers: String = m
+                    .headers
+                    .iter()
+                    .map(|(k, v)| {
+                        format!("{k}={};", String::from_utf8_lossy(v.as_deref().unwrap()))
+                    })
+                    .collect();
+                ours.push(format!(
+                    "{} {} {} {} {headers}",
+                    m.offset,
+                    m.timestamp.unwrap(),
+                    String::from_utf8_lossy(m.key.as_deref().unwrap()),
+                    String::from_utf8_lossy(&m.value)
+                ));
+            }
+        }
+        assert_eq!(kafka.len(), 500, "{topic}");
+        assert_eq!(kafka, ours, "{topic}: Kafka's reading and ringlog's");
+        if timestamp_type == 1 {
+            assert!(kafka[7].starts_with(&format!(
+                "{} 1700000000007 k0-7 ",
+                kafka[7].split(' ').next().unwrap()
+            )));
+        }
+    }
 }

@@ -11,7 +11,7 @@ from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, 
 
 import flatbuffers
 
-from . import codec, scram
+from . import batch, codec, scram
 from .codec import Api, Message
 from .errors import (
     BrokerError,
@@ -384,11 +384,19 @@ class Client:
         replication_factor: int = 0,
         min_insync_replicas: int = 0,
         write_caching: bool = False,
+        message_format: int = 0,
+        timestamp_type: str = "",
     ) -> TopicMetadata:
         """Creates a topic; 0 for a setting means the broker's default.
         With ``write_caching``, a replicated topic's acks=all is answered
         (and consumers see messages) once every in-sync replica has written
-        them, without their flushes."""
+        them, without their flushes. ``message_format=2`` stores Kafka's
+        record batches (times, headers, compression), with
+        ``timestamp_type`` ``"CreateTime"`` (the producer's, the default) or
+        ``"LogAppendTime"`` (the broker's)."""
+        types = {"": 0, "CreateTime": 1, "LogAppendTime": 2}
+        if timestamp_type not in types:
+            raise ValueError(f"timestamp_type must be CreateTime or LogAppendTime, got {timestamp_type!r}")
         b = flatbuffers.Builder(128)
         n = b.CreateString(name)
         TopicConfig.Start(b)
@@ -400,6 +408,8 @@ class Client:
         TopicConfig.AddReplicationFactor(b, replication_factor)
         TopicConfig.AddMinInsyncReplicas(b, min_insync_replicas)
         TopicConfig.AddWriteCaching(b, write_caching)
+        TopicConfig.AddMessageFormat(b, message_format)
+        TopicConfig.AddTimestampType(b, types[timestamp_type])
         config = TopicConfig.End(b)
         CreateTopicRequest.Start(b)
         CreateTopicRequest.AddName(b, n)
@@ -536,6 +546,7 @@ def _decode_metadata(header: bytes) -> Metadata:
                     "flush_messages": c.FlushMessages(),
                     "flush_interval_ms": c.FlushIntervalMs(),
                     "message_format": c.MessageFormat() or 1,
+                    "timestamp_type": c.TimestampType() or 1,
                 }
             name = (t.Name() or b"").decode()
             topics[name] = TopicMetadata(name, parts, settings, (t.Id() or b"").decode())
@@ -593,6 +604,7 @@ class Producer:
         linger: float = 0.005,
         max_in_flight: int = 64,
         retries: int = 16,
+        compression: str = "none",
     ) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be one of {sorted(_ACKS)}, got {acks!r}")
@@ -607,12 +619,17 @@ class Producer:
         metadata = client.metadata([topic])
         if topic not in metadata.topics:
             raise BrokerError(7, f"no topic {topic!r}")
-        if metadata.topics[topic].settings.get("message_format", 1) == 2:
+        #: 2: the topic stores Kafka's record batches (times, headers,
+        #: compression); 1: the paper's messages.
+        self.message_format = metadata.topics[topic].settings.get("message_format", 1)
+        if compression not in batch.CODECS:
+            raise ValueError(f"compression must be one of {sorted(batch.CODECS)}, got {compression!r}")
+        if compression != "none" and self.message_format != 2:
             raise RinglogError(
-                f"topic {topic!r} stores message format 2 (Kafka's record batches), "
-                "which this Python client does not write yet: use the Rust client or "
-                "`ringlog produce`"
+                f"topic {topic!r} stores the paper's messages (format 1), which are not "
+                f"compressed: {compression} needs a topic created with message format 2"
             )
+        self.compression = compression
         self.partitions = len(metadata.topics[topic].partitions)
         self._owner: List[str] = []
         self._conns: Dict[str, Connection] = {}
@@ -661,19 +678,40 @@ class Producer:
             self._sticky = random.randrange(self.partitions)
         return self._sticky
 
-    def send(self, value: bytes, key: Optional[bytes] = None, partition: Optional[int] = None) -> None:
-        """Buffers one message (sending batches that are due)."""
+    def send(
+        self,
+        value: bytes,
+        key: Optional[bytes] = None,
+        partition: Optional[int] = None,
+        *,
+        headers: Sequence[Tuple[str, Optional[bytes]]] = (),
+        timestamp_ms: Optional[int] = None,
+    ) -> None:
+        """Buffers one message (sending batches that are due). ``headers``
+        and ``timestamp_ms`` (default: now) need a topic of message
+        format 2."""
         p = self.partition_for(key) if partition is None else partition
         if not 0 <= p < self.partitions:
             raise ValueError(f"partition {p} of a topic with {self.partitions}")
-        message = codec.encode_message(value, key)
-        batch = self._batches.setdefault(p, [])
-        if not batch:
+        if self.message_format == 2:
+            when = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+            message = (key, bytes(value), tuple(headers), when)
+            size = len(value) + (len(key) if key else 0) + 16
+        else:
+            if headers or timestamp_ms is not None:
+                raise RinglogError(
+                    f"topic {self.topic!r} stores the paper's messages (format 1), "
+                    "which carry no time or headers"
+                )
+            message = codec.encode_message(value, key)
+            size = len(message)
+        pending = self._batches.setdefault(p, [])
+        if not pending:
             self._batch_started[p] = time.monotonic()
             self._batch_bytes[p] = 0
-        batch.append(message)
-        self._batch_bytes[p] += len(message)
-        if len(batch) >= self.batch_messages or self._batch_bytes[p] >= self.batch_bytes:
+        pending.append(message)
+        self._batch_bytes[p] += size
+        if len(pending) >= self.batch_messages or self._batch_bytes[p] >= self.batch_bytes:
             self._send_batch(p)
         elif self.linger >= 0:
             now = time.monotonic()
@@ -681,13 +719,17 @@ class Producer:
                 self._send_batch(q)
 
     def _send_batch(self, p: int) -> None:
-        batch = self._batches.pop(p, [])
+        pending = self._batches.pop(p, [])
         self._batch_started.pop(p, None)
-        if not batch:
+        if not pending:
             return
         if p == self._sticky:
             self._sticky = None
-        self._write(p, b"".join(batch), len(batch), 0)
+        if self.message_format == 2:
+            payload = batch.encode_batch(pending, self.compression)
+        else:
+            payload = b"".join(pending)
+        self._write(p, payload, len(pending), 0)
 
     def _write(self, p: int, payload: bytes, count: int, sends: int) -> None:
         address = self._owner[p]
@@ -842,13 +884,9 @@ class Consumer:
         FetchRequest.AddMaxWaitMs(b, self.max_wait_ms if max_wait_ms is None else max_wait_ms)
         header, chunk = self.conn.call(Api.FETCH, _finish(b, FetchRequest.End(b)))
         r = FetchResponse.FetchResponse.GetRootAs(header, 0)
-        if r.MessageFormat() == 2:
-            raise RinglogError(
-                f"topic {self._topic!r} stores message format 2 (Kafka's record batches), "
-                "which this Python client does not read yet: use the Rust client or "
-                "`ringlog consume`"
-            )
         self.flushed_offset = r.FlushedOffset()
+        if r.MessageFormat() == 2:
+            return self._batches(r.Offset(), chunk)
         messages, next_offset = codec.decode_messages(chunk, self.position)
         if not messages and chunk and len(chunk) >= self.max_bytes:
             raise RinglogError(
@@ -864,6 +902,26 @@ class Consumer:
             )
         self.position = next_offset
         return messages
+
+    def _batches(self, chunk_offset: int, chunk: bytes) -> List[Message]:
+        """Format 2: the records of the chunk's whole batches from the
+        position on (the chunk starts at the batch that holds it)."""
+        try:
+            records, next_offset, need = batch.decode_batches(chunk, chunk_offset, self.position)
+        except batch.BatchError as e:
+            raise codec.CorruptMessage(self.position, str(e)) from e
+        if need and need > self.max_bytes:
+            raise RinglogError(
+                f"the batch at offset {chunk_offset} is {need} bytes, larger than max_bytes "
+                f"({self.max_bytes}); raise the consumer's max_bytes"
+            )
+        if need and chunk_offset + len(chunk) >= self.flushed_offset:
+            raise codec.CorruptMessage(self.position, "a batch cut at the flushed end: damaged data")
+        self.position = next_offset
+        return [
+            Message(r.offset, r.key, r.value if r.value is not None else b"", r.timestamp, r.headers)
+            for r in records
+        ]
 
     def __iter__(self) -> Iterator[Message]:
         while True:

@@ -98,11 +98,15 @@ def partition_for_key(key: bytes, partitions: int) -> int:
 
 
 class Message(NamedTuple):
-    """A consumed message: its offset (byte position), key and value."""
+    """A consumed message: its offset (byte position), key and value; on a
+    topic of message format 2 also its time (ms since the Unix epoch) and
+    headers ``(key, value or None)``."""
 
     offset: int
     key: Optional[bytes]
     value: bytes
+    timestamp: Optional[int] = None
+    headers: Tuple[Tuple[str, Optional[bytes]], ...] = ()
 
 
 def decode_messages(chunk: bytes, offset: int) -> Tuple[List[Message], int]:

@@ -43,6 +43,9 @@ class GroupMessage(NamedTuple):
     offset: int
     key: Optional[bytes]
     value: bytes
+    #: Message format 2: its time (ms since the Unix epoch) and headers.
+    timestamp: Optional[int] = None
+    headers: Tuple[Tuple[str, Optional[bytes]], ...] = ()
 
 
 class View(NamedTuple):
@@ -366,7 +369,10 @@ class GroupConsumer:
             messages = self._read(tp)
             if messages:
                 self._next = (self._next + i + 1) % len(owned)
-                return [GroupMessage(tp[0], tp[1], m.offset, m.key, m.value) for m in messages]
+                return [
+                    GroupMessage(tp[0], tp[1], m.offset, m.key, m.value, m.timestamp, m.headers)
+                    for m in messages
+                ]
         return []
 
     def _rejoin_or_wait(self) -> None:

@@ -235,3 +235,65 @@ def test_throughput_figure(client):
         f"\nPython client, 200-byte messages, batch 200, acks written: "
         f"produce {n / produced:,.0f} msg/s, consume {n / consumed:,.0f} msg/s"
     )
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_message_format_two_round_trips_times_headers_and_every_codec(client, compression):
+    topic = f"f2-{compression}-{uuid.uuid4().hex[:6]}"
+    created = client.create_topic(topic, 1, message_format=2)
+    assert created.settings["message_format"] == 2
+    producer = ringlog.Producer(client, topic, acks="flushed", batch_messages=100, compression=compression)
+    sent = []
+    for n in range(1000):
+        value = f'{{"n":{n},"level":"info","msg":"served"}}'.encode()
+        headers = (("n", str(n).encode()), ("flag", None))
+        producer.send(value, key=f"k{n}".encode(), headers=headers, timestamp_ms=1_700_000_000_000 + n)
+        sent.append((f"k{n}".encode(), value, 1_700_000_000_000 + n, headers))
+    producer.close()
+    consumer = ringlog.Consumer(client, topic, 0, "earliest")
+    got = []
+    while len(got) < len(sent):
+        got.extend(consumer.poll())
+    assert [(m.key, m.value, m.timestamp, m.headers) for m in got] == sent
+    offsets = [m.offset for m in got]
+    assert offsets == sorted(set(offsets))
+    # A consumer placed inside a batch starts at that record.
+    inside = ringlog.Consumer(client, topic, 0, offsets[250])
+    assert inside.poll()[0].value == sent[250][1]
+    # The CLI reads what Python wrote, times and headers included.
+    out = subprocess.run(
+        [CLI, "--brokers", BROKERS, "consume", topic, "--exit-at-end", "--print-timestamps", "--print-headers"],
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    lines = out.splitlines()
+    assert len(lines) == 1000
+    assert lines[7] == '1700000000007\tn=7,flag\t{"n":7,"level":"info","msg":"served"}'
+
+
+def test_the_cli_produces_format_two_and_python_reads_it(client):
+    topic = f"f2-cli-{uuid.uuid4().hex[:6]}"
+    subprocess.run([CLI, "--brokers", BROKERS, "topic", "create", topic, "--message-format", "2"], check=True)
+    lines = "".join(f"line {n}\n" for n in range(500)).encode()
+    subprocess.run(
+        [CLI, "--brokers", BROKERS, "produce", topic, "--compression", "zstd", "--header", "src=cli"],
+        input=lines,
+        check=True,
+    )
+    consumer = ringlog.Consumer(client, topic, 0, "earliest")
+    got = []
+    while len(got) < 500:
+        got.extend(consumer.poll())
+    assert [m.value for m in got] == [f"line {n}".encode() for n in range(500)]
+    assert all(m.headers == (("src", b"cli"),) for m in got)
+    assert all(m.timestamp > 1_700_000_000_000 for m in got)
+
+
+def test_format_one_topics_refuse_times_headers_and_codecs(client):
+    topic = f"f1-{uuid.uuid4().hex[:6]}"
+    client.create_topic(topic, 1)
+    with pytest.raises(ringlog.RinglogError, match="not compressed"):
+        ringlog.Producer(client, topic, compression="gzip")
+    producer = ringlog.Producer(client, topic)
+    with pytest.raises(ringlog.RinglogError, match="no time or headers"):
+        producer.send(b"x", headers=(("a", b"b"),))

@@ -67,8 +67,8 @@ fn the_python_client_passes_its_tests_against_the_broker() {
                 "--disable-pip-version-check",
                 "--force-reinstall",
             ])
-            .arg(root.join("protocol/python")),
-        "installing the ringlog package",
+            .arg(format!("{}[codecs]", root.join("protocol/python").display())),
+        "installing the ringlog package with its codecs",
     );
     let broker = Broker::start(BrokerOptions::default());
     // The group consumer's tests need a cluster: a real etcd and a member.

@@ -154,7 +154,7 @@ pub fn run(spec: &E2eSpec, stats: &Arc<Stats>) -> anyhow::Result<E2eOutcome> {
         "e2e gives every partition one producer so its order can be checked: \
          {producers} producers need at least {producers} partitions (the topic has {partitions})"
     );
-    let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
+    let partitions = ensure_topic(&client, &spec.topic, spec.partitions, 0)?;
     let consumers = spec.consumers.clamp(1, partitions as usize);
     let client = match &spec.consume_from {
         Some(brokers) => {

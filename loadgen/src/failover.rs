@@ -100,7 +100,7 @@ pub fn failover(spec: &FailoverSpec) -> anyhow::Result<FailoverOutcome> {
     }
     let client = crate::connect(&spec.brokers)
         .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
-    let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
+    let partitions = ensure_topic(&client, &spec.topic, spec.partitions, 0)?;
     let group = format!(
         "failover-{}",
         std::time::SystemTime::now()

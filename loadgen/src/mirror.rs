@@ -16,8 +16,9 @@ use crate::broker_process::LocalBroker;
 use crate::cluster_process::process_cpu;
 use crate::e2e::{self, E2eSpec};
 use crate::stats::{LatencySummary, Stats};
-use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
+use crate::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
 use anyhow::Context;
+use protocol::batch::Compression;
 use protocol::client::AckMode;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -269,6 +270,9 @@ pub fn run(spec: &MirrorSpec) -> anyhow::Result<MirrorOutcome> {
         rate: None,
         producers: 1,
         shard_aware: true,
+        payload: Payload::Letters,
+        message_format: 0,
+        compression: Compression::None,
     };
     workload::produce(&produce, &Stats::new()).context("preloading the source")?;
     let mut rates = Vec::new();
@@ -323,7 +327,7 @@ pub fn run(spec: &MirrorSpec) -> anyhow::Result<MirrorOutcome> {
     let mut latency = Vec::new();
     for &load in &spec.loads {
         let name = format!("mirror-e2e-{}", (load * 100.0).round() as u32);
-        workload::ensure_topic(&source_client, &name, spec.partitions)?;
+        workload::ensure_topic(&source_client, &name, spec.partitions, 0)?;
         let mut running = mirror_command(&source, &target, &name)
             .stderr(Stdio::null())
             .spawn()

@@ -17,8 +17,9 @@ use crate::peers::kafka::Batching;
 use crate::peers::{self, activemq, kafka, nats, rabbitmq, redis_streams};
 use crate::report::{write_json, Environment};
 use crate::stats::{measure, Stats, Summary};
-use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
+use crate::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
 use anyhow::Context;
+use protocol::batch::Compression;
 use protocol::client::AckMode;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -500,6 +501,9 @@ fn run_ringlog(spec: &PaperSpec, brokers: &str, suffix: u64) -> (Vec<Row>, DiskR
             rate: None,
             producers: 1,
             shard_aware: true,
+            payload: Payload::Letters,
+            message_format: 0,
+            compression: Compression::None,
         };
         let mut stored = None;
         let outcome = run_one(

@@ -20,8 +20,9 @@
 
 use crate::cluster_process::{process_cpu, ClusterBroker, LocalCluster};
 use crate::stats::{LatencySummary, Stats};
-use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
+use crate::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
 use anyhow::{bail, Context};
+use protocol::batch::Compression;
 use protocol::client::{AckMode, Client, Producer, ProducerConfig, TopicSettings};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -294,6 +295,9 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
             rate,
             producers: 1,
             shard_aware: true,
+            payload: Payload::Letters,
+            message_format: 0,
+            compression: Compression::None,
         };
         let (outcome, cpu) = with_cpu(cluster, || workload::produce(&produce, &stats))?;
         let summary = stats.summary();
@@ -517,6 +521,9 @@ fn catch_up(
         rate: None,
         producers: 1,
         shard_aware: true,
+        payload: Payload::Letters,
+        message_format: 0,
+        compression: Compression::None,
     };
     workload::produce(&fill, &stats).context("filling the catch-up partition")?;
     wait_isr(client, "catchup", 3, Duration::from_secs(300))?;

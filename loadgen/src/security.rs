@@ -14,10 +14,11 @@
 use crate::broker_process::LocalBroker;
 use crate::cluster_process::process_cpu;
 use crate::stats::Stats;
-use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
+use crate::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
 use anyhow::Context;
 use coordinator::security::{SecurityChange, SecurityRecords};
 use protocol::acl::AclRule;
+use protocol::batch::Compression;
 use protocol::client::{AckMode, Login};
 use protocol::scram::{Credential, ITERATIONS_MIN};
 use serde::Serialize;
@@ -139,6 +140,9 @@ fn round(spec: &SecuritySpec, broker: &LocalBroker, topic: &str) -> anyhow::Resu
             rate: None,
             producers: 1,
             shard_aware: true,
+            payload: Payload::Letters,
+            message_format: 0,
+            compression: Compression::None,
         },
         &stats,
     )?;

@@ -10,12 +10,12 @@
 
 use crate::stats::Stats;
 use anyhow::{bail, Context};
+use protocol::batch::Compression;
 use protocol::client::{
     AckMode, Client, ClientConfig, Connection, Consumer, OffsetSpec, OutOfRange, Partitioner,
     PrefetchConsumer, Producer, ProducerConfig, Start, TopicConsumer, TopicConsumerConfig,
     TopicSettings,
 };
-use protocol::message::MESSAGE_HEADER_BYTES;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,14 +65,40 @@ pub struct ProduceSpec {
     pub producers: usize,
     /// Send to owning shards directly (true) or via the bootstrap port.
     pub shard_aware: bool,
+    /// What the message is.
+    pub payload: Payload,
+    /// A created topic's message format (0: the broker's default).
+    pub message_format: u32,
+    /// How format-2 batches are compressed.
+    pub compression: Compression,
 }
 
-/// Creates the topic if it does not exist; returns its partition count.
-pub fn ensure_topic(client: &Client, topic: &str, partitions: u32) -> anyhow::Result<u32> {
+/// What each produced message holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// The same `size` bytes of letters every time (the paper's).
+    Letters,
+    /// JSON log lines of about `size` bytes from a fixed generator
+    /// ([`crate::log_lines`]): what compression is measured on.
+    LogLines,
+}
+
+/// Creates the topic if it does not exist (in `message_format`, 0 for
+/// the broker's default); returns its partition count.
+pub fn ensure_topic(
+    client: &Client,
+    topic: &str,
+    partitions: u32,
+    message_format: u32,
+) -> anyhow::Result<u32> {
     if let Some(existing) = existing_partitions(client, topic)? {
         return Ok(existing);
     }
-    match client.create_topic(topic, partitions, &TopicSettings::default()) {
+    let settings = TopicSettings {
+        message_format,
+        ..TopicSettings::default()
+    };
+    match client.create_topic(topic, partitions, &settings) {
         Ok(created) => Ok(created.partitions.len() as u32),
         // The broker that answered Metadata had not applied a topic another
         // broker created a moment ago (each follows the registry's watch):
@@ -215,10 +241,11 @@ pub struct ProduceOutcome {
 pub fn produce(spec: &ProduceSpec, stats: &Arc<Stats>) -> anyhow::Result<ProduceOutcome> {
     let client = crate::connect(&spec.brokers)
         .with_context(|| format!("no broker reachable at {}", spec.brokers))?;
-    let partitions = ensure_topic(&client, &spec.topic, spec.partitions)?;
+    let partitions = ensure_topic(&client, &spec.topic, spec.partitions, spec.message_format)?;
     let (before, _) = total_offsets(&client, &spec.topic, partitions)?;
     let producers = spec.producers.max(1);
     let sent = Arc::new(AtomicU64::new(0));
+    let sent_bytes = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     stats.reset();
@@ -227,9 +254,12 @@ pub fn produce(spec: &ProduceSpec, stats: &Arc<Stats>) -> anyhow::Result<Produce
         let spec = spec.clone();
         let stats = stats.clone();
         let sent = sent.clone();
+        let sent_bytes = sent_bytes.clone();
         let stop = stop.clone();
         threads.push(std::thread::spawn(move || -> anyhow::Result<()> {
-            produce_thread(&spec, index, partitions, started, &stats, &sent, &stop)
+            let bytes = produce_thread(&spec, index, partitions, started, &stats, &sent, &stop)?;
+            sent_bytes.fetch_add(bytes, Ordering::SeqCst);
+            Ok(())
         }));
     }
     if let Length::Duration(d) = spec.length {
@@ -244,7 +274,9 @@ pub fn produce(spec: &ProduceSpec, stats: &Arc<Stats>) -> anyhow::Result<Produce
             .map_err(|_| anyhow::anyhow!("a producer thread panicked"))??;
     }
     let messages = sent.load(Ordering::SeqCst);
-    let expected = before + messages * (spec.size + MESSAGE_HEADER_BYTES) as u64;
+    // What the producers sent, as stored: format 1's messages, format 2's
+    // batches (compressed or not).
+    let expected = before + sent_bytes.load(Ordering::SeqCst);
     if spec.acks == AckMode::None {
         // Fire-and-forget: the run ends when the broker has every byte.
         wait_for_offsets(&client, &spec.topic, partitions, expected, false)?;
@@ -267,6 +299,10 @@ const IN_FLIGHT_BYTES: usize = 128 << 20;
 /// ...and each producer at least (room for a few large batches).
 const IN_FLIGHT_BYTES_MIN: usize = 4 << 20;
 
+/// Log lines a producer cycles through (distinct enough that a codec
+/// sees a day's variety, few enough to generate at once).
+const LOG_LINES: usize = 8192;
+
 fn produce_thread(
     spec: &ProduceSpec,
     index: usize,
@@ -275,7 +311,7 @@ fn produce_thread(
     stats: &Stats,
     sent: &AtomicU64,
     stop: &AtomicBool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u64> {
     let my_messages = spec.length.share(index, spec.producers);
     let rate = spec.rate.map(|r| r / spec.producers.max(1) as f64);
     // A benchmark's final flush may wait on a long backlog.
@@ -319,10 +355,14 @@ fn produce_thread(
             shard_aware: spec.shard_aware,
             delivery_reports: false,
             track_latency: spec.acks != AckMode::None,
+            compression: spec.compression,
             ..ProducerConfig::default()
         },
     )?;
-    let payload: Vec<u8> = (0..spec.size).map(|i| b'a' + (i % 26) as u8).collect();
+    let payloads: Vec<Vec<u8>> = match spec.payload {
+        Payload::Letters => vec![(0..spec.size).map(|i| b'a' + (i % 26) as u8).collect()],
+        Payload::LogLines => crate::log_lines::lines(LOG_LINES, spec.size, index as u64),
+    };
     let batch = spec.batch.max(1) as u64;
     // Consecutive messages share a partition's batch (see `partition` below).
     let whole_batches = rate.is_some_and(|rate| {
@@ -341,10 +381,12 @@ fn produce_thread(
                 if !whole_batches || (i + 1).is_multiple_of(batch) {
                     pace(intended);
                 }
-                producer.send_to_at(partition, None, &payload, intended)?;
+                let payload = &payloads[i as usize % payloads.len()];
+                producer.send_to_at(partition, None, payload, intended)?;
             }
             None => {
-                producer.send_to(partition, None, &payload)?;
+                let payload = &payloads[i as usize % payloads.len()];
+                producer.send_to(partition, None, payload)?;
             }
         }
         i += 1;
@@ -367,7 +409,7 @@ fn produce_thread(
     for (latency, count) in producer.take_latencies() {
         stats.record_latency(latency, u64::from(count));
     }
-    Ok(())
+    Ok(producer.sent_bytes())
 }
 
 /// A consume run's settings.

@@ -17,7 +17,8 @@ use loadgen::peers::{activemq, kafka, nats, rabbitmq, redis_streams};
 use loadgen::report::{write_json, Environment};
 use loadgen::stats::{measure, Summary};
 use loadgen::sweep::{self, SweepSpec};
-use loadgen::workload::{self, ConsumeSpec, Length, ProduceSpec};
+use loadgen::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
+use protocol::batch::Compression;
 use protocol::client::AckMode;
 use protocol::client::StartFrom;
 use serde::Serialize;
@@ -109,6 +110,11 @@ enum Command {
     /// with security off and one with SCRAM logins and authorization on
     /// (two standalone brokers this starts itself; --brokers is not used).
     Security(SecurityArgs),
+    /// Message format 2 against format 1 (the paper's three experiments on
+    /// a topic of each, alternating) and format 2's codecs on JSON log
+    /// lines (bytes stored, ratio, msg/s and CPU per message of each side),
+    /// on a standalone broker this starts itself (--brokers is not used).
+    Formats(FormatsArgs),
     /// The ceiling for one consumer on this host: sendfile of a cached file
     /// through a loopback TCP connection to a reader (no broker, no
     /// parsing), best of several rounds.
@@ -317,6 +323,35 @@ struct ReplicationArgs {
     peers_dir: PathBuf,
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-replication")]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct FormatsArgs {
+    /// Messages per experiment.
+    #[arg(long, default_value_t = 2_000_000)]
+    messages: u64,
+    /// Payload bytes (the paper's 200; the log lines' size too).
+    #[arg(long, default_value_t = 200)]
+    size: usize,
+    /// Alternating rounds of format 1 and 2 (medians reported).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Messages per codec run.
+    #[arg(long, default_value_t = 1_000_000)]
+    codec_messages: u64,
+    /// Messages per batch in the codec runs (Kafka's 16 KiB batch holds
+    /// about 80 such lines).
+    #[arg(long, default_value_t = 100)]
+    codec_batch: usize,
+    /// Bytes per fetch.
+    #[arg(long, default_value_t = 256 * 1024)]
+    fetch_bytes: u32,
+    /// Shards of the broker.
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
+    /// Where the table and JSON go.
+    #[arg(long, default_value = "loadgen-formats")]
     out: PathBuf,
 }
 
@@ -678,6 +713,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 rate: rate(args.rate),
                 producers: args.producers,
                 shard_aware: !args.no_shard_aware,
+                payload: Payload::Letters,
+                message_format: 0,
+                compression: Compression::None,
             };
             let (outcome, summary) = measure(
                 "produce",
@@ -730,6 +768,19 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{table}");
             std::fs::write(args.out.join("mirror.md"), &table)?;
             write_json(&args.out.join("mirror.json"), &outcome)?;
+        }
+        Command::Formats(args) => {
+            let spec = loadgen::formats::FormatsSpec {
+                messages: args.messages,
+                size: args.size,
+                rounds: args.rounds.max(1),
+                codec_messages: args.codec_messages,
+                codec_batch: args.codec_batch.max(1),
+                fetch_bytes: args.fetch_bytes,
+                shards: args.shards.max(1),
+                out: args.out,
+            };
+            loadgen::formats::run(&spec)?;
         }
         Command::Security(args) => {
             let spec = loadgen::security::SecuritySpec {

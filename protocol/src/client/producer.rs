@@ -496,6 +496,8 @@ struct Inner {
     replicated: bool,
 
     sent_messages: u64,
+    /// Bytes of the batches sent (each once, however often resent).
+    sent_bytes: u64,
     deliveries: Vec<Delivery>,
     failures: Option<Failures>,
     spare: Vec<Vec<u8>>,
@@ -583,6 +585,7 @@ impl Producer {
                 .is_some_and(|t| t.partitions.iter().any(|p| p.replicas.len() > 1)),
 
             sent_messages: 0,
+            sent_bytes: 0,
             deliveries: Vec::new(),
             failures: None,
             spare: Vec::new(),
@@ -954,6 +957,13 @@ impl Producer {
         self.shared.lock().sent_messages
     }
 
+    /// Bytes of the batches sent so far, as stored (format 2: compressed):
+    /// what the partitions' offsets grow by once every batch is stored
+    /// once.
+    pub fn sent_bytes(&self) -> u64 {
+        self.shared.lock().sent_bytes
+    }
+
     /// Messages the broker acknowledged so far (0 with `AckMode::None`;
     /// a resent batch counts each time it is acknowledged).
     pub fn acked_messages(&self) -> u64 {
@@ -1215,6 +1225,7 @@ impl Inner {
         batch.count = 0;
         batch.started = None;
         self.sent_messages += u64::from(pending.count);
+        self.sent_bytes += pending.bytes.len() as u64;
         let behind_retry = self.retry.iter().any(|p| p.partition == pending.partition);
         let recycled = if behind_retry || self.reconnect && self.lane_dead(index) {
             // Keep the partition's order: behind the batches being resent.

@@ -67,7 +67,10 @@ fn the_python_client_passes_its_tests_against_the_broker() {
                 "--disable-pip-version-check",
                 "--force-reinstall",
             ])
-            .arg(format!("{}[codecs]", root.join("protocol/python").display())),
+            .arg(format!(
+                "{}[codecs]",
+                root.join("protocol/python").display()
+            )),
         "installing the ringlog package with its codecs",
     );
     let broker = Broker::start(BrokerOptions::default());

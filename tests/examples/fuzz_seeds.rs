@@ -306,6 +306,54 @@ fn main() {
     let mut torn = vec![1u8];
     torn.extend_from_slice(&many[..many.len() - 5]);
     write(&recovery.join("torn"), &torn);
+    batch_read_seeds(root);
+}
+
+/// Format 2's read path: a codec byte, then a stored batch of that codec
+/// (and one of its blocks alone).
+fn batch_read_seeds(root: &Path) {
+    use protocol::batch::compression::compress;
+    use protocol::batch::produce::{stamp, Stamp};
+    use protocol::batch::write::{BatchWriter, Producer};
+    use protocol::batch::Compression;
+    let dir = root.join("batch_read");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut writer = BatchWriter::new();
+    for n in 0..40i64 {
+        let value = format!("{{\"n\":{n},\"msg\":\"served from cache\"}}");
+        writer.push(
+            1_700_000_000_000 + n,
+            Some(b"k"),
+            Some(value.as_bytes()),
+            &[("h", Some(b"v"))],
+        );
+    }
+    for codec in [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        let mut batch = writer
+            .finish_compressed(Producer::NONE, codec)
+            .unwrap_or_else(|e| panic!("{codec:?}: {e}"));
+        stamp(
+            &mut batch,
+            Stamp {
+                position: 0,
+                leader_epoch: 0,
+                log_append_time: None,
+            },
+        );
+        let name = format!("{codec:?}").to_lowercase();
+        let mut input = vec![codec as u8];
+        input.extend_from_slice(&batch);
+        write(&dir.join(format!("batch-{name}")), &input);
+        let mut block = vec![codec as u8];
+        compress(codec, writer.records(), &mut block).unwrap_or_else(|e| panic!("{codec:?}: {e}"));
+        write(&dir.join(format!("block-{name}")), &block);
+    }
 }
 
 fn write(path: &Path, bytes: &[u8]) {

@@ -14,7 +14,7 @@ seconds="${1:-45}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(frame message_set batch recovery)
+    targets=(frame message_set batch batch_read recovery)
 fi
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 export RUSTFLAGS="--cfg fuzzing -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \

@@ -875,3 +875,82 @@ fn kafkas_own_classes_read_what_ringlog_stored_in_every_codec() {
         }
     }
 }
+
+/// A format-2 batch torn by a crash (its first half on disk, a recovery
+/// point below it) is cut at its start on restart — the batches before it
+/// kept, byte for byte, and the next produce lands where the torn one
+/// began; a zstd batch so torn as well.
+#[test]
+fn a_torn_format_two_batch_is_cut_at_its_start_on_restart() {
+    use protocol::batch::write::BatchWriter;
+    use protocol::batch::Compression;
+    let mut broker = Broker::start(BrokerOptions::default());
+    let client = broker.client();
+    client
+        .create_topic("torn", 1, &format_two(TopicSettings::default()))
+        .unwrap();
+    let mut conn = Connection::connect(&broker.address()).unwrap();
+    for first in [0, 10, 20] {
+        produce(&mut conn, "torn", &batch(first, 10)).unwrap();
+    }
+    let end = end_offset(&client, "torn");
+    let (kept, _) = fetch_batches(&broker.address(), "torn", end);
+    drop(conn);
+    drop(client);
+    broker.kill9();
+    let dir = broker.data_dir().join("torn-0");
+    let segment = dir.join("00000000000000000000.log");
+    for codec in [Compression::None, Compression::Zstd] {
+        let mut writer = BatchWriter::new();
+        for n in 0..200i64 {
+            writer.push(n, None, Some(b"a value that compresses well enough"), &[]);
+        }
+        let mut torn = writer.finish_compressed(Producer::NONE, codec).unwrap();
+        protocol::batch::produce::stamp(
+            &mut torn,
+            protocol::batch::produce::Stamp {
+                position: end,
+                leader_epoch: 0,
+                log_append_time: None,
+            },
+        );
+        let half = torn.len() / 2;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&segment)
+            .unwrap();
+        std::io::Write::write_all(&mut file, &torn[..half]).unwrap();
+        drop(file);
+        std::fs::write(dir.join("recovery-point"), "0").unwrap();
+        broker.restart();
+        let client = broker.client();
+        assert_eq!(
+            end_offset(&client, "torn"),
+            end,
+            "{codec:?}: cut at the torn batch's start"
+        );
+        assert_eq!(std::fs::metadata(&segment).unwrap().len(), end);
+        let (bytes, batches) = fetch_batches(&broker.address(), "torn", end);
+        assert_eq!(
+            bytes, kept,
+            "{codec:?}: the batches before it, byte for byte"
+        );
+        assert_eq!(batches.len(), 3);
+        let log = broker.log();
+        assert!(
+            log.contains("truncating torn or corrupt tail"),
+            "{codec:?}: {log}"
+        );
+        broker.kill9();
+    }
+    broker.restart();
+    let client = broker.client();
+    let mut conn = Connection::connect(&broker.address()).unwrap();
+    produce(&mut conn, "torn", &batch(30, 5)).unwrap();
+    let (_, batches) = fetch_batches(&broker.address(), "torn", end_offset(&client, "torn"));
+    assert_eq!(
+        batches.last().unwrap().0,
+        end,
+        "the next batch goes where the torn one began"
+    );
+}

@@ -53,6 +53,9 @@ pub struct ReplicationSpec {
     pub failovers: u32,
     /// Bytes an empty follower fetches again.
     pub catch_up_bytes: u64,
+    /// The message format of every topic the run creates (0: the
+    /// brokers' default).
+    pub message_format: u32,
 }
 
 /// CPU seconds of each process over one run.
@@ -182,14 +185,35 @@ fn with_cpu<T>(
     ))
 }
 
-fn create(
-    client: &Client,
-    topic: &str,
+/// A produce topic's settings: the run's partitions and format.
+fn layout(spec: &ReplicationSpec, factor: u32, write_caching: bool) -> Layout {
+    Layout {
+        partitions: spec.partitions,
+        factor,
+        segment_bytes: 0,
+        write_caching,
+        message_format: spec.message_format,
+    }
+}
+
+/// A topic's settings for [`create`].
+#[derive(Debug, Clone, Copy)]
+struct Layout {
     partitions: u32,
     factor: u32,
     segment_bytes: u64,
     write_caching: bool,
-) -> anyhow::Result<()> {
+    message_format: u32,
+}
+
+fn create(client: &Client, topic: &str, layout: Layout) -> anyhow::Result<()> {
+    let Layout {
+        partitions,
+        factor,
+        segment_bytes,
+        write_caching,
+        message_format,
+    } = layout;
     client
         .create_topic(
             topic,
@@ -199,6 +223,7 @@ fn create(
                 min_insync_replicas: if factor >= 3 { 2 } else { 1 },
                 segment_bytes,
                 write_caching,
+                message_format,
                 ..TopicSettings::default()
             },
         )
@@ -296,7 +321,7 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
             producers: 1,
             shard_aware: true,
             payload: Payload::Letters,
-            message_format: 0,
+            message_format: spec.message_format,
             compression: Compression::None,
         };
         let (outcome, cpu) = with_cpu(cluster, || workload::produce(&produce, &stats))?;
@@ -323,7 +348,7 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
     for (factor, acks, caching) in CONFIGS {
         let suffix = config_name(acks, caching).1;
         let topic = format!("tp-r{factor}-{suffix}");
-        create(&client, &topic, spec.partitions, factor, 0, caching)?;
+        create(&client, &topic, layout(spec, factor, caching))?;
         throughput.push(produce_run(
             &cluster,
             &topic,
@@ -334,7 +359,7 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
             caching,
         )?);
         let paced = format!("lat-r{factor}-{suffix}");
-        create(&client, &paced, spec.partitions, factor, 0, caching)?;
+        create(&client, &paced, layout(spec, factor, caching))?;
         let n = (spec.latency_rate * spec.latency_seconds) as u64;
         latency.push(produce_run(
             &cluster,
@@ -385,7 +410,14 @@ fn failovers(
     client: &Client,
     spec: &ReplicationSpec,
 ) -> anyhow::Result<FailoverFigure> {
-    create(client, "failover", 1, 3, 0, false)?;
+    create(
+        client,
+        "failover",
+        Layout {
+            partitions: 1,
+            ..layout(spec, 3, false)
+        },
+    )?;
     // (sent, answered) of every produce that succeeded.
     let answered: Arc<Answered> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -507,7 +539,15 @@ fn catch_up(
             .delete_topic(&topic.name)
             .with_context(|| format!("deleting {}", topic.name))?;
     }
-    create(client, "catchup", 1, 3, 256 << 20, false)?;
+    create(
+        client,
+        "catchup",
+        Layout {
+            partitions: 1,
+            segment_bytes: 256 << 20,
+            ..layout(spec, 3, false)
+        },
+    )?;
     let size = 1_000usize;
     let stats = Stats::new();
     let fill = ProduceSpec {

@@ -84,6 +84,15 @@ impl BatchIndex {
         }
     }
 
+    /// True when a batch is known to start at `position`: the segment's
+    /// start, an indexed start, or the end of what is covered (a reader
+    /// there needs no hop).
+    pub fn knows_start(&self, position: u64) -> bool {
+        position == 0
+            || position == self.covered
+            || u32::try_from(position).is_ok_and(|p| self.starts.binary_search(&p).is_ok())
+    }
+
     /// How far the layout is known.
     pub fn covered(&self) -> u64 {
         self.covered
@@ -137,6 +146,9 @@ mod tests {
         index.truncate(12_000);
         assert_eq!(index.covered(), 10_000);
         assert_eq!(index.from(11_000), 10_000);
+        assert!(index.knows_start(0) && index.knows_start(5_000) && index.knows_start(10_000));
+        assert!(!index.knows_start(6_000), "a batch start, but not indexed");
+        assert!(!index.knows_start(5_001));
     }
 
     #[test]

@@ -321,6 +321,10 @@ struct ReplicationArgs {
     /// Where deploy/peers.sh keeps the peers' data and pid files.
     #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]
     peers_dir: PathBuf,
+    /// ringlog's topics in this message format (1 the paper's messages,
+    /// 2 Kafka's record batches; 0: the brokers' default).
+    #[arg(long, default_value_t = 0)]
+    message_format: u32,
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-replication")]
     out: PathBuf,
@@ -810,6 +814,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 lease_ttl_s: args.lease_ttl_s,
                 failovers: args.failovers,
                 catch_up_bytes: args.catch_up_bytes,
+                message_format: args.message_format,
             };
             std::fs::create_dir_all(&args.out)?;
             let peers: Vec<Peer> = args

@@ -811,10 +811,11 @@ impl<S: Storage> PartitionLog<S> {
             })?;
         let segment = &self.segments.as_slice()[index];
         let relative = offset - segment.base_offset;
+        // A reader at a batch start the index knows (a follower or a
+        // consumer that read whole batches usually is) reads at once.
         if !located
             && self.settings.format == MessageFormat::Two
-            && relative != 0
-            && relative != segment.index.covered()
+            && !segment.index.knows_start(relative)
         {
             return Ok(Read::Locate);
         }

@@ -56,6 +56,12 @@ fn write_unsigned(out: &mut Vec<u8>, mut value: u64) {
     out.push(value as u8);
 }
 
+/// Bytes `value` takes as a varlong.
+pub fn varlong_len(value: i64) -> usize {
+    let raw = ((value << 1) ^ (value >> 63)) as u64;
+    (64 - raw.max(1).leading_zeros() as usize).div_ceil(7)
+}
+
 /// Bytes `value` takes as a varint.
 pub fn varint_len(value: i32) -> usize {
     let raw = u64::from(((value << 1) ^ (value >> 31)) as u32);

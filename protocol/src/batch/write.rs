@@ -3,7 +3,7 @@
 //! the CRC-32C). The broker stamps its own fields when it stores it
 //! ([`super::produce::stamp`]).
 
-use super::varint::{write_varint, write_varlong};
+use super::varint::{varint_len, varlong_len, write_varint, write_varlong};
 use super::{at, Compression, HEADER_BYTES, LOG_OVERHEAD, MAGIC};
 
 /// An idempotent producer's numbering of a batch, or none.
@@ -30,7 +30,6 @@ impl Producer {
 #[derive(Debug, Default, Clone)]
 pub struct BatchWriter {
     records: Vec<u8>,
-    scratch: Vec<u8>,
     count: i32,
     base_timestamp: i64,
     max_timestamp: i64,
@@ -56,27 +55,46 @@ impl BatchWriter {
             self.max_timestamp = timestamp_ms;
         }
         self.max_timestamp = self.max_timestamp.max(timestamp_ms);
-        let body = &mut self.scratch;
-        body.clear();
-        body.push(0); // attributes
-        write_varlong(body, timestamp_ms.wrapping_sub(self.base_timestamp));
-        write_varint(body, self.count);
-        let field = |body: &mut Vec<u8>, bytes: Option<&[u8]>| match bytes {
-            Some(b) => {
-                write_varint(body, b.len() as i32);
-                body.extend_from_slice(b);
-            }
-            None => write_varint(body, -1),
+        let delta = timestamp_ms.wrapping_sub(self.base_timestamp);
+        // The record's length comes first: count it, then write the record
+        // straight into the batch (no copy through a scratch buffer).
+        let field_len = |bytes: Option<&[u8]>| match bytes {
+            Some(b) => varint_len(b.len() as i32) + b.len(),
+            None => 1,
         };
-        field(body, key);
-        field(body, value);
-        write_varint(body, headers.len() as i32);
+        let headers_len: usize = headers
+            .iter()
+            .map(|(name, value)| field_len(Some(name.as_bytes())) + field_len(*value))
+            .sum();
+        let body_len = 1
+            + varlong_len(delta)
+            + varint_len(self.count)
+            + field_len(key)
+            + field_len(value)
+            + varint_len(headers.len() as i32)
+            + headers_len;
+        let out = &mut self.records;
+        out.reserve(body_len + 5);
+        write_varint(out, body_len as i32);
+        let start = out.len();
+        out.push(0); // attributes
+        write_varlong(out, delta);
+        write_varint(out, self.count);
+        let field = |out: &mut Vec<u8>, bytes: Option<&[u8]>| match bytes {
+            Some(b) => {
+                write_varint(out, b.len() as i32);
+                out.extend_from_slice(b);
+            }
+            None => write_varint(out, -1),
+        };
+        field(out, key);
+        field(out, value);
+        write_varint(out, headers.len() as i32);
         for (name, value) in headers {
-            field(body, Some(name.as_bytes()));
-            field(body, *value);
+            field(out, Some(name.as_bytes()));
+            field(out, *value);
         }
-        write_varint(&mut self.records, body.len() as i32);
-        self.records.extend_from_slice(body);
+        debug_assert_eq!(out.len() - start, body_len);
         self.count += 1;
     }
 

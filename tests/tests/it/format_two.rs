@@ -624,6 +624,14 @@ fn the_rust_client_and_the_cli_produce_and_consume_format_two_in_every_codec() {
         let first = consumer.poll().unwrap();
         assert_eq!(first[0].offset, inside, "{codec:?}");
         assert_eq!(first[0].value, sent[333].1, "{codec:?}");
+        // Skipping damage reads the paper's messages: refused here, in words.
+        let mut consumer = Consumer::new(&client, &topic, 0, inside).unwrap();
+        let refused = consumer.skip_damaged().unwrap_err();
+        assert!(
+            refused.to_string().contains("message format 2"),
+            "{refused}"
+        );
+        assert_eq!(consumer.position(), inside);
 
         // The prefetching consumer, with chunks too small for a batch.
         let mut small = Consumer::new(&client, &topic, 0, 0).unwrap();

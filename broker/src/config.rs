@@ -209,6 +209,11 @@ pub struct Config {
     /// it (0 = at once). A partition's tailing consumers cost it at most one
     /// flush round per this interval, however fast producers append.
     pub waiting_fetch_flush_us: u64,
+    /// Idempotent producers each format-2 partition remembers (their last
+    /// five batches' numbers, about 200 bytes each); past it the least
+    /// recently appending are forgotten and may start again at any
+    /// sequence. The bound on what producers can make a partition hold.
+    pub producers_per_partition_max: usize,
     /// Topic defaults.
     pub topic_defaults: TopicDefaults,
     /// etcd endpoints (`http://host:port`); empty = standalone.
@@ -314,6 +319,7 @@ impl Default for Config {
             max_connections_per_address: 0,
             flush_for_waiting_fetches: true,
             waiting_fetch_flush_us: 2_000,
+            producers_per_partition_max: 1_000,
             topic_defaults: TopicDefaults::default(),
             etcd: Vec::new(),
             cluster: "ringlog".into(),
@@ -473,6 +479,12 @@ impl Config {
             return Err(ConfigError(format!(
                 "waiting_fetch_flush_us must be 0..=60000000 (a minute), got {}",
                 self.waiting_fetch_flush_us
+            )));
+        }
+        if !(1..=1_000_000).contains(&self.producers_per_partition_max) {
+            return Err(ConfigError(format!(
+                "producers_per_partition_max must be 1..=1000000, got {}",
+                self.producers_per_partition_max
             )));
         }
         if !(64..=1 << 30).contains(&self.fd_reserve) {
@@ -695,6 +707,7 @@ impl Config {
             retention_bytes: pick(overrides.retention_bytes, d.retention_bytes),
             format,
             timestamps,
+            producers_max: self.producers_per_partition_max,
             waiting_fetch_flush: self.flush_for_waiting_fetches.then_some(
                 std::time::Duration::from_micros(self.waiting_fetch_flush_us),
             ),

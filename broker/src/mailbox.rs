@@ -139,6 +139,13 @@ pub enum ControlMsg {
         /// The count now and the new partitions' brokers, or why not.
         reply: flume::Sender<Result<PartitionsCreated, ControlError>>,
     },
+    /// An idempotent producer's id (InitProducerId): the next of the
+    /// control thread's block, a new block taken from the registry when
+    /// it is used up.
+    ProducerId {
+        /// The id, or why none.
+        reply: flume::Sender<Result<i64, ControlError>>,
+    },
     /// End mirroring of a mirror's target topic (`ringlog mirror promote`).
     PromoteMirror {
         /// The topic (name validated by the handler).

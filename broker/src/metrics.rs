@@ -53,6 +53,7 @@ counters! {
     request_errors_total: "Requests answered with an error code",
     produce_messages_total: "Messages appended",
     produce_bytes_total: "Message bytes appended",
+    produce_duplicates_total: "Idempotent producers' retried batches answered with the offsets they were stored at, not stored again",
     fetch_requests_total: "Fetch requests answered",
     multi_fetch_requests_total: "MultiFetch requests answered",
     multi_fetch_partitions_total: "Partitions named in the MultiFetch requests answered",

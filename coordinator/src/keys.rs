@@ -15,6 +15,7 @@
 //! | `groups/<group>/offsets/<topic>/<partition:010>` | the committed offset, decimal, then a space and the leader epoch of the message before it when the committer knew it (`418 3`; KIP-320) | CommitOffsets: a txn that succeeds only if the committer owns the partition (or, for a reset, the group has no member) | none: persistent |
 //! | `security/users/<name>`    | the user's SCRAM-SHA-256 credential, `SCRAM-SHA-256:ITERATIONS:SALT:STORED_KEY:SERVER_KEY` (not JSON; never a password) | AlterUsers through any broker, or `ringlog users add --etcd` before any broker runs | none: persistent |
 //! | `security/login-secret`    | 32 random bytes in hex, made by the first broker that finds none (a create-if-absent transaction): the salts and iteration counts answered for users that do not exist derive from it, alike on every broker and across restarts | the first broker to read the security records | none: persistent |
+//! | `producer-ids`            | the next producer id not handed out, decimal (not JSON); the first is random in its top 24 bits, so two clusters' ids (a mirror copies another cluster's batches verbatim) meet with odds of 1 in 16 million | any broker, taking a block for its InitProducerId answers: a transaction comparing the key's `mod_revision` (`create_revision` 0 for the first) | none: persistent; never decreases |
 //! | `security/acls/<rule>`     | the access control rule, in its text form, which is also its key (`allow User:alice read topic:clicks`) | CreateAcls / DeleteAcls through any broker | none: persistent |
 //!
 //! Ids are zero-padded to ten digits so that etcd's byte order is numeric
@@ -146,6 +147,11 @@ impl Keys {
     /// The cluster's secret for made-up logins of unknown users.
     pub fn login_secret(&self) -> String {
         format!("{}security/login-secret", self.prefix)
+    }
+
+    /// The next producer id not handed out.
+    pub fn producer_ids(&self) -> String {
+        format!("{}producer-ids", self.prefix)
     }
 
     /// The prefix of the access control rules.

@@ -125,11 +125,20 @@ pub enum ErrorCode {
     /// The connection's principal may not do this: the message names the
     /// operation and the resource. Not retriable as it is.
     AuthorizationFailed = 39,
+    /// An idempotent producer's batch does not follow its last one on the
+    /// partition (the message names the sequence expected): an earlier
+    /// batch was not stored. Nothing was stored; send the missing batches
+    /// first, or start a new epoch at sequence 0.
+    OutOfOrderSequence = 40,
+    /// An idempotent producer's batch carries an epoch older than one the
+    /// partition has stored for its producer id: it is fenced. Nothing was
+    /// stored. Not retriable as it is.
+    InvalidProducerEpoch = 41,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 40] = [
+    pub const ALL: [ErrorCode; 42] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -170,6 +179,8 @@ impl ErrorCode {
         ErrorCode::AuthenticationRequired,
         ErrorCode::AuthenticationFailed,
         ErrorCode::AuthorizationFailed,
+        ErrorCode::OutOfOrderSequence,
+        ErrorCode::InvalidProducerEpoch,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -224,6 +235,8 @@ impl ErrorCode {
             ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
             ErrorCode::AuthenticationFailed => "AUTHENTICATION_FAILED",
             ErrorCode::AuthorizationFailed => "AUTHORIZATION_FAILED",
+            ErrorCode::OutOfOrderSequence => "OUT_OF_ORDER_SEQUENCE",
+            ErrorCode::InvalidProducerEpoch => "INVALID_PRODUCER_EPOCH",
         }
     }
 }

@@ -75,6 +75,8 @@ pub enum Api {
     AlterUsers = 24,
     /// List the users that may log in.
     ListUsers = 25,
+    /// An idempotent producer's id and epoch.
+    InitProducerId = 26,
 }
 
 impl Api {
@@ -107,6 +109,7 @@ impl Api {
             23 => Api::DescribeAcls,
             24 => Api::AlterUsers,
             25 => Api::ListUsers,
+            26 => Api::InitProducerId,
             _ => return None,
         })
     }

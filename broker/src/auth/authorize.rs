@@ -19,6 +19,7 @@
 //! | ListGroups | nothing; lists only the groups the principal may describe |
 //! | ElectLeaders, ReassignPartition | alter on the cluster |
 //! | CreatePartitions, PromoteMirror | alter on the topic |
+//! | InitProducerId | write on the topic it names |
 //! | CreateAcls, DeleteAcls, AlterUsers | alter on the cluster |
 //! | DescribeAcls, ListUsers | describe on the cluster |
 //!
@@ -160,6 +161,10 @@ pub fn check(shard: &Shard, principal: &str, api: Api, header: &[u8]) -> Result<
             Api::PromoteMirror => {
                 let request = decode!(wire::PromoteMirrorRequest);
                 topic(request.topic().unwrap_or_default(), Operation::Alter)
+            }
+            Api::InitProducerId => {
+                let request = decode!(wire::InitProducerIdRequest);
+                topic(request.topic().unwrap_or_default(), Operation::Write)
             }
             Api::CreateAcls | Api::DeleteAcls | Api::AlterUsers => cluster(Operation::Alter),
             Api::DescribeAcls | Api::ListUsers => cluster(Operation::Describe),

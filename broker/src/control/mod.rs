@@ -75,6 +75,10 @@ pub struct Loaded {
     pub lease: Option<std::sync::Arc<coordinator::registry::LeaseClock>>,
 }
 
+/// Producer ids taken from the registry at once: one etcd transaction (or
+/// one durable file write) per this many idempotent producers.
+const PRODUCER_ID_BLOCK: u32 = 1000;
+
 /// How often a broker whose registry is not its cluster says so again.
 const FOREIGN_REMINDER: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -203,6 +207,7 @@ where
                     super_users,
                     fresh,
                     restart_pending: Default::default(),
+                    producer_ids: 0..0,
                     copies_at_start,
                     topics_at_start: Default::default(),
                     incarnation,
@@ -282,6 +287,10 @@ struct ControlPlane<R: Registry> {
     /// Partitions whose restart change (`restart_replicas`) is not
     /// written yet: tried again at every change of the live brokers.
     restart_pending: std::collections::BTreeSet<(String, u32)>,
+    /// The block of producer ids this broker hands out (InitProducerId),
+    /// taken from the registry [`PRODUCER_ID_BLOCK`] at a time; ids left
+    /// when the broker stops are never used by anyone.
+    producer_ids: std::ops::Range<i64>,
     /// The partition directories as this run found them, and the ids of
     /// the topics the registry held then: which of this broker's copies
     /// are new (`storage::new_copy`).
@@ -480,6 +489,9 @@ impl<R: Registry> ControlPlane<R> {
                 ControlMsg::PromoteMirror { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
+                ControlMsg::ProducerId { reply } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
                 ControlMsg::Security { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
@@ -602,6 +614,10 @@ impl<R: Registry> ControlPlane<R> {
                 let result = self.promote_mirror(&name).await;
                 let _ = reply.send_async(result).await;
             }
+            ControlMsg::ProducerId { reply } => {
+                let result = self.producer_id().await;
+                let _ = reply.send_async(result).await;
+            }
             ControlMsg::Security { change, reply } => {
                 let result = self.registry.change_security(change).await;
                 if result.is_ok() {
@@ -619,6 +635,17 @@ impl<R: Registry> ControlPlane<R> {
                     .await;
             }
         }
+    }
+
+    /// The next producer id of this broker's block, taking a new block
+    /// when it is used up.
+    async fn producer_id(&mut self) -> Result<i64, ControlError> {
+        if self.producer_ids.is_empty() {
+            self.producer_ids = self.registry.producer_ids(PRODUCER_ID_BLOCK).await?;
+        }
+        let id = self.producer_ids.start;
+        self.producer_ids.start += 1;
+        Ok(id)
     }
 
     async fn create_topic(

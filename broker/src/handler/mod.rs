@@ -23,6 +23,7 @@ pub mod native;
 pub mod opening;
 pub mod operations;
 pub mod produce;
+pub mod producer_id;
 pub mod replicated;
 pub mod security;
 pub mod topics;
@@ -255,6 +256,7 @@ fn dispatch_once(
         Api::MultiFetch => multi_fetch::handle(shard, give_way, request_id, header),
         Api::CreatePartitions => topics::handle_create_partitions(shard, header),
         Api::PromoteMirror => mirror::handle_promote(shard, header),
+        Api::InitProducerId => producer_id::handle(shard, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),
         Api::Metadata => metadata::handle(shard, header, principal),
         Api::CreateTopic => topics::handle_create(shard, header),

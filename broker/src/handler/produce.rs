@@ -7,6 +7,8 @@ use super::{invalid_header, Dispatched, Failure, Payload, Response};
 use crate::limits::PENDING_BYTES_MAX;
 use crate::shard::{Owner, Shard};
 use crate::storage::partition_log::{self, Appended, NotStored, SharedLog};
+use crate::storage::producers::{SequenceError, Sequenced};
+use protocol::batch::sequence::Numbered;
 use protocol::codec::{verify, AckMode};
 use protocol::frame::Api;
 use protocol::message::{validate_message_set, MessageSetSummary};
@@ -52,12 +54,13 @@ pub fn handle(
             .topic(topic_name)
             .map_or(MessageFormat::One, |t| t.borrow().settings.format),
     };
-    let summary = check_payload(format, payload, mirror.map(|m| m.offset)).map_err(|e| {
-        Failure::new(
-            ErrorCode::CorruptMessage,
-            format!("{topic_name}-{partition}: {e}"),
-        )
-    })?;
+    let (summary, numbered) =
+        check_payload(format, payload, mirror.map(|m| m.offset)).map_err(|e| {
+            Failure::new(
+                ErrorCode::CorruptMessage,
+                format!("{topic_name}-{partition}: {e}"),
+            )
+        })?;
     if summary.largest_bytes > shard.config.message_bytes_max {
         return Err(Failure::new(
             ErrorCode::MessageTooLarge,
@@ -95,6 +98,35 @@ pub fn handle(
         }
     }
     let started = Instant::now();
+    if let Some(numbered) = numbered {
+        let sequenced = log.borrow().producers().check(numbered);
+        match sequenced {
+            Ok(Sequenced::New) => {}
+            Ok(Sequenced::Duplicate { base, end }) => {
+                crate::metrics::bump(&shard.metrics.counters.produce_duplicates_total, 1);
+                return Ok(acknowledge(
+                    shard,
+                    log,
+                    replica,
+                    acks,
+                    base,
+                    end,
+                    summary.count,
+                    started,
+                ));
+            }
+            Err(error) => {
+                let code = match error {
+                    SequenceError::Fenced { .. } => ErrorCode::InvalidProducerEpoch,
+                    SequenceError::OutOfOrder { .. } => ErrorCode::OutOfOrderSequence,
+                };
+                return Err(Failure::new(
+                    code,
+                    format!("{topic_name}-{partition}: {error}"),
+                ));
+            }
+        }
+    }
     // acks=all is a flushed produce here, then a wait for the copies; on one
     // copy it is just that. A write-caching topic's is a written one.
     let local_acks = match acks {
@@ -146,6 +178,50 @@ pub fn handle(
     })))
 }
 
+/// The answer to an idempotent producer's retried batch, which the log
+/// holds at `[base, end)`: its original offsets, once they are as stored
+/// as `acks` asks (the first attempt's answer may be what was lost, and
+/// may have asked for less). Nothing is appended.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a produce's answer: where it waits, what it waits for, what it says"
+)]
+fn acknowledge(
+    shard: &Rc<Shard>,
+    log: SharedLog,
+    replica: Option<crate::replica::SharedReplica>,
+    acks: AckMode,
+    base: u64,
+    end: u64,
+    count: u32,
+    started: Instant,
+) -> Dispatched {
+    let local_acks = match acks {
+        AckMode::All if log.borrow().write_caching() => AckMode::Written,
+        AckMode::All => AckMode::Flushed,
+        other => other,
+    };
+    let appended = partition_log::appended_before(&log, base, end, local_acks);
+    if acks == AckMode::None {
+        return Dispatched::Silent;
+    }
+    // In the epoch leading now: a high watermark of it past `end` commits
+    // the bytes this leader holds there, which are the batch.
+    let replicated = replica.filter(|_| acks == AckMode::All).map(|r| {
+        let epoch = r.borrow().epoch();
+        (r, epoch)
+    });
+    let shard = shard.clone();
+    Dispatched::Later(Box::pin(async move {
+        Some(
+            await_ack(
+                &shard, &log, local_acks, appended, count, started, replicated,
+            )
+            .await,
+        )
+    }))
+}
+
 /// Why a produce's bytes are refused (CORRUPT_MESSAGE).
 #[derive(Debug, thiserror::Error)]
 enum PayloadError {
@@ -174,19 +250,29 @@ enum PayloadError {
     /// Nothing.
     #[error("no batch: a produce to a format-2 topic carries record batches v2")]
     Empty,
+    /// An idempotent producer's batch with others.
+    #[error("{batches} batches, one of them an idempotent producer's: its batch must be the only one in its produce request")]
+    NumberedNotAlone {
+        /// Batches in the request.
+        batches: usize,
+    },
 }
 
 /// Checks a produce's bytes as the topic's format wants them: whole, valid
 /// messages (format 1); whole batches as a producer writes them, or — from
 /// a mirror, at `mirror_offset` — as its source stored them (format 2).
+///
+/// With it, an idempotent producer's numbers: its batch must be the only
+/// one (as Kafka's produce requests carry one batch per partition), so a
+/// retry is the same request and is answered as one.
 fn check_payload(
     format: MessageFormat,
     payload: &[u8],
     mirror_offset: Option<u64>,
-) -> Result<MessageSetSummary, PayloadError> {
+) -> Result<(MessageSetSummary, Option<Numbered>), PayloadError> {
     use protocol::batch::produce::{batches, check};
     match (format, mirror_offset) {
-        (MessageFormat::One, _) => Ok(validate_message_set(payload)?),
+        (MessageFormat::One, _) => Ok((validate_message_set(payload)?, None)),
         (MessageFormat::Two, Some(offset)) => {
             let (whole, count) = whole_units(format, payload, offset)?;
             if whole != payload.len() || count == 0 {
@@ -200,15 +286,20 @@ fn check_payload(
                 .map(|(_, h)| h.size)
                 .max()
                 .unwrap_or(0);
-            Ok(MessageSetSummary {
-                count,
-                largest_bytes,
-            })
+            Ok((
+                MessageSetSummary {
+                    count,
+                    largest_bytes,
+                },
+                None,
+            ))
         }
         (MessageFormat::Two, None) => {
             let mut count = 0u32;
             let mut largest_bytes = 0;
             let mut next = 0;
+            let mut numbered = None;
+            let mut batch_count = 0usize;
             for found in batches(payload) {
                 let (position, header) = found.map_err(|error| PayloadError::Batch {
                     position: next,
@@ -219,14 +310,24 @@ fn check_payload(
                 count = count.saturating_add(header.record_count as u32);
                 largest_bytes = largest_bytes.max(header.size);
                 next = position + header.size;
+                batch_count += 1;
+                numbered = numbered.or(Numbered::of(&header));
             }
             if count == 0 {
                 return Err(PayloadError::Empty);
             }
-            Ok(MessageSetSummary {
-                count,
-                largest_bytes,
-            })
+            if numbered.is_some() && batch_count > 1 {
+                return Err(PayloadError::NumberedNotAlone {
+                    batches: batch_count,
+                });
+            }
+            Ok((
+                MessageSetSummary {
+                    count,
+                    largest_bytes,
+                },
+                numbered,
+            ))
         }
     }
 }

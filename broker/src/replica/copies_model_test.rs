@@ -221,6 +221,7 @@ impl Cluster {
                 (MessageFormat::Two, 1) => protocol::batch::TimestampType::LogAppend,
                 _ => protocol::batch::TimestampType::Create,
             },
+            producers_max: 1000,
         };
         let mut cluster = Cluster {
             nodes: BROKERS

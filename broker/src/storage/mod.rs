@@ -14,6 +14,7 @@
 //!     high-watermark                 replicated: the highest high watermark learned, as recovery-point; a follower never truncates below it for a leader no newer than itself
 //!     data-lost                      clustered: its only copy vanished; not served until removed (lost.rs)
 //!     not-in-sync                    replicated: a new copy (its directory was not there at start) until a leader adds it (new_copy.rs)
+//!     producers                      format 2: the idempotent producers' last batches as of an offset, with a CRC (producers.rs)
 //!   .trash/<stamp>/                  a delete in progress (removed at start; sweep.rs)
 //!   .orphaned/<stamp>/<topic>-<partition>/  moved aside: no registered topic owns it (sweep.rs)
 //! ```
@@ -43,6 +44,7 @@ pub mod memory;
 mod model_test;
 pub mod new_copy;
 pub mod partition_log;
+pub mod producers;
 pub mod recovery;
 pub mod segment;
 pub mod segments;

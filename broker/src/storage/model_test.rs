@@ -656,6 +656,7 @@ fn settings() -> impl Strategy<Value = LogSettings> {
                     waiting_fetch_flush: waiting.map(std::time::Duration::from_millis),
                     format,
                     timestamps: protocol::batch::TimestampType::Create,
+                    producers_max: 1000,
                 }
             },
         )
@@ -772,6 +773,7 @@ fn a_waiting_fetch_flush_comes_due_on_the_disks_clock() {
             waiting_fetch_flush: Some(std::time::Duration::from_millis(5)),
             format: MessageFormat::One,
             timestamps: protocol::batch::TimestampType::Create,
+            producers_max: 1000,
         },
     );
     let mut set = Vec::new();

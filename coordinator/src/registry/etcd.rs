@@ -113,6 +113,9 @@ impl Drop for Etcd {
     }
 }
 
+/// Reads and compare-and-sets of the producer id counter before giving up.
+const PRODUCER_ID_TRIES: u32 = 16;
+
 fn unavailable(error: impl std::fmt::Display) -> RegistryError {
     RegistryError::Unavailable {
         reason: error.to_string(),
@@ -1068,6 +1071,63 @@ impl Backoff {
 
 impl Registry for Etcd {
     type Groups = crate::groups::EtcdGroups;
+
+    async fn producer_ids(&mut self, count: u32) -> Result<std::ops::Range<i64>, RegistryError> {
+        self.check_identity()?;
+        let key = self.keys.producer_ids();
+        // Brokers taking blocks at once: the loser of each race reads the
+        // counter again.
+        for _ in 0..PRODUCER_ID_TRIES {
+            let response = deadline(
+                self.options.request_timeout,
+                self.client.get(key.clone(), None),
+            )
+            .await?;
+            let (next, unchanged) = match response.kvs().first() {
+                Some(kv) => {
+                    let text = String::from_utf8_lossy(kv.value());
+                    let next = text
+                        .trim()
+                        .parse::<i64>()
+                        .map_err(|e| RegistryError::Corrupt {
+                            path: key.clone(),
+                            reason: format!("not a producer id: {e}"),
+                        })?;
+                    (
+                        next,
+                        Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
+                    )
+                }
+                None => (
+                    super::first_producer_id(),
+                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                ),
+            };
+            let block = super::producer_id_block(next, count)?;
+            let txn = Txn::new()
+                .when([
+                    Compare::value(
+                        self.keys.cluster_id(),
+                        CompareOp::Equal,
+                        self.cluster_id.as_str(),
+                    ),
+                    unchanged,
+                ])
+                .and_then([TxnOp::put(key.clone(), block.end.to_string(), None)])
+                .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
+            let response = deadline(self.options.request_timeout, self.client.txn(txn)).await?;
+            if response.succeeded() {
+                return Ok(block);
+            }
+            let found = got(&response).first().and_then(value_of);
+            if found.as_deref() != Some(self.cluster_id.as_str()) {
+                return Err(self.foreign(found));
+            }
+        }
+        Err(unavailable(format!(
+            "producer ids: {PRODUCER_ID_TRIES} allocations in a row lost a race to other brokers'"
+        )))
+    }
 
     async fn topics(&mut self) -> Result<Vec<TopicRecord>, RegistryError> {
         self.check_identity()?;

@@ -10,6 +10,7 @@ pub struct Memory {
     topics: BTreeMap<String, (TopicRecord, i64)>,
     revision: i64,
     security: crate::security::SecurityRecords,
+    next_producer_id: i64,
 }
 
 impl Memory {
@@ -19,6 +20,7 @@ impl Memory {
             me,
             topics: BTreeMap::new(),
             revision: 0,
+            next_producer_id: super::first_producer_id(),
             security: crate::security::SecurityRecords {
                 login_secret: crate::security::new_login_secret(),
                 ..Default::default()
@@ -33,6 +35,12 @@ impl Registry for Memory {
 
     async fn topics(&mut self) -> Result<Vec<TopicRecord>, RegistryError> {
         Ok(self.topics.values().map(|(t, _)| t.clone()).collect())
+    }
+
+    async fn producer_ids(&mut self, count: u32) -> Result<std::ops::Range<i64>, RegistryError> {
+        let block = super::producer_id_block(self.next_producer_id, count)?;
+        self.next_producer_id = block.end;
+        Ok(block)
     }
 
     async fn brokers(&mut self) -> Result<Vec<BrokerRecord>, RegistryError> {

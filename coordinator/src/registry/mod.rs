@@ -634,6 +634,26 @@ pub fn random_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Where a cluster's producer ids begin: 24 random bits above 39 bits of
+/// count (5.5 · 10^11 ids), so the ids of two clusters — whose batches a
+/// mirror may copy into one log — almost never meet.
+pub fn first_producer_id() -> i64 {
+    let random = random_id();
+    let top = u32::from_str_radix(&random[..6], 16).unwrap_or(1);
+    i64::from(top) << 39
+}
+
+/// A block of `count` producer ids from `next`, or the error when the ids
+/// are used up (at `i64::MAX`).
+pub fn producer_id_block(next: i64, count: u32) -> Result<std::ops::Range<i64>, RegistryError> {
+    match next.checked_add(i64::from(count)) {
+        Some(end) if next >= 0 => Ok(next..end),
+        _ => Err(RegistryError::Unavailable {
+            reason: format!("producer ids are used up (the next would be {next})"),
+        }),
+    }
+}
+
 /// A new topic's id (unique per creation: a name deleted and created
 /// again gets another).
 pub fn new_topic_id() -> String {
@@ -757,6 +777,14 @@ pub trait Registry {
         change: crate::security::SecurityChange,
     ) -> impl Future<Output = Result<crate::security::Changed, RegistryError>>;
 
+    /// Takes `count` producer ids no one has had, and no one will: the
+    /// next block of the store's counter, durable when the future
+    /// resolves `Ok`.
+    fn producer_ids(
+        &mut self,
+        count: u32,
+    ) -> impl Future<Output = Result<std::ops::Range<i64>, RegistryError>>;
+
     /// Which cluster the registry holds, for a store shared by a cluster
     /// (etcd); `None` for a single-broker store.
     fn identity(&self) -> Option<Identity> {
@@ -839,6 +867,17 @@ pub mod conformance {
             assert_eq!(registry.topics().await.unwrap(), vec![b]);
         }
         check_security(registry).await;
+        check_producer_ids(registry).await;
+    }
+
+    /// Blocks of producer ids never overlap and never go back.
+    pub async fn check_producer_ids(registry: &mut impl Registry) {
+        let first = registry.producer_ids(1000).await.unwrap();
+        assert_eq!(first.end - first.start, 1000);
+        assert!(first.start >= 0);
+        let second = registry.producer_ids(1).await.unwrap();
+        assert!(second.start >= first.end, "{first:?} then {second:?}");
+        assert_eq!(second.end - second.start, 1);
     }
 
     /// Users and access rules: stored, replaced, removed, counted.

@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 /// File name of the registry inside the data directory.
 pub const TOPICS_FILE: &str = "topics.toml";
 
+/// The next producer id not handed out, in decimal.
+pub const PRODUCER_IDS_FILE: &str = "producer-ids";
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct TopicsFile {
     #[serde(default)]
@@ -74,8 +77,6 @@ impl Standalone {
 
     /// Replaces the file atomically and durably with `topics`.
     fn store(&self, topics: &[TopicRecord]) -> Result<(), RegistryError> {
-        let path = self.data_dir.join(TOPICS_FILE);
-        let tmp = self.data_dir.join(format!("{TOPICS_FILE}.tmp"));
         let stored: Vec<TopicRecord> = topics
             .iter()
             .map(|t| TopicRecord {
@@ -83,8 +84,17 @@ impl Standalone {
                 ..t.clone()
             })
             .collect();
+        let path = self.data_dir.join(TOPICS_FILE);
         let text = toml::to_string(&TopicsFile { topic: stored })
             .map_err(|e| RegistryError::io("encoding", &path, std::io::Error::other(e)))?;
+        self.replace_file(TOPICS_FILE, &text)
+    }
+
+    /// Replaces `name` in the data directory atomically and durably: a
+    /// temporary file, fsynced, renamed over it, the directory fsynced.
+    fn replace_file(&self, name: &str, text: &str) -> Result<(), RegistryError> {
+        let path = self.data_dir.join(name);
+        let tmp = self.data_dir.join(format!("{name}.tmp"));
         let mut file =
             std::fs::File::create(&tmp).map_err(|e| RegistryError::io("creating", &tmp, e))?;
         file.write_all(text.as_bytes())
@@ -109,6 +119,24 @@ impl Registry for Standalone {
 
     async fn brokers(&mut self) -> Result<Vec<BrokerRecord>, RegistryError> {
         Ok(vec![self.me.clone()])
+    }
+
+    async fn producer_ids(&mut self, count: u32) -> Result<std::ops::Range<i64>, RegistryError> {
+        let path = self.data_dir.join(PRODUCER_IDS_FILE);
+        let next = match std::fs::read_to_string(&path) {
+            Ok(text) => text
+                .trim()
+                .parse::<i64>()
+                .map_err(|e| RegistryError::Corrupt {
+                    path: path.display().to_string(),
+                    reason: format!("not a producer id: {e}"),
+                })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => super::first_producer_id(),
+            Err(e) => return Err(RegistryError::io("reading", &path, e)),
+        };
+        let block = super::producer_id_block(next, count)?;
+        self.replace_file(PRODUCER_IDS_FILE, &format!("{}\n", block.end))?;
+        Ok(block)
     }
 
     async fn create_topic(&mut self, topic: TopicRecord) -> Result<(), RegistryError> {
@@ -228,6 +256,13 @@ mod tests {
         assert_eq!(after.len(), 1);
         assert_eq!(after[0].brokers, vec![8; before[0].partitions as usize]);
         assert_eq!(after[0].overrides(), before[0].overrides());
+        // Producer ids go on after a restart: none is handed out twice.
+        let before = block_on(registry.producer_ids(5)).unwrap();
+        let after = block_on(reopened.producer_ids(5)).unwrap();
+        assert!(after.start >= before.end, "{before:?} then {after:?}");
+        std::fs::write(dir.join(PRODUCER_IDS_FILE), "twelve\n").unwrap();
+        let refused = block_on(reopened.producer_ids(5)).unwrap_err().to_string();
+        assert!(refused.contains("not a producer id"), "{refused}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -49,6 +49,8 @@ class ErrorCode(enum.IntEnum):
     AUTHENTICATION_REQUIRED = 37
     AUTHENTICATION_FAILED = 38
     AUTHORIZATION_FAILED = 39
+    OUT_OF_ORDER_SEQUENCE = 40
+    INVALID_PRODUCER_EPOCH = 41
 
 
 #: Codes after which the same request may succeed later.

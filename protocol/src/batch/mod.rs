@@ -32,6 +32,7 @@ mod error;
 pub mod produce;
 pub mod read;
 pub mod records;
+pub mod sequence;
 pub mod varint;
 pub mod write;
 

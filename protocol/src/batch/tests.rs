@@ -472,3 +472,36 @@ fn batches_are_found_one_after_another_and_a_cut_one_is_named() {
         })
     );
 }
+
+#[test]
+fn a_renumbered_batch_carries_its_new_numbers_and_still_checks() {
+    let records = java_records();
+    let mut batch = records.finish(super::write::Producer {
+        id: 5,
+        epoch: 0,
+        base_sequence: 40,
+    });
+    let before = BatchHeader::read(&batch).unwrap();
+    let numbered = super::sequence::Numbered::of(&before).unwrap();
+    assert_eq!((numbered.first, numbered.epoch), (40, 0));
+    super::write::renumber(
+        &mut batch,
+        super::write::Producer {
+            id: 5,
+            epoch: 1,
+            base_sequence: 0,
+        },
+    );
+    let after = super::produce::check(&batch).unwrap();
+    let numbered = super::sequence::Numbered::of(&after).unwrap();
+    assert_eq!(
+        (numbered.producer_id, numbered.epoch, numbered.first),
+        (5, 1, 0)
+    );
+    assert_eq!(numbered.last, after.record_count - 1);
+    assert_eq!(
+        BatchHeader::read(&records.finish(super::write::Producer::NONE))
+            .map(|h| super::sequence::Numbered::of(&h)),
+        Ok(None)
+    );
+}

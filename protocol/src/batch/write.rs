@@ -26,6 +26,21 @@ impl Producer {
     };
 }
 
+/// Sets a finished batch's producer fields to `producer`'s (an idempotent
+/// producer numbering a batch again, in a new epoch) and its CRC-32C.
+///
+/// Panics if `batch` is shorter than a header.
+pub fn renumber(batch: &mut [u8], producer: Producer) {
+    assert!(batch.len() >= HEADER_BYTES);
+    batch[at::PRODUCER_ID..at::PRODUCER_ID + 8].copy_from_slice(&producer.id.to_be_bytes());
+    batch[at::PRODUCER_EPOCH..at::PRODUCER_EPOCH + 2]
+        .copy_from_slice(&producer.epoch.to_be_bytes());
+    batch[at::BASE_SEQUENCE..at::BASE_SEQUENCE + 4]
+        .copy_from_slice(&producer.base_sequence.to_be_bytes());
+    let crc = super::crc(batch);
+    batch[at::CRC..at::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+}
+
 /// Records gathered into one uncompressed batch.
 #[derive(Debug, Default, Clone)]
 pub struct BatchWriter {

@@ -36,6 +36,7 @@ mod consumer;
 mod group;
 mod heartbeat;
 mod mirror;
+mod numbering;
 mod offset_store;
 mod prefetch;
 mod producer;
@@ -798,6 +799,22 @@ impl Client {
         let decoded = verify::<wire::PromoteMirrorResponse>(&response.header)
             .map_err(|e| ClientError::protocol(format!("promote mirror: {e}")))?;
         Ok(decoded.mirror_source().unwrap_or_default().to_string())
+    }
+
+    /// A new idempotent producer's id and epoch (InitProducerId), for a
+    /// producer that writes `topic` (the right it needs: write on it).
+    pub fn init_producer_id(
+        &self,
+        topic: &str,
+    ) -> Result<codec::producer_id::ProducerId, ClientError> {
+        let response = self.request(
+            Api::InitProducerId,
+            |fbb| codec::producer_id::init_producer_id_request(fbb, topic).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        codec::producer_id::decode_init_producer_id(&response.header)
+            .map_err(|e| ClientError::protocol(format!("init producer id: {e}")))
     }
 
     /// Adds access control rules (those present already stay); returns

@@ -59,6 +59,7 @@
 //! or so (backing off to 10 s) and uses the partition again as soon as its
 //! broker answers.
 
+use super::numbering::{Numbering, IN_FLIGHT_MAX};
 use super::{lock, Client, ClientError, ResponseFrame};
 use crate::batch::{self, write::BatchWriter, Compression};
 use crate::codec::{self, verify, AckMode, Metadata};
@@ -159,6 +160,13 @@ pub struct ProducerConfig {
     /// that would not shrink goes uncompressed). Format 1 has none: other
     /// than `None` there is an error. Default `None`.
     pub compression: Compression,
+    /// Format-2 topics with acks other than `None`: number every batch
+    /// (a producer id from the broker, an epoch and sequences per
+    /// partition), so a batch resent after a lost answer is never stored
+    /// twice and a partition's batches are stored in the order sent;
+    /// at most 5 batches per partition are on the wire. Ignored on format
+    /// 1 and with acks `None`. Default true.
+    pub idempotence: bool,
 }
 
 /// What a format-2 message carries beside its key and value.
@@ -206,6 +214,7 @@ impl Default for ProducerConfig {
             metadata_max_age: Duration::from_secs(30),
             retries: u32::MAX,
             compression: Compression::None,
+            idempotence: true,
         }
     }
 }
@@ -316,6 +325,14 @@ struct Pending {
     in_doubt: bool,
     /// What the last attempt met (the reason given at the deadline).
     last_error: Option<ClientError>,
+}
+
+impl Pending {
+    /// Its bytes to change (numbered again), copied only if a write in
+    /// progress still shares them.
+    fn bytes_mut(&mut self) -> &mut Vec<u8> {
+        Arc::make_mut(&mut self.bytes)
+    }
 }
 
 enum Answer {
@@ -504,6 +521,8 @@ struct Inner {
     /// The size of the last batch sent: what a new buffer is made for.
     last_batch_bytes: usize,
     closed: bool,
+    /// An idempotent producer's numbers.
+    numbering: Option<Numbering>,
 }
 
 /// Spare batch buffers kept by the producer and by each connection's
@@ -564,6 +583,7 @@ impl Producer {
         };
         let routes = routes(&setup, &metadata)?;
         let partitions = routes.len() as u32;
+        let numbering = numbering(client, &setup, partitions as usize)?;
         let events = Arc::new(Events::default());
         let mut inner = Inner {
             lanes: Vec::new(),
@@ -591,6 +611,7 @@ impl Producer {
             spare: Vec::new(),
             last_batch_bytes: 0,
             closed: false,
+            numbering,
         };
         inner.apply_routes(&setup, &events, routes)?;
         let seed = std::time::SystemTime::now()
@@ -611,6 +632,16 @@ impl Producer {
             next_partition: 0,
             rng: seed,
         })
+    }
+
+    /// An idempotent producer's id and epoch (`None`: its batches are not
+    /// numbered — format 1, acks `None`, or idempotence off).
+    pub fn producer_id(&self) -> Option<crate::codec::producer_id::ProducerId> {
+        self.shared
+            .lock()
+            .numbering
+            .as_ref()
+            .map(Numbering::producer)
     }
 
     /// The partitions whose broker was down at the last metadata refresh.
@@ -996,6 +1027,23 @@ impl Drop for Producer {
     }
 }
 
+/// An idempotent producer's numbers (format 2, acks other than `None`,
+/// idempotence on): a producer id from the broker (InitProducerId).
+fn numbering(
+    client: &Client,
+    setup: &Setup,
+    partitions: usize,
+) -> Result<Option<Numbering>, ClientError> {
+    let numbered = setup.format == MessageFormat::Two
+        && setup.config.acks != AckMode::None
+        && setup.config.idempotence;
+    if !numbered {
+        return Ok(None);
+    }
+    let producer = client.init_producer_id(&setup.topic)?;
+    Ok(Some(Numbering::new(producer, partitions)))
+}
+
 /// Where each partition's requests go: `Ok((address, broker))`, or
 /// `Err(broker)` when the broker that stores it is down.
 fn routes(setup: &Setup, metadata: &Metadata) -> Result<Vec<Route>, ClientError> {
@@ -1135,6 +1183,9 @@ impl Inner {
             self.next_sequence.push(0);
             self.batches.push(Batch::empty());
         }
+        if let Some(numbering) = &mut self.numbering {
+            numbering.grow(self.batches.len());
+        }
         for (partition, route) in routes.into_iter().enumerate() {
             if partition >= self.lane_of_partition.len() {
                 break;
@@ -1177,6 +1228,9 @@ impl Inner {
         if setup.config.acks == AckMode::None {
             return true;
         }
+        if self.numbering.is_some() && self.unresolved(index) >= IN_FLIGHT_MAX {
+            return false;
+        }
         let Some(lane) = self.lane_of_partition[index].map(|l| &self.lanes[l]) else {
             // Down or being reconnected: the batch waits in the retry queue.
             return self.retry_bytes < setup.config.buffer_bytes_max;
@@ -1199,12 +1253,16 @@ impl Inner {
             return;
         }
         if setup.format == MessageFormat::Two {
+            let numbers = match &mut self.numbering {
+                Some(numbering) => numbering.next(index, batch.count),
+                None => batch::write::Producer::NONE,
+            };
             // Compressing writes only into memory: it cannot fail but for
             // the allocator, and then the batch goes uncompressed.
             batch.bytes = batch
                 .records
-                .finish_compressed(batch::write::Producer::NONE, setup.config.compression)
-                .unwrap_or_else(|_| batch.records.finish(batch::write::Producer::NONE));
+                .finish_compressed(numbers, setup.config.compression)
+                .unwrap_or_else(|_| batch.records.finish(numbers));
             batch.records.clear();
         }
         let size = batch.bytes.len();
@@ -1227,7 +1285,10 @@ impl Inner {
         self.sent_messages += u64::from(pending.count);
         self.sent_bytes += pending.bytes.len() as u64;
         let behind_retry = self.retry.iter().any(|p| p.partition == pending.partition);
-        let recycled = if behind_retry || self.reconnect && self.lane_dead(index) {
+        // An idempotent producer's sixth batch (a flush sends every
+        // partial batch) waits for room on the wire like a resent one.
+        let held = self.numbering.is_some() && self.unresolved(index) >= IN_FLIGHT_MAX;
+        let recycled = if behind_retry || held || self.reconnect && self.lane_dead(index) {
             // Keep the partition's order: behind the batches being resent.
             self.retry_bytes += pending.bytes.len();
             self.retry.push(pending);
@@ -1490,13 +1551,22 @@ impl Inner {
                 }),
                 Answer::Refused(code, message) => {
                     pending.in_doubt |= appended_before_failing(code);
+                    let out_of_order = code == ErrorCode::OutOfOrderSequence;
                     let error = ClientError::Broker {
                         code,
                         message,
                         range: None,
                         owner_broker_id: None,
                     };
-                    if error.is_retriable() {
+                    if let (true, Some(numbering)) = (out_of_order, &mut self.numbering) {
+                        // A gap before it: once the partition's batches
+                        // are off the wire, an earlier one still to be
+                        // stored goes first; if there is none, the
+                        // partition starts afresh (`restart_partitions`).
+                        numbering.restart_later(pending.partition as usize, pending.first_sequence);
+                        let why = || error.clone();
+                        self.requeue(setup, pending, why);
+                    } else if error.is_retriable() {
                         if error.moved() {
                             self.reconnect = true;
                         }
@@ -1638,18 +1708,114 @@ impl Inner {
                 }
             }
         }
-        let waiting = std::mem::take(&mut self.retry);
+        let mut waiting = std::mem::take(&mut self.retry);
         self.retry_bytes = 0;
+        self.restart_partitions(&mut waiting);
         let now = Instant::now();
+        let mut held = Vec::new();
         for pending in waiting {
             let Some(pending) = self.unexpired(setup, pending, now) else {
                 continue;
             };
+            let p = pending.partition as usize;
+            // An idempotent producer's partition keeps at most five
+            // batches on the wire (the oldest still to be stored among
+            // them), and none while it waits to start afresh.
+            let wait = self.numbering.as_ref().is_some_and(|numbering| {
+                numbering.restarting(p).is_some() || self.on_wire(p) >= IN_FLIGHT_MAX
+            });
+            if wait {
+                held.push(pending);
+                continue;
+            }
             if let Some(buffer) = self.write(setup, pending) {
                 self.keep_spare(buffer);
             }
         }
+        for pending in held {
+            self.retry_bytes += pending.bytes.len();
+            self.retry.push(pending);
+        }
         self.flush_writers();
+    }
+
+    /// An idempotent producer's partitions waiting to start afresh whose
+    /// batches are all off the wire (so all in `waiting`, in order). If the
+    /// batch that met the gap is the oldest, the broker lacks batches that
+    /// were given up on (or lost in an unclean failover): a new epoch, and
+    /// the batches numbered again from sequence 0 — never one that may be
+    /// stored, since every earlier batch is settled. If an earlier batch
+    /// is still to be stored, it goes first instead. If the epochs are
+    /// used up the batches fail.
+    fn restart_partitions(&mut self, waiting: &mut Vec<Pending>) {
+        let Some(numbering) = &self.numbering else {
+            return;
+        };
+        let ready: Vec<(usize, u64)> = (0..self.batches.len())
+            .filter_map(|p| numbering.restarting(p).map(|gap| (p, gap)))
+            .filter(|&(p, _)| self.on_wire(p) == 0)
+            .collect();
+        for (p, gap) in ready {
+            let Some(numbering) = &mut self.numbering else {
+                return;
+            };
+            let oldest = waiting
+                .iter()
+                .filter(|w| w.partition as usize == p)
+                .map(|w| w.first_sequence)
+                .min();
+            if oldest != Some(gap) {
+                numbering.cancel_restart(p);
+                continue;
+            }
+            let batches = waiting
+                .iter_mut()
+                .filter(|w| w.partition as usize == p)
+                .map(|w| {
+                    let count = w.count;
+                    (w.bytes_mut(), count)
+                });
+            if numbering.restart(p, batches) {
+                continue;
+            }
+            let (failed, kept): (Vec<Pending>, Vec<Pending>) = std::mem::take(waiting)
+                .into_iter()
+                .partition(|w| w.partition as usize == p);
+            *waiting = kept;
+            for pending in failed {
+                self.fail(
+                    pending,
+                    ClientError::Usage(format!(
+                        "partition {p}: the producer's epochs are used up; make a new producer"
+                    )),
+                );
+            }
+        }
+    }
+
+    /// Batches of `partition` written and not yet answered, on every
+    /// connection.
+    fn on_wire(&self, partition: usize) -> usize {
+        let p = partition as u32;
+        self.lanes
+            .iter()
+            .map(|lane| {
+                let counts = lock(&lane.state.counts);
+                counts.in_flight.iter().filter(|w| w.partition == p).count()
+                    + counts
+                        .answers
+                        .iter()
+                        .filter(|(w, _)| w.partition == p)
+                        .count()
+            })
+            .sum()
+    }
+
+    /// Batches of `partition` sent and not yet stored or given up on: on
+    /// the wire or waiting to be resent.
+    fn unresolved(&self, partition: usize) -> usize {
+        let p = partition as u32;
+        self.on_wire(partition) + self.retry.iter().filter(|w| w.partition == p).count()
     }
 
     /// True when nothing is queued, waiting or unanswered.

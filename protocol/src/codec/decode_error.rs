@@ -38,4 +38,12 @@ pub enum DecodeError {
         /// The payload's bytes.
         payload: usize,
     },
+    /// An InitProducerId answer whose id or epoch is below 0.
+    #[error("producer id {id} with epoch {epoch}: both must be 0 or above")]
+    ProducerId {
+        /// The id answered.
+        id: i64,
+        /// The epoch answered.
+        epoch: i16,
+    },
 }

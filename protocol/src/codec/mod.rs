@@ -95,6 +95,7 @@ mod decode_error;
 pub mod groups;
 pub mod multi_fetch;
 pub mod operations;
+pub mod producer_id;
 pub mod security;
 
 pub use decode_error::DecodeError;

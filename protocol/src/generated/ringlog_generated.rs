@@ -10269,6 +10269,258 @@ pub mod ringlog {
                 ds.finish()
             }
         }
+        pub enum InitProducerIdRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct InitProducerIdRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for InitProducerIdRequest<'a> {
+            type Inner = InitProducerIdRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> InitProducerIdRequest<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                InitProducerIdRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args InitProducerIdRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<InitProducerIdRequest<'bldr>> {
+                let mut builder = InitProducerIdRequestBuilder::new(_fbb);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        InitProducerIdRequest::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for InitProducerIdRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct InitProducerIdRequestArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for InitProducerIdRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                InitProducerIdRequestArgs { topic: None }
+            }
+        }
+
+        pub struct InitProducerIdRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> InitProducerIdRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    InitProducerIdRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> InitProducerIdRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                InitProducerIdRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<InitProducerIdRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for InitProducerIdRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("InitProducerIdRequest");
+                ds.field("topic", &self.topic());
+                ds.finish()
+            }
+        }
+        pub enum InitProducerIdResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct InitProducerIdResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for InitProducerIdResponse<'a> {
+            type Inner = InitProducerIdResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> InitProducerIdResponse<'a> {
+            pub const VT_PRODUCER_ID: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PRODUCER_EPOCH: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                InitProducerIdResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args InitProducerIdResponseArgs,
+            ) -> ::flatbuffers::WIPOffset<InitProducerIdResponse<'bldr>> {
+                let mut builder = InitProducerIdResponseBuilder::new(_fbb);
+                builder.add_producer_id(args.producer_id);
+                builder.add_producer_epoch(args.producer_epoch);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn producer_id(&self) -> i64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i64>(InitProducerIdResponse::VT_PRODUCER_ID, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn producer_epoch(&self) -> i16 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<i16>(InitProducerIdResponse::VT_PRODUCER_EPOCH, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for InitProducerIdResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<i64>("producer_id", Self::VT_PRODUCER_ID, false)?
+                    .visit_field::<i16>("producer_epoch", Self::VT_PRODUCER_EPOCH, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct InitProducerIdResponseArgs {
+            pub producer_id: i64,
+            pub producer_epoch: i16,
+        }
+        impl<'a> Default for InitProducerIdResponseArgs {
+            #[inline]
+            fn default() -> Self {
+                InitProducerIdResponseArgs {
+                    producer_id: 0,
+                    producer_epoch: 0,
+                }
+            }
+        }
+
+        pub struct InitProducerIdResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> InitProducerIdResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_producer_id(&mut self, producer_id: i64) {
+                self.fbb_
+                    .push_slot::<i64>(InitProducerIdResponse::VT_PRODUCER_ID, producer_id, 0);
+            }
+            #[inline]
+            pub fn add_producer_epoch(&mut self, producer_epoch: i16) {
+                self.fbb_.push_slot::<i16>(
+                    InitProducerIdResponse::VT_PRODUCER_EPOCH,
+                    producer_epoch,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> InitProducerIdResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                InitProducerIdResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<InitProducerIdResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for InitProducerIdResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("InitProducerIdResponse");
+                ds.field("producer_id", &self.producer_id());
+                ds.field("producer_epoch", &self.producer_epoch());
+                ds.finish()
+            }
+        }
         pub enum FetchPartitionOffset {}
         #[derive(Copy, Clone, PartialEq)]
 

@@ -27,6 +27,7 @@ mod format_two;
 mod give_way;
 mod group_faults;
 mod groups;
+mod idempotence;
 mod limits;
 mod loadgen;
 mod mirror;

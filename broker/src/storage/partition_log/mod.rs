@@ -122,6 +122,9 @@ pub struct LogSettings {
     /// Format 2: whose time a batch carries (LogAppendTime: the append's,
     /// stamped as it is placed).
     pub timestamps: protocol::batch::TimestampType,
+    /// Format 2: idempotent producers remembered (see
+    /// [`crate::storage::producers`]).
+    pub producers_max: usize,
 }
 
 /// Bytes appended but not yet written, all for one segment.
@@ -282,6 +285,11 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     /// The shard's unwritten-bytes budget, and what this log counts in it.
     budget: Rc<UnwrittenBudget>,
     budget_counted: u64,
+    /// Format 2: the idempotent producers' last batches
+    /// (`producer_state.rs`).
+    producers: crate::storage::producers::Producers,
+    /// Where the `producers` snapshot file stands.
+    producers_snapshot_at: u64,
 }
 
 pub use super::io::now_ms;
@@ -361,6 +369,18 @@ impl<S: Storage> PartitionLog<S> {
                 .sync_dir(dir)
                 .map_err(|e| StorageError::io("syncing", dir, e))?;
         }
+        let (producers, producers_snapshot_at) = if settings.format == MessageFormat::Two {
+            producer_state::recover(
+                &storage,
+                dir,
+                segments.as_slice(),
+                start_offset,
+                end_offset,
+                settings.producers_max,
+            )?
+        } else {
+            (crate::storage::producers::Producers::new(1), 0)
+        };
         let committed_floor =
             recovery::read_offset_file(&storage, &dir.join(recovery::HIGH_WATERMARK_FILE))
                 .unwrap_or(0)
@@ -407,6 +427,8 @@ impl<S: Storage> PartitionLog<S> {
             flush_stats: Rc::new(FlushStats::default()),
             budget: Rc::new(UnwrittenBudget::unlimited()),
             budget_counted: 0,
+            producers,
+            producers_snapshot_at,
         };
         log.check_offsets();
         Ok((log, recovered))
@@ -587,6 +609,7 @@ impl<S: Storage> PartitionLog<S> {
         let placed = self.place(segment_base, position, bytes, messages);
         if let Some(epoch) = stamp {
             stamp_batches(placed, base, epoch, placing, append_time);
+            self.note_producers(bytes, base);
             if let Some(active) = self.segments.active_mut() {
                 for (at, header) in protocol::batch::produce::batches(bytes).flatten() {
                     let time = append_time.unwrap_or(header.max_timestamp);
@@ -859,7 +882,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         recovery::write_recovery_point(&self.storage, &self.dir, self.flushed_offset, durable)?;
         self.checkpointed_offset = self.flushed_offset;
-        Ok(())
+        self.checkpoint_producers(durable)
     }
 
     /// Stops all further writes because the topic is being deleted: a sync
@@ -915,6 +938,7 @@ impl<S: Storage> PartitionLog<S> {
         self.pending.clear();
         self.pending_bytes = 0;
         self.end_offset = to;
+        self.producers.truncate(to);
         self.flush_wanted = self.flush_wanted.min(to);
         self.appended_messages = self.written_messages;
         if self.appended_messages == self.flushed_messages {
@@ -971,6 +995,7 @@ thread_local! {
 mod by_time;
 mod fetch_wait;
 mod files;
+mod producer_state;
 mod replica;
 mod retention;
 mod writer;
@@ -981,7 +1006,9 @@ pub use fetch_wait::{fetch_waits, WaitingFetch};
 use files::{open_segment_file, segment_file};
 pub use files::{read, read_below};
 pub use replica::{cut_uncommitted_damage, truncate};
-pub use writer::{append, append_mirror, append_replica, request_sync, stored, sync_all, tick};
+pub use writer::{
+    append, append_mirror, append_replica, appended_before, request_sync, stored, sync_all, tick,
+};
 
 #[cfg(test)]
 mod tests;

@@ -136,6 +136,7 @@ impl<S: Storage> PartitionLog<S> {
         self.flushed_offset = start;
         self.written_offset = start;
         self.end_offset = start;
+        self.cut_producers(start)?;
         self.flush_wanted = start;
         self.dir_unsynced = true;
         recovery::write_recovery_point(&self.storage, &self.dir, start, true)?;
@@ -194,6 +195,7 @@ impl<S: Storage> PartitionLog<S> {
             .map_err(|e| StorageError::io("syncing", &self.dir, e))?;
         self.end_offset = end;
         self.written_offset = end;
+        self.cut_producers(end)?;
         self.flushed_offset = self.flushed_offset.min(end);
         self.flush_wanted = self.flush_wanted.min(end);
         self.high_watermark = self.high_watermark.map(|hw| hw.min(end));

@@ -29,6 +29,7 @@ fn settings(segment_bytes: u64) -> LogSettings {
         retention_bytes: 0,
         format: protocol::stored::MessageFormat::One,
         timestamps: protocol::batch::TimestampType::Create,
+        producers_max: 1000,
         waiting_fetch_flush: Some(std::time::Duration::from_millis(1)),
     }
 }

@@ -58,6 +58,32 @@ fn append_with<S: Storage>(
     Ok(Appended { base, end, epoch })
 }
 
+/// A retried batch the log holds already at `[base, end)` (an idempotent
+/// producer's duplicate): what its acknowledgement waits for, as if it had
+/// just been appended, with the writer or a flush started as `acks`
+/// requires (the first attempt may have asked for less).
+pub fn appended_before<S: Storage>(
+    log: &Shared<S>,
+    base: u64,
+    end: u64,
+    acks: AckMode,
+) -> Appended {
+    let (epoch, flush, write) = {
+        let mut l = log.borrow_mut();
+        let flush = acks == AckMode::Flushed && l.flushed_offset < end;
+        if flush {
+            l.flush_wanted = l.flush_wanted.max(end);
+        }
+        (l.epoch(), flush, l.written_offset < end)
+    };
+    if flush {
+        request_sync(log, true);
+    } else if write && acks != AckMode::None {
+        request_sync(log, false);
+    }
+    Appended { base, end, epoch }
+}
+
 /// A follower's append (see [`PartitionLog::append_replica`]): written and
 /// flushed at once, as a flushed produce is (acks=all counts flushed
 /// copies); [`stored`] with `AckMode::Flushed` waits for it. On a

@@ -71,6 +71,7 @@ use super::{Replica, SharedReplica};
 use crate::storage::io::{SegmentFile, Storage};
 use crate::storage::memory::{MemoryStorage, PowerCut, Tail};
 use crate::storage::partition_log::{self, LogSettings, PartitionLog, Shared};
+use crate::storage::producers::Sequenced;
 use coordinator::replicas::{PartitionState, Versioned};
 use protocol::batch::produce::{stamp, Stamp};
 use protocol::batch::write::{BatchWriter, Producer};
@@ -105,7 +106,14 @@ struct Produce {
     base: u64,
     bytes: Vec<u8>,
     answer: Pending<Result<(), String>>,
+    /// An idempotent producer's retry answered with the offsets it was
+    /// stored at: `bytes` is the batch as sent (its leader stamped the
+    /// stored one in an epoch the model does not know).
+    duplicate: bool,
 }
+
+/// The model's idempotent producer (format 2): its id.
+const PRODUCER_ID: i64 = 4242;
 
 /// One broker: its disk, and while it runs, its copy.
 struct Node {
@@ -159,6 +167,13 @@ struct Cluster {
     storm: u64,
     /// Truncations refused, fetches refused (counted, for the summary).
     refusals: u64,
+    /// Format 2: the batches the idempotent producer sent, as sent (a
+    /// produce may send one of the last five again), and its next
+    /// sequence.
+    numbered: Vec<Vec<u8>>,
+    next_sequence: i32,
+    /// Retries answered as duplicates (for the summary).
+    duplicates: u64,
 }
 
 fn noop_poll<T>(future: &mut Pending<T>) -> Poll<T> {
@@ -251,6 +266,9 @@ impl Cluster {
             rng,
             trace,
             refusals: 0,
+            numbered: Vec::new(),
+            next_sequence: 0,
+            duplicates: 0,
         };
         for i in 0..BROKERS.len() {
             cluster.start(i);
@@ -480,28 +498,61 @@ impl Cluster {
                 return;
             }
         }
-        let mut bytes = Vec::new();
-        for _ in 0..count {
-            let n = self.next_message;
-            self.next_message += 1;
-            let len = (n * 7 % 40) as usize;
-            let mut value = format!("m{n}:").into_bytes();
-            value.extend((0..len).map(|k| (n as usize * 31 + k) as u8));
-            match self.settings.format {
-                MessageFormat::One => encode_message(&mut bytes, None, &value),
-                MessageFormat::Two => {
-                    let mut writer = BatchWriter::new();
-                    writer.push(0, None, Some(&value), &[]);
-                    bytes.extend_from_slice(&writer.finish(Producer::NONE));
-                }
-            }
-        }
         let (log, epoch) = {
             let r = replica.borrow();
             (r.log.clone(), r.epoch())
         };
-        let Ok(appended) = partition_log::append(&log, &bytes, count as u32, AckMode::Flushed)
-        else {
+        let mut bytes = Vec::new();
+        if self.settings.format == MessageFormat::Two {
+            // One batch from the idempotent producer: a new one, or (one
+            // time in four) one of its last five sent again, as a
+            // producer whose answer was lost does.
+            let sent = self.numbered.len();
+            if sent > 0 && self.below(4) == 0 {
+                let back = self.below(sent.min(5) as u64) as usize;
+                bytes = self.numbered[sent - 1 - back].clone();
+            } else {
+                let mut writer = BatchWriter::new();
+                for _ in 0..count {
+                    writer.push(0, None, Some(&self.next_value()), &[]);
+                }
+                bytes = writer.finish(Producer {
+                    id: PRODUCER_ID,
+                    epoch: 0,
+                    base_sequence: self.next_sequence,
+                });
+                self.next_sequence += count as i32;
+                self.numbered.push(bytes.clone());
+            }
+            let header = protocol::batch::BatchHeader::read(&bytes).expect("a batch");
+            let numbered = protocol::batch::sequence::Numbered::of(&header).expect("numbered");
+            let sequenced = log.borrow().producers().check(numbered);
+            match sequenced {
+                Ok(Sequenced::New) => {}
+                Ok(Sequenced::Duplicate { base, end }) => {
+                    self.say(|| format!("  produce again: stored at {base}..{end}"));
+                    let appended =
+                        partition_log::appended_before(&log, base, end, AckMode::Flushed);
+                    self.wait_for_answer(i, &replica, appended, epoch, bytes, true);
+                    return;
+                }
+                Err(error) => {
+                    self.say(|| format!("  produce refused: {error}"));
+                    return;
+                }
+            }
+        } else {
+            for _ in 0..count {
+                encode_message(&mut bytes, None, &self.next_value());
+            }
+        }
+        let records = match self.settings.format {
+            MessageFormat::One => count as u32,
+            MessageFormat::Two => {
+                protocol::batch::BatchHeader::read(&bytes).map_or(0, |h| h.record_count as u32)
+            }
+        };
+        let Ok(appended) = partition_log::append(&log, &bytes, records, AckMode::Flushed) else {
             return;
         };
         if self.settings.format == MessageFormat::Two {
@@ -527,6 +578,31 @@ impl Cluster {
             }
         }
         self.say(|| format!("  produce at {}..{}", appended.base, appended.end));
+        self.wait_for_answer(i, &replica, appended, epoch, bytes, false);
+    }
+
+    /// The next message's value.
+    fn next_value(&mut self) -> Vec<u8> {
+        let n = self.next_message;
+        self.next_message += 1;
+        let len = (n * 7 % 40) as usize;
+        let mut value = format!("m{n}:").into_bytes();
+        value.extend((0..len).map(|k| (n as usize * 31 + k) as u8));
+        value
+    }
+
+    /// A produce at broker `i` waits for its acknowledgement as the
+    /// handler's does: flushed, then replicated in `epoch`.
+    fn wait_for_answer(
+        &mut self,
+        i: usize,
+        replica: &SharedReplica<MemoryStorage>,
+        appended: partition_log::Appended,
+        epoch: u32,
+        bytes: Vec<u8>,
+        duplicate: bool,
+    ) {
+        let (log, replica) = (replica.borrow().log.clone(), replica.clone());
         let answer: Pending<Result<(), String>> = Box::pin(async move {
             partition_log::stored(&log, appended, AckMode::Flushed)
                 .await
@@ -539,6 +615,7 @@ impl Cluster {
             base: appended.base,
             bytes,
             answer,
+            duplicate,
         });
     }
 
@@ -661,14 +738,34 @@ impl Cluster {
             .retain_mut(|p| match noop_poll(&mut p.answer) {
                 Poll::Pending => true,
                 Poll::Ready(Ok(())) => {
-                    acked.push((p.base, std::mem::take(&mut p.bytes)));
+                    acked.push((p.base, std::mem::take(&mut p.bytes), p.duplicate));
                     false
                 }
                 Poll::Ready(Err(_)) => false,
             });
         // The high watermark that acknowledged them is committed.
         self.note_committed();
-        for (base, bytes) in acked {
+        for (base, mut bytes, duplicate) in acked {
+            if duplicate {
+                // The batch as stored: its numbers and records are the
+                // ones sent again.
+                self.duplicates += 1;
+                let end = base as usize + bytes.len();
+                assert!(
+                    end <= self.committed.len(),
+                    "a retry answered with {base}..{end}, but only {} is committed",
+                    self.committed.len()
+                );
+                let stored = &self.committed[base as usize..end];
+                let size = protocol::batch::BatchHeader::read(stored).map(|h| h.size);
+                // Numbers, count and records; the leader stamped the rest.
+                let numbers = protocol::batch::at::PRODUCER_ID;
+                assert!(
+                    size == Ok(bytes.len()) && stored[numbers..] == bytes[numbers..],
+                    "a retry answered with {base}..{end}, where another batch is stored"
+                );
+                bytes = stored.to_vec();
+            }
             self.say(|| format!("  acked {base}..{}", base as usize + bytes.len()));
             let end = base as usize + bytes.len();
             assert!(
@@ -729,6 +826,57 @@ impl Cluster {
         }
     }
 
+    /// A copy's idempotent producers agree with its log: every batch its
+    /// state keeps is that batch at that offset in the log (a wrong one
+    /// would answer a retry with another batch's offsets), and a producer
+    /// it knows has its newest batch of the log as its newest (else a
+    /// retry or the next batch is judged against an older one).
+    fn check_producers(&self, node: &Node, log: &Shared<MemoryStorage>) {
+        let l = log.borrow();
+        let written = l.written_offset();
+        let bytes = written_bytes(&node.storage, log);
+        let mut newest: BTreeMap<i64, (i32, i32, u64, u64)> = BTreeMap::new();
+        let mut at = 0usize;
+        let mut found = BTreeMap::new();
+        while let Ok(header) = protocol::batch::BatchHeader::read(&bytes[at..]) {
+            if at + header.size > bytes.len() {
+                break;
+            }
+            if let Some(n) = protocol::batch::sequence::Numbered::of(&header) {
+                let batch = (n.first, n.last, at as u64, (at + header.size) as u64);
+                newest.insert(n.producer_id, batch);
+                found.insert(
+                    (at as u64, (at + header.size) as u64),
+                    (n.producer_id, n.first, n.last),
+                );
+            }
+            at += header.size;
+        }
+        for (id, (_, batches)) in l.producers().kept() {
+            for &(first, last, base, end) in &batches {
+                if end > written {
+                    continue;
+                }
+                assert_eq!(
+                    found.get(&(base, end)),
+                    Some(&(id, first, last)),
+                    "broker {}'s producer state keeps batch {first}..={last} of {id} at {base}..{end}, which its log does not hold",
+                    node.id
+                );
+            }
+            if let Some(&(first, last, base, end)) = batches.last() {
+                if end <= written {
+                    assert_eq!(
+                        newest.get(&id),
+                        Some(&(first, last, base, end)),
+                        "broker {}'s producer state has {first}..={last} at {base}..{end} as {id}'s newest batch; its log has another",
+                        node.id
+                    );
+                }
+            }
+        }
+    }
+
     /// Everything that must hold after any step.
     fn check(&mut self) {
         self.note_committed();
@@ -738,6 +886,9 @@ impl Cluster {
                 continue;
             };
             let r = replica.borrow();
+            if self.settings.format == MessageFormat::Two {
+                self.check_producers(node, &r.log);
+            }
             // Epochs rise in both fields.
             for pair in r.epochs.entries().windows(2) {
                 assert!(
@@ -985,6 +1136,27 @@ impl Cluster {
         })
     }
 
+    /// After convergence: no batch of the idempotent producer is stored
+    /// twice, however often it was sent.
+    fn check_once(&self) {
+        let leader = &self.nodes[self.index(self.registry.state.leader)];
+        let replica = leader.replica.as_ref().expect("running");
+        let bytes = written_bytes(&leader.storage, &replica.borrow().log);
+        let mut seen = std::collections::BTreeSet::new();
+        let mut at = 0usize;
+        while at < bytes.len() {
+            let header = protocol::batch::BatchHeader::read(&bytes[at..]).expect("a batch");
+            if let Some(n) = protocol::batch::sequence::Numbered::of(&header) {
+                assert!(
+                    seen.insert(n.first),
+                    "the batch from sequence {} is stored twice (again at {at})",
+                    n.first
+                );
+            }
+            at += header.size;
+        }
+    }
+
     /// After convergence: every acknowledged message is in every copy.
     fn check_acked(&self) {
         for node in &self.nodes {
@@ -1002,7 +1174,7 @@ impl Cluster {
     }
 }
 
-fn run_case(seed: u64, trace: bool) -> (usize, u64, u32) {
+fn run_case(seed: u64, trace: bool) -> (usize, u64, u32, u64) {
     let mut cluster = Cluster::new(seed, trace);
     cluster.check();
     for _ in 0..STEPS {
@@ -1010,10 +1182,14 @@ fn run_case(seed: u64, trace: bool) -> (usize, u64, u32) {
     }
     cluster.heal();
     cluster.check_acked();
+    if cluster.settings.format == MessageFormat::Two {
+        cluster.check_once();
+    }
     (
         cluster.acked.len(),
         cluster.refusals,
         cluster.registry.state.leader_epoch,
+        cluster.duplicates,
     )
 }
 
@@ -1029,14 +1205,15 @@ fn replication_on_the_in_memory_disk_keeps_every_acknowledged_byte() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
-    let (mut acked, mut refusals, mut epochs) = (0usize, 0u64, 0u64);
+    let (mut acked, mut refusals, mut epochs, mut duplicates) = (0usize, 0u64, 0u64, 0u64);
     for seed in 0..cases {
         let outcome = std::panic::catch_unwind(|| run_case(seed, false));
         match outcome {
-            Ok((a, r, e)) => {
+            Ok((a, r, e, d)) => {
                 acked += a;
                 refusals += r;
                 epochs += u64::from(e);
+                duplicates += d;
             }
             Err(panic) => {
                 eprintln!("case {seed} failed; RINGLOG_COPIES_MODEL_TRACE={seed} prints its steps");
@@ -1045,7 +1222,7 @@ fn replication_on_the_in_memory_disk_keeps_every_acknowledged_byte() {
         }
     }
     eprintln!(
-        "{cases} cases: {acked} acknowledged produces, {epochs} leader epochs, {refusals} fetches refused or failed"
+        "{cases} cases: {acked} acknowledged produces ({duplicates} of them retries answered with the offsets stored before), {epochs} leader epochs, {refusals} fetches refused or failed"
     );
     assert!(
         acked > 0,

@@ -36,8 +36,10 @@ use std::collections::HashMap;
 pub const BATCHES_KEPT: usize = 5;
 
 /// Bytes appended between two snapshots: the most a recovery hops over
-/// (batch headers only) to rebuild the state.
-pub const SNAPSHOT_EVERY_BYTES: u64 = 64 * 1024 * 1024;
+/// (batch headers only) to rebuild the state. The model tests, whose logs
+/// hold a few KiB, snapshot every 256 bytes, so their crashes and cuts
+/// meet snapshots at every turn.
+pub const SNAPSHOT_EVERY_BYTES: u64 = if cfg!(test) { 256 } else { 64 * 1024 * 1024 };
 
 /// The snapshot's file in a partition's directory.
 pub const SNAPSHOT_FILE: &str = "producers";
@@ -64,6 +66,11 @@ impl Producer {
         self.batches.last().map_or(0, |k| k.end)
     }
 }
+
+/// A kept batch as the model tests see it: first and last sequence,
+/// offset, end.
+#[cfg(test)]
+pub type KeptBatch = (i32, i32, u64, u64);
 
 /// What a numbered batch is to the partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +140,19 @@ impl Producers {
     /// True when none is known.
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// Every producer's epoch and kept batches (first and last sequence,
+    /// offset, end), by id: what the model tests compare with the log.
+    #[cfg(test)]
+    pub fn kept(&self) -> std::collections::BTreeMap<i64, (i16, Vec<KeptBatch>)> {
+        self.producers
+            .iter()
+            .map(|(id, p)| {
+                let batches = p.batches.iter().map(|k| (k.first, k.last, k.base, k.end));
+                (*id, (p.epoch, batches.collect()))
+            })
+            .collect()
     }
 
     /// What `batch` is to this partition, by the rules in the module doc.

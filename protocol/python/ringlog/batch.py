@@ -198,13 +198,19 @@ def decompress(codec_bits: int, block: bytes, bytes_max: int = RECORDS_BYTES_MAX
 
 # ---- writing ----
 
+#: The numbers of a batch from a producer that is not idempotent.
+NOT_NUMBERED = (-1, -1, -1)
+
+
 def encode_batch(
     records: Sequence[Tuple[Optional[bytes], Optional[bytes], Sequence[Header], int]],
     compression: str = "none",
+    producer: Tuple[int, int, int] = NOT_NUMBERED,
 ) -> bytes:
     """One batch of ``(key, value, headers, timestamp_ms)`` records, as a
     producer writes it (compressed unless that does not shrink it, or would
-    pack more records than the batch has bytes)."""
+    pack more records than the batch has bytes). ``producer`` is an
+    idempotent producer's ``(id, epoch, base sequence)``."""
     if not records:
         raise ValueError("a batch holds at least one record")
     if compression not in CODECS:
@@ -232,10 +238,26 @@ def encode_batch(
         codec, block = 0, plain
     count = len(records)
     top = max(r[3] for r in records)
-    after_crc = struct.pack(">hiqqqhii", codec, count - 1, base, top, -1, -1, -1, count) + block
+    pid, epoch, sequence = producer
+    after_crc = struct.pack(">hiqqqhii", codec, count - 1, base, top, pid, epoch, sequence, count) + block
     size = LOG_OVERHEAD + 9 + len(after_crc)
     head = struct.pack(">qiibI", 0, size - LOG_OVERHEAD, -1, MAGIC, crc32c(after_crc))
     return head + after_crc
+
+
+def renumber(stored: bytes, producer: Tuple[int, int, int]) -> bytes:
+    """A written batch with an idempotent producer's new ``(id, epoch, base
+    sequence)`` (a partition starting afresh in a new epoch), CRC and all."""
+    out = bytearray(stored)
+    struct.pack_into(">qhi", out, 43, *producer)
+    struct.pack_into(">I", out, 17, crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def advance(sequence: int, count: int) -> int:
+    """An idempotent producer's sequence moved on by ``count`` records
+    (it wraps from 2**31 - 1 to 0)."""
+    return (sequence + count) % (1 << 31)
 
 
 # ---- reading ----

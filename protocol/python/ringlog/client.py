@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import struct
 import socket
 import ssl
 import time
@@ -26,6 +27,7 @@ from .wire import AuthenticateRequest, AuthenticateResponse
 from .wire import AckMode as _AckMode
 from .wire import CreatePartitionsRequest, CreatePartitionsResponse
 from .wire import CreateTopicRequest, DeleteTopicRequest, ErrorResponse, FetchRequest
+from .wire import InitProducerIdRequest, InitProducerIdResponse
 from .wire import FetchResponse, HandshakeRequest, HandshakeResponse, ListOffsetsRequest
 from .wire import ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetSpec
 from .wire import ProduceRequest, ProduceResponse, TopicConfig
@@ -456,6 +458,20 @@ class Client:
         DeleteTopicRequest.AddName(b, n)
         self.call(Api.DELETE_TOPIC, _finish(b, DeleteTopicRequest.End(b)))
 
+    def init_producer_id(self, topic: str) -> Tuple[int, int]:
+        """A new idempotent producer's ``(id, epoch)`` (InitProducerId),
+        for a producer writing ``topic`` (it needs write on it)."""
+        b = flatbuffers.Builder(64)
+        t = b.CreateString(topic)
+        InitProducerIdRequest.Start(b)
+        InitProducerIdRequest.AddTopic(b, t)
+        header, _ = self.call(Api.INIT_PRODUCER_ID, _finish(b, InitProducerIdRequest.End(b)), repeatable=True)
+        answer = InitProducerIdResponse.InitProducerIdResponse.GetRootAs(header, 0)
+        pid, epoch = answer.ProducerId(), answer.ProducerEpoch()
+        if pid < 0 or epoch < 0:
+            raise ProtocolError(f"producer id {pid} with epoch {epoch}: both must be 0 or above")
+        return pid, epoch
+
     def create_partitions(self, name: str, partitions: int) -> List[int]:
         """Raises a topic's partition count to ``partitions`` (never lowers
         it: INVALID_CONFIG); returns the broker of each new partition. A
@@ -555,6 +571,11 @@ def _decode_metadata(header: bytes) -> Metadata:
         raise ProtocolError(f"unreadable Metadata response: {e}") from e
 
 
+#: A produce on the wire: request id, messages, partition, bytes, sends,
+#: place in the order the batches were made.
+_InFlight = Tuple[int, int, int, bytes, int, int]
+
+
 class Producer:
     """Sends messages to one topic, batched per partition and pipelined.
 
@@ -585,12 +606,20 @@ class Producer:
     ``OVERLOADED``, ``SHUTTING_DOWN``,
     ``STORAGE_UNAVAILABLE``: a leader moved or a broker is busy) is sent
     again, after a back-off and fresh Metadata, to the partition's leader
-    now, up to ``retries`` times. Delivery is then **at least once**: an
-    ``acks="all"`` batch answered ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``
-    (appended, then the leadership moved before it was replicated) may
-    have been kept, and is stored twice; a
-    resent batch may land after a later one. Other failures, and
-    ``acks="none"`` (whose batches are not kept), are not resent.
+    now, up to ``retries`` times. Other failures, and ``acks="none"``
+    (whose batches are not kept), are not resent.
+
+    **Idempotence** (``idempotence=True``, the default, on a format-2
+    topic with acks other than ``"none"``): the producer takes an id from
+    the broker (InitProducerId) and numbers each partition's batches, at
+    most 5 of them unanswered per partition, so a resent batch the broker
+    stored already (an ``acks="all"`` batch answered
+    ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``, say) is answered with its offsets
+    instead of being stored twice, and a partition's batches are stored in
+    the order sent (a batch after a refused one is refused
+    ``OUT_OF_ORDER_SEQUENCE`` and resent after it). Otherwise delivery is
+    **at least once**: such a batch may be stored twice, and a resent batch
+    may land after a later one.
     """
 
     def __init__(
@@ -605,6 +634,7 @@ class Producer:
         max_in_flight: int = 64,
         retries: int = 16,
         compression: str = "none",
+        idempotence: bool = True,
     ) -> None:
         if acks not in _ACKS:
             raise ValueError(f"acks must be one of {sorted(_ACKS)}, got {acks!r}")
@@ -631,6 +661,15 @@ class Producer:
             )
         self.compression = compression
         self.partitions = len(metadata.topics[topic].partitions)
+        #: The idempotent producer's ``(id, epoch)``; ``None`` when its
+        #: batches are not numbered.
+        self.producer_id: Optional[Tuple[int, int]] = None
+        if idempotence and self.message_format == 2 and acks != "none":
+            self.producer_id = client.init_producer_id(topic)
+        epoch = self.producer_id[1] if self.producer_id else -1
+        self._epoch = [epoch] * self.partitions
+        self._sequence = [0] * self.partitions
+        self._order = 0
         self._owner: List[str] = []
         self._conns: Dict[str, Connection] = {}
         self._route(metadata)
@@ -648,8 +687,9 @@ class Producer:
         self._batch_started: Dict[int, float] = {}
         self._sticky: Optional[int] = None
         # Per connection: (request id, messages, partition, the batch's
-        # bytes (kept for a resend; empty with acks="none"), sends so far).
-        self._in_flight: Dict[str, Deque[Tuple[int, int, int, bytes, int]]] = {}
+        # bytes (kept for a resend; empty with acks="none"), sends so far,
+        # the batch's place in the order it was made).
+        self._in_flight: Dict[str, Deque[_InFlight]] = {}
         self.acked = 0
         self.failed = 0
         self.resent = 0
@@ -726,12 +766,30 @@ class Producer:
         if p == self._sticky:
             self._sticky = None
         if self.message_format == 2:
-            payload = batch.encode_batch(pending, self.compression)
+            payload = batch.encode_batch(pending, self.compression, self._number(p, len(pending)))
         else:
             payload = b"".join(pending)
-        self._write(p, payload, len(pending), 0)
+        self._order += 1
+        self._write(p, payload, len(pending), 0, self._order)
 
-    def _write(self, p: int, payload: bytes, count: int, sends: int) -> None:
+    def _number(self, p: int, count: int) -> Tuple[int, int, int]:
+        """The numbers of partition ``p``'s next batch of ``count``."""
+        if self.producer_id is None:
+            return batch.NOT_NUMBERED
+        sequence = self._sequence[p]
+        self._sequence[p] = batch.advance(sequence, count)
+        return self.producer_id[0], self._epoch[p], sequence
+
+    def _on_wire(self, p: int) -> List[_InFlight]:
+        return [entry for queue in self._in_flight.values() for entry in queue if entry[2] == p]
+
+    def _write(self, p: int, payload: bytes, count: int, sends: int, order: int) -> None:
+        if self.producer_id is not None:
+            # At most 5 of a partition's batches unanswered: the batches a
+            # broker keeps per producer, so a resent one is always known.
+            while len(self._on_wire(p)) >= 5:
+                address = next(a for a, q in self._in_flight.items() if any(e[2] == p for e in q))
+                self._read_one(self._connection(address), self._in_flight[address])
         address = self._owner[p]
         conn = self._connection(address)
         queue = self._in_flight.setdefault(address, deque())
@@ -739,23 +797,30 @@ class Producer:
             self._read_one(conn, queue)
         request_id = conn.send(Api.PRODUCE, self._headers[p], payload)
         kept = payload if self.acks != "none" else b""
-        queue.append((request_id, count, p, kept, sends + 1))
+        queue.append((request_id, count, p, kept, sends + 1, order))
 
-    def _read_one(self, conn: Connection, queue: Deque[Tuple[int, int, int, bytes, int]]) -> None:
+    def _read_one(self, conn: Connection, queue: Deque[_InFlight]) -> None:
         request_id, error, header, _ = conn.recv()
         while queue and queue[0][0] != request_id:
             # An earlier acks=none request's error, or one answered already.
             queue.popleft()
         if not queue:
-            count, p, payload, sends = 0, 0, b"", 0
+            count, p, payload, sends, order = 0, 0, b"", 0, 0
         else:
-            _, count, p, payload, sends = queue.popleft()
+            _, count, p, payload, sends, order = queue.popleft()
         if not error:
             ProduceResponse.ProduceResponse.GetRootAs(header, 0)
             self.acked += count
             return
         failure = broker_error(error, header)
-        if payload and failure.retriable and sends <= self.retries:
+        numbered = self.producer_id is not None and payload
+        if numbered and error in (ErrorCode.OUT_OF_ORDER_SEQUENCE, ErrorCode.INVALID_PRODUCER_EPOCH):
+            payload = self._renumbered(p, payload, count, order, error)
+            if payload is not None and sends <= self.retries:
+                self.resent += 1
+                self._write(p, payload, count, sends, order)
+                return
+        elif payload and failure.retriable and sends <= self.retries:
             # The leader moved or the broker is busy: look again, then send
             # the batch where the partition is now.
             time.sleep(min(0.05 * 2 ** (sends - 1), 1.0))
@@ -764,13 +829,34 @@ class Producer:
             except RinglogError:
                 pass  # the old route; the resend's answer says what next
             self.resent += 1
-            self._write(p, payload, count, sends)
+            self._write(p, payload, count, sends, order)
             return
         self.failed += max(count, 1)
         if self._first_error is None:
             self._first_error = failure
 
-    def _settle_fire_and_forget(self, conn: Connection, queue: Deque[Tuple[int, int, int, bytes, int]]) -> None:
+    def _renumbered(self, p: int, payload: bytes, count: int, order: int, error: int) -> Optional[bytes]:
+        """A numbered batch refused for its numbers, to send again — or
+        ``None``, not to. Numbered in an epoch the partition left since: it
+        takes the partition's next numbers. A gap before it while an
+        earlier batch is still unanswered: as it is, after that one (which
+        is resent first, if refused). A gap with nothing earlier pending
+        (batches before it were given up on): the partition starts afresh,
+        in a new epoch from sequence 0. An epoch fenced otherwise: not."""
+        epoch = struct.unpack_from(">h", payload, 51)[0]
+        if epoch < self._epoch[p]:
+            return batch.renumber(payload, self._number(p, count))
+        if error != ErrorCode.OUT_OF_ORDER_SEQUENCE:
+            return None
+        if any(entry[5] < order for entry in self._on_wire(p)):
+            return payload
+        if self._epoch[p] >= 0x7FFF:
+            return None
+        self._epoch[p] += 1
+        self._sequence[p] = 0
+        return batch.renumber(payload, self._number(p, count))
+
+    def _settle_fire_and_forget(self, conn: Connection, queue: Deque[_InFlight]) -> None:
         # Successes are silent; a failure is answered in its place, so every
         # error frame arrives before this Metadata request's answer.
         b = flatbuffers.Builder(64)

@@ -52,6 +52,7 @@ class Api:
     DESCRIBE_ACLS = 23
     ALTER_USERS = 24
     LIST_USERS = 25
+    INIT_PRODUCER_ID = 26
 
 
 def frame(api: int, request_id: int, header: bytes, payload: bytes = b"") -> bytes:

@@ -297,3 +297,34 @@ def test_format_one_topics_refuse_times_headers_and_codecs(client):
     producer = ringlog.Producer(client, topic)
     with pytest.raises(ringlog.RinglogError, match="no time or headers"):
         producer.send(b"x", headers=(("a", b"b"),))
+
+
+def test_an_idempotent_producer_is_stored_once_when_it_resends_and_starts_afresh_after_a_gap(client):
+    topic = fresh_topic(client, message_format=2)
+    producer = ringlog.Producer(client, topic, acks="flushed", batch_messages=10)
+    assert producer.producer_id is not None, "idempotent by default on format 2"
+    pid, epoch = producer.producer_id
+    assert epoch == 0
+    assert ringlog.Producer(client, topic).producer_id[0] != pid, "each producer its own id"
+    assert ringlog.Producer(client, topic, acks="none").producer_id is None
+    for n in range(30):
+        producer.send(b"%d" % n, partition=0)
+    assert producer.flush() == 30
+    # A batch sent twice (its answer lost, say) is stored once.
+    numbers = producer._number(0, 1)
+    assert numbers == (pid, 0, 30)
+    again = ringlog.batch.encode_batch([(None, b"30", (), 1_700_000_000_000)], "none", numbers)
+    for _ in range(2):
+        producer._order += 1
+        producer._write(0, again, 1, 0, producer._order)
+    assert producer.flush() == 32, "both answered"
+    # A gap (batches the broker never got): the producer starts the
+    # partition afresh in epoch 1, and what follows goes on from there.
+    producer._sequence[0] = 77
+    for n in range(31, 40):
+        producer.send(b"%d" % n, partition=0)
+    assert producer.flush() == 41
+    assert producer.failed == 0
+    assert producer._epoch[0] == 1
+    values = [int(m.value) for m in read_partition(client, topic, 0)]
+    assert values == list(range(40)), values

@@ -121,21 +121,14 @@ fn produce_spec(
     size: usize,
     batch: usize,
 ) -> ProduceSpec {
-    ProduceSpec {
-        brokers: brokers.to_string(),
-        topic: topic.to_string(),
-        partitions: 1,
-        length: Length::Messages(messages),
+    ProduceSpec::new(
+        brokers,
+        topic,
+        Length::Messages(messages),
         size,
         batch,
-        acks: AckMode::None,
-        rate: None,
-        producers: 1,
-        shard_aware: true,
-        payload: Payload::Letters,
-        message_format: 0,
-        compression: Compression::None,
-    }
+        AckMode::None,
+    )
 }
 
 fn consume_spec(brokers: &str, topic: &str, messages: u64, fetch_bytes: u32) -> ConsumeSpec {

@@ -16,9 +16,8 @@ use crate::broker_process::LocalBroker;
 use crate::cluster_process::process_cpu;
 use crate::e2e::{self, E2eSpec};
 use crate::stats::{LatencySummary, Stats};
-use crate::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
+use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use anyhow::Context;
-use protocol::batch::Compression;
 use protocol::client::AckMode;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -260,19 +259,15 @@ pub fn run(spec: &MirrorSpec) -> anyhow::Result<MirrorOutcome> {
     let target = LocalBroker::start_named(1, "target")?;
     let topic = "mirror-load";
     let produce = ProduceSpec {
-        brokers: source.brokers.clone(),
-        topic: topic.to_string(),
         partitions: spec.partitions,
-        length: Length::Messages(spec.messages),
-        size: spec.size,
-        batch: 1000,
-        acks: AckMode::Flushed,
-        rate: None,
-        producers: 1,
-        shard_aware: true,
-        payload: Payload::Letters,
-        message_format: 0,
-        compression: Compression::None,
+        ..ProduceSpec::new(
+            &source.brokers,
+            topic,
+            Length::Messages(spec.messages),
+            spec.size,
+            1000,
+            AckMode::Flushed,
+        )
     };
     workload::produce(&produce, &Stats::new()).context("preloading the source")?;
     let mut rates = Vec::new();

@@ -17,9 +17,8 @@ use crate::peers::kafka::Batching;
 use crate::peers::{self, activemq, kafka, nats, rabbitmq, redis_streams};
 use crate::report::{write_json, Environment};
 use crate::stats::{measure, Stats, Summary};
-use crate::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
+use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use anyhow::Context;
-use protocol::batch::Compression;
 use protocol::client::AckMode;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -490,21 +489,14 @@ fn run_ringlog(spec: &PaperSpec, brokers: &str, suffix: u64) -> (Vec<Row>, DiskR
         (Experiment::ProduceBatch1, 1usize),
         (Experiment::ProduceBatch50, 50),
     ] {
-        let produce = ProduceSpec {
-            brokers: brokers.to_string(),
-            topic: topic(batch),
-            partitions: 1,
-            length: Length::Messages(spec.messages),
-            size: spec.size,
+        let produce = ProduceSpec::new(
+            brokers,
+            &topic(batch),
+            Length::Messages(spec.messages),
+            spec.size,
             batch,
-            acks: AckMode::None,
-            rate: None,
-            producers: 1,
-            shard_aware: true,
-            payload: Payload::Letters,
-            message_format: 0,
-            compression: Compression::None,
-        };
+            AckMode::None,
+        );
         let mut stored = None;
         let outcome = run_one(
             &format!("ringlog {}", experiment.title()),

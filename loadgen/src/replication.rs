@@ -20,9 +20,8 @@
 
 use crate::cluster_process::{process_cpu, ClusterBroker, LocalCluster};
 use crate::stats::{LatencySummary, Stats};
-use crate::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
+use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use anyhow::{bail, Context};
-use protocol::batch::Compression;
 use protocol::client::{AckMode, Client, Producer, ProducerConfig, TopicSettings};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -305,24 +304,16 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
                        write_caching: bool|
      -> anyhow::Result<ProduceFigure> {
         let stats = Stats::new();
+        let batch = if rate.is_some() {
+            spec.latency_batch
+        } else {
+            spec.batch
+        };
         let produce = ProduceSpec {
-            brokers: addresses.clone(),
-            topic: topic.to_string(),
             partitions: spec.partitions,
-            length,
-            size: spec.size,
-            batch: if rate.is_some() {
-                spec.latency_batch
-            } else {
-                spec.batch
-            },
-            acks,
             rate,
-            producers: 1,
-            shard_aware: true,
-            payload: Payload::Letters,
             message_format: spec.message_format,
-            compression: Compression::None,
+            ..ProduceSpec::new(&addresses, topic, length, spec.size, batch, acks)
         };
         let (outcome, cpu) = with_cpu(cluster, || workload::produce(&produce, &stats))?;
         let summary = stats.summary();
@@ -550,21 +541,14 @@ fn catch_up(
     )?;
     let size = 1_000usize;
     let stats = Stats::new();
-    let fill = ProduceSpec {
-        brokers: cluster.addresses(),
-        topic: "catchup".into(),
-        partitions: 1,
-        length: Length::Messages(spec.catch_up_bytes / size as u64),
+    let fill = ProduceSpec::new(
+        &cluster.addresses(),
+        "catchup",
+        Length::Messages(spec.catch_up_bytes / size as u64),
         size,
-        batch: 200,
-        acks: AckMode::Written,
-        rate: None,
-        producers: 1,
-        shard_aware: true,
-        payload: Payload::Letters,
-        message_format: 0,
-        compression: Compression::None,
-    };
+        200,
+        AckMode::Written,
+    );
     workload::produce(&fill, &stats).context("filling the catch-up partition")?;
     wait_isr(client, "catchup", 3, Duration::from_secs(300))?;
     let p = client.metadata(&["catchup"])?.topics[0].partitions[0].clone();

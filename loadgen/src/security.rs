@@ -14,11 +14,10 @@
 use crate::broker_process::LocalBroker;
 use crate::cluster_process::process_cpu;
 use crate::stats::Stats;
-use crate::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
+use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use anyhow::Context;
 use coordinator::security::{SecurityChange, SecurityRecords};
 use protocol::acl::AclRule;
-use protocol::batch::Compression;
 use protocol::client::{AckMode, Login};
 use protocol::scram::{Credential, ITERATIONS_MIN};
 use serde::Serialize;
@@ -130,19 +129,15 @@ fn round(spec: &SecuritySpec, broker: &LocalBroker, topic: &str) -> anyhow::Resu
     let before = cpu();
     workload::produce(
         &ProduceSpec {
-            brokers: broker.brokers.clone(),
-            topic: topic.to_string(),
             partitions: spec.partitions,
-            length: Length::Messages(spec.messages),
-            size: spec.size,
-            batch: spec.batch,
-            acks: AckMode::Written,
-            rate: None,
-            producers: 1,
-            shard_aware: true,
-            payload: Payload::Letters,
-            message_format: 0,
-            compression: Compression::None,
+            ..ProduceSpec::new(
+                &broker.brokers,
+                topic,
+                Length::Messages(spec.messages),
+                spec.size,
+                spec.batch,
+                AckMode::Written,
+            )
         },
         &stats,
     )?;

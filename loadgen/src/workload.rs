@@ -71,6 +71,40 @@ pub struct ProduceSpec {
     pub message_format: u32,
     /// How format-2 batches are compressed.
     pub compression: Compression,
+    /// Format 2 with acks: number the batches (the client's default).
+    pub idempotence: bool,
+}
+
+impl ProduceSpec {
+    /// One unpaced producer thread of the paper's letters to one
+    /// partition, straight to its shard, in the topic's own format,
+    /// uncompressed and (on format 2 with acks) idempotent: what most runs
+    /// change only a field or two of.
+    pub fn new(
+        brokers: &str,
+        topic: &str,
+        length: Length,
+        size: usize,
+        batch: usize,
+        acks: AckMode,
+    ) -> ProduceSpec {
+        ProduceSpec {
+            brokers: brokers.to_string(),
+            topic: topic.to_string(),
+            partitions: 1,
+            length,
+            size,
+            batch,
+            acks,
+            rate: None,
+            producers: 1,
+            shard_aware: true,
+            payload: Payload::Letters,
+            message_format: 0,
+            compression: Compression::None,
+            idempotence: true,
+        }
+    }
 }
 
 /// What each produced message holds.
@@ -356,6 +390,7 @@ fn produce_thread(
             delivery_reports: false,
             track_latency: spec.acks != AckMode::None,
             compression: spec.compression,
+            idempotence: spec.idempotence,
             ..ProducerConfig::default()
         },
     )?;

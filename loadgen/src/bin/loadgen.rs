@@ -17,8 +17,7 @@ use loadgen::peers::{activemq, kafka, nats, rabbitmq, redis_streams};
 use loadgen::report::{write_json, Environment};
 use loadgen::stats::{measure, Summary};
 use loadgen::sweep::{self, SweepSpec};
-use loadgen::workload::{self, ConsumeSpec, Length, Payload, ProduceSpec};
-use protocol::batch::Compression;
+use loadgen::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use protocol::client::AckMode;
 use protocol::client::StartFrom;
 use serde::Serialize;
@@ -247,6 +246,15 @@ struct ProduceArgs {
     /// Send through the bootstrap port and let the broker forward.
     #[arg(long)]
     no_shard_aware: bool,
+    /// A topic this run creates stores this message format (1: the
+    /// paper's messages, 2: Kafka's record batches; 0: the broker's
+    /// default).
+    #[arg(long, default_value_t = 0)]
+    message_format: u32,
+    /// Format 2 with acks: do not number the batches (the producer is
+    /// idempotent by default there).
+    #[arg(long)]
+    no_idempotence: bool,
 }
 
 #[derive(Args, Debug, Serialize)]
@@ -707,19 +715,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Produce(args) => {
             let spec = ProduceSpec {
-                brokers: brokers.clone(),
-                topic: args.common.topic.clone(),
                 partitions: args.partitions,
-                length: args.common.length(),
-                size: args.size,
-                batch: args.batch,
-                acks: args.acks.mode(),
                 rate: rate(args.rate),
                 producers: args.producers,
                 shard_aware: !args.no_shard_aware,
-                payload: Payload::Letters,
-                message_format: 0,
-                compression: Compression::None,
+                message_format: args.message_format,
+                idempotence: !args.no_idempotence,
+                ..ProduceSpec::new(
+                    &brokers,
+                    &args.common.topic,
+                    args.common.length(),
+                    args.size,
+                    args.batch,
+                    args.acks.mode(),
+                )
             };
             let (outcome, summary) = measure(
                 "produce",

@@ -525,6 +525,12 @@ struct Inner {
     numbering: Option<Numbering>,
 }
 
+/// The most an idempotent producer's batch grows past `batch_messages`
+/// while its partition has five batches on the wire: below the broker's
+/// default `message_bytes_max` (1 MiB), which a format-2 batch must not
+/// exceed.
+const GROWN_BATCH_BYTES_MAX: usize = 1000 * 1024;
+
 /// Spare batch buffers kept by the producer and by each connection's
 /// reader (answered batches' buffers, reused by new batches).
 const SPARE_BUFFERS: usize = 16;
@@ -828,7 +834,15 @@ impl Producer {
         let batch = &inner.batches[index];
         let fills = batch.count as usize + 1 >= config.batch_messages
             || batch.len(format) + size >= config.batch_bytes;
-        if fills {
+        // An idempotent producer's partition with its five batches on the
+        // wire: the open batch takes more messages instead of waiting (to
+        // the grown limit), as Kafka's producer fills batch.size while
+        // max.in.flight is reached. Five batches of 50 messages a round
+        // trip were a fifth of the throughput without the numbers.
+        let grows = inner.numbering.is_some()
+            && batch.len(format) + size < config.batch_bytes.min(GROWN_BATCH_BYTES_MAX)
+            && !inner.has_room(setup, index);
+        if fills && !grows {
             // Room first, so an error leaves the message unqueued.
             let deadline = Instant::now() + setup.client.config().flush_timeout;
             loop {
@@ -842,6 +856,11 @@ impl Producer {
                 if inner.has_room(setup, index) {
                     break;
                 }
+                // Requests waiting in a connection's buffer for company
+                // will get none while this waits: send them (with five
+                // batches a partition on the wire, the fifth would wait
+                // for the linger thread's tick, up to 100 ms).
+                inner.flush_writers();
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(ClientError::Timeout {
@@ -881,8 +900,9 @@ impl Producer {
             }
         }
         batch.count += 1;
-        if batch.count as usize >= config.batch_messages || batch.len(format) >= config.batch_bytes
-        {
+        let full = batch.count as usize >= config.batch_messages
+            || batch.len(format) >= config.batch_bytes;
+        if full && !grows {
             inner.send_batch(setup, index);
         }
         Ok(Receipt {

@@ -271,6 +271,9 @@ fn send_through_cuts(broker: &Broker, topic: &str, idempotence: bool) -> (Vec<u6
         ProducerConfig {
             acks: AckMode::Written,
             batch_messages: 100,
+            // An idempotent producer's batches grow while five are on the
+            // wire: kept small, there are hundreds of requests to cut.
+            batch_bytes: 4096,
             linger: Duration::from_millis(1),
             shard_aware: false,
             idempotence,

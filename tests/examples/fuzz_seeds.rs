@@ -241,6 +241,11 @@ fn main() {
             codec::security::list_users_request(&mut fbb).to_vec(),
             vec![],
         ),
+        (
+            Api::InitProducerId,
+            codec::producer_id::init_producer_id_request(&mut fbb, "a").to_vec(),
+            vec![],
+        ),
     ]);
     let frames = root.join("frame");
     std::fs::create_dir_all(&frames).unwrap_or_else(|e| panic!("{}: {e}", frames.display()));

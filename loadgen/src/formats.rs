@@ -9,7 +9,10 @@
 //!   message;
 //! - on JSON log lines ([`crate::log_lines`]), per codec: the bytes stored
 //!   per message and the compression ratio, produce and consume msg/s, and
-//!   the CPU per message of the producer, the broker and the consumer.
+//!   the CPU per message of the producer, the broker and the consumer;
+//! - the idempotent producer's cost: format 2 with acks written, 50 and
+//!   1,000 messages a batch, numbered and not, alternating: msg/s, CPU per
+//!   message, latency.
 
 use crate::broker_process::LocalBroker;
 use crate::cluster_process::process_cpu;
@@ -86,6 +89,27 @@ pub struct CodecRow {
     pub broker_consume_cpu_us: f64,
 }
 
+/// One acks=written produce on format 2, idempotent or not.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdempotenceRow {
+    /// Messages per batch the producer was asked for.
+    pub batch: usize,
+    /// Numbered batches (the client's default) or not.
+    pub idempotence: bool,
+    /// Which round.
+    pub round: usize,
+    /// Messages per second.
+    pub msgs_per_sec: f64,
+    /// The broker's CPU per message, µs.
+    pub broker_cpu_us: f64,
+    /// loadgen's own CPU per message, µs.
+    pub client_cpu_us: f64,
+    /// Acknowledgement latency, median, ms.
+    pub p50_ms: f64,
+    /// Acknowledgement latency, 99.9th percentile, ms.
+    pub p999_ms: f64,
+}
+
 /// Everything measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct FormatsReport {
@@ -93,6 +117,8 @@ pub struct FormatsReport {
     pub formats: Vec<FormatRow>,
     /// The codecs on log lines.
     pub codecs: Vec<CodecRow>,
+    /// The idempotent producer against the plain one.
+    pub idempotence: Vec<IdempotenceRow>,
     /// Messages per experiment, per codec run, and the batch of the codec runs.
     pub messages: u64,
     /// Per codec run.
@@ -260,10 +286,12 @@ pub fn run(spec: &FormatsSpec) -> anyhow::Result<FormatsReport> {
         });
         client.delete_topic(&topic)?;
     }
+    let idempotence = idempotence_rows(spec, pid, &brokers, &client)?;
     drop(broker);
     let report = FormatsReport {
         formats,
         codecs,
+        idempotence,
         messages: spec.messages,
         codec_messages: spec.codec_messages,
         codec_batch: spec.codec_batch,
@@ -277,6 +305,63 @@ pub fn run(spec: &FormatsSpec) -> anyhow::Result<FormatsReport> {
     std::fs::write(spec.out.join("formats.txt"), &text)?;
     print!("{text}");
     Ok(report)
+}
+
+/// Format 2, acks written: numbered batches against plain ones, at 50 and
+/// 1,000 messages a batch, each first every other round.
+fn idempotence_rows(
+    spec: &FormatsSpec,
+    pid: u32,
+    brokers: &str,
+    client: &protocol::client::Client,
+) -> anyhow::Result<Vec<IdempotenceRow>> {
+    let mut rows = Vec::new();
+    for round in 1..=spec.rounds {
+        for batch in [50usize, 1000] {
+            let order = if round % 2 == 1 {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for idempotence in order {
+                let topic = format!("formats-idem-{idempotence}-b{batch}-r{round}");
+                let produce = ProduceSpec {
+                    message_format: 2,
+                    idempotence,
+                    ..ProduceSpec::new(
+                        brokers,
+                        &topic,
+                        Length::Messages(spec.messages),
+                        spec.size,
+                        batch,
+                        AckMode::Written,
+                    )
+                };
+                let label = format!(
+                    "format 2 acks written batch {batch}, idempotence {idempotence} (round {round})"
+                );
+                let ((_, summary), broker_cpu, client_cpu) =
+                    cpu_per_message(pid, spec.messages, || {
+                        measure(&label, "sent", Some(spec.messages), 0.0, |stats| {
+                            workload::produce(&produce, stats)
+                        })
+                    })?;
+                let latency = summary.latency.as_ref();
+                rows.push(IdempotenceRow {
+                    batch,
+                    idempotence,
+                    round,
+                    msgs_per_sec: summary.msgs_per_sec,
+                    broker_cpu_us: broker_cpu,
+                    client_cpu_us: client_cpu,
+                    p50_ms: latency.map_or(f64::NAN, |l| l.p50_ms),
+                    p999_ms: latency.map_or(f64::NAN, |l| l.p999_ms),
+                });
+                client.delete_topic(&topic)?;
+            }
+        }
+    }
+    Ok(rows)
 }
 
 /// The median of each experiment's rounds per format, then the codecs.
@@ -332,6 +417,36 @@ pub fn table(report: &FormatsReport) -> String {
             c.consumer_cpu_us,
             c.broker_consume_cpu_us,
         ));
+    }
+    out.push_str(&format!(
+        "\nThe idempotent producer: format 2, acks written, {} messages, median of the rounds\n",
+        report.messages
+    ));
+    out.push_str(
+        "batch  idempotence  msg/s        broker µs/msg  client µs/msg  p50 ms  p99.9 ms\n",
+    );
+    for batch in [50usize, 1000] {
+        for idempotence in [false, true] {
+            let rows: Vec<&IdempotenceRow> = report
+                .idempotence
+                .iter()
+                .filter(|r| r.batch == batch && r.idempotence == idempotence)
+                .collect();
+            let median = |f: &dyn Fn(&IdempotenceRow) -> f64| {
+                let mut v: Vec<f64> = rows.iter().map(|r| f(r)).collect();
+                v.sort_by(f64::total_cmp);
+                v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+            };
+            out.push_str(&format!(
+                "{batch:<6} {:<12} {:<12.0} {:<14.3} {:<14.3} {:<7.2} {:.2}\n",
+                if idempotence { "on" } else { "off" },
+                median(&|r| r.msgs_per_sec),
+                median(&|r| r.broker_cpu_us),
+                median(&|r| r.client_cpu_us),
+                median(&|r| r.p50_ms),
+                median(&|r| r.p999_ms),
+            ));
+        }
     }
     out
 }

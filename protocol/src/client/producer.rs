@@ -29,14 +29,25 @@
 //! metadata, with backoff, until its
 //! [`delivery_timeout`](ProducerConfig::delivery_timeout) has passed since
 //! its first message was queued (as rdkafka's `message.timeout.ms`), or
-//! [`retries`](ProducerConfig::retries) resends. Delivery is **at least
-//! once**: a batch whose connection broke after the broker stored it, but
-//! before the answer arrived, is stored twice. A partition's batches are resent in their original order, and
-//! new batches for it wait behind them, so the first copy of every message
-//! keeps the order of `send` — unless a later batch was stored while an
-//! earlier one was refused with OVERLOADED or STORAGE_UNAVAILABLE and
-//! resent after it. With `AckMode::None` (the paper's
-//! mode) the broker only answers failures and nothing is resent.
+//! [`retries`](ProducerConfig::retries) resends. A partition's batches
+//! are resent in their original order, and new batches for it wait behind
+//! them.
+//!
+//! **Idempotence** (format-2 topics, acks other than `None`, on by
+//! default: [`ProducerConfig::idempotence`]): the producer takes an id
+//! from the broker (InitProducerId) and numbers each partition's batches
+//! (`numbering.rs`), with at most five of them on the wire per partition
+//! (the open batch grows meanwhile). A resent batch the broker stored
+//! already is answered with its original offsets, not stored again, and a
+//! batch after a refused one is refused (OUT_OF_ORDER_SEQUENCE) and resent
+//! after it: every message is stored **once, in the order of `send`** —
+//! across broken connections and leader changes. Without it (format 1, or
+//! idempotence off) delivery is **at least once**: a batch whose
+//! connection broke after the broker stored it, but before the answer
+//! arrived, is stored twice, and a later batch may be stored before an
+//! earlier one refused with OVERLOADED or STORAGE_UNAVAILABLE and resent
+//! after it. With `AckMode::None` (the paper's mode) the broker only
+//! answers failures and nothing is resent.
 //!
 //! **After an error** the producer stays usable: a failure affects only
 //! its batch, is reported in that batch's delivery report and by the next

@@ -364,6 +364,13 @@ fn idempotence_rows(
     Ok(rows)
 }
 
+/// The median of `f` over `rows` (NaN for none).
+fn median<R>(rows: &[&R], f: &dyn Fn(&R) -> f64) -> f64 {
+    let mut v: Vec<f64> = rows.iter().map(|r| f(r)).collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 /// The median of each experiment's rounds per format, then the codecs.
 pub fn table(report: &FormatsReport) -> String {
     let mut out = String::new();
@@ -381,11 +388,7 @@ pub fn table(report: &FormatsReport) -> String {
                 .iter()
                 .filter(|r| r.format == format && r.experiment == experiment)
                 .collect();
-            let median = |f: &dyn Fn(&FormatRow) -> f64| {
-                let mut v: Vec<f64> = rows.iter().map(|r| f(r)).collect();
-                v.sort_by(f64::total_cmp);
-                v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-            };
+            let median = |f: &dyn Fn(&FormatRow) -> f64| median(&rows, f);
             let bytes = rows
                 .first()
                 .and_then(|r| r.bytes_per_message)
@@ -432,11 +435,7 @@ pub fn table(report: &FormatsReport) -> String {
                 .iter()
                 .filter(|r| r.batch == batch && r.idempotence == idempotence)
                 .collect();
-            let median = |f: &dyn Fn(&IdempotenceRow) -> f64| {
-                let mut v: Vec<f64> = rows.iter().map(|r| f(r)).collect();
-                v.sort_by(f64::total_cmp);
-                v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-            };
+            let median = |f: &dyn Fn(&IdempotenceRow) -> f64| median(&rows, f);
             out.push_str(&format!(
                 "{batch:<6} {:<12} {:<12.0} {:<14.3} {:<14.3} {:<7.2} {:.2}\n",
                 if idempotence { "on" } else { "off" },

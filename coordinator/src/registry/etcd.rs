@@ -324,6 +324,27 @@ impl Etcd {
             found,
         })
     }
+
+    /// The compare every change's transaction makes: the prefix still
+    /// holds this broker's cluster id.
+    fn ours(&self) -> Compare {
+        Compare::value(
+            self.keys.cluster_id(),
+            CompareOp::Equal,
+            self.cluster_id.as_str(),
+        )
+    }
+
+    /// After a transaction that compared [`Self::ours`] and, failing, read
+    /// the cluster id: `Err` when the prefix holds another cluster now,
+    /// `Ok` when the other compare failed.
+    fn still_ours(&self, response: &etcd_client::TxnResponse) -> Result<(), RegistryError> {
+        let found = got(response).first().and_then(value_of);
+        if found.as_deref() != Some(self.cluster_id.as_str()) {
+            return Err(self.foreign(found));
+        }
+        Ok(())
+    }
 }
 
 /// The cluster id the prefix holds, if any.
@@ -1105,24 +1126,14 @@ impl Registry for Etcd {
             };
             let block = super::producer_id_block(next, count)?;
             let txn = Txn::new()
-                .when([
-                    Compare::value(
-                        self.keys.cluster_id(),
-                        CompareOp::Equal,
-                        self.cluster_id.as_str(),
-                    ),
-                    unchanged,
-                ])
+                .when([self.ours(), unchanged])
                 .and_then([TxnOp::put(key.clone(), block.end.to_string(), None)])
                 .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
             let response = deadline(self.options.request_timeout, self.client.txn(txn)).await?;
             if response.succeeded() {
                 return Ok(block);
             }
-            let found = got(&response).first().and_then(value_of);
-            if found.as_deref() != Some(self.cluster_id.as_str()) {
-                return Err(self.foreign(found));
-            }
+            self.still_ours(&response)?;
         }
         Err(unavailable(format!(
             "producer ids: {PRODUCER_ID_TRIES} allocations in a row lost a race to other brokers'"
@@ -1163,21 +1174,14 @@ impl Registry for Etcd {
         let value = serde_json::to_vec(&topic).map_err(unavailable)?;
         let txn = Txn::new()
             .when([
-                Compare::value(
-                    self.keys.cluster_id(),
-                    CompareOp::Equal,
-                    self.cluster_id.as_str(),
-                ),
+                self.ours(),
                 Compare::create_revision(key.clone(), CompareOp::Equal, 0),
             ])
             .and_then([TxnOp::put(key, value, None)])
             .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
         let response = deadline(self.options.request_timeout, self.client.txn(txn)).await?;
         if !response.succeeded() {
-            let found = got(&response).first().and_then(value_of);
-            if found.as_deref() != Some(self.cluster_id.as_str()) {
-                return Err(self.foreign(found));
-            }
+            self.still_ours(&response)?;
             return Err(RegistryError::TopicExists { name: topic.name });
         }
         Ok(())
@@ -1201,11 +1205,7 @@ impl Registry for Etcd {
                 })?;
             let txn = Txn::new()
                 .when([
-                    Compare::value(
-                        self.keys.cluster_id(),
-                        CompareOp::Equal,
-                        self.cluster_id.as_str(),
-                    ),
+                    self.ours(),
                     Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision()),
                 ])
                 .and_then(delete_topic_ops(&self.keys, &key, &record))
@@ -1214,10 +1214,7 @@ impl Registry for Etcd {
             if response.succeeded() {
                 return Ok(record);
             }
-            let found = got(&response).first().and_then(value_of);
-            if found.as_deref() != Some(self.cluster_id.as_str()) {
-                return Err(self.foreign(found));
-            }
+            self.still_ours(&response)?;
             // Rewritten (or deleted) in between: read it again.
         }
     }
@@ -1251,11 +1248,7 @@ impl Registry for Etcd {
         let value = serde_json::to_vec(&record).map_err(unavailable)?;
         let txn = Txn::new()
             .when([
-                Compare::value(
-                    self.keys.cluster_id(),
-                    CompareOp::Equal,
-                    self.cluster_id.as_str(),
-                ),
+                self.ours(),
                 Compare::mod_revision(key.clone(), CompareOp::Equal, expected),
             ])
             .and_then([TxnOp::put(key, value, None)])
@@ -1264,10 +1257,7 @@ impl Registry for Etcd {
         if response.succeeded() {
             return Ok(true);
         }
-        let found = got(&response).first().and_then(value_of);
-        if found.as_deref() != Some(self.cluster_id.as_str()) {
-            return Err(self.foreign(found));
-        }
+        self.still_ours(&response)?;
         Ok(false)
     }
 

@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod clock;
 mod config;
 mod connection;
 mod consumer;

@@ -850,7 +850,8 @@ impl Producer {
         // the grown limit), as Kafka's producer fills batch.size while
         // max.in.flight is reached. Five batches of 50 messages a round
         // trip were a fifth of the throughput without the numbers.
-        let grows = inner.numbering.is_some()
+        let grows = fills
+            && inner.numbering.is_some()
             && batch.len(format) + size < config.batch_bytes.min(GROWN_BATCH_BYTES_MAX)
             && !inner.has_room(setup, index);
         if fills && !grows {
@@ -2039,9 +2040,7 @@ fn open_lane(setup: &Setup, events: &Arc<Events>, address: &str) -> Result<Lane,
 }
 
 /// Milliseconds since the Unix epoch: a format-2 message's time when the
-/// application gives none.
+/// application gives none (the coarse clock: `clock.rs`).
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
+    super::clock::wall_ms()
 }

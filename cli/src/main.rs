@@ -15,6 +15,7 @@ use std::time::Duration;
 mod mirror;
 mod operations;
 mod security;
+mod verify;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -156,6 +157,11 @@ enum Command {
     /// cluster.
     #[command(subcommand)]
     Acl(security::AclCommand),
+    /// Prove a topic's copies hold the same bytes (its replicas, or with
+    /// --against another cluster's copy), without moving them: prints,
+    /// per partition, the range compared and the first offset where two
+    /// copies differ.
+    Verify(verify::VerifyArgs),
     /// Copy topics from another cluster at the same offsets (runs until
     /// stopped); promote a mirrored topic.
     #[command(args_conflicts_with_subcommands = true)]
@@ -556,6 +562,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .filter(|_| adding_without_login),
         ),
         Command::Acl(command) => security::acl(&cli.brokers, command),
+        Command::Verify(args) => verify::verify(&cli.brokers, &args, connect),
         Command::Topic(command) => topic(&cli.brokers, command),
         Command::Produce(args) => produce(&cli.brokers, args),
         Command::Consume(args) => consume(&cli.brokers, args),

@@ -77,6 +77,8 @@ pub enum Api {
     ListUsers = 25,
     /// An idempotent producer's id and epoch.
     InitProducerId = 26,
+    /// Digests of a copy's bytes (`ringlog verify`).
+    Digest = 27,
 }
 
 impl Api {
@@ -110,6 +112,7 @@ impl Api {
             24 => Api::AlterUsers,
             25 => Api::ListUsers,
             26 => Api::InitProducerId,
+            27 => Api::Digest,
             _ => return None,
         })
     }

@@ -20,6 +20,7 @@
 //! | ElectLeaders, ReassignPartition | alter on the cluster |
 //! | CreatePartitions, PromoteMirror | alter on the topic |
 //! | InitProducerId | write on the topic it names |
+//! | Digest | read on the topic |
 //! | CreateAcls, DeleteAcls, AlterUsers | alter on the cluster |
 //! | DescribeAcls, ListUsers | describe on the cluster |
 //!
@@ -165,6 +166,10 @@ pub fn check(shard: &Shard, principal: &str, api: Api, header: &[u8]) -> Result<
             Api::InitProducerId => {
                 let request = decode!(wire::InitProducerIdRequest);
                 topic(request.topic().unwrap_or_default(), Operation::Write)
+            }
+            Api::Digest => {
+                let request = decode!(wire::DigestRequest);
+                topic(request.topic().unwrap_or_default(), Operation::Read)
             }
             Api::CreateAcls | Api::DeleteAcls | Api::AlterUsers => cluster(Operation::Alter),
             Api::DescribeAcls | Api::ListUsers => cluster(Operation::Describe),

@@ -11,6 +11,7 @@
 
 pub mod admission;
 pub mod client;
+pub mod digest;
 pub mod fetch;
 pub mod forward;
 pub mod give_way;
@@ -257,6 +258,7 @@ fn dispatch_once(
         Api::CreatePartitions => topics::handle_create_partitions(shard, header),
         Api::PromoteMirror => mirror::handle_promote(shard, header),
         Api::InitProducerId => producer_id::handle(shard, header),
+        Api::Digest => digest::handle(shard, request_id, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),
         Api::Metadata => metadata::handle(shard, header, principal),
         Api::CreateTopic => topics::handle_create(shard, header),

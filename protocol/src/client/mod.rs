@@ -802,6 +802,25 @@ impl Client {
         Ok(decoded.mirror_source().unwrap_or_default().to_string())
     }
 
+    /// Digests of the bytes of this broker's copy of `topic`-`partition`
+    /// (the broker this client is connected to: its leader's or a
+    /// follower's copy alike), for `ringlog verify`.
+    pub fn digest(
+        &self,
+        topic: &str,
+        partition: u32,
+        args: &codec::digest::DigestArgs,
+    ) -> Result<codec::digest::Digests, ClientError> {
+        let response = self.request(
+            Api::Digest,
+            |fbb| codec::digest::digest_request(fbb, topic, partition, args).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        codec::digest::decode_digests(&response.header)
+            .map_err(|e| ClientError::protocol(format!("digest: {e}")))
+    }
+
     /// A new idempotent producer's id and epoch (InitProducerId), for a
     /// producer that writes `topic` (the right it needs: write on it).
     pub fn init_producer_id(

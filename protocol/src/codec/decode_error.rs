@@ -46,4 +46,18 @@ pub enum DecodeError {
         /// The epoch answered.
         epoch: i16,
     },
+    /// A Digest answer whose digests do not cover its range.
+    #[error(
+        "a Digest answer of {count} digests for {from}..{to} in chunks of {chunk_bytes} bytes"
+    )]
+    Digests {
+        /// Its range's start.
+        from: u64,
+        /// Its range's end.
+        to: u64,
+        /// Its chunk.
+        chunk_bytes: u32,
+        /// Its digests.
+        count: usize,
+    },
 }

@@ -92,6 +92,7 @@ impl OffsetSpec {
 }
 
 mod decode_error;
+pub mod digest;
 pub mod groups;
 pub mod multi_fetch;
 pub mod operations;

@@ -10521,6 +10521,509 @@ pub mod ringlog {
                 ds.finish()
             }
         }
+        pub enum DigestRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DigestRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DigestRequest<'a> {
+            type Inner = DigestRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DigestRequest<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_FROM: ::flatbuffers::VOffsetT = 8;
+            pub const VT_TO: ::flatbuffers::VOffsetT = 10;
+            pub const VT_CHUNK_BYTES: ::flatbuffers::VOffsetT = 12;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DigestRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args DigestRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<DigestRequest<'bldr>> {
+                let mut builder = DigestRequestBuilder::new(_fbb);
+                builder.add_to(args.to);
+                builder.add_from(args.from);
+                builder.add_chunk_bytes(args.chunk_bytes);
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(DigestRequest::VT_TOPIC, None)
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(DigestRequest::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn from(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(DigestRequest::VT_FROM, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn to(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe { self._tab.get::<u64>(DigestRequest::VT_TO, Some(0)).unwrap() }
+            }
+            #[inline]
+            pub fn chunk_bytes(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(DigestRequest::VT_CHUNK_BYTES, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DigestRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<u64>("from", Self::VT_FROM, false)?
+                    .visit_field::<u64>("to", Self::VT_TO, false)?
+                    .visit_field::<u32>("chunk_bytes", Self::VT_CHUNK_BYTES, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct DigestRequestArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub from: u64,
+            pub to: u64,
+            pub chunk_bytes: u32,
+        }
+        impl<'a> Default for DigestRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                DigestRequestArgs {
+                    topic: None,
+                    partition: 0,
+                    from: 0,
+                    to: 0,
+                    chunk_bytes: 0,
+                }
+            }
+        }
+
+        pub struct DigestRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DigestRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DigestRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(DigestRequest::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_from(&mut self, from: u64) {
+                self.fbb_.push_slot::<u64>(DigestRequest::VT_FROM, from, 0);
+            }
+            #[inline]
+            pub fn add_to(&mut self, to: u64) {
+                self.fbb_.push_slot::<u64>(DigestRequest::VT_TO, to, 0);
+            }
+            #[inline]
+            pub fn add_chunk_bytes(&mut self, chunk_bytes: u32) {
+                self.fbb_
+                    .push_slot::<u32>(DigestRequest::VT_CHUNK_BYTES, chunk_bytes, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DigestRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DigestRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DigestRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DigestRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DigestRequest");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("from", &self.from());
+                ds.field("to", &self.to());
+                ds.field("chunk_bytes", &self.chunk_bytes());
+                ds.finish()
+            }
+        }
+        pub enum DigestResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DigestResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DigestResponse<'a> {
+            type Inner = DigestResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DigestResponse<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_FROM: ::flatbuffers::VOffsetT = 8;
+            pub const VT_TO: ::flatbuffers::VOffsetT = 10;
+            pub const VT_CHUNK_BYTES: ::flatbuffers::VOffsetT = 12;
+            pub const VT_START_OFFSET: ::flatbuffers::VOffsetT = 14;
+            pub const VT_VISIBLE_OFFSET: ::flatbuffers::VOffsetT = 16;
+            pub const VT_DIGESTS: ::flatbuffers::VOffsetT = 18;
+            pub const VT_FLUSHED_OFFSET: ::flatbuffers::VOffsetT = 20;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DigestResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args DigestResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<DigestResponse<'bldr>> {
+                let mut builder = DigestResponseBuilder::new(_fbb);
+                builder.add_flushed_offset(args.flushed_offset);
+                builder.add_visible_offset(args.visible_offset);
+                builder.add_start_offset(args.start_offset);
+                builder.add_to(args.to);
+                builder.add_from(args.from);
+                if let Some(x) = args.digests {
+                    builder.add_digests(x);
+                }
+                builder.add_chunk_bytes(args.chunk_bytes);
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(DigestResponse::VT_TOPIC, None)
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(DigestResponse::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn from(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(DigestResponse::VT_FROM, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn to(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(DigestResponse::VT_TO, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn chunk_bytes(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(DigestResponse::VT_CHUNK_BYTES, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn start_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(DigestResponse::VT_START_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn visible_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(DigestResponse::VT_VISIBLE_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn digests(&self) -> Option<::flatbuffers::Vector<'a, u32>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u32>>>(
+                            DigestResponse::VT_DIGESTS,
+                            None,
+                        )
+                }
+            }
+            #[inline]
+            pub fn flushed_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(DigestResponse::VT_FLUSHED_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DigestResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<u64>("from", Self::VT_FROM, false)?
+                    .visit_field::<u64>("to", Self::VT_TO, false)?
+                    .visit_field::<u32>("chunk_bytes", Self::VT_CHUNK_BYTES, false)?
+                    .visit_field::<u64>("start_offset", Self::VT_START_OFFSET, false)?
+                    .visit_field::<u64>("visible_offset", Self::VT_VISIBLE_OFFSET, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u32>>>(
+                        "digests",
+                        Self::VT_DIGESTS,
+                        false,
+                    )?
+                    .visit_field::<u64>("flushed_offset", Self::VT_FLUSHED_OFFSET, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct DigestResponseArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub from: u64,
+            pub to: u64,
+            pub chunk_bytes: u32,
+            pub start_offset: u64,
+            pub visible_offset: u64,
+            pub digests: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+            pub flushed_offset: u64,
+        }
+        impl<'a> Default for DigestResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                DigestResponseArgs {
+                    topic: None,
+                    partition: 0,
+                    from: 0,
+                    to: 0,
+                    chunk_bytes: 0,
+                    start_offset: 0,
+                    visible_offset: 0,
+                    digests: None,
+                    flushed_offset: 0,
+                }
+            }
+        }
+
+        pub struct DigestResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DigestResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DigestResponse::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(DigestResponse::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_from(&mut self, from: u64) {
+                self.fbb_.push_slot::<u64>(DigestResponse::VT_FROM, from, 0);
+            }
+            #[inline]
+            pub fn add_to(&mut self, to: u64) {
+                self.fbb_.push_slot::<u64>(DigestResponse::VT_TO, to, 0);
+            }
+            #[inline]
+            pub fn add_chunk_bytes(&mut self, chunk_bytes: u32) {
+                self.fbb_
+                    .push_slot::<u32>(DigestResponse::VT_CHUNK_BYTES, chunk_bytes, 0);
+            }
+            #[inline]
+            pub fn add_start_offset(&mut self, start_offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(DigestResponse::VT_START_OFFSET, start_offset, 0);
+            }
+            #[inline]
+            pub fn add_visible_offset(&mut self, visible_offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(DigestResponse::VT_VISIBLE_OFFSET, visible_offset, 0);
+            }
+            #[inline]
+            pub fn add_digests(
+                &mut self,
+                digests: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u32>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DigestResponse::VT_DIGESTS,
+                    digests,
+                );
+            }
+            #[inline]
+            pub fn add_flushed_offset(&mut self, flushed_offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(DigestResponse::VT_FLUSHED_OFFSET, flushed_offset, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DigestResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DigestResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DigestResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DigestResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DigestResponse");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("from", &self.from());
+                ds.field("to", &self.to());
+                ds.field("chunk_bytes", &self.chunk_bytes());
+                ds.field("start_offset", &self.start_offset());
+                ds.field("visible_offset", &self.visible_offset());
+                ds.field("digests", &self.digests());
+                ds.field("flushed_offset", &self.flushed_offset());
+                ds.finish()
+            }
+        }
         pub enum FetchPartitionOffset {}
         #[derive(Copy, Clone, PartialEq)]
 

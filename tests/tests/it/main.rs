@@ -48,3 +48,4 @@ mod stalled_consumer;
 mod tls;
 mod truncation;
 mod util;
+mod verify;

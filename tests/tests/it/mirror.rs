@@ -393,6 +393,24 @@ fn r21_the_mirror_killed_20_times_under_load_leaves_byte_identical_copies() {
         total, produced,
         "every produced message is in the copies once"
     );
+    // `ringlog verify` says the same without reading the files.
+    let output = std::process::Command::new(harness::binary("ringlog"))
+        .args([
+            "--brokers",
+            &target.address(),
+            "verify",
+            "orders",
+            "--against",
+            &source.address(),
+        ])
+        .output()
+        .unwrap();
+    let verified = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && verified.matches(" match over 0..").count() == 4,
+        "{verified}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     // The failover: promote, then write.
     let output = std::process::Command::new(harness::binary("ringlog"))
         .args([

@@ -282,7 +282,7 @@ async fn batch_start<S: Storage>(
 }
 
 /// [`read_below`] at an offset known to start a unit.
-async fn read_at<S: Storage>(
+pub(super) async fn read_at<S: Storage>(
     log: &Shared<S>,
     offset: u64,
     bytes_max: u32,

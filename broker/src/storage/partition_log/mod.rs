@@ -993,6 +993,7 @@ thread_local! {
 }
 
 mod by_time;
+mod digest;
 mod fetch_wait;
 mod files;
 mod producer_state;
@@ -1001,6 +1002,7 @@ mod retention;
 mod writer;
 
 pub use by_time::offset_for_time;
+pub use digest::digests;
 use fetch_wait::flush_for_waiting_fetches;
 pub use fetch_wait::{fetch_waits, WaitingFetch};
 use files::{open_segment_file, segment_file};

@@ -70,11 +70,13 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     let (senders, inboxes): (Vec<_>, Vec<_>) = (0..config.shards)
         .map(|_| flume::bounded::<ShardMsg>(crate::limits::FORWARD_QUEUE_MAX))
         .unzip();
-    // Only a cluster member needs it (to recognise its own earlier
-    // registration in etcd, and the ISR names the directory each member
-    // holds its copy in); a standalone data dir stays as it was.
+    // A cluster member registers its directory's id (to recognise its own
+    // earlier registration in etcd, and the ISR names the directory each
+    // member holds its copy in). A standalone broker is a cluster of its
+    // own: the id is the cluster id it answers Metadata with.
+    let dir_id = data_dir_id(&config)?;
     let data_dir_id = if config.clustered() {
-        data_dir_id(&config)?
+        dir_id.clone()
     } else {
         String::new()
     };
@@ -146,6 +148,11 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             Standalone::open(&data_dir, me)
         })
         .with_context(|| format!("in {}", config.data_dir.display()))?
+    };
+    config.cluster_id = match &loaded.identity {
+        Some(Identity::Joined { cluster_id, .. }) => cluster_id.clone(),
+        Some(Identity::Foreign(_)) => String::new(),
+        None => dir_id,
     };
     let foreign = match &loaded.identity {
         Some(Identity::Joined {

@@ -264,6 +264,12 @@ pub struct Config {
     /// Not a setting: this run's incarnation (its registration's).
     #[serde(skip)]
     pub incarnation: String,
+    /// Not a setting: the id of the cluster this broker serves (etcd's, or
+    /// for a standalone broker its data directory's), which Metadata
+    /// answers with so a mirror tells two clusters apart. Empty while
+    /// unknown (a data directory of another cluster).
+    #[serde(skip)]
+    pub cluster_id: String,
     /// Adopt the cluster id etcd holds (creating one if it holds none)
     /// even though the data directory belongs to another cluster, and
     /// register the topics found on disk there again. Not a setting: the
@@ -338,6 +344,7 @@ impl Default for Config {
             fresh_data_dir: false,
             copies_at_start: Default::default(),
             incarnation: String::new(),
+            cluster_id: String::new(),
         }
     }
 }

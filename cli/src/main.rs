@@ -65,17 +65,35 @@ struct Cli {
 static LOGIN: std::sync::OnceLock<Option<protocol::client::Login>> = std::sync::OnceLock::new();
 
 fn login(cli: &Cli) -> anyhow::Result<Option<protocol::client::Login>> {
-    match (&cli.user, &cli.password_file) {
+    login_from(
+        cli.user.as_deref(),
+        cli.password_file.as_deref(),
+        "--user",
+        "--password-file",
+    )
+}
+
+/// A login from a user flag and a password-file flag (named `user_flag`
+/// and `file_flag` in errors): both or neither.
+fn login_from(
+    user: Option<&str>,
+    file: Option<&std::path::Path>,
+    user_flag: &str,
+    file_flag: &str,
+) -> anyhow::Result<Option<protocol::client::Login>> {
+    match (user, file) {
         (None, None) => Ok(None),
         (Some(user), Some(file)) => {
-            protocol::scram::check_user(user).context("--user")?;
+            protocol::scram::check_user(user).context(user_flag.to_string())?;
             Ok(Some(protocol::client::Login {
-                user: user.clone(),
+                user: user.to_string(),
                 password: security::read_password(file)?,
             }))
         }
-        (Some(_), None) => bail!("--user needs --password-file FILE (or RINGLOG_PASSWORD_FILE): a password is never taken from the command line"),
-        (None, Some(_)) => bail!("--password-file needs --user NAME (or RINGLOG_USER)"),
+        (Some(_), None) => bail!(
+            "{user_flag} needs {file_flag} FILE: a password is never taken from the command line"
+        ),
+        (None, Some(_)) => bail!("{file_flag} needs {user_flag} NAME"),
     }
 }
 
@@ -100,24 +118,51 @@ fn describe(error: &anyhow::Error) -> String {
 }
 
 fn tls_config(cli: &Cli) -> anyhow::Result<Option<protocol::client::TlsConfig>> {
-    let Some(ca) = &cli.tls_ca else {
-        if cli.tls_cert.is_some() || cli.tls_key.is_some() || cli.tls_server_name.is_some() {
-            bail!("--tls-cert, --tls-key and --tls-server-name need --tls-ca (the CA that signed the broker's certificate)");
+    tls_from(
+        &TlsFlags {
+            ca: cli.tls_ca.as_deref(),
+            cert: cli.tls_cert.as_deref(),
+            key: cli.tls_key.as_deref(),
+            server_name: cli.tls_server_name.as_deref(),
+        },
+        "--tls",
+    )
+}
+
+/// One side's TLS flags, as given.
+pub struct TlsFlags<'a> {
+    pub ca: Option<&'a std::path::Path>,
+    pub cert: Option<&'a std::path::Path>,
+    pub key: Option<&'a std::path::Path>,
+    pub server_name: Option<&'a str>,
+}
+
+/// TLS settings from one side's flags (`prefix`-ca, -cert, -key,
+/// -server-name in errors); `None` without a CA.
+fn tls_from(
+    flags: &TlsFlags<'_>,
+    prefix: &str,
+) -> anyhow::Result<Option<protocol::client::TlsConfig>> {
+    let Some(ca) = flags.ca else {
+        if flags.cert.is_some() || flags.key.is_some() || flags.server_name.is_some() {
+            bail!("{prefix}-cert, {prefix}-key and {prefix}-server-name need {prefix}-ca (the CA that signed the broker's certificate)");
         }
         return Ok(None);
     };
-    let mut tls = protocol::client::TlsConfig::new(ca).context("--tls-ca")?;
-    match (&cli.tls_cert, &cli.tls_key) {
+    let mut tls = protocol::client::TlsConfig::new(ca).with_context(|| format!("{prefix}-ca"))?;
+    match (flags.cert, flags.key) {
         (Some(cert), Some(key)) => {
             tls = tls
                 .with_client_certificate(cert, key)
-                .context("--tls-cert/--tls-key")?;
+                .with_context(|| format!("{prefix}-cert/{prefix}-key"))?;
         }
         (None, None) => {}
-        _ => bail!("--tls-cert and --tls-key go together"),
+        _ => bail!("{prefix}-cert and {prefix}-key go together"),
     }
-    if let Some(name) = &cli.tls_server_name {
-        tls = tls.with_server_name(name).context("--tls-server-name")?;
+    if let Some(name) = flags.server_name {
+        tls = tls
+            .with_server_name(name)
+            .with_context(|| format!("{prefix}-server-name"))?;
     }
     Ok(Some(tls))
 }
@@ -523,9 +568,23 @@ fn main() {
 }
 
 fn connect(brokers: &str) -> anyhow::Result<Client> {
+    connect_as(
+        brokers,
+        TLS.get().cloned().flatten(),
+        LOGIN.get().cloned().flatten(),
+    )
+}
+
+/// [`connect`] with these TLS settings and login (a mirror's source side
+/// may have its own).
+fn connect_as(
+    brokers: &str,
+    tls: Option<protocol::client::TlsConfig>,
+    login: Option<protocol::client::Login>,
+) -> anyhow::Result<Client> {
     let config = ClientConfig {
-        tls: TLS.get().cloned().flatten(),
-        login: LOGIN.get().cloned().flatten(),
+        tls,
+        login,
         ..ClientConfig::default()
     };
     match Client::with_config(brokers, config) {

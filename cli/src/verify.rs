@@ -29,6 +29,10 @@ pub struct VerifyArgs {
     /// addresses) instead of this cluster's replicas with each other.
     #[arg(long, value_name = "BROKERS")]
     against: Option<String>,
+    /// The topic's name in the --against cluster, when it is another (a
+    /// mirror's copy made under `--prefix`).
+    #[arg(long = "as", value_name = "TOPIC", requires = "against")]
+    as_topic: Option<String>,
     /// Bytes per digest in the first pass.
     #[arg(long, default_value_t = 1024 * 1024)]
     chunk_bytes: u32,
@@ -40,6 +44,8 @@ struct Copy {
     name: String,
     client: Client,
     leads: bool,
+    /// The topic's name where this copy is.
+    topic: String,
 }
 
 /// Runs `ringlog verify`: a line per partition; fails when any differ.
@@ -53,8 +59,9 @@ pub fn verify(
     }
     let client = connect(brokers)?;
     let here = client.metadata(&[&args.topic])?;
+    let theirs = args.as_topic.as_deref().unwrap_or(&args.topic);
     let there = match &args.against {
-        Some(other) => Some((other.as_str(), connect(other)?.metadata(&[&args.topic])?)),
+        Some(other) => Some((other.as_str(), connect(other)?.metadata(&[theirs])?, theirs)),
         None => None,
     };
     let topic = here
@@ -101,25 +108,32 @@ pub fn verify(
 /// first. `None` (said on stdout) when there is one copy.
 fn copies_of(
     here: &Metadata,
-    there: Option<&(&str, Metadata)>,
+    there: Option<&(&str, Metadata, &str)>,
     topic: &str,
     placement: &protocol::codec::PartitionPlacement,
     connect: &impl Fn(&str) -> anyhow::Result<Client>,
 ) -> anyhow::Result<Option<Vec<Copy>>> {
     let p = placement.partition;
-    if let Some((other, metadata)) = there {
+    if let Some((other, metadata, their_topic)) = there {
         let theirs = metadata
             .topics
             .iter()
-            .find(|t| t.name == topic)
+            .find(|t| t.name == *their_topic)
             .and_then(|t| t.partitions.iter().find(|q| q.partition == p))
-            .ok_or_else(|| anyhow::anyhow!("{other} has no partition {p} of {topic:?}"))?;
+            .ok_or_else(|| anyhow::anyhow!("{other} has no partition {p} of {their_topic:?}"))?;
         return Ok(Some(vec![
-            copy(here, placement.broker_id, "this cluster's broker", connect)?,
+            copy(
+                here,
+                placement.broker_id,
+                "this cluster's broker",
+                topic,
+                connect,
+            )?,
             copy(
                 metadata,
                 theirs.broker_id,
                 &format!("{other}'s broker"),
+                their_topic,
                 connect,
             )?,
         ]));
@@ -140,7 +154,7 @@ fn copies_of(
     }
     let mut copies = ids
         .iter()
-        .map(|id| copy(here, *id, "broker", connect))
+        .map(|id| copy(here, *id, "broker", topic, connect))
         .collect::<anyhow::Result<Vec<Copy>>>()?;
     for follower in copies.iter_mut().skip(1) {
         follower.leads = false;
@@ -153,6 +167,7 @@ fn copy(
     metadata: &Metadata,
     broker: BrokerId,
     what: &str,
+    topic: &str,
     connect: &impl Fn(&str) -> anyhow::Result<Client>,
 ) -> anyhow::Result<Copy> {
     let shard = metadata
@@ -165,6 +180,7 @@ fn copy(
         name: format!("{what} {broker}"),
         client: connect(&format!("{}:{}", shard.host, shard.port))?,
         leads: true,
+        topic: topic.to_string(),
     })
 }
 
@@ -251,7 +267,7 @@ fn digest(
 ) -> anyhow::Result<Digests> {
     copy.client
         .digest(
-            topic,
+            &copy.topic,
             p,
             &DigestArgs {
                 from,

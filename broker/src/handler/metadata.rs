@@ -94,6 +94,7 @@ pub fn handle(shard: &Shard, header: &[u8], principal: &str) -> Result<Dispatche
             })
             .collect(),
         topics: listed,
+        cluster_id: shard.config.cluster_id.clone(),
     };
     let header = super::with_builder(shard, |fbb| {
         protocol::codec::metadata_response(fbb, &metadata).to_vec()

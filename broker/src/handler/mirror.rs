@@ -17,18 +17,22 @@ use protocol::{wire, ErrorCode};
 
 /// What a Produce is to `topic`: an ordinary produce (`None`) or a mirror
 /// append. An ordinary produce to a mirror's target is MIRRORED_PARTITION;
-/// a mirror append to an ordinary topic is INVALID_REQUEST.
+/// a mirror append to an ordinary topic is INVALID_REQUEST; a mirror append
+/// that names another source than the topic records is MIRRORED_PARTITION
+/// (issue 45: a copy never takes a second source's bytes).
 pub fn check(
     shard: &Shard,
     topic: &str,
     partition: PartitionId,
     request: &wire::ProduceRequest<'_>,
 ) -> Result<Option<MirrorAppend>, Failure> {
-    let source = shard
-        .topic(topic)
-        .and_then(|t| t.borrow().mirror_source.clone());
     let offset = request.mirror_offset();
-    match (source, u64::try_from(offset)) {
+    let Some(state) = shard.topic(topic) else {
+        // Unknown here: the produce path says so.
+        return Ok(None);
+    };
+    let state = state.borrow();
+    match (&state.mirror_source, u64::try_from(offset)) {
         (None, Err(_)) => Ok(None),
         (Some(source), Err(_)) => Err(Failure::new(
             ErrorCode::MirroredPartition,
@@ -40,10 +44,18 @@ pub fn check(
             ErrorCode::InvalidRequest,
             format!("a mirror append to {topic}-{partition}, which is not a mirror's target (create it with a mirror_source)"),
         )),
-        (Some(_), Ok(offset)) => Ok(Some(MirrorAppend {
-            offset,
-            segment_base: request.mirror_segment_base(),
-        })),
+        (Some(source), Ok(offset)) => match request.mirror_source() {
+            Some(claimed) if !claimed.is_empty() && claimed != source => Err(Failure::new(
+                ErrorCode::MirroredPartition,
+                format!(
+                    "{topic}-{partition} is a mirror of {source:?}, and this append comes from {claimed:?}: nothing stored"
+                ),
+            )),
+            _ => Ok(Some(MirrorAppend {
+                offset,
+                segment_base: request.mirror_segment_base(),
+            })),
+        },
     }
 }
 

@@ -16,8 +16,9 @@ use protocol::types::validate_topic_name;
 use protocol::{wire, ErrorCode};
 use std::rc::Rc;
 
-/// Longest `mirror_source` a CreateTopic may name.
-const MIRROR_SOURCE_BYTES_MAX: usize = 255;
+/// Longest `mirror_source` a CreateTopic may name (the mirror's record of
+/// its source: a name, a topic name of up to 249 bytes and two ids).
+const MIRROR_SOURCE_BYTES_MAX: usize = 1024;
 
 /// Handles a CreateTopic request.
 pub fn handle_create(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Failure> {

@@ -34,6 +34,14 @@ pub struct MirrorChunk {
     /// The source sent bytes but not one whole message: the next message is
     /// larger than the read asked for (read again with more).
     pub cut: bool,
+    /// The leader epoch every byte of the chunk was written in (-1: a
+    /// partition of one copy): sent back as the next read's
+    /// `last_epoch`.
+    pub epoch: i32,
+    /// The source's history forked below the read's offset (an unclean
+    /// election): the epoch `last_epoch` named ends in the source's log at
+    /// this offset, and the source holds other bytes from there.
+    pub forked_at: Option<u64>,
 }
 
 /// One partition of a mirror's read.
@@ -49,6 +57,13 @@ pub struct MirrorRead {
     pub max_bytes: u32,
     /// What the topic stores (how a chunk is cut to whole units).
     pub format: crate::stored::MessageFormat,
+    /// The topic's id (empty: unchecked): a topic deleted and created
+    /// again under the name answers UNKNOWN_TOPIC_ID instead of its bytes.
+    pub topic_id: String,
+    /// The epoch of the last chunk copied before `offset` (-1: unknown):
+    /// the source checks that this epoch reaches `offset` in its log, as
+    /// for a consumer (KIP-320), and says where its history forked if not.
+    pub last_epoch: i32,
 }
 
 /// The most a mirror's read asks for in all (a broker caps an answer at
@@ -61,10 +76,17 @@ const WAIT_MAX: Duration = Duration::from_secs(60);
 
 impl Client {
     /// The address of the shard that serves `partition`'s reads and
-    /// appends (Metadata's placement, cached): a mirror reads the
-    /// partitions of one shard together.
-    pub fn shard_address(&self, topic: &str, partition: u32) -> Result<String, ClientError> {
-        self.placement(topic, partition, false)
+    /// appends (Metadata's placement, cached unless `fresh`): a mirror
+    /// reads the partitions of one shard together, and asks afresh after a
+    /// read failed (its workers' connections are not this client's, so
+    /// their failures do not clear this cache).
+    pub fn shard_address(
+        &self,
+        topic: &str,
+        partition: u32,
+        fresh: bool,
+    ) -> Result<String, ClientError> {
+        self.placement(topic, partition, fresh)
     }
 
     /// Runs `call` on the connection to `address`; a failure that says the
@@ -133,6 +155,8 @@ impl Client {
             offset,
             max_bytes,
             format,
+            topic_id: String::new(),
+            last_epoch: -1,
         };
         let mut answers = self.mirror_read_many(&address, &[read], Duration::ZERO)?;
         answers.pop().unwrap_or_else(|| {
@@ -168,7 +192,11 @@ impl Client {
         let answers = self.on_owner(address, &topics, |conn| {
             let fetch: Vec<FetchPart> = parts
                 .iter()
-                .map(|p| FetchPart::consumer(&p.topic, p.partition, p.offset, p.max_bytes))
+                .map(|p| FetchPart {
+                    topic_id: p.topic_id.clone(),
+                    last_fetched_epoch: p.last_epoch,
+                    ..FetchPart::consumer(&p.topic, p.partition, p.offset, p.max_bytes)
+                })
                 .collect();
             // The sum, within the cap; one part larger than the cap (a
             // large message) still gets its room.
@@ -223,6 +251,8 @@ impl Client {
                         bytes: chunk.slice(..whole),
                         messages,
                         offsets: part.offsets,
+                        epoch: part.chunk_epoch,
+                        forked_at: part.diverging.map(|(_, at)| at),
                     })
                 })
                 .collect::<Vec<_>>())
@@ -249,6 +279,7 @@ impl Client {
         partition: u32,
         chunk: &MirrorChunk,
         acks: AckMode,
+        source: &str,
     ) -> Result<u64, ClientError> {
         self.with_owner(topic, partition, |conn| {
             let at = MirrorAppend {
@@ -256,7 +287,8 @@ impl Client {
                 segment_base: chunk.segment_base,
             };
             let header =
-                codec::mirror_append_request(&mut conn.fbb, topic, partition, acks, at).to_vec();
+                codec::mirror_append_request(&mut conn.fbb, topic, partition, acks, at, source)
+                    .to_vec();
             let frame = conn.call(Api::Produce, &header, &chunk.bytes)?;
             verify::<wire::ProduceResponse>(&frame.header)
                 .map(|r| r.end_offset())

@@ -250,6 +250,9 @@ pub struct Metadata {
     pub brokers: Vec<BrokerMetadata>,
     /// Topics asked for (all when none were named).
     pub topics: Vec<TopicMetadata>,
+    /// The cluster's id (a standalone broker's own; empty from a broker
+    /// older than cluster ids).
+    pub cluster_id: String,
 }
 
 impl Metadata {
@@ -375,6 +378,7 @@ pub fn decode_metadata(response: wire::MetadataResponse<'_>) -> Metadata {
             .topics()
             .map(|ts| ts.iter().map(decode_topic).collect())
             .unwrap_or_default(),
+        cluster_id: response.cluster_id().unwrap_or_default().to_string(),
     }
 }
 
@@ -505,8 +509,9 @@ pub fn mirror_append_request<'b>(
     partition: PartitionId,
     acks: AckMode,
     append: MirrorAppend,
+    source: &str,
 ) -> &'b [u8] {
-    produce_request_full(fbb, topic, "", partition, acks, -1, Some(append))
+    produce_request_full(fbb, topic, "", partition, acks, -1, Some((append, source)))
 }
 
 fn produce_request_full<'b>(
@@ -516,11 +521,15 @@ fn produce_request_full<'b>(
     partition: PartitionId,
     acks: AckMode,
     leader_epoch: i32,
-    mirror: Option<MirrorAppend>,
+    mirror: Option<(MirrorAppend, &str)>,
 ) -> &'b [u8] {
     fbb.reset();
     let topic = fbb.create_string(topic);
     let topic_id = (!topic_id.is_empty()).then(|| fbb.create_string(topic_id));
+    let mirror_source = mirror
+        .filter(|(_, source)| !source.is_empty())
+        .map(|(_, source)| fbb.create_string(source));
+    let mirror = mirror.map(|(append, _)| append);
     let root = wire::ProduceRequest::create(
         fbb,
         &wire::ProduceRequestArgs {
@@ -531,6 +540,7 @@ fn produce_request_full<'b>(
             leader_epoch,
             mirror_offset: mirror.map_or(-1, |m| i64::try_from(m.offset).unwrap_or(i64::MAX)),
             mirror_segment_base: mirror.map_or(0, |m| m.segment_base),
+            mirror_source,
         },
     );
     finish(fbb, root)
@@ -785,11 +795,14 @@ pub fn metadata_response<'b>(fbb: &'b mut FlatBufferBuilder<'_>, metadata: &Meta
         .map(|t| encode_topic(fbb, t))
         .collect();
     let topics = fbb.create_vector(&topics);
+    let cluster_id =
+        (!metadata.cluster_id.is_empty()).then(|| fbb.create_string(&metadata.cluster_id));
     let root = wire::MetadataResponse::create(
         fbb,
         &wire::MetadataResponseArgs {
             brokers: Some(brokers),
             topics: Some(topics),
+            cluster_id,
         },
     );
     finish(fbb, root)
@@ -1076,6 +1089,7 @@ mod tests {
                 id: "0123abcd".into(),
                 mirror_source: "dc1/clicks".into(),
             }],
+            cluster_id: "5e1f".into(),
         };
         let mut fbb = FlatBufferBuilder::new();
         let bytes = metadata_response(&mut fbb, &metadata).to_vec();

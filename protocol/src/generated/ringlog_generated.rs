@@ -2974,6 +2974,7 @@ pub mod ringlog {
         impl<'a> MetadataResponse<'a> {
             pub const VT_BROKERS: ::flatbuffers::VOffsetT = 4;
             pub const VT_TOPICS: ::flatbuffers::VOffsetT = 6;
+            pub const VT_CLUSTER_ID: ::flatbuffers::VOffsetT = 8;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2990,6 +2991,9 @@ pub mod ringlog {
                 args: &'args MetadataResponseArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<MetadataResponse<'bldr>> {
                 let mut builder = MetadataResponseBuilder::new(_fbb);
+                if let Some(x) = args.cluster_id {
+                    builder.add_cluster_id(x);
+                }
                 if let Some(x) = args.topics {
                     builder.add_topics(x);
                 }
@@ -3027,6 +3031,18 @@ pub mod ringlog {
                     >>(MetadataResponse::VT_TOPICS, None)
                 }
             }
+            #[inline]
+            pub fn cluster_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        MetadataResponse::VT_CLUSTER_ID,
+                        None,
+                    )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for MetadataResponse<'_> {
@@ -3042,6 +3058,11 @@ pub mod ringlog {
                     .visit_field::<::flatbuffers::ForwardsUOffset<
                         ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<TopicInfo>>,
                     >>("topics", Self::VT_TOPICS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "cluster_id",
+                        Self::VT_CLUSTER_ID,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -3057,6 +3078,7 @@ pub mod ringlog {
                     ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<TopicInfo<'a>>>,
                 >,
             >,
+            pub cluster_id: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for MetadataResponseArgs<'a> {
             #[inline]
@@ -3064,6 +3086,7 @@ pub mod ringlog {
                 MetadataResponseArgs {
                     brokers: None,
                     topics: None,
+                    cluster_id: None,
                 }
             }
         }
@@ -3098,6 +3121,13 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_cluster_id(&mut self, cluster_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    MetadataResponse::VT_CLUSTER_ID,
+                    cluster_id,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> MetadataResponseBuilder<'a, 'b, A> {
@@ -3119,6 +3149,7 @@ pub mod ringlog {
                 let mut ds = f.debug_struct("MetadataResponse");
                 ds.field("brokers", &self.brokers());
                 ds.field("topics", &self.topics());
+                ds.field("cluster_id", &self.cluster_id());
                 ds.finish()
             }
         }
@@ -3704,6 +3735,7 @@ pub mod ringlog {
             pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 12;
             pub const VT_MIRROR_OFFSET: ::flatbuffers::VOffsetT = 14;
             pub const VT_MIRROR_SEGMENT_BASE: ::flatbuffers::VOffsetT = 16;
+            pub const VT_MIRROR_SOURCE: ::flatbuffers::VOffsetT = 18;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3722,6 +3754,9 @@ pub mod ringlog {
                 let mut builder = ProduceRequestBuilder::new(_fbb);
                 builder.add_mirror_segment_base(args.mirror_segment_base);
                 builder.add_mirror_offset(args.mirror_offset);
+                if let Some(x) = args.mirror_source {
+                    builder.add_mirror_source(x);
+                }
                 builder.add_leader_epoch(args.leader_epoch);
                 if let Some(x) = args.topic_id {
                     builder.add_topic_id(x);
@@ -3811,6 +3846,18 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn mirror_source(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        ProduceRequest::VT_MIRROR_SOURCE,
+                        None,
+                    )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for ProduceRequest<'_> {
@@ -3835,6 +3882,11 @@ pub mod ringlog {
                     .visit_field::<i32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
                     .visit_field::<i64>("mirror_offset", Self::VT_MIRROR_OFFSET, false)?
                     .visit_field::<u64>("mirror_segment_base", Self::VT_MIRROR_SEGMENT_BASE, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "mirror_source",
+                        Self::VT_MIRROR_SOURCE,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -3847,6 +3899,7 @@ pub mod ringlog {
             pub leader_epoch: i32,
             pub mirror_offset: i64,
             pub mirror_segment_base: u64,
+            pub mirror_source: Option<::flatbuffers::WIPOffset<&'a str>>,
         }
         impl<'a> Default for ProduceRequestArgs<'a> {
             #[inline]
@@ -3859,6 +3912,7 @@ pub mod ringlog {
                     leader_epoch: -1,
                     mirror_offset: -1,
                     mirror_segment_base: 0,
+                    mirror_source: None,
                 }
             }
         }
@@ -3911,6 +3965,13 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_mirror_source(&mut self, mirror_source: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    ProduceRequest::VT_MIRROR_SOURCE,
+                    mirror_source,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> ProduceRequestBuilder<'a, 'b, A> {
@@ -3937,6 +3998,7 @@ pub mod ringlog {
                 ds.field("leader_epoch", &self.leader_epoch());
                 ds.field("mirror_offset", &self.mirror_offset());
                 ds.field("mirror_segment_base", &self.mirror_segment_base());
+                ds.field("mirror_source", &self.mirror_source());
                 ds.finish()
             }
         }

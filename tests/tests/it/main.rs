@@ -31,6 +31,7 @@ mod idempotence;
 mod limits;
 mod loadgen;
 mod mirror;
+mod mirror_safety;
 mod more_partitions;
 mod multi_fetch;
 mod nemesis;

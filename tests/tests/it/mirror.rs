@@ -64,7 +64,7 @@ fn mirror_append(
     bytes: &[u8],
 ) -> Result<u64, protocol::client::ClientError> {
     let header =
-        codec::mirror_append_request(&mut conn.fbb, topic, partition, AckMode::Flushed, at)
+        codec::mirror_append_request(&mut conn.fbb, topic, partition, AckMode::Flushed, at, "")
             .to_vec();
     let frame = conn.call(Api::Produce, &header, bytes)?;
     Ok(
@@ -506,7 +506,11 @@ fn r21_a_replicated_topic_and_its_group_offsets_move_to_another_cluster() {
         topic.settings.replication_factor, 1,
         "the target's own factor"
     );
-    assert_eq!(topic.mirror_source, "dc1/events");
+    assert!(
+        topic.mirror_source.starts_with("dc1/events (cluster "),
+        "{}",
+        topic.mirror_source
+    );
     for partition in 0..2 {
         let name = format!("events-{partition}");
         let copy = segments(&target.data_dir().join(&name));

@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SECURE: &str = "authentication = \"scram\"\nauthorization = true\nsuper_users = [\"User:admin\"]\nlogin_failure_delay_ms = 300\n";
+pub(super) const SECURE: &str = "authentication = \"scram\"\nauthorization = true\nsuper_users = [\"User:admin\"]\nlogin_failure_delay_ms = 300\n";
 
-fn password_file(dir: &Path, name: &str, password: &str) -> PathBuf {
+pub(super) fn password_file(dir: &Path, name: &str, password: &str) -> PathBuf {
     let path = dir.join(format!("{name}.pw"));
     std::fs::write(&path, format!("{password}\n")).unwrap();
     path
@@ -60,7 +60,7 @@ pub(super) fn login(address: &str, user: &str, password: &str) -> Client {
 /// A standalone broker with `toml`, whose first user, `admin`, was written
 /// into its data directory with the CLI while it was stopped (as before any
 /// broker runs).
-fn secured_broker(toml: &str, dir: &TempDir) -> Broker {
+pub(super) fn secured_broker(toml: &str, dir: &TempDir) -> Broker {
     let mut broker = Broker::start(BrokerOptions {
         config_toml: toml.into(),
         metrics: true,

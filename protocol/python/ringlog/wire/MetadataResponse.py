@@ -74,8 +74,15 @@ class MetadataResponse(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         return o == 0
 
+    # MetadataResponse
+    def ClusterId(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def MetadataResponseStart(builder):
-    builder.StartObject(2)
+    builder.StartObject(3)
 
 def Start(builder):
     MetadataResponseStart(builder)
@@ -103,6 +110,12 @@ def MetadataResponseStartTopicsVector(builder, numElems):
 
 def StartTopicsVector(builder, numElems):
     return MetadataResponseStartTopicsVector(builder, numElems)
+
+def MetadataResponseAddClusterId(builder, clusterId):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(clusterId), 0)
+
+def AddClusterId(builder, clusterId):
+    MetadataResponseAddClusterId(builder, clusterId)
 
 def MetadataResponseEnd(builder):
     return builder.EndObject()

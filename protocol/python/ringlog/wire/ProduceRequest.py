@@ -73,8 +73,15 @@ class ProduceRequest(object):
             return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
         return 0
 
+    # ProduceRequest
+    def MirrorSource(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def ProduceRequestStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(8)
 
 def Start(builder):
     ProduceRequestStart(builder)
@@ -120,6 +127,12 @@ def ProduceRequestAddMirrorSegmentBase(builder, mirrorSegmentBase):
 
 def AddMirrorSegmentBase(builder, mirrorSegmentBase):
     ProduceRequestAddMirrorSegmentBase(builder, mirrorSegmentBase)
+
+def ProduceRequestAddMirrorSource(builder, mirrorSource):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(mirrorSource), 0)
+
+def AddMirrorSource(builder, mirrorSource):
+    ProduceRequestAddMirrorSource(builder, mirrorSource)
 
 def ProduceRequestEnd(builder):
     return builder.EndObject()

@@ -1,0 +1,625 @@
+//! Issue 45 with real processes: a copy knows its source (no second
+//! source, no recreated topic, no ordinary topic is ever written into),
+//! the paper's topology (several datacenters' topics of the same names
+//! into one analysis cluster, under prefixes), bad input failing fast, and
+//! a source leader killed under the mirror.
+
+use super::replica_operations::ringlog;
+use super::replication::{cluster, files, metadata, replicated};
+use super::util::{producer, read_all};
+use harness::{eventually, Broker, BrokerOptions};
+use protocol::client::{AckMode, Client, OffsetSpec, Producer, ProducerConfig, TopicSettings};
+use std::time::{Duration, Instant};
+
+fn standalone() -> Broker {
+    Broker::start(BrokerOptions {
+        config_toml: "segment_bytes_min = 1024\n".into(),
+        ..BrokerOptions::default()
+    })
+}
+
+fn small_segments() -> TopicSettings {
+    TopicSettings {
+        segment_bytes: 64 * 1024,
+        ..TopicSettings::default()
+    }
+}
+
+/// `count` messages "`label` n" into partition 0 of `topic`.
+fn fill(client: &Client, topic: &str, label: &str, count: u64) {
+    let mut p = producer(client, topic, AckMode::Flushed, 100);
+    for n in 0..count {
+        p.send_to(0, None, format!("{label} {n:06}").as_bytes())
+            .unwrap();
+    }
+    p.flush().unwrap();
+}
+
+fn end(client: &Client, topic: &str) -> u64 {
+    client
+        .list_offsets(topic, 0, OffsetSpec::Latest, 0)
+        .unwrap()
+        .1
+        .end_offset
+}
+
+/// `ringlog --brokers TARGET mirror --from SOURCE ARGS --exit-at-end`:
+/// its exit code, what it said, and how long it took.
+fn mirror_once(target: &str, source: &str, args: &[&str]) -> (i32, String, Duration) {
+    let started = Instant::now();
+    let mut all = vec!["mirror", "--from", source, "--exit-at-end"];
+    all.extend_from_slice(args);
+    let (code, out, err) = ringlog(target, &all);
+    (code, format!("{out}{err}"), started.elapsed())
+}
+
+/// Issue 45, items 1, 2 and 5: two datacenters with a topic `clicks` each,
+/// mirrored into one analysis cluster. The second source is refused from
+/// the first's copy (not one byte appended), whatever name it runs under;
+/// with `--prefix` each lands in its own copy, byte-identical to its own
+/// source. An ordinary topic of the name, the same cluster on both sides
+/// and a `--topics` that matches nothing fail fast with one line.
+#[test]
+fn r45_a_copy_takes_only_its_own_source_and_prefixes_gather_datacenters() {
+    let (dc1, dc2, analysis) = (standalone(), standalone(), standalone());
+    for (dc, label) in [(&dc1, "dc1"), (&dc2, "dc2")] {
+        let client = dc.client();
+        client.create_topic("clicks", 1, &small_segments()).unwrap();
+        fill(&client, "clicks", label, 3_000);
+    }
+    let at = analysis.address();
+    let (code, said, took) = mirror_once(
+        &at,
+        &dc1.address(),
+        &["--topics", "clicks", "--name", "dc1"],
+    );
+    assert_eq!(code, 0, "{said}");
+    eprintln!("dc1 -> analysis ({took:?}): {said}");
+    let dst = analysis.client();
+    let recorded = dst.metadata(&["clicks"]).unwrap().topics[0]
+        .mirror_source
+        .clone();
+    assert!(
+        recorded.starts_with("dc1/clicks (cluster ") && recorded.contains(", topic id "),
+        "{recorded}"
+    );
+    let copy = files(&analysis, "clicks", 0);
+    assert_eq!(copy, files(&dc1, "clicks", 0), "the copy is dc1's log");
+
+    // dc2 into the same copy: refused, under its own name and under dc1's.
+    let mut refusals = Vec::new();
+    for name in ["dc2", "dc1"] {
+        let (code, said, took) =
+            mirror_once(&at, &dc2.address(), &["--topics", "clicks", "--name", name]);
+        assert_ne!(code, 0, "{said}");
+        assert!(said.contains("another cluster's topic"), "{said}");
+        assert!(took < Duration::from_secs(5), "{took:?}: {said}");
+        refusals.push(said);
+    }
+    assert_eq!(files(&analysis, "clicks", 0), copy, "not one byte appended");
+
+    // The paper's topology: each datacenter under its own prefix.
+    let (code, said, _) = mirror_once(
+        &at,
+        &dc2.address(),
+        &["--topics", "clicks", "--name", "dc2", "--prefix", "dc2."],
+    );
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(files(&analysis, "dc2.clicks", 0), files(&dc2, "clicks", 0));
+    assert_eq!(files(&analysis, "clicks", 0), copy);
+    // More in both datacenters; one mirror each, again, catches up.
+    fill(&dc1.client(), "clicks", "dc1 more", 1_000);
+    fill(&dc2.client(), "clicks", "dc2 more", 1_500);
+    for (dc, prefix, name) in [(&dc1, "", "dc1"), (&dc2, "dc2.", "dc2")] {
+        let (code, said, _) = mirror_once(
+            &at,
+            &dc.address(),
+            &["--topics", "clicks", "--name", name, "--prefix", prefix],
+        );
+        assert_eq!(code, 0, "{said}");
+        assert_eq!(
+            files(&analysis, &format!("{prefix}clicks"), 0),
+            files(dc, "clicks", 0),
+            "{name}'s copy is its own source's log"
+        );
+    }
+    let (v, vout, verr) = ringlog(
+        &dc2.address(),
+        &["verify", "clicks", "--against", &at, "--as", "dc2.clicks"],
+    );
+    assert_eq!(v, 0, "{vout}{verr}");
+    assert!(vout.contains("match over"), "{vout}");
+    eprintln!(
+        "ringlog verify clicks --against ANALYSIS --as dc2.clicks: {}",
+        vout.trim()
+    );
+
+    // An ordinary topic of the same name in the target.
+    dc1.client()
+        .create_topic("plain", 1, &small_segments())
+        .unwrap();
+    fill(&dc1.client(), "plain", "dc1 plain", 100);
+    dst.create_topic("plain", 1, &small_segments()).unwrap();
+    fill(&dst, "plain", "analysis's own", 10);
+    let before = end(&dst, "plain");
+    let (code, ordinary, took) =
+        mirror_once(&at, &dc1.address(), &["--topics", "plain", "--name", "dc1"]);
+    assert_ne!(code, 0, "{ordinary}");
+    assert!(ordinary.contains("is not a mirror's copy"), "{ordinary}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(end(&dst, "plain"), before);
+
+    // The same cluster on both sides; a --topics that matches nothing.
+    let (code, same, took) = mirror_once(&dc1.address(), &dc1.address(), &["--topics", "clicks"]);
+    assert_ne!(code, 0, "{same}");
+    assert!(same.contains("are the same cluster"), "{same}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    let (code, nothing, took) = mirror_once(&at, &dc1.address(), &["--topics", "nope.*"]);
+    assert_ne!(code, 0, "{nothing}");
+    assert!(
+        nothing.contains("matches none of the source's"),
+        "{nothing}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    eprintln!(
+        "dc2 into dc1's copy, refused:\n  {}\nordinary topic: {}\nsame cluster: {}\nnothing matches: {}",
+        refusals.join("\n  "),
+        ordinary.trim(),
+        same.trim(),
+        nothing.trim()
+    );
+}
+
+/// Issue 45, item 1: the source topic deleted and created again under a
+/// running mirror, and written past where the copy ends. The copy takes
+/// none of the new topic's bytes; the mirror stops it with an error naming
+/// why, and exits non-zero when nothing is left to copy.
+#[test]
+fn r45_a_source_topic_created_again_stops_its_copy_and_appends_nothing() {
+    let (dc1, analysis) = (standalone(), standalone());
+    let src = dc1.client();
+    src.create_topic("clicks", 1, &small_segments()).unwrap();
+    fill(&src, "clicks", "old", 2_000);
+    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
+        .args(["--brokers", &analysis.address(), "mirror"])
+        .args([
+            "--from",
+            &dc1.address(),
+            "--topics",
+            "clicks",
+            "--name",
+            "dc1",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dst = analysis.client();
+    let copied = end(&src, "clicks");
+    eventually(
+        "the copy caught up",
+        Duration::from_secs(30),
+        || match dst.list_offsets("clicks", 0, OffsetSpec::Latest, 0) {
+            Ok((_, o)) if o.end_offset == copied => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let old = files(&analysis, "clicks", 0);
+    src.delete_topic("clicks").unwrap();
+    src.create_topic("clicks", 1, &small_segments()).unwrap();
+    fill(&src, "clicks", "new topic", 6_000);
+    assert!(end(&src, "clicks") > copied);
+    let status = eventually("the mirror stopped", Duration::from_secs(30), || {
+        mirror
+            .try_wait()
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "running".to_string())
+    });
+    let output = mirror.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(!status.success(), "{said}");
+    assert!(said.contains("created again"), "{said}");
+    assert_eq!(files(&analysis, "clicks", 0), old, "not one byte appended");
+    eprintln!(
+        "source topic recreated: the mirror exited with {status}, saying:\n{}",
+        said.lines()
+            .filter(|l| l.contains("again"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// Issue 45, item 3: the leader of a replicated source partition (R=3) is
+/// SIGKILLed while an idempotent producer writes 60,000 numbered messages
+/// and the mirror copies them. The mirror moves to the new leader by
+/// itself; the copy ends with every message once, in order, and is the
+/// source's log byte for byte. Prints how long the copy paused.
+#[test]
+fn r45_the_mirror_follows_a_source_leader_killed_mid_stream() {
+    const MESSAGES: u64 = 60_000;
+    const SIZE: usize = 100;
+    let etcd = harness::etcd::Etcd::start();
+    let mut sources = cluster(&etcd, "dc1", 3);
+    let analysis = standalone();
+    let src = sources[0].client();
+    src.create_topic("events", 1, &replicated(3, 2)).unwrap();
+    let port = harness::free_ports(1);
+    let metrics = format!("127.0.0.1:{port}");
+    let addresses: Vec<String> = sources.iter().map(Broker::address).collect();
+    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
+        .args(["--brokers", &analysis.address(), "mirror"])
+        .args([
+            "--from",
+            &addresses.join(","),
+            "--topics",
+            "events",
+            "--name",
+            "dc1",
+        ])
+        .args(["--metrics", &metrics])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let writer = {
+        let address = addresses.join(",");
+        std::thread::spawn(move || {
+            let client = Client::connect(&address).unwrap();
+            let mut p = Producer::new(
+                &client,
+                "events",
+                ProducerConfig {
+                    acks: AckMode::All,
+                    batch_messages: 100,
+                    ..ProducerConfig::default()
+                },
+            )
+            .unwrap();
+            for n in 0..MESSAGES {
+                p.send_to(0, None, &harness::numbered_payload(n, SIZE))
+                    .unwrap();
+                if n % 1_000 == 999 {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            p.close(Duration::from_secs(120)).unwrap();
+        })
+    };
+    let dst = analysis.client();
+    let copy_end = || {
+        dst.list_offsets("events", 0, OffsetSpec::Latest, 0)
+            .map_or(0, |(_, o)| o.end_offset)
+    };
+    eventually("a third copied", Duration::from_secs(60), || {
+        let at = copy_end();
+        if at > MESSAGES * 40 {
+            Ok(())
+        } else {
+            Err(at.to_string())
+        }
+    });
+    let leader = metadata(&src, "events").topics[0].partitions[0].broker_id;
+    let index = sources
+        .iter()
+        .position(|b| b.options().broker_id == leader)
+        .unwrap();
+    sources[index].kill9();
+    let killed = Instant::now();
+    let at_kill = copy_end();
+    // The copy stands still until the new leader serves, then moves on.
+    let moved = eventually(
+        "the copy moved past the kill",
+        Duration::from_secs(60),
+        || {
+            if copy_end() > at_kill {
+                Ok(killed.elapsed())
+            } else {
+                Err(copy_end().to_string())
+            }
+        },
+    );
+    writer.join().unwrap();
+    sources[index].restart();
+    let living = (index + 1) % 3;
+    let source_end = end(&sources[living].client(), "events");
+    eventually("the copy caught up", Duration::from_secs(60), || {
+        let at = copy_end();
+        if at == source_end {
+            Ok(())
+        } else {
+            Err(format!("{at} of {source_end}"))
+        }
+    });
+    let status = std::process::Command::new(harness::binary("ringlog"))
+        .args(["mirror", "status", "--metrics", &metrics])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&status.stdout).to_string();
+    mirror.kill().unwrap();
+    let output = mirror.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr).to_string();
+    // Every message once, in order, and the source's bytes.
+    let messages = read_all(&dst, "events", 0, 0);
+    let numbers: Vec<u64> = messages
+        .iter()
+        .map(|m| harness::check_numbered_payload(&m.value, SIZE))
+        .collect();
+    let expected: Vec<u64> = (0..MESSAGES).collect();
+    assert!(
+        numbers == expected,
+        "{} messages, not 0..{MESSAGES} in order",
+        numbers.len()
+    );
+    assert_eq!(
+        files(&analysis, "events", 0),
+        files(&sources[living], "events", 0),
+        "the copy is the source's log"
+    );
+    let (code, out, err) = ringlog(
+        &sources[living].address(),
+        &["verify", "events", "--against", &analysis.address()],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    eprintln!(
+        "source leader {leader} SIGKILLed with {at_kill} bytes copied: the copy moved again after {moved:?}; {} messages copied, gap 0, duplicate 0; verify: {}\nmirror status:\n{table}\nthe mirror said:\n{}",
+        numbers.len(),
+        out.trim(),
+        said.lines().take(12).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// Issue 45, items 5 and 6: security on in both clusters, a different
+/// user on each side (`--from-user` for the source, `--user` for the
+/// target), each with only the rights deploy/README.md lists. The copy is
+/// made; a target login without alter on the copy, and a source login
+/// without read on the topic, fail fast naming what is missing.
+#[test]
+fn r45_each_side_logs_in_as_its_own_user_with_only_the_rights_it_needs() {
+    use super::security::{login, password_file, secured_broker, SECURE};
+    use protocol::acl::AclRule;
+    use protocol::scram::{Credential, ITERATIONS_MIN};
+    let dir = harness::TempDir::new("mirror-security");
+    let (dc1, analysis) = (secured_broker(SECURE, &dir), secured_broker(SECURE, &dir));
+    let admin1 = login(&dc1.address(), "admin", "admin-secret");
+    let admin2 = login(&analysis.address(), "admin", "admin-secret");
+    let user = |name: &str| {
+        (
+            name.to_string(),
+            Credential::new(format!("{name}-secret").as_bytes(), ITERATIONS_MIN),
+        )
+    };
+    admin1.alter_users(&[user("reader")], &[]).unwrap();
+    admin2.alter_users(&[user("copier")], &[]).unwrap();
+    let rules = |texts: &[&str]| -> Vec<AclRule> {
+        texts.iter().map(|t| AclRule::parse(t).unwrap()).collect()
+    };
+    let source_rights = rules(&["allow User:reader read topic:clicks"]);
+    admin1.create_acls(&source_rights).unwrap();
+    let target_rights = rules(&[
+        "allow User:copier create topic:clicks",
+        "allow User:copier alter topic:clicks",
+        "allow User:copier read topic:clicks",
+        "allow User:copier read group:mirror.dc1",
+    ]);
+    admin2.create_acls(&target_rights).unwrap();
+    admin1.create_topic("clicks", 1, &small_segments()).unwrap();
+    fill(&admin1, "clicks", "secret click", 2_000);
+    let reader = password_file(dir.path(), "reader", "reader-secret");
+    let copier = password_file(dir.path(), "copier", "copier-secret");
+    let run = || {
+        let started = Instant::now();
+        let output = std::process::Command::new(harness::binary("ringlog"))
+            .args(["--brokers", &analysis.address(), "--user", "copier"])
+            .args(["--password-file", copier.to_str().unwrap()])
+            .args(["mirror", "--from", &dc1.address(), "--topics", "clicks"])
+            .args(["--name", "dc1", "--exit-at-end", "--from-user", "reader"])
+            .args(["--from-password-file", reader.to_str().unwrap()])
+            .env_remove("RINGLOG_USER")
+            .env_remove("RINGLOG_PASSWORD_FILE")
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (output.status.code().unwrap_or(-1), said, started.elapsed())
+    };
+    let (code, said, _) = run();
+    assert_eq!(code, 0, "{said}");
+    assert_eq!(files(&analysis, "clicks", 0), files(&dc1, "clicks", 0));
+    // Without alter on the copy in the target.
+    fill(&admin1, "clicks", "more", 100);
+    admin2
+        .delete_acls(&rules(&["allow User:copier alter topic:clicks"]))
+        .unwrap();
+    let (code, no_alter, took) = run();
+    assert_ne!(code, 0, "{no_alter}");
+    assert!(
+        no_alter.contains("alter") && no_alter.contains("clicks"),
+        "{no_alter}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    admin2
+        .create_acls(&rules(&["allow User:copier alter topic:clicks"]))
+        .unwrap();
+    // Without read on the topic in the source.
+    admin1.delete_acls(&source_rights).unwrap();
+    let (code, no_read, took) = run();
+    assert_ne!(code, 0, "{no_read}");
+    assert!(no_read.contains("read"), "{no_read}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    eprintln!(
+        "reader@dc1 -> copier@analysis: copied, identical.\nwithout alter in the target: {}\nwithout read in the source: {}",
+        no_alter.trim(),
+        no_read.trim()
+    );
+}
+
+/// Issue 45, item 3: the source's history cut below what the copy holds
+/// by an unclean election, and written past the copy's end again while
+/// the mirror was paused. The mirror finds the fork by leader epochs (its
+/// reads name the epoch of the last chunk it copied) and stops that
+/// partition, saying where and how many bytes the source no longer holds;
+/// a mirror started afresh finds it by comparing the copy's last bytes
+/// with the source's. The copy keeps every byte it had.
+#[test]
+fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
+    const SIZE: usize = 100;
+    let etcd = harness::etcd::Etcd::start();
+    let mut brokers = cluster(&etcd, "fork", 2);
+    let analysis = standalone();
+    let client = brokers[0].client();
+    client.create_topic("solo", 1, &replicated(2, 1)).unwrap();
+    let produce = |client: &Client, range: std::ops::Range<u64>| {
+        let mut p = Producer::new(
+            client,
+            "solo",
+            ProducerConfig {
+                acks: AckMode::All,
+                batch_messages: 100,
+                ..ProducerConfig::default()
+            },
+        )
+        .unwrap();
+        for n in range {
+            p.send_to(0, None, &harness::numbered_payload(n, SIZE))
+                .unwrap();
+        }
+        p.close(Duration::from_secs(60)).unwrap();
+    };
+    produce(&client, 0..500);
+    let addresses: Vec<String> = brokers.iter().map(Broker::address).collect();
+    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
+        .args(["--brokers", &analysis.address(), "mirror"])
+        .args([
+            "--from",
+            &addresses.join(","),
+            "--topics",
+            "solo",
+            "--name",
+            "dc1",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dst = analysis.client();
+    let copy_end = || {
+        dst.list_offsets("solo", 0, OffsetSpec::Latest, 0)
+            .map_or(0, |(_, o)| o.end_offset)
+    };
+    let wait_copied = |end: u64| {
+        eventually("the copy caught up", Duration::from_secs(30), || {
+            let at = copy_end();
+            if at == end {
+                Ok(())
+            } else {
+                Err(format!("{at} of {end}"))
+            }
+        });
+    };
+    wait_copied(end(&client, "solo"));
+    // The follower goes; the leader alone takes 1,000 more (min ISR 1),
+    // and the mirror copies them.
+    let leader = metadata(&client, "solo").topics[0].partitions[0].broker_id;
+    let led = brokers
+        .iter()
+        .position(|b| b.options().broker_id == leader)
+        .unwrap();
+    let other = 1 - led;
+    brokers[other].kill9();
+    eventually(
+        "the ISR shrinks to the leader",
+        Duration::from_secs(30),
+        || {
+            let isr = metadata(&client, "solo").topics[0].partitions[0]
+                .isr
+                .clone();
+            if isr == vec![leader] {
+                Ok(())
+            } else {
+                Err(format!("{isr:?}"))
+            }
+        },
+    );
+    produce(&client, 500..1_500);
+    let forked_end = end(&client, "solo");
+    wait_copied(forked_end);
+    let copy = files(&analysis, "solo", 0);
+    // The mirror sleeps through an unclean election of the other copy,
+    // which then takes 3,000 messages of its own, past the copy's end.
+    let pid = mirror.id().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    brokers[led].kill9();
+    brokers[other].restart();
+    let survivor = brokers[other].client();
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, out, err) = ringlog(
+        &brokers[other].address(),
+        &[
+            "partitions",
+            "elect",
+            "solo",
+            "--partition",
+            "0",
+            "--unclean",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    eventually("the unclean leader serves", Duration::from_secs(30), || {
+        survivor
+            .list_offsets("solo", 0, OffsetSpec::Latest, 0)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    produce(&survivor, 10_000..13_000);
+    let new_end = end(&survivor, "solo");
+    assert!(new_end > forked_end, "{new_end} <= {forked_end}");
+    signal("-CONT");
+    // The running mirror: the epoch of its last chunk ends below its
+    // position in the new leader's log.
+    let status = eventually("the mirror stopped", Duration::from_secs(60), || {
+        mirror
+            .try_wait()
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "running".to_string())
+    });
+    let output = mirror.wait_with_output().unwrap();
+    let running = String::from_utf8_lossy(&output.stderr).to_string();
+    assert!(!status.success(), "{running}");
+    assert!(running.contains("history forked at offset"), "{running}");
+    assert_eq!(files(&analysis, "solo", 0), copy, "the copy kept its bytes");
+    // A mirror started afresh: no epoch to send, the digests find it.
+    let (code, fresh, took) = mirror_once(
+        &analysis.address(),
+        &brokers[other].address(),
+        &["--topics", "solo", "--name", "dc1"],
+    );
+    assert_ne!(code, 0, "{fresh}");
+    assert!(fresh.contains("differ from the source's"), "{fresh}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(files(&analysis, "solo", 0), copy);
+    let line = |text: &str, what: &str| {
+        text.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_default()
+            .to_string()
+    };
+    eprintln!(
+        "unclean election under a {forked_end}-byte copy, the new leader at {new_end}:\nrunning mirror: {}\nfresh mirror: {}",
+        line(&running, "forked"),
+        line(&fresh, "differ")
+    );
+}

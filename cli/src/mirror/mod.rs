@@ -81,6 +81,10 @@ const PAUSE: Duration = Duration::from_millis(500);
 /// its source end is asked for on its own.
 const SILENT: Duration = Duration::from_secs(2);
 
+/// The most silent partitions whose source end is asked for in one
+/// second.
+const SILENT_ASKED_MAX: usize = 20;
+
 /// How often a mirror whose `--topics` matches nothing says so.
 const NOTHING_MATCHES_EVERY: Duration = Duration::from_secs(60);
 
@@ -281,6 +285,9 @@ struct Copy {
     /// known, after a resume): the next read asks the source to check that
     /// its log still holds that epoch up to the copy's end.
     last_epoch: i32,
+    /// Where the copy ends is looked up (and checked against the source)
+    /// before the next read: an append failed at the target.
+    recheck: bool,
 }
 
 impl Copy {
@@ -293,6 +300,7 @@ impl Copy {
             stopped: None,
             fresh: false,
             last_epoch: -1,
+            recheck: false,
             position: None,
             retry_at: Instant::now(),
             at_end: false,
@@ -479,6 +487,17 @@ impl Copies {
     /// A read or append that failed in a way the mirror rides out: the
     /// partition waits a moment and is looked up again.
     fn retry_later(&self, key: &(String, u32), error: &ClientError) {
+        self.retry(key, error, false);
+    }
+
+    /// [`Copies::retry_later`] after the target failed an append: where
+    /// the copy ends is looked up again too (deleted and made again in
+    /// the target, say), and checked against the source.
+    fn retry_later_at_target(&self, key: &(String, u32), error: &ClientError) {
+        self.retry(key, error, true);
+    }
+
+    fn retry(&self, key: &(String, u32), error: &ClientError, copy_unknown: bool) {
         eprintln!("warning: {}-{}: {error}; retrying", key.0, key.1);
         self.update(key, |copy| {
             copy.retry_at = Instant::now() + PAUSE;
@@ -488,6 +507,9 @@ impl Copies {
             // Its leader may have moved: the supervisor's cached placement
             // is not trusted for it again.
             copy.fresh = true;
+            if copy_unknown {
+                copy.recheck = true;
+            }
             copy.last_error = Some(error.to_string());
         });
     }
@@ -706,20 +728,23 @@ impl Supervisor<'_> {
                     && c.answered_at.is_none_or(|at| at.elapsed() >= SILENT)
             })
             .map(|(key, _)| key.clone())
-            .take(100)
+            .take(SILENT_ASKED_MAX)
             .collect();
         for key in silent {
-            if let Ok((end, _)) = self
+            // The first that does not answer ends the round: a source
+            // broker away must not hold up the supervisor's heartbeats.
+            let Ok((end, _)) = self
                 .source
                 .list_offsets(&key.0, key.1, OffsetSpec::Latest, 0)
-            {
-                copies.update(&key, |c| {
-                    c.source_end = c.source_end.max(end);
-                    if c.position.is_some_and(|p| p < end) {
-                        c.behind_since.get_or_insert_with(Instant::now);
-                    }
-                });
-            }
+            else {
+                break;
+            };
+            copies.update(&key, |c| {
+                c.source_end = c.source_end.max(end);
+                if c.position.is_some_and(|p| p < end) {
+                    c.behind_since.get_or_insert_with(Instant::now);
+                }
+            });
         }
     }
 

@@ -48,6 +48,14 @@ struct Due {
     plan: Plan,
 }
 
+/// A read's failure the worker rides out: a broker away or busy, or the
+/// source topic unknown where it was asked (its leader moved, or it was
+/// deleted: the next scan says which, and a topic of that name created
+/// again answers UNKNOWN_TOPIC_ID to the reads, which stop the copy).
+fn rides_out(error: &ClientError) -> bool {
+    passes(error) || error.code() == Some(ErrorCode::UnknownTopic)
+}
+
 /// The partitions worker `index` reads now.
 fn due(copies: &Copies, index: usize, now: Instant) -> Vec<Due> {
     copies
@@ -57,10 +65,10 @@ fn due(copies: &Copies, index: usize, now: Instant) -> Vec<Due> {
         .filter_map(|(key, c)| {
             Some(Due {
                 key: key.clone(),
-                position: c.position,
+                position: c.position.filter(|_| !c.recheck),
                 grown: c.read_grown,
                 owner: c.owner.clone()?,
-                last_epoch: if c.position.is_some() {
+                last_epoch: if c.position.is_some() && !c.recheck {
                     c.last_epoch
                 } else {
                     -1
@@ -95,13 +103,13 @@ fn reads(
         let max_bytes = grown.unwrap_or(READ_BYTES.min(append_max));
         let offset = match position {
             Some(position) => position,
-            None => match resume(source, target, &key.0, &plan.target, key.1) {
+            None => match resume(source, target, &key.0, &plan, key.1) {
                 Ok(Ok(position)) => position,
                 Ok(Err(why)) => {
                     copies.stop_one(&key, why);
                     continue;
                 }
-                Err(error) if passes(&error) => {
+                Err(error) if rides_out(&error) => {
                     copies.retry_later(&key, &error);
                     continue;
                 }
@@ -158,7 +166,7 @@ fn round(
         copies.mark(false);
         let answers = match source.mirror_read_many(&address, &reads, wait) {
             Ok(answers) => answers,
-            Err(error) if passes(&error) => {
+            Err(error) if rides_out(&error) => {
                 for read in &reads {
                     copies.retry_later(&(read.topic.clone(), read.partition), &error);
                 }
@@ -214,16 +222,10 @@ fn settle(
         Err(error) if error.code() == Some(ErrorCode::UnknownTopicId) => {
             // The name now belongs to another topic: its bytes are another
             // log, never appended to this copy.
-            copies.stop_one(
-                &key,
-                format!(
-                    "the source topic {} was deleted and created again (it is no longer topic id {}): the copy keeps the old topic's bytes; delete it to mirror the new topic, or mirror that under --prefix",
-                    read.topic, plan.topic_id
-                ),
-            );
+            copies.stop_one(&key, recreated(&read.topic, &plan.topic_id));
             return Ok(false);
         }
-        Err(error) if passes(&error) => {
+        Err(error) if rides_out(&error) => {
             copies.retry_later(&key, &error);
             return Ok(false);
         }
@@ -247,6 +249,11 @@ fn settle(
     let source_end = chunk.offsets.flushed_offset.max(position);
     copies.update(&key, |c| {
         c.answered_at = Some(Instant::now());
+        // The read's offset was looked up afresh if it had to be.
+        c.recheck = false;
+        if position < source_end {
+            c.behind_since.get_or_insert_with(Instant::now);
+        }
         c.end_at_start.get_or_insert(source_end);
         c.source_end = source_end;
     });
@@ -345,12 +352,19 @@ fn settle(
                 chunk.bytes.len()
             )))
         }
-        Err(error) if passes(&error) => {
-            copies.retry_later(&key, &error);
+        Err(error) if rides_out(&error) => {
+            copies.retry_later_at_target(&key, &error);
             Ok(false)
         }
         Err(error) => Err(error),
     }
+}
+
+/// Why a copy stops when its source topic's name now names another.
+fn recreated(topic: &str, id: &str) -> String {
+    format!(
+        "the source topic {topic} was deleted and created again (it is no longer topic id {id}): the copy keeps the old topic's bytes; delete it to mirror the new topic, or mirror that under --prefix"
+    )
 }
 
 /// How many bytes below the copy's end a resuming mirror compares with
@@ -366,14 +380,22 @@ fn resume(
     source: &Client,
     target: &Client,
     topic: &str,
-    copy: &str,
+    plan: &Plan,
     partition: u32,
 ) -> Result<Result<u64, String>, ClientError> {
+    let copy = plan.target.as_str();
     // Where the copy's log ends (written, perhaps not flushed yet): the
     // next append must land exactly there.
     let (_, offsets) = target.list_offsets(copy, partition, OffsetSpec::Latest, 0)?;
     let end = offsets.end_offset;
     if offsets.start_offset < end {
+        // The digests go by name: first, is it still the same topic?
+        let now = source.metadata(&[topic])?;
+        if let Some(t) = now.topics.iter().find(|t| t.name == topic) {
+            if !plan.topic_id.is_empty() && t.id != plan.topic_id {
+                return Ok(Err(recreated(topic, &plan.topic_id)));
+            }
+        }
         let from = end
             .saturating_sub(RESUME_CHECK_BYTES)
             .max(offsets.start_offset);

@@ -5,7 +5,7 @@
 //! a source leader killed under the mirror.
 
 use super::replica_operations::ringlog;
-use super::replication::{cluster, files, metadata, replicated};
+use super::replication::{cluster, cluster_of, files, metadata, options, replicated};
 use super::util::{producer, read_all};
 use harness::{eventually, Broker, BrokerOptions};
 use protocol::client::{AckMode, Client, OffsetSpec, Producer, ProducerConfig, TopicSettings};
@@ -41,6 +41,24 @@ fn end(client: &Client, topic: &str) -> u64 {
         .unwrap()
         .1
         .end_offset
+}
+
+/// Segment files compared, saying where they first differ (the files
+/// themselves are too long for a failure message).
+fn differ(
+    a: &std::collections::BTreeMap<String, Vec<u8>>,
+    b: &std::collections::BTreeMap<String, Vec<u8>>,
+) -> Option<String> {
+    let names = |m: &std::collections::BTreeMap<String, Vec<u8>>| -> Vec<(String, usize)> {
+        m.iter().map(|(k, v)| (k.clone(), v.len())).collect()
+    };
+    if names(a) != names(b) {
+        return Some(format!("{:?} against {:?}", names(a), names(b)));
+    }
+    a.iter().zip(b).find_map(|((name, x), (_, y))| {
+        let at = x.iter().zip(y).position(|(p, q)| p != q)?;
+        Some(format!("{name} differs at byte {at}"))
+    })
 }
 
 /// `ringlog --brokers TARGET mirror --from SOURCE ARGS --exit-at-end`:
@@ -84,7 +102,9 @@ fn r45_a_copy_takes_only_its_own_source_and_prefixes_gather_datacenters() {
         "{recorded}"
     );
     let copy = files(&analysis, "clicks", 0);
-    assert_eq!(copy, files(&dc1, "clicks", 0), "the copy is dc1's log");
+    if let Some(d) = differ(&copy, &files(&dc1, "clicks", 0)) {
+        panic!("the copy is dc1's log: {d}");
+    }
 
     // dc2 into the same copy: refused, under its own name and under dc1's.
     let mut refusals = Vec::new();
@@ -96,7 +116,9 @@ fn r45_a_copy_takes_only_its_own_source_and_prefixes_gather_datacenters() {
         assert!(took < Duration::from_secs(5), "{took:?}: {said}");
         refusals.push(said);
     }
-    assert_eq!(files(&analysis, "clicks", 0), copy, "not one byte appended");
+    if let Some(d) = differ(&files(&analysis, "clicks", 0), &copy) {
+        panic!("not one byte appended: {d}");
+    }
 
     // The paper's topology: each datacenter under its own prefix.
     let (code, said, _) = mirror_once(
@@ -105,8 +127,15 @@ fn r45_a_copy_takes_only_its_own_source_and_prefixes_gather_datacenters() {
         &["--topics", "clicks", "--name", "dc2", "--prefix", "dc2."],
     );
     assert_eq!(code, 0, "{said}");
-    assert_eq!(files(&analysis, "dc2.clicks", 0), files(&dc2, "clicks", 0));
-    assert_eq!(files(&analysis, "clicks", 0), copy);
+    if let Some(d) = differ(
+        &files(&analysis, "dc2.clicks", 0),
+        &files(&dc2, "clicks", 0),
+    ) {
+        panic!("the segment files differ: {d}");
+    }
+    if let Some(d) = differ(&files(&analysis, "clicks", 0), &copy) {
+        panic!("the segment files differ: {d}");
+    }
     // More in both datacenters; one mirror each, again, catches up.
     fill(&dc1.client(), "clicks", "dc1 more", 1_000);
     fill(&dc2.client(), "clicks", "dc2 more", 1_500);
@@ -117,11 +146,12 @@ fn r45_a_copy_takes_only_its_own_source_and_prefixes_gather_datacenters() {
             &["--topics", "clicks", "--name", name, "--prefix", prefix],
         );
         assert_eq!(code, 0, "{said}");
-        assert_eq!(
-            files(&analysis, &format!("{prefix}clicks"), 0),
-            files(dc, "clicks", 0),
-            "{name}'s copy is its own source's log"
-        );
+        if let Some(d) = differ(
+            &files(&analysis, &format!("{prefix}clicks"), 0),
+            &files(dc, "clicks", 0),
+        ) {
+            panic!("{name}'s copy is its own source's log: {d}");
+        }
     }
     let (v, vout, verr) = ringlog(
         &dc2.address(),
@@ -201,7 +231,7 @@ fn r45_a_source_topic_created_again_stops_its_copy_and_appends_nothing() {
         "the copy caught up",
         Duration::from_secs(30),
         || match dst.list_offsets("clicks", 0, OffsetSpec::Latest, 0) {
-            Ok((_, o)) if o.end_offset == copied => Ok(()),
+            Ok((_, o)) if o.flushed_offset == copied => Ok(()),
             other => Err(format!("{other:?}")),
         },
     );
@@ -220,7 +250,9 @@ fn r45_a_source_topic_created_again_stops_its_copy_and_appends_nothing() {
     let said = String::from_utf8_lossy(&output.stderr).to_string();
     assert!(!status.success(), "{said}");
     assert!(said.contains("created again"), "{said}");
-    assert_eq!(files(&analysis, "clicks", 0), old, "not one byte appended");
+    if let Some(d) = differ(&files(&analysis, "clicks", 0), &old) {
+        panic!("not one byte appended: {d}");
+    }
     eprintln!(
         "source topic recreated: the mirror exited with {status}, saying:\n{}",
         said.lines()
@@ -288,9 +320,10 @@ fn r45_the_mirror_follows_a_source_leader_killed_mid_stream() {
         })
     };
     let dst = analysis.client();
+    // What consumers of the copy see (flushed), not only what it holds.
     let copy_end = || {
         dst.list_offsets("events", 0, OffsetSpec::Latest, 0)
-            .map_or(0, |(_, o)| o.end_offset)
+            .map_or(0, |(_, o)| o.flushed_offset)
     };
     eventually("a third copied", Duration::from_secs(60), || {
         let at = copy_end();
@@ -340,31 +373,39 @@ fn r45_the_mirror_follows_a_source_leader_killed_mid_stream() {
     mirror.kill().unwrap();
     let output = mirror.wait_with_output().unwrap();
     let said = String::from_utf8_lossy(&output.stderr).to_string();
-    // Every message once, in order, and the source's bytes.
-    let messages = read_all(&dst, "events", 0, 0);
-    let numbers: Vec<u64> = messages
-        .iter()
-        .map(|m| harness::check_numbered_payload(&m.value, SIZE))
-        .collect();
-    let expected: Vec<u64> = (0..MESSAGES).collect();
+    // The copy holds the source's messages, each once, in the source's
+    // order (a format-1 producer's resends after the leader's death may
+    // store a message twice in the source: the copy has them as the
+    // source does), and none of the 60,000 is missing.
+    let numbers = |client: &Client| -> Vec<u64> {
+        read_all(client, "events", 0, 0)
+            .iter()
+            .map(|m| harness::check_numbered_payload(&m.value, SIZE))
+            .collect()
+    };
+    let copied = numbers(&dst);
+    let sourced = numbers(&sources[living].client());
     assert!(
-        numbers == expected,
-        "{} messages, not 0..{MESSAGES} in order",
-        numbers.len()
+        copied == sourced,
+        "the copy's messages are not the source's"
     );
-    assert_eq!(
-        files(&analysis, "events", 0),
-        files(&sources[living], "events", 0),
-        "the copy is the source's log"
-    );
+    let distinct: std::collections::BTreeSet<u64> = copied.iter().copied().collect();
+    assert_eq!(distinct.len() as u64, MESSAGES, "every message copied");
+    if let Some(d) = differ(
+        &files(&analysis, "events", 0),
+        &files(&sources[living], "events", 0),
+    ) {
+        panic!("the copy is the source's log: {d}");
+    }
     let (code, out, err) = ringlog(
         &sources[living].address(),
         &["verify", "events", "--against", &analysis.address()],
     );
     assert_eq!(code, 0, "{out}{err}");
     eprintln!(
-        "source leader {leader} SIGKILLed with {at_kill} bytes copied: the copy moved again after {moved:?}; {} messages copied, gap 0, duplicate 0; verify: {}\nmirror status:\n{table}\nthe mirror said:\n{}",
-        numbers.len(),
+        "source leader {leader} SIGKILLed with {at_kill} bytes copied: the copy moved again after {moved:?}; {} messages copied, the source's {} in its order (its producer's resends included), all {MESSAGES} there; verify: {}\nmirror status:\n{table}\nthe mirror said:\n{}",
+        copied.len(),
+        sourced.len(),
         out.trim(),
         said.lines().take(12).collect::<Vec<_>>().join("\n")
     );
@@ -381,7 +422,8 @@ fn r45_each_side_logs_in_as_its_own_user_with_only_the_rights_it_needs() {
     use protocol::acl::AclRule;
     use protocol::scram::{Credential, ITERATIONS_MIN};
     let dir = harness::TempDir::new("mirror-security");
-    let (dc1, analysis) = (secured_broker(SECURE, &dir), secured_broker(SECURE, &dir));
+    let toml = format!("{SECURE}segment_bytes_min = 1024\n");
+    let (dc1, analysis) = (secured_broker(&toml, &dir), secured_broker(&toml, &dir));
     let admin1 = login(&dc1.address(), "admin", "admin-secret");
     let admin2 = login(&analysis.address(), "admin", "admin-secret");
     let user = |name: &str| {
@@ -429,7 +471,9 @@ fn r45_each_side_logs_in_as_its_own_user_with_only_the_rights_it_needs() {
     };
     let (code, said, _) = run();
     assert_eq!(code, 0, "{said}");
-    assert_eq!(files(&analysis, "clicks", 0), files(&dc1, "clicks", 0));
+    if let Some(d) = differ(&files(&analysis, "clicks", 0), &files(&dc1, "clicks", 0)) {
+        panic!("the segment files differ: {d}");
+    }
     // Without alter on the copy in the target.
     fill(&admin1, "clicks", "more", 100);
     admin2
@@ -469,7 +513,17 @@ fn r45_each_side_logs_in_as_its_own_user_with_only_the_rights_it_needs() {
 fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
     const SIZE: usize = 100;
     let etcd = harness::etcd::Etcd::start();
-    let mut brokers = cluster(&etcd, "fork", 2);
+    // Fixed ports: the mirror's --from list names them across restarts,
+    // as a deployment's does.
+    let port = harness::free_ports(2);
+    let mut brokers = cluster_of(
+        (1..=2)
+            .map(|id| BrokerOptions {
+                listen: Some(format!("127.0.0.1:{}", port + id as u16 - 1)),
+                ..options(&etcd, "fork", id)
+            })
+            .collect(),
+    );
     let analysis = standalone();
     let client = brokers[0].client();
     client.create_topic("solo", 1, &replicated(2, 1)).unwrap();
@@ -492,6 +546,9 @@ fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
     };
     produce(&client, 0..500);
     let addresses: Vec<String> = brokers.iter().map(Broker::address).collect();
+    let dir = harness::TempDir::new("fork-mirror");
+    let said_path = dir.path().join("mirror.stderr");
+    let said = || std::fs::read_to_string(&said_path).unwrap_or_default();
     let mut mirror = std::process::Command::new(harness::binary("ringlog"))
         .args(["--brokers", &analysis.address(), "mirror"])
         .args([
@@ -504,13 +561,13 @@ fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
         ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&said_path).unwrap())
         .spawn()
         .unwrap();
     let dst = analysis.client();
     let copy_end = || {
         dst.list_offsets("solo", 0, OffsetSpec::Latest, 0)
-            .map_or(0, |(_, o)| o.end_offset)
+            .map_or(0, |(_, o)| o.flushed_offset)
     };
     let wait_copied = |end: u64| {
         eventually("the copy caught up", Duration::from_secs(30), || {
@@ -594,13 +651,14 @@ fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
         mirror
             .try_wait()
             .map_err(|e| e.to_string())?
-            .ok_or_else(|| "running".to_string())
+            .ok_or_else(|| format!("running; it said:\n{}", said()))
     });
-    let output = mirror.wait_with_output().unwrap();
-    let running = String::from_utf8_lossy(&output.stderr).to_string();
+    let running = said();
     assert!(!status.success(), "{running}");
     assert!(running.contains("history forked at offset"), "{running}");
-    assert_eq!(files(&analysis, "solo", 0), copy, "the copy kept its bytes");
+    if let Some(d) = differ(&files(&analysis, "solo", 0), &copy) {
+        panic!("the copy kept its bytes: {d}");
+    }
     // A mirror started afresh: no epoch to send, the digests find it.
     let (code, fresh, took) = mirror_once(
         &analysis.address(),
@@ -610,7 +668,9 @@ fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
     assert_ne!(code, 0, "{fresh}");
     assert!(fresh.contains("differ from the source's"), "{fresh}");
     assert!(took < Duration::from_secs(10), "{took:?}");
-    assert_eq!(files(&analysis, "solo", 0), copy);
+    if let Some(d) = differ(&files(&analysis, "solo", 0), &copy) {
+        panic!("the segment files differ: {d}");
+    }
     let line = |text: &str, what: &str| {
         text.lines()
             .find(|l| l.contains(what))
@@ -622,4 +682,88 @@ fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
         line(&running, "forked"),
         line(&fresh, "differ")
     );
+}
+
+/// Issue 45, item 3: lag counted against the source's end, never 0 while
+/// behind. The target is killed while the source takes 2,000 more
+/// messages: `mirror status` shows the bytes it is behind, lag seconds
+/// growing and the last error; the target back, it catches up to lag 0.
+#[test]
+fn r45_mirror_status_shows_a_stalled_copy_behind_with_its_error() {
+    let port = harness::free_ports(1);
+    let dc1 = standalone();
+    let mut analysis = Broker::start(BrokerOptions {
+        config_toml: "segment_bytes_min = 1024\n".into(),
+        listen: Some(format!("127.0.0.1:{port}")),
+        shards: 1,
+        ..BrokerOptions::default()
+    });
+    let src = dc1.client();
+    src.create_topic("clicks", 1, &small_segments()).unwrap();
+    fill(&src, "clicks", "before", 1_000);
+    let metrics = format!("127.0.0.1:{}", harness::free_ports(1));
+    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
+        .args(["--brokers", &analysis.address(), "mirror"])
+        .args([
+            "--from",
+            &dc1.address(),
+            "--topics",
+            "clicks",
+            "--name",
+            "dc1",
+        ])
+        .args(["--metrics", &metrics])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let row = || {
+        let output = std::process::Command::new(harness::binary("ringlog"))
+            .args(["mirror", "status", "--metrics", &metrics])
+            .output()
+            .unwrap();
+        let table = String::from_utf8_lossy(&output.stdout).to_string();
+        let cells: Vec<String> = table
+            .lines()
+            .find(|l| l.starts_with("clicks\t0\t"))
+            .unwrap_or_default()
+            .split('\t')
+            .map(str::to_string)
+            .collect();
+        (cells, table)
+    };
+    let caught_up = |what: &str| {
+        eventually(what, Duration::from_secs(30), || {
+            let (cells, table) = row();
+            if cells.len() == 8 && cells[2] == "0" && cells[7] == "caught_up" {
+                Ok(table)
+            } else {
+                Err(table)
+            }
+        })
+    };
+    caught_up("caught up");
+    analysis.kill9();
+    fill(&src, "clicks", "while the target is away", 2_000);
+    let behind = end(&src, "clicks");
+    let stalled = eventually("the stall shows", Duration::from_secs(30), || {
+        let (cells, table) = row();
+        let lag: u64 = cells.get(2).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let seconds: f64 = cells.get(3).and_then(|c| c.parse().ok()).unwrap_or(0.0);
+        let state = cells.get(7).cloned().unwrap_or_default();
+        if lag > 0 && seconds >= 3.0 && state.starts_with("retrying: ") {
+            Ok(table)
+        } else {
+            Err(table)
+        }
+    });
+    analysis.restart();
+    let after = caught_up("caught up again");
+    mirror.kill().unwrap();
+    mirror.wait().unwrap();
+    if let Some(d) = differ(&files(&analysis, "clicks", 0), &files(&dc1, "clicks", 0)) {
+        panic!("the segment files differ: {d}");
+    }
+    eprintln!("the source at {behind}; the target killed:\n{stalled}the target back:\n{after}");
 }

@@ -396,10 +396,13 @@ fn resume(
                 return Ok(Err(recreated(topic, &plan.topic_id)));
             }
         }
-        let from = end
+        // The last bytes the copy holds flushed (digests cover only
+        // those): the check does not depend on the target's flush policy.
+        let to = offsets.flushed_offset.min(end);
+        let from = to
             .saturating_sub(RESUME_CHECK_BYTES)
             .max(offsets.start_offset);
-        return Ok(match forked(source, target, topic, copy, partition, from, end)? {
+        return Ok(match forked(source, target, topic, copy, partition, from, to)? {
             Some((lo, hi)) => Err(format!(
                 "the copy's bytes {lo}..{hi} differ from the source's there: the source's history forked below the copy's end {end} (an unclean election while no mirror ran?); the copy keeps what it has"
             )),

@@ -56,6 +56,7 @@ pub(super) fn render(
     copies: &BTreeMap<(String, u32), Copy>,
     groups_copied: u64,
     refused: &BTreeMap<String, String>,
+    matched: usize,
 ) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -107,6 +108,10 @@ pub(super) fn render(
     let _ = writeln!(
         out,
         "# HELP ringlog_mirror_group_offsets_copied_total Committed offsets copied to the target's groups.\n# TYPE ringlog_mirror_group_offsets_copied_total counter\nringlog_mirror_group_offsets_copied_total {groups_copied}"
+    );
+    let _ = writeln!(
+        out,
+        "# HELP ringlog_mirror_topics_matched Source topics --topics matched at the last look (0: nothing to copy yet).\n# TYPE ringlog_mirror_topics_matched gauge\nringlog_mirror_topics_matched {matched}"
     );
     out
 }

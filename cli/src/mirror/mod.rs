@@ -554,6 +554,8 @@ impl Supervisor<'_> {
         // once each, kept in the metrics).
         let mut refused: BTreeMap<String, String> = BTreeMap::new();
         let mut nothing_said: Option<Instant> = None;
+        // How many source topics the last scan matched.
+        let mut matched = 0;
         let mut ends_asked: Option<Instant> = None;
         loop {
             if let Some(error) = copies.failure.lock().ok().and_then(|mut f| f.take()) {
@@ -561,7 +563,7 @@ impl Supervisor<'_> {
             }
             if let Some(text) = self.metrics {
                 if rendered.is_none_or(|at| at.elapsed() >= Duration::from_millis(500)) {
-                    let body = render(&copies.lock(), synced.copied_total, &refused);
+                    let body = render(&copies.lock(), synced.copied_total, &refused, matched);
                     if let Ok(mut t) = text.lock() {
                         *t = body;
                     }
@@ -584,6 +586,7 @@ impl Supervisor<'_> {
                 ) {
                     Ok(found) => {
                         scanned = Some(Instant::now());
+                        matched = found.matched;
                         self.apply_scan(copies, found, &mut refused, &mut nothing_said)?;
                     }
                     Err(error) if scanned.is_some() => {

@@ -767,3 +767,201 @@ fn r45_mirror_status_shows_a_stalled_copy_behind_with_its_error() {
     }
     eprintln!("the source at {behind}; the target killed:\n{stalled}the target back:\n{after}");
 }
+
+/// Issue 45, item 3: leadership handed over cleanly (`partitions
+/// elect-leaders` gives the partition back to its preferred replica): the
+/// old leader, alive, answers the mirror's reads NOT_LEADER, and the mirror
+/// moves to the new one; the copy ends as the source's log.
+#[test]
+fn r45_the_mirror_follows_a_clean_leader_handover() {
+    let etcd = harness::etcd::Etcd::start();
+    let port = harness::free_ports(3);
+    let mut sources = cluster_of(
+        (1..=3)
+            .map(|id| BrokerOptions {
+                listen: Some(format!("127.0.0.1:{}", port + id as u16 - 1)),
+                ..options(&etcd, "handover", id)
+            })
+            .collect(),
+    );
+    let analysis = standalone();
+    let src = sources[0].client();
+    src.create_topic("events", 1, &replicated(3, 2)).unwrap();
+    let preferred = metadata(&src, "events").topics[0].partitions[0].replicas[0];
+    let index = sources
+        .iter()
+        .position(|b| b.options().broker_id == preferred)
+        .unwrap();
+    // The preferred replica restarts: another leads, and keeps leading once
+    // it is back in sync.
+    sources[index].kill9();
+    sources[index].restart();
+    let other = sources[(index + 1) % 3].client();
+    eventually(
+        "the preferred replica back in sync, not leading",
+        Duration::from_secs(30),
+        || {
+            let p = metadata(&other, "events").topics[0].partitions[0].clone();
+            if p.broker_id != preferred && p.isr.len() == 3 {
+                Ok(())
+            } else {
+                Err(format!("{p:?}"))
+            }
+        },
+    );
+    let addresses: Vec<String> = sources.iter().map(Broker::address).collect();
+    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
+        .args(["--brokers", &analysis.address(), "mirror"])
+        .args([
+            "--from",
+            &addresses.join(","),
+            "--topics",
+            "events",
+            "--name",
+            "dc1",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (address, stop) = (addresses.join(","), stop.clone());
+        std::thread::spawn(move || {
+            let client = Client::connect(&address).unwrap();
+            let mut p = producer(&client, "events", AckMode::All, 100);
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                p.send_to(0, None, &harness::numbered_payload(n, 100))
+                    .unwrap();
+                n += 1;
+                if n % 500 == 0 {
+                    p.flush().unwrap();
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            p.flush().unwrap();
+            n
+        })
+    };
+    let dst = analysis.client();
+    let copy_end = || {
+        dst.list_offsets("events", 0, OffsetSpec::Latest, 0)
+            .map_or(0, |(_, o)| o.flushed_offset)
+    };
+    eventually("the copy under way", Duration::from_secs(30), || {
+        let at = copy_end();
+        if at > 500_000 {
+            Ok(())
+        } else {
+            Err(at.to_string())
+        }
+    });
+    let (code, out, err) = ringlog(&addresses[0], &["partitions", "elect-leaders"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let handed = Instant::now();
+    let at_handover = copy_end();
+    eventually(
+        "the new leader is the preferred replica",
+        Duration::from_secs(30),
+        || {
+            let p = metadata(&other, "events").topics[0].partitions[0].clone();
+            if p.broker_id == preferred {
+                Ok(())
+            } else {
+                Err(format!("{p:?}"))
+            }
+        },
+    );
+    let leader_at = handed.elapsed();
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let produced = writer.join().unwrap();
+    let source_end = end(&sources[index].client(), "events");
+    eventually("the copy caught up", Duration::from_secs(60), || {
+        let at = copy_end();
+        if at == source_end {
+            Ok(())
+        } else {
+            Err(format!("{at} of {source_end}"))
+        }
+    });
+    mirror.kill().unwrap();
+    let said = String::from_utf8_lossy(&mirror.wait_with_output().unwrap().stderr).to_string();
+    assert!(copy_end() > at_handover);
+    if let Some(d) = differ(
+        &files(&analysis, "events", 0),
+        &files(&sources[index], "events", 0),
+    ) {
+        panic!("the copy is the source's log: {d}\n{said}");
+    }
+    eprintln!(
+        "{produced} messages produced; leadership handed back to broker {preferred} {leader_at:?} after elect-leaders, with {at_handover} bytes copied; the copy ends at the source's {source_end}, its files the leader's. The mirror said:\n{}",
+        said.lines().take(6).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// Issue 45, item 5: a `--topics` that matches nothing, without
+/// `--exit-at-end`: the mirror warns and says 0 in its metrics, and copies
+/// the first matching topic the source gets.
+#[test]
+fn r45_a_mirror_matching_nothing_says_so_and_waits_for_a_topic() {
+    let (dc1, analysis) = (standalone(), standalone());
+    let metrics = format!("127.0.0.1:{}", harness::free_ports(1));
+    let dir = harness::TempDir::new("mirror-nothing");
+    let said_path = dir.path().join("mirror.stderr");
+    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
+        .args(["--brokers", &analysis.address(), "mirror"])
+        .args([
+            "--from",
+            &dc1.address(),
+            "--topics",
+            "later.*",
+            "--name",
+            "dc1",
+        ])
+        .args(["--metrics", &metrics])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&said_path).unwrap())
+        .spawn()
+        .unwrap();
+    let matched = || {
+        // Not listening yet at the very start.
+        std::net::TcpStream::connect(&metrics).ok()?;
+        super::util::scrape(&metrics)
+            .lines()
+            .find_map(|l| l.strip_prefix("ringlog_mirror_topics_matched "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    eventually(
+        "the metric says 0",
+        Duration::from_secs(30),
+        || match matched() {
+            Some(0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let warned = std::fs::read_to_string(&said_path).unwrap_or_default();
+    assert!(warned.contains("matches none of the source's"), "{warned}");
+    let src = dc1.client();
+    src.create_topic("later1", 1, &small_segments()).unwrap();
+    fill(&src, "later1", "late", 500);
+    let source_end = end(&src, "later1");
+    let dst = analysis.client();
+    eventually(
+        "the new topic copied",
+        Duration::from_secs(30),
+        || match dst.list_offsets("later1", 0, OffsetSpec::Latest, 0) {
+            Ok((_, o)) if o.flushed_offset == source_end && matched() == Some(1) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    mirror.kill().unwrap();
+    mirror.wait().unwrap();
+    eprintln!(
+        "matching nothing: {}; a topic created later was copied ({source_end} bytes)",
+        warned.lines().next().unwrap_or_default()
+    );
+}

@@ -836,7 +836,7 @@ fn r45_the_mirror_follows_a_clean_leader_handover() {
                 p.send_to(0, None, &harness::numbered_payload(n, 100))
                     .unwrap();
                 n += 1;
-                if n % 500 == 0 {
+                if n.is_multiple_of(500) {
                     p.flush().unwrap();
                     std::thread::sleep(Duration::from_millis(10));
                 }

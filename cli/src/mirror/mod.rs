@@ -617,15 +617,7 @@ impl Supervisor<'_> {
             let copying = copies.lock().values().any(|c| c.stopped.is_none());
             if scanned.is_some() && !copying && !(refused.is_empty() && stopped.is_empty()) {
                 share.leave(self.target);
-                bail!(
-                    "nothing left to copy:\n  {}",
-                    refused
-                        .iter()
-                        .map(|(t, why)| format!("{t}: {why}"))
-                        .chain(stopped)
-                        .collect::<Vec<_>>()
-                        .join("\n  ")
-                );
+                bail!("nothing left to copy:\n  {}", not_copied(&refused, stopped));
             }
             if self.args.exit_at_end && share.decided() {
                 let map = copies.lock();
@@ -647,12 +639,7 @@ impl Supervisor<'_> {
                     if !refused.is_empty() || !stopped.is_empty() {
                         bail!(
                             "not every matching topic was copied:\n  {}",
-                            refused
-                                .iter()
-                                .map(|(t, why)| format!("{t}: {why}"))
-                                .chain(stopped)
-                                .collect::<Vec<_>>()
-                                .join("\n  ")
+                            not_copied(&refused, stopped)
                         );
                     }
                     return Ok(());
@@ -799,6 +786,16 @@ impl Supervisor<'_> {
             }
         }
     }
+}
+
+/// The refused topics and the stopped partitions, a line each, with why.
+fn not_copied(refused: &BTreeMap<String, String>, stopped: Vec<String>) -> String {
+    refused
+        .iter()
+        .map(|(t, why)| format!("{t}: {why}"))
+        .chain(stopped)
+        .collect::<Vec<_>>()
+        .join("\n  ")
 }
 
 /// Where each copy stands, by source partition, with the copy's topic:

@@ -25,6 +25,37 @@ fn small_segments() -> TopicSettings {
     }
 }
 
+/// A cluster of `size` brokers on fixed ports: a mirror's --from list
+/// names them across restarts, as a deployment's does.
+fn fixed_cluster(etcd: &harness::etcd::Etcd, name: &str, size: u32) -> Vec<Broker> {
+    let port = harness::free_ports(size as u16);
+    cluster_of(
+        (1..=size)
+            .map(|id| BrokerOptions {
+                listen: Some(format!("127.0.0.1:{}", port + id as u16 - 1)),
+                ..options(etcd, name, id)
+            })
+            .collect(),
+    )
+}
+
+/// `ringlog --brokers TARGET mirror ARGS`, running, its stderr to
+/// `stderr`.
+fn spawn_mirror(
+    target: &str,
+    args: &[&str],
+    stderr: impl Into<std::process::Stdio>,
+) -> std::process::Child {
+    std::process::Command::new(harness::binary("ringlog"))
+        .args(["--brokers", target, "mirror"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 /// `count` messages "`label` n" into partition 0 of `topic`.
 fn fill(client: &Client, topic: &str, label: &str, count: u64) {
     let mut p = producer(client, topic, AckMode::Flushed, 100);
@@ -210,21 +241,18 @@ fn r45_a_source_topic_created_again_stops_its_copy_and_appends_nothing() {
     let src = dc1.client();
     src.create_topic("clicks", 1, &small_segments()).unwrap();
     fill(&src, "clicks", "old", 2_000);
-    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
-        .args(["--brokers", &analysis.address(), "mirror"])
-        .args([
+    let mut mirror = spawn_mirror(
+        &analysis.address(),
+        &[
             "--from",
             &dc1.address(),
             "--topics",
             "clicks",
             "--name",
             "dc1",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        std::process::Stdio::piped(),
+    );
     let dst = analysis.client();
     let copied = end(&src, "clicks");
     eventually(
@@ -279,22 +307,20 @@ fn r45_the_mirror_follows_a_source_leader_killed_mid_stream() {
     let port = harness::free_ports(1);
     let metrics = format!("127.0.0.1:{port}");
     let addresses: Vec<String> = sources.iter().map(Broker::address).collect();
-    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
-        .args(["--brokers", &analysis.address(), "mirror"])
-        .args([
+    let mut mirror = spawn_mirror(
+        &analysis.address(),
+        &[
             "--from",
-            &addresses.join(","),
+            &addresses.join(", "),
             "--topics",
             "events",
             "--name",
             "dc1",
-        ])
-        .args(["--metrics", &metrics])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+            "--metrics",
+            &metrics,
+        ],
+        std::process::Stdio::piped(),
+    );
     let writer = {
         let address = addresses.join(",");
         std::thread::spawn(move || {
@@ -513,17 +539,7 @@ fn r45_each_side_logs_in_as_its_own_user_with_only_the_rights_it_needs() {
 fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
     const SIZE: usize = 100;
     let etcd = harness::etcd::Etcd::start();
-    // Fixed ports: the mirror's --from list names them across restarts,
-    // as a deployment's does.
-    let port = harness::free_ports(2);
-    let mut brokers = cluster_of(
-        (1..=2)
-            .map(|id| BrokerOptions {
-                listen: Some(format!("127.0.0.1:{}", port + id as u16 - 1)),
-                ..options(&etcd, "fork", id)
-            })
-            .collect(),
-    );
+    let mut brokers = fixed_cluster(&etcd, "fork", 2);
     let analysis = standalone();
     let client = brokers[0].client();
     client.create_topic("solo", 1, &replicated(2, 1)).unwrap();
@@ -549,21 +565,18 @@ fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
     let dir = harness::TempDir::new("fork-mirror");
     let said_path = dir.path().join("mirror.stderr");
     let said = || std::fs::read_to_string(&said_path).unwrap_or_default();
-    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
-        .args(["--brokers", &analysis.address(), "mirror"])
-        .args([
+    let mut mirror = spawn_mirror(
+        &analysis.address(),
+        &[
             "--from",
             &addresses.join(","),
             "--topics",
             "solo",
             "--name",
             "dc1",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&said_path).unwrap())
-        .spawn()
-        .unwrap();
+        ],
+        std::fs::File::create(&said_path).unwrap(),
+    );
     let dst = analysis.client();
     let copy_end = || {
         dst.list_offsets("solo", 0, OffsetSpec::Latest, 0)
@@ -702,22 +715,20 @@ fn r45_mirror_status_shows_a_stalled_copy_behind_with_its_error() {
     src.create_topic("clicks", 1, &small_segments()).unwrap();
     fill(&src, "clicks", "before", 1_000);
     let metrics = format!("127.0.0.1:{}", harness::free_ports(1));
-    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
-        .args(["--brokers", &analysis.address(), "mirror"])
-        .args([
+    let mut mirror = spawn_mirror(
+        &analysis.address(),
+        &[
             "--from",
             &dc1.address(),
             "--topics",
             "clicks",
             "--name",
             "dc1",
-        ])
-        .args(["--metrics", &metrics])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+            "--metrics",
+            &metrics,
+        ],
+        std::process::Stdio::null(),
+    );
     let row = || {
         let output = std::process::Command::new(harness::binary("ringlog"))
             .args(["mirror", "status", "--metrics", &metrics])
@@ -775,15 +786,7 @@ fn r45_mirror_status_shows_a_stalled_copy_behind_with_its_error() {
 #[test]
 fn r45_the_mirror_follows_a_clean_leader_handover() {
     let etcd = harness::etcd::Etcd::start();
-    let port = harness::free_ports(3);
-    let mut sources = cluster_of(
-        (1..=3)
-            .map(|id| BrokerOptions {
-                listen: Some(format!("127.0.0.1:{}", port + id as u16 - 1)),
-                ..options(&etcd, "handover", id)
-            })
-            .collect(),
-    );
+    let mut sources = fixed_cluster(&etcd, "handover", 3);
     let analysis = standalone();
     let src = sources[0].client();
     src.create_topic("events", 1, &replicated(3, 2)).unwrap();
@@ -810,21 +813,18 @@ fn r45_the_mirror_follows_a_clean_leader_handover() {
         },
     );
     let addresses: Vec<String> = sources.iter().map(Broker::address).collect();
-    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
-        .args(["--brokers", &analysis.address(), "mirror"])
-        .args([
+    let mut mirror = spawn_mirror(
+        &analysis.address(),
+        &[
             "--from",
             &addresses.join(","),
             "--topics",
             "events",
             "--name",
             "dc1",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+        std::process::Stdio::piped(),
+    );
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let (address, stop) = (addresses.join(","), stop.clone());
@@ -911,22 +911,20 @@ fn r45_a_mirror_matching_nothing_says_so_and_waits_for_a_topic() {
     let metrics = format!("127.0.0.1:{}", harness::free_ports(1));
     let dir = harness::TempDir::new("mirror-nothing");
     let said_path = dir.path().join("mirror.stderr");
-    let mut mirror = std::process::Command::new(harness::binary("ringlog"))
-        .args(["--brokers", &analysis.address(), "mirror"])
-        .args([
+    let mut mirror = spawn_mirror(
+        &analysis.address(),
+        &[
             "--from",
             &dc1.address(),
             "--topics",
             "later.*",
             "--name",
             "dc1",
-        ])
-        .args(["--metrics", &metrics])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&said_path).unwrap())
-        .spawn()
-        .unwrap();
+            "--metrics",
+            &metrics,
+        ],
+        std::fs::File::create(&said_path).unwrap(),
+    );
     let matched = || {
         // Not listening yet at the very start.
         std::net::TcpStream::connect(&metrics).ok()?;

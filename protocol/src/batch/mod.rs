@@ -28,6 +28,7 @@
 //! so stamping it recomputes the CRC over the (still compressed) records.
 
 pub mod compression;
+mod crc_shift;
 mod error;
 pub mod produce;
 pub mod read;

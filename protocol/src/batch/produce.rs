@@ -92,8 +92,10 @@ pub struct Stamp {
 
 /// Sets a checked batch's baseOffset, partitionLeaderEpoch and
 /// lastOffsetDelta (= size - 1, so the offset after it is the next
-/// batch's position), and LogAppendTime if asked; recomputes the CRC-32C
-/// over the records as they are (still compressed).
+/// batch's position), and LogAppendTime if asked; the CRC-32C follows from
+/// the batch's checked one (it must be right: [`check`] says so) by the
+/// header's change alone ([`super::crc_shift`]), the records not read
+/// again.
 ///
 /// Panics if `batch` is not a header's to [`BATCH_BYTES_MAX`] bytes or
 /// `position` is past `i64::MAX` (the caller checked the batch, and a
@@ -104,6 +106,16 @@ pub fn stamp(batch: &mut [u8], stamp: Stamp) {
         stamp.position <= i64::MAX as u64,
         "a log position below 2^63"
     );
+    // The CRC's part of the header before the stamp: the new CRC follows
+    // from the checked one and this, without a pass over the records.
+    let mut old_head = [0u8; HEADER_BYTES - at::ATTRIBUTES];
+    old_head.copy_from_slice(&batch[at::ATTRIBUTES..HEADER_BYTES]);
+    let old_crc = u32::from_be_bytes([
+        batch[at::CRC],
+        batch[at::CRC + 1],
+        batch[at::CRC + 2],
+        batch[at::CRC + 3],
+    ]);
     let position = stamp.position as i64;
     let last_delta = (batch.len() - 1) as i32;
     batch[at::BASE_OFFSET..at::BASE_OFFSET + 8].copy_from_slice(&position.to_be_bytes());
@@ -117,7 +129,12 @@ pub fn stamp(batch: &mut [u8], stamp: Stamp) {
         batch[at::ATTRIBUTES..at::ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
         batch[at::MAX_TIMESTAMP..at::MAX_TIMESTAMP + 8].copy_from_slice(&now.to_be_bytes());
     }
-    let crc = super::crc(batch);
+    let crc = super::crc_shift::after_head_change(
+        old_crc,
+        &old_head,
+        &batch[at::ATTRIBUTES..HEADER_BYTES],
+        batch.len() - HEADER_BYTES,
+    );
     batch[at::CRC..at::CRC + 4].copy_from_slice(&crc.to_be_bytes());
 }
 

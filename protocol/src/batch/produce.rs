@@ -94,7 +94,7 @@ pub struct Stamp {
 /// lastOffsetDelta (= size - 1, so the offset after it is the next
 /// batch's position), and LogAppendTime if asked; the CRC-32C follows from
 /// the batch's checked one (it must be right: [`check`] says so) by the
-/// header's change alone ([`super::crc_shift`]), the records not read
+/// header's change alone (`batch/crc_shift.rs`), the records not read
 /// again.
 ///
 /// Panics if `batch` is not a header's to [`BATCH_BYTES_MAX`] bytes or

@@ -788,3 +788,65 @@ fn r21_two_mirrors_of_one_name_share_the_partitions_and_one_takes_over() {
     }
     eprintln!("two mirrors of one name: {by_a} and {by_b} of 8000 messages each; after one's SIGKILL the other copied the next 8000; copies identical");
 }
+
+/// Issue 45, item 1, the broker's side with raw requests: a mirror append
+/// naming another source than the copy records is MIRRORED_PARTITION and
+/// stores nothing, while the recorded source's (or none, from a mirror
+/// older than source records) is taken; a CreateTopic's source record is
+/// bounded (1,024 bytes, printable) and a refused one creates nothing.
+#[test]
+fn r45_a_copy_takes_an_append_only_from_the_source_it_records() {
+    let source = Broker::start(small_segments());
+    let target = Broker::start(small_segments());
+    let src = source.client();
+    src.create_topic("clicks", 1, &settings()).unwrap();
+    let mut p = producer(&src, "clicks", AckMode::Flushed, 10);
+    for n in 0..100u64 {
+        p.send_to(0, None, format!("click {n}").as_bytes()).unwrap();
+    }
+    p.flush().unwrap();
+    let dst = target.client();
+    let record = "dc1/clicks (cluster 0a0a, topic id 0b0b)";
+    dst.create_mirror_topic("clicks", 1, &settings(), record)
+        .unwrap();
+    let (bytes, base, _) = fetch(&mut shard_conn(&source, "clicks", 0), "clicks", 0, 0);
+    let append = |conn: &mut Connection, claimed: &str| {
+        let at = MirrorAppend {
+            offset: 0,
+            segment_base: base,
+        };
+        let header =
+            codec::mirror_append_request(&mut conn.fbb, "clicks", 0, AckMode::Flushed, at, claimed)
+                .to_vec();
+        conn.call(Api::Produce, &header, &bytes).map(|_| ())
+    };
+    let mut write = shard_conn(&target, "clicks", 0);
+    let other = append(&mut write, "dc2/clicks (cluster 0c0c, topic id 0d0d)").unwrap_err();
+    assert_eq!(other.code(), Some(ErrorCode::MirroredPartition), "{other}");
+    assert!(
+        other.to_string().contains(record) && other.to_string().contains("dc2/clicks"),
+        "{other}"
+    );
+    let end = |c: &Client| {
+        c.list_offsets("clicks", 0, OffsetSpec::Latest, 0)
+            .unwrap()
+            .1
+            .end_offset
+    };
+    assert_eq!(end(&dst), 0, "nothing stored");
+    append(&mut write, record).unwrap();
+    assert_eq!(end(&dst), end(&src));
+
+    let long = "x".repeat(1_025);
+    for bad in [long.as_str(), "dc1/clicks\n(cluster 0a0a)"] {
+        let refused = dst
+            .create_mirror_topic("other", 1, &settings(), bad)
+            .unwrap_err();
+        assert_eq!(refused.code(), Some(ErrorCode::InvalidConfig), "{refused}");
+    }
+    let err = dst.metadata(&["other"]).unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::UnknownTopic), "{err}");
+    dst.create_mirror_topic("other", 1, &settings(), &"y".repeat(1_024))
+        .unwrap();
+    eprintln!("an append from another source: {other}");
+}

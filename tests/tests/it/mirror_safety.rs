@@ -5,7 +5,7 @@
 //! a source leader killed under the mirror.
 
 use super::replica_operations::ringlog;
-use super::replication::{cluster, cluster_of, files, metadata, options, replicated};
+use super::replication::{cluster, files, metadata, replicated};
 use super::util::{producer, read_all};
 use harness::{eventually, Broker, BrokerOptions};
 use protocol::client::{AckMode, Client, OffsetSpec, Producer, ProducerConfig, TopicSettings};
@@ -23,20 +23,6 @@ fn small_segments() -> TopicSettings {
         segment_bytes: 64 * 1024,
         ..TopicSettings::default()
     }
-}
-
-/// A cluster of `size` brokers on fixed ports: a mirror's --from list
-/// names them across restarts, as a deployment's does.
-fn fixed_cluster(etcd: &harness::etcd::Etcd, name: &str, size: u32) -> Vec<Broker> {
-    let port = harness::free_ports(size as u16);
-    cluster_of(
-        (1..=size)
-            .map(|id| BrokerOptions {
-                listen: Some(format!("127.0.0.1:{}", port + id as u16 - 1)),
-                ..options(etcd, name, id)
-            })
-            .collect(),
-    )
 }
 
 /// `ringlog --brokers TARGET mirror ARGS`, running, its stderr to
@@ -539,7 +525,10 @@ fn r45_each_side_logs_in_as_its_own_user_with_only_the_rights_it_needs() {
 fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
     const SIZE: usize = 100;
     let etcd = harness::etcd::Etcd::start();
-    let mut brokers = fixed_cluster(&etcd, "fork", 2);
+    // Three brokers, two copies: the one holding none stays up throughout,
+    // so the mirror's --from list always reaches the cluster (restarted
+    // brokers come back on new ports).
+    let mut brokers = cluster(&etcd, "fork", 3);
     let analysis = standalone();
     let client = brokers[0].client();
     client.create_topic("solo", 1, &replicated(2, 1)).unwrap();
@@ -600,7 +589,12 @@ fn r45_a_fork_of_the_source_under_the_copy_is_found_and_stops_the_copy() {
         .iter()
         .position(|b| b.options().broker_id == leader)
         .unwrap();
-    let other = 1 - led;
+    let placement = metadata(&client, "solo").topics[0].partitions[0].clone();
+    let follower = *placement.replicas.iter().find(|&&id| id != leader).unwrap();
+    let other = brokers
+        .iter()
+        .position(|b| b.options().broker_id == follower)
+        .unwrap();
     brokers[other].kill9();
     eventually(
         "the ISR shrinks to the leader",
@@ -786,7 +780,7 @@ fn r45_mirror_status_shows_a_stalled_copy_behind_with_its_error() {
 #[test]
 fn r45_the_mirror_follows_a_clean_leader_handover() {
     let etcd = harness::etcd::Etcd::start();
-    let mut sources = fixed_cluster(&etcd, "handover", 3);
+    let mut sources = cluster(&etcd, "handover", 3);
     let analysis = standalone();
     let src = sources[0].client();
     src.create_topic("events", 1, &replicated(3, 2)).unwrap();

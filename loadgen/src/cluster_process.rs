@@ -162,6 +162,62 @@ pub fn process_cpu(pid: u32) -> Duration {
     Duration::from_secs_f64(ticks as f64 / per_second as f64)
 }
 
+/// Starts etcd on two free ports of 127.0.0.1 and waits until it listens;
+/// returns it and its client URL. A port taken between its choice and
+/// etcd's bind (another process on the machine) makes etcd exit at once:
+/// it is started again on other ports, up to three times, and any other
+/// early exit is reported with etcd's last words.
+fn start_etcd(dir: &std::path::Path) -> anyhow::Result<(Child, String)> {
+    let log = dir.join("etcd.log");
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (client, peer) = (free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let _ = std::fs::remove_dir_all(dir.join("etcd"));
+        let mut etcd = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.join("etcd"))
+            .args(["--listen-client-urls", &etcd_url])
+            .args(["--advertise-client-urls", &etcd_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(std::fs::File::create(&log)?))
+            .spawn()
+            .context("starting etcd (install it with deploy/test-deps.sh)")?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", client)).is_ok() {
+                return Ok((etcd, etcd_url));
+            }
+            if let Ok(Some(status)) = etcd.try_wait() {
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                let last: Vec<&str> = said.lines().rev().take(3).collect();
+                if said.contains("address already in use") && attempt < 3 {
+                    break;
+                }
+                bail!(
+                    "etcd exited ({status}) before listening on {etcd_url}: {}",
+                    last.join(" | ")
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = etcd.kill();
+                let _ = etcd.wait();
+                bail!(
+                    "etcd did not listen on {etcd_url} within 30 s (its log: {})",
+                    log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// etcd and the brokers.
 pub struct LocalCluster {
     dir: PathBuf,
@@ -180,29 +236,7 @@ impl LocalCluster {
             std::env::temp_dir().join(format!("ringlog-loadgen-cluster-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let (client, peer) = (free_port()?, free_port()?);
-        let etcd_url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let etcd = Command::new("etcd")
-            .arg("--data-dir")
-            .arg(dir.join("etcd"))
-            .args(["--listen-client-urls", &etcd_url])
-            .args(["--advertise-client-urls", &etcd_url])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("default={peer_url}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::from(std::fs::File::create(dir.join("etcd.log"))?))
-            .spawn()
-            .context("starting etcd (install it with deploy/test-deps.sh)")?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-            if Instant::now() > deadline {
-                bail!("etcd did not listen on {etcd_url} within 30 s");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (etcd, etcd_url) = start_etcd(&dir)?;
         let config = dir.join("broker.toml");
         std::fs::write(&config, config_toml)?;
         let mut cluster = LocalCluster {

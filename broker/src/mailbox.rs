@@ -150,7 +150,21 @@ pub enum ControlMsg {
     PromoteMirror {
         /// The topic (name validated by the handler).
         name: String,
+        /// Where each partition's copy ends, as the client read them
+        /// (recorded for a failback; empty: not recorded).
+        ends: Vec<u64>,
         /// What it was mirrored from, or why not.
+        reply: flume::Sender<Result<String, ControlError>>,
+    },
+    /// Make an ordinary topic a mirror's copy (failback's first step).
+    MakeMirror {
+        /// The topic (name validated by the handler).
+        name: String,
+        /// What it is to record (validated by the handler).
+        source: String,
+        /// The id it must have.
+        topic_id: String,
+        /// What it records, or why not.
         reply: flume::Sender<Result<String, ControlError>>,
     },
     /// Change the users or the access control rules (AlterUsers,

@@ -79,6 +79,10 @@ pub enum Api {
     InitProducerId = 26,
     /// Digests of a copy's bytes (`ringlog verify`).
     Digest = 27,
+    /// Make an ordinary topic a mirror's copy again (failback).
+    MakeMirror = 28,
+    /// Cut a mirror's copy of a partition where its source forked (failback).
+    TruncateMirror = 29,
 }
 
 impl Api {
@@ -113,6 +117,8 @@ impl Api {
             25 => Api::ListUsers,
             26 => Api::InitProducerId,
             27 => Api::Digest,
+            28 => Api::MakeMirror,
+            29 => Api::TruncateMirror,
             _ => return None,
         })
     }

@@ -145,7 +145,33 @@ fn main() {
         ),
         (
             Api::PromoteMirror,
-            protocol::codec::operations::promote_mirror_request(&mut fbb, "a").to_vec(),
+            protocol::codec::operations::promote_mirror_request(&mut fbb, "a", &[40, 0]).to_vec(),
+            vec![],
+        ),
+        (
+            Api::MakeMirror,
+            protocol::codec::failback::make_mirror_request(
+                &mut fbb,
+                "a",
+                "b/a (cluster 1, topic id 2)",
+                "3",
+            )
+            .to_vec(),
+            vec![],
+        ),
+        (
+            Api::TruncateMirror,
+            protocol::codec::failback::truncate_mirror_request(
+                &mut fbb,
+                &protocol::codec::failback::Cut {
+                    topic: "a".into(),
+                    partition: 0,
+                    offset: 40,
+                    mirror_source: "b/a (cluster 1, topic id 2)".into(),
+                    expected_end: 80,
+                },
+            )
+            .to_vec(),
             vec![],
         ),
         (

@@ -163,6 +163,14 @@ pub fn check(shard: &Shard, principal: &str, api: Api, header: &[u8]) -> Result<
                 let request = decode!(wire::PromoteMirrorRequest);
                 topic(request.topic().unwrap_or_default(), Operation::Alter)
             }
+            Api::MakeMirror => {
+                let request = decode!(wire::MakeMirrorRequest);
+                topic(request.topic().unwrap_or_default(), Operation::Alter)
+            }
+            Api::TruncateMirror => {
+                let request = decode!(wire::TruncateMirrorRequest);
+                topic(request.topic().unwrap_or_default(), Operation::Alter)
+            }
             Api::InitProducerId => {
                 let request = decode!(wire::InitProducerIdRequest);
                 topic(request.topic().unwrap_or_default(), Operation::Write)

@@ -486,7 +486,7 @@ impl<R: Registry> ControlPlane<R> {
                 ControlMsg::CreatePartitions { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
-                ControlMsg::PromoteMirror { reply, .. } => {
+                ControlMsg::PromoteMirror { reply, .. } | ControlMsg::MakeMirror { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
                 ControlMsg::ProducerId { reply } => {
@@ -610,8 +610,17 @@ impl<R: Registry> ControlPlane<R> {
                 let result = self.create_partitions(&name, partitions).await;
                 let _ = reply.send_async(result).await;
             }
-            ControlMsg::PromoteMirror { name, reply } => {
-                let result = self.promote_mirror(&name).await;
+            ControlMsg::PromoteMirror { name, ends, reply } => {
+                let result = self.promote_mirror(&name, ends).await;
+                let _ = reply.send_async(result).await;
+            }
+            ControlMsg::MakeMirror {
+                name,
+                source,
+                topic_id,
+                reply,
+            } => {
+                let result = self.make_mirror(&name, &source, &topic_id).await;
                 let _ = reply.send_async(result).await;
             }
             ControlMsg::ProducerId { reply } => {

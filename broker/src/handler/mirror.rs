@@ -113,7 +113,8 @@ pub fn append(
 
 /// Handles a PromoteMirror request: the topic stops being a mirror's
 /// target and takes ordinary produces ([`crate::control`] rewrites its
-/// record).
+/// record, keeping what it was and the ends the request gives: where a
+/// failback cuts the old source).
 pub fn handle_promote(
     shard: &std::rc::Rc<Shard>,
     header: &[u8],
@@ -127,6 +128,10 @@ pub fn handle_promote(
     let (reply, answer) = flume::bounded(1);
     let msg = crate::mailbox::ControlMsg::PromoteMirror {
         name: name.clone(),
+        ends: request
+            .ends()
+            .map(|e| e.iter().collect())
+            .unwrap_or_default(),
         reply,
     };
     let shard = shard.clone();

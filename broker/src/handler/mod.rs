@@ -12,6 +12,7 @@
 pub mod admission;
 pub mod client;
 pub mod digest;
+pub mod failback;
 pub mod fetch;
 pub mod forward;
 pub mod give_way;
@@ -257,6 +258,8 @@ fn dispatch_once(
         Api::MultiFetch => multi_fetch::handle(shard, give_way, request_id, header),
         Api::CreatePartitions => topics::handle_create_partitions(shard, header),
         Api::PromoteMirror => mirror::handle_promote(shard, header),
+        Api::MakeMirror => failback::handle_make(shard, header),
+        Api::TruncateMirror => failback::handle_truncate(shard, request_id, header),
         Api::InitProducerId => producer_id::handle(shard, header),
         Api::Digest => digest::handle(shard, request_id, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),

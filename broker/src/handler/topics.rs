@@ -20,6 +20,21 @@ use std::rc::Rc;
 /// its source: a name, a topic name of up to 249 bytes and two ids).
 const MIRROR_SOURCE_BYTES_MAX: usize = 1024;
 
+/// A `mirror_source` as a copy records it: printable text of at most
+/// [`MIRROR_SOURCE_BYTES_MAX`] bytes, else INVALID_CONFIG.
+pub(super) fn mirror_source(source: &str) -> Result<String, Failure> {
+    if source.is_empty()
+        || source.len() > MIRROR_SOURCE_BYTES_MAX
+        || source.chars().any(char::is_control)
+    {
+        return Err(Failure::new(
+            ErrorCode::InvalidConfig,
+            format!("mirror_source must be 1..={MIRROR_SOURCE_BYTES_MAX} bytes of printable text"),
+        ));
+    }
+    Ok(source.to_string())
+}
+
 /// Handles a CreateTopic request.
 pub fn handle_create(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Failure> {
     let request = verify::<wire::CreateTopicRequest>(header)
@@ -40,17 +55,7 @@ pub fn handle_create(shard: &Rc<Shard>, header: &[u8]) -> Result<Dispatched, Fai
     let overrides = TopicSettings::decode(request.config());
     let mirror_source = match request.mirror_source().unwrap_or_default() {
         "" => None,
-        source
-            if source.len() > MIRROR_SOURCE_BYTES_MAX || source.chars().any(char::is_control) =>
-        {
-            return Err(Failure::new(
-                ErrorCode::InvalidConfig,
-                format!(
-                    "mirror_source must be 1..={MIRROR_SOURCE_BYTES_MAX} bytes of printable text"
-                ),
-            ))
-        }
-        source => Some(source.to_string()),
+        source => Some(mirror_source(source)?),
     };
     shard
         .config

@@ -12,6 +12,7 @@
 //! | `epochs.rs` | the leader-epoch file (epoch → start offset) and the divergence rule |
 //! | `leader.rs` | the leader's side: followers' progress, the high watermark, ISR shrink and expand, the bytes a follower is sent, when an acks=all produce is replicated |
 //! | `apply.rs` | the follower's side of one answer: truncate, or append verbatim and flush, then take the high watermark |
+//! | `cut.rs` | a failback's cut of a leader's log, and the new epoch that makes its followers cut theirs |
 //! | `transfer.rs` | leadership handed over on purpose (a preferred election, a move off the leader) and a reassignment's end |
 //! | `tasks.rs` | the leaders' loop: every 100 ms, the high watermark and the changes each leader proposes to the registry |
 //! | `follower.rs` | the followers' loop: one connection per leader shard, one MultiFetch naming every partition followed there |
@@ -32,6 +33,7 @@
 //! Not `Send`: a shard's, like the log it replicates.
 
 pub mod apply;
+pub mod cut;
 pub use crate::storage::epochs;
 pub mod follower;
 pub mod leader;

@@ -84,7 +84,11 @@ pub async fn run_leaders(shard: Rc<crate::shard::Shard>) {
 
 /// Sends a leader's change of its partition's state to the control thread
 /// and learns the outcome (written, or someone else's change first).
-async fn propose(shard: &Rc<crate::shard::Shard>, replica: &SharedReplica, state: PartitionState) {
+pub async fn propose(
+    shard: &Rc<crate::shard::Shard>,
+    replica: &SharedReplica,
+    state: PartitionState,
+) {
     let (topic_id, partition, expected, before) = {
         let mut r = replica.borrow_mut();
         r.proposed = Some(state.clone());

@@ -62,6 +62,9 @@ pub struct Topic {
     pub write_caching: bool,
     /// A mirror's target topic: where it is mirrored from.
     pub mirror_source: Option<String>,
+    /// A promoted copy: what it was mirrored from, and where each
+    /// partition's copy then ended (Metadata reports them for a failback).
+    pub promoted: (Option<String>, Vec<u64>),
     /// Partitions moving, and the replica set each moves to.
     pub reassigning: BTreeMap<PartitionId, Vec<BrokerId>>,
 }
@@ -344,6 +347,8 @@ impl Shard {
             },
             id: topic.id.clone(),
             mirror_source: topic.mirror_source.clone().unwrap_or_default(),
+            promoted_from: topic.promoted.0.clone().unwrap_or_default(),
+            promoted_ends: topic.promoted.1.clone(),
         }
     }
 
@@ -400,6 +405,7 @@ impl Shard {
             min_insync: stored.min_insync_replicas.max(1),
             write_caching: stored.write_caching,
             mirror_source: stored.mirror_source.clone(),
+            promoted: (stored.promoted_from.clone(), stored.promoted_ends.clone()),
             reassigning: stored.reassigning.clone(),
         };
         self.topics

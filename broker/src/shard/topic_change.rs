@@ -158,6 +158,7 @@ fn apply_record(t: &mut Topic, stored: &TopicRecord) {
     t.min_insync = stored.min_insync_replicas.max(1);
     t.write_caching = stored.write_caching;
     t.mirror_source = stored.mirror_source.clone();
+    t.promoted = (stored.promoted_from.clone(), stored.promoted_ends.clone());
     t.reassigning = stored.reassigning.clone();
     for (partition, replica) in &t.replicas {
         let mut r = replica.borrow_mut();

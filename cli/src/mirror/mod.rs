@@ -22,6 +22,7 @@
 //! during a handover store it once), `groups.rs` the copied group
 //! offsets, `metrics.rs` what it reports.
 
+mod failback;
 mod groups;
 mod metrics;
 mod share;
@@ -165,6 +166,19 @@ pub struct MirrorArgs {
     /// certificates [default: the host of each address].
     #[arg(long, value_name = "NAME")]
     from_tls_server_name: Option<String>,
+    /// Fail back: the target is the datacenter that failed over to the
+    /// source. A source topic promoted from a copy of the target's topic
+    /// (`mirror promote` there) is copied back into that topic: its writes
+    /// made after the copy's end, never mirrored, are saved into
+    /// --failback-dir and cut, its groups past the cut reset to it, and the
+    /// source's log copied from there, so the two end byte for byte the
+    /// same.
+    #[arg(long)]
+    failback: bool,
+    /// With --failback: where the target's writes after each fork are
+    /// saved (created if missing).
+    #[arg(long, value_name = "DIR", default_value = "ringlog-failback")]
+    failback_dir: std::path::PathBuf,
 }
 
 impl MirrorArgs {
@@ -317,17 +331,41 @@ impl Copy {
     }
 }
 
-/// Promotes `topic` in the target and says where each partition stopped.
+/// Promotes `topic` in the target and says where each partition stopped:
+/// the ends read just before (the mirror stopped), recorded with the
+/// promotion as where its history forks from the source's (a failback
+/// cuts the source back to them).
 pub fn promote(target: &Client, topic: &str) -> anyhow::Result<()> {
-    let source = target
-        .promote_mirror(topic)
-        .with_context(|| format!("promoting {topic}"))?;
-    let metadata = target.metadata(&[topic])?;
+    let metadata = target
+        .metadata(&[topic])
+        .with_context(|| format!("reading {topic}"))?;
     let partitions = metadata.topics.first().map_or(0, |t| t.partitions.len());
+    // What each copy holds committed: bytes past it may be lost to a
+    // change of leader here, and this cluster's history would fork below
+    // the end. Given a moment to cover the end (the mirror is stopped);
+    // where it does not, a failback saves a little more than it must.
+    let mut ends = Vec::with_capacity(partitions);
+    for partition in 0..partitions as u32 {
+        let waited = Instant::now();
+        loop {
+            let (_, offsets) = target
+                .list_offsets(topic, partition, OffsetSpec::Latest, 0)
+                .with_context(|| format!("reading where {topic}-{partition} ends"))?;
+            if offsets.flushed_offset >= offsets.end_offset
+                || waited.elapsed() >= Duration::from_secs(10)
+            {
+                ends.push(offsets.flushed_offset);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let source = target
+        .promote_mirror(topic, &ends)
+        .with_context(|| format!("promoting {topic}"))?;
     println!("promoted {topic} (was a mirror of {source}): it takes produces from now on");
     println!("partition\tend_offset");
-    for partition in 0..partitions as u32 {
-        let (end, _) = target.list_offsets(topic, partition, OffsetSpec::Latest, 0)?;
+    for (partition, end) in ends.iter().enumerate() {
         println!("{partition}\t{end}");
     }
     Ok(())
@@ -400,6 +438,7 @@ pub fn run(args: MirrorArgs, target_brokers: &str) -> anyhow::Result<()> {
         groups: groups.as_ref(),
         label: &label,
         cluster_id: &source_cluster,
+        target_cluster: &target_cluster,
         metrics: metrics.as_ref(),
         workers: count,
     };
@@ -536,6 +575,8 @@ struct Supervisor<'a> {
     label: &'a str,
     /// The source cluster's id.
     cluster_id: &'a str,
+    /// The target cluster's id (a failback's copies were promoted from it).
+    target_cluster: &'a str,
     metrics: Option<&'a std::sync::Arc<Mutex<String>>>,
     workers: usize,
 }
@@ -557,6 +598,8 @@ impl Supervisor<'_> {
         // How many source topics the last scan matched.
         let mut matched = 0;
         let mut ends_asked: Option<Instant> = None;
+        // Topics failed back by this run (each is prepared once).
+        let mut failed_back = std::collections::BTreeSet::new();
         loop {
             if let Some(error) = copies.failure.lock().ok().and_then(|mut f| f.take()) {
                 return Err(error);
@@ -576,13 +619,18 @@ impl Supervisor<'_> {
                 }
             }
             if scanned.is_none_or(|at| at.elapsed() >= SCAN_EVERY) {
+                let sides = Sides {
+                    source: self.source,
+                    target: self.target,
+                    source_cluster: self.cluster_id,
+                    target_cluster: self.target_cluster,
+                };
                 match scan(
                     self.args,
-                    self.source,
-                    self.target,
+                    &sides,
                     self.pattern,
                     self.label,
-                    self.cluster_id,
+                    &mut failed_back,
                 ) {
                     Ok(found) => {
                         scanned = Some(Instant::now());
@@ -824,18 +872,32 @@ struct Scanned {
     listed: usize,
 }
 
+/// The two clusters a scan looks at.
+struct Sides<'a> {
+    source: &'a Client,
+    target: &'a Client,
+    source_cluster: &'a str,
+    target_cluster: &'a str,
+}
+
 /// Creates the target topics the source has and the target lacks (and the
 /// partitions a source topic gained), each recording its source; refuses
 /// a matching topic whose name in the target is taken by anything but
-/// this source's copy; returns every partition to copy.
+/// this source's copy; with --failback, prepares each topic the source
+/// promoted from a copy of the target's (`failback.rs`) once
+/// (`failed_back`); returns every partition to copy.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one source topic at a time: its name in the target, what is there, a failback, the plan"
+)]
 fn scan(
     args: &MirrorArgs,
-    source: &Client,
-    target: &Client,
+    sides: &Sides<'_>,
     pattern: &regex::Regex,
     label: &str,
-    cluster_id: &str,
+    failed_back: &mut std::collections::BTreeSet<String>,
 ) -> anyhow::Result<Scanned> {
+    let (source, target, cluster_id) = (sides.source, sides.target, sides.source_cluster);
     let listed = source
         .metadata(&[])
         .context("listing the source's topics")?;
@@ -848,7 +910,16 @@ fn scan(
     for topic in listed.topics.iter().filter(|t| pattern.is_match(&t.name)) {
         found.matched += 1;
         let count = topic.partitions.len() as u32;
-        let name = format!("{}{}", args.prefix, topic.name);
+        // A failback copies a promoted copy back into the topic it came
+        // from, whatever --prefix says.
+        let was = args
+            .failback
+            .then(|| failback::promoted_from(topic, sides.target_cluster))
+            .flatten();
+        let name = match &was {
+            Some(was) => was.topic.clone(),
+            None => format!("{}{}", args.prefix, topic.name),
+        };
         let ours = Source {
             mirror: label.to_string(),
             topic: topic.name.clone(),
@@ -879,13 +950,44 @@ fn scan(
                 }
             }
             Some(t) => {
-                if let Some(why) = ours.refuses(&name, &Recorded::parse(&t.mirror_source)) {
+                let recorded_there = Recorded::parse(&t.mirror_source);
+                // Prepared once per run: an ordinary topic (the old
+                // source, written to while it was cut off), or one this
+                // failback made a copy already (a run killed midway).
+                let ordinary = matches!(recorded_there, Recorded::Ordinary);
+                let fail_back = was.as_ref().filter(|_| {
+                    (ordinary && !failed_back.contains(&name))
+                        || recorded_there == Recorded::Source(ours.clone())
+                });
+                let failing_back = fail_back.is_some();
+                if let Some(was) = fail_back {
+                    if !failed_back.contains(&name) {
+                        let prepared = failback::prepare(
+                            source,
+                            target,
+                            topic,
+                            &name,
+                            &t,
+                            was,
+                            &ours,
+                            &args.failback_dir,
+                        )?;
+                        if let Err(why) = prepared {
+                            found.refused.insert(topic.name.clone(), why);
+                            continue;
+                        }
+                        failed_back.insert(name.clone());
+                    }
+                } else if let Some(why) = ours.refuses(&name, &recorded_there) {
                     found.refused.insert(topic.name.clone(), why);
                     continue;
                 }
                 // A copy from before the ids: its appends name what it
-                // records, which is all the broker compares.
-                recorded = t.mirror_source.clone();
+                // records, which is all the broker compares. (A failback's
+                // records this mirror's source now.)
+                if !failing_back {
+                    recorded = t.mirror_source.clone();
+                }
                 if (t.partitions.len() as u32) < count {
                     target
                         .create_partitions(&name, count)

@@ -91,6 +91,16 @@ pub struct TopicRecord {
     /// take only mirror appends until it is promoted (`None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror_source: Option<String>,
+    /// A promoted copy: the `mirror_source` it had, recorded by the
+    /// promotion with where each partition's copy then ended
+    /// (`promoted_ends`): where this topic's history forked from its old
+    /// source's, which a failback cuts the old source back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted_from: Option<String>,
+    /// Where each partition's copy ended when it was promoted (by
+    /// partition; empty: not recorded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub promoted_ends: Vec<u64>,
     /// The brokers of each partition's copies, the preferred leader first
     /// (`brokers[p] == replicas[p][0]`); empty for one copy. Chosen at
     /// creation; who leads now and who is in sync is the partition's state
@@ -156,6 +166,8 @@ impl TopicRecord {
             min_insync_replicas: 0,
             write_caching: false,
             mirror_source: None,
+            promoted_from: None,
+            promoted_ends: Vec::new(),
             replicas: Vec::new(),
             reassigning: BTreeMap::new(),
             disks: Vec::new(),

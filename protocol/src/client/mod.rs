@@ -789,11 +789,13 @@ impl Client {
     /// Ends mirroring of a mirror's target topic: it takes ordinary
     /// produces from now on, keeping every byte and offset it has. Returns
     /// what it was mirrored from.
-    pub fn promote_mirror(&self, topic: &str) -> Result<String, ClientError> {
+    /// `ends`: where each partition's copy ends (read with the mirror
+    /// stopped), recorded with the promotion as where a failback cuts.
+    pub fn promote_mirror(&self, topic: &str, ends: &[u64]) -> Result<String, ClientError> {
         lock(&self.shared.placements).remove(topic);
         let response = self.request(
             Api::PromoteMirror,
-            |fbb| codec::operations::promote_mirror_request(fbb, topic).to_vec(),
+            |fbb| codec::operations::promote_mirror_request(fbb, topic, ends).to_vec(),
             std::time::Duration::ZERO,
             true,
         )?;
@@ -1009,30 +1011,9 @@ impl Client {
         timestamp_ms: u64,
         fresh: bool,
     ) -> Result<(u64, PartitionOffsets), ClientError> {
-        let address = self.placement(topic, partition, fresh)?;
-        let mut owners = lock(&self.shared.owners);
-        if !owners.contains_key(&address) {
-            let conn = self.open(&address)?;
-            owners.insert(address.clone(), conn);
-        }
-        let Some(conn) = owners.get_mut(&address) else {
-            return Err(ClientError::protocol("owner connection vanished"));
-        };
-        let header =
-            codec::list_offsets_request(&mut conn.fbb, topic, partition, spec, timestamp_ms)
-                .to_vec();
-        let response = match conn.call(Api::ListOffsets, &header, &[]) {
-            Ok(response) => response,
-            Err(error) => {
-                // A broken connection is not kept for the next call, nor
-                // the placement that led to it.
-                if error.is_connection_error() {
-                    owners.remove(&address);
-                    lock(&self.shared.placements).remove(topic);
-                }
-                return Err(error);
-            }
-        };
+        let response = self.call_owner(topic, partition, fresh, Api::ListOffsets, |fbb| {
+            codec::list_offsets_request(fbb, topic, partition, spec, timestamp_ms).to_vec()
+        })?;
         let decoded = verify::<wire::ListOffsetsResponse>(&response.header)
             .map_err(|e| ClientError::protocol(format!("list offsets: {e}")))?;
         Ok((
@@ -1043,6 +1024,108 @@ impl Client {
                 end_offset: decoded.end_offset(),
             },
         ))
+    }
+
+    /// One request to the shard that owns `topic`-`partition` (from the
+    /// remembered placement unless `fresh`), over a connection kept for
+    /// the next.
+    fn call_owner(
+        &self,
+        topic: &str,
+        partition: u32,
+        fresh: bool,
+        api: Api,
+        header: impl FnOnce(&mut flatbuffers::FlatBufferBuilder<'static>) -> Vec<u8>,
+    ) -> Result<connection::ResponseFrame, ClientError> {
+        let address = self.placement(topic, partition, fresh)?;
+        let mut owners = lock(&self.shared.owners);
+        if !owners.contains_key(&address) {
+            let conn = self.open(&address)?;
+            owners.insert(address.clone(), conn);
+        }
+        let Some(conn) = owners.get_mut(&address) else {
+            return Err(ClientError::protocol("owner connection vanished"));
+        };
+        let header = header(&mut conn.fbb);
+        match conn.call(api, &header, &[]) {
+            Ok(response) => Ok(response),
+            Err(error) => {
+                // A broken connection is not kept for the next call, nor
+                // the placement that led to it.
+                if error.is_connection_error() {
+                    owners.remove(&address);
+                    lock(&self.shared.placements).remove(topic);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Cuts a mirror's copy of `cut.partition` at `cut.offset` on its
+    /// leader (failback: where the source's history forked from this
+    /// copy's). Retried on a moved or changing leadership; not after a
+    /// broken connection (the cut may have been made: the caller looks at
+    /// the log's end).
+    pub fn truncate_mirror(
+        &self,
+        cut: &codec::failback::Cut,
+    ) -> Result<codec::failback::CutDone, ClientError> {
+        let mut attempt = 0;
+        let mut fresh = false;
+        loop {
+            let answer = self.call_owner(
+                &cut.topic,
+                cut.partition,
+                fresh,
+                Api::TruncateMirror,
+                |fbb| codec::failback::truncate_mirror_request(fbb, cut).to_vec(),
+            );
+            match answer {
+                Ok(response) => {
+                    return codec::failback::decode_cut_done(&response.header)
+                        .map_err(|e| ClientError::protocol(format!("truncate mirror: {e}")))
+                }
+                Err(error)
+                    if matches!(
+                        error.code(),
+                        Some(
+                            ErrorCode::NotOwner
+                                | ErrorCode::NotLeader
+                                | ErrorCode::FencedLeaderEpoch
+                                | ErrorCode::CoordinatorUnavailable
+                        )
+                    ) && attempt < self.shared.config.retries =>
+                {
+                    std::thread::sleep(self.shared.config.backoff(attempt));
+                    attempt += 1;
+                    fresh = true;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Makes the ordinary topic `topic` (whose id must be `topic_id`) a
+    /// mirror's copy recording `mirror_source` (failback's first step): it
+    /// refuses ordinary produces from then on. Returns what it records.
+    pub fn make_mirror(
+        &self,
+        topic: &str,
+        mirror_source: &str,
+        topic_id: &str,
+    ) -> Result<String, ClientError> {
+        lock(&self.shared.placements).remove(topic);
+        let response = self.request(
+            Api::MakeMirror,
+            |fbb| {
+                codec::failback::make_mirror_request(fbb, topic, mirror_source, topic_id).to_vec()
+            },
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        let decoded = verify::<wire::MakeMirrorResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("make mirror: {e}")))?;
+        Ok(decoded.mirror_source().unwrap_or_default().to_string())
     }
 
     /// The address of the shard that owns a partition (shard-aware routing);

@@ -93,6 +93,7 @@ impl OffsetSpec {
 
 mod decode_error;
 pub mod digest;
+pub mod failback;
 pub mod groups;
 pub mod multi_fetch;
 pub mod operations;
@@ -219,6 +220,12 @@ pub struct TopicMetadata {
     /// A mirror's target topic: where it is mirrored from (empty: an
     /// ordinary topic).
     pub mirror_source: String,
+    /// A promoted copy: the `mirror_source` it had (empty: never a copy,
+    /// or promoted by a broker older than this).
+    pub promoted_from: String,
+    /// A promoted copy: where each partition's copy ended at the
+    /// promotion, by partition (empty: not recorded).
+    pub promoted_ends: Vec<u64>,
 }
 
 /// A shard's listening address.
@@ -307,6 +314,10 @@ fn encode_topic<'b>(
     let id = (!topic.id.is_empty()).then(|| fbb.create_string(&topic.id));
     let mirror_source =
         (!topic.mirror_source.is_empty()).then(|| fbb.create_string(&topic.mirror_source));
+    let promoted_from =
+        (!topic.promoted_from.is_empty()).then(|| fbb.create_string(&topic.promoted_from));
+    let promoted_ends =
+        (!topic.promoted_ends.is_empty()).then(|| fbb.create_vector(&topic.promoted_ends));
     wire::TopicInfo::create(
         fbb,
         &wire::TopicInfoArgs {
@@ -315,6 +326,8 @@ fn encode_topic<'b>(
             config: Some(config),
             id,
             mirror_source,
+            promoted_from,
+            promoted_ends,
         },
     )
 }
@@ -345,6 +358,11 @@ pub fn decode_topic(info: wire::TopicInfo<'_>) -> TopicMetadata {
         settings: TopicSettings::decode(info.config()),
         id: info.id().unwrap_or_default().to_string(),
         mirror_source: info.mirror_source().unwrap_or_default().to_string(),
+        promoted_from: info.promoted_from().unwrap_or_default().to_string(),
+        promoted_ends: info
+            .promoted_ends()
+            .map(|e| e.iter().collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -1088,6 +1106,8 @@ mod tests {
                 },
                 id: "0123abcd".into(),
                 mirror_source: "dc1/clicks".into(),
+                promoted_from: "dc0/clicks (cluster 77, topic id 88)".into(),
+                promoted_ends: vec![4096, 0],
             }],
             cluster_id: "5e1f".into(),
         };

@@ -54,13 +54,22 @@ pub struct Reassigned {
     pub moving_to: Vec<BrokerId>,
 }
 
-/// PromoteMirror request header.
-pub fn promote_mirror_request<'b>(fbb: &'b mut FlatBufferBuilder<'_>, topic: &str) -> &'b [u8] {
+/// PromoteMirror request header: the topic, and where each partition's
+/// copy ends (recorded with the promotion; empty: not recorded).
+pub fn promote_mirror_request<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    topic: &str,
+    ends: &[u64],
+) -> &'b [u8] {
     fbb.reset();
     let topic = fbb.create_string(topic);
+    let ends = (!ends.is_empty()).then(|| fbb.create_vector(ends));
     let root = wire::PromoteMirrorRequest::create(
         fbb,
-        &wire::PromoteMirrorRequestArgs { topic: Some(topic) },
+        &wire::PromoteMirrorRequestArgs {
+            topic: Some(topic),
+            ends,
+        },
     );
     finish(fbb, root)
 }

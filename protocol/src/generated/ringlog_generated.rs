@@ -2735,6 +2735,8 @@ pub mod ringlog {
             pub const VT_CONFIG: ::flatbuffers::VOffsetT = 8;
             pub const VT_ID: ::flatbuffers::VOffsetT = 10;
             pub const VT_MIRROR_SOURCE: ::flatbuffers::VOffsetT = 12;
+            pub const VT_PROMOTED_FROM: ::flatbuffers::VOffsetT = 14;
+            pub const VT_PROMOTED_ENDS: ::flatbuffers::VOffsetT = 16;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2751,6 +2753,12 @@ pub mod ringlog {
                 args: &'args TopicInfoArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<TopicInfo<'bldr>> {
                 let mut builder = TopicInfoBuilder::new(_fbb);
+                if let Some(x) = args.promoted_ends {
+                    builder.add_promoted_ends(x);
+                }
+                if let Some(x) = args.promoted_from {
+                    builder.add_promoted_from(x);
+                }
                 if let Some(x) = args.mirror_source {
                     builder.add_mirror_source(x);
                 }
@@ -2828,6 +2836,31 @@ pub mod ringlog {
                     )
                 }
             }
+            #[inline]
+            pub fn promoted_from(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        TopicInfo::VT_PROMOTED_FROM,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn promoted_ends(&self) -> Option<::flatbuffers::Vector<'a, u64>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u64>>>(
+                            TopicInfo::VT_PROMOTED_ENDS,
+                            None,
+                        )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for TopicInfo<'_> {
@@ -2856,6 +2889,16 @@ pub mod ringlog {
                         Self::VT_MIRROR_SOURCE,
                         false,
                     )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "promoted_from",
+                        Self::VT_PROMOTED_FROM,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u64>>>(
+                        "promoted_ends",
+                        Self::VT_PROMOTED_ENDS,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -2870,6 +2913,8 @@ pub mod ringlog {
             pub config: Option<::flatbuffers::WIPOffset<TopicConfig<'a>>>,
             pub id: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub mirror_source: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub promoted_from: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub promoted_ends: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u64>>>,
         }
         impl<'a> Default for TopicInfoArgs<'a> {
             #[inline]
@@ -2880,6 +2925,8 @@ pub mod ringlog {
                     config: None,
                     id: None,
                     mirror_source: None,
+                    promoted_from: None,
+                    promoted_ends: None,
                 }
             }
         }
@@ -2927,6 +2974,23 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_promoted_from(&mut self, promoted_from: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    TopicInfo::VT_PROMOTED_FROM,
+                    promoted_from,
+                );
+            }
+            #[inline]
+            pub fn add_promoted_ends(
+                &mut self,
+                promoted_ends: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u64>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    TopicInfo::VT_PROMOTED_ENDS,
+                    promoted_ends,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> TopicInfoBuilder<'a, 'b, A> {
@@ -2951,6 +3015,8 @@ pub mod ringlog {
                 ds.field("config", &self.config());
                 ds.field("id", &self.id());
                 ds.field("mirror_source", &self.mirror_source());
+                ds.field("promoted_from", &self.promoted_from());
+                ds.field("promoted_ends", &self.promoted_ends());
                 ds.finish()
             }
         }
@@ -10083,6 +10149,7 @@ pub mod ringlog {
 
         impl<'a> PromoteMirrorRequest<'a> {
             pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_ENDS: ::flatbuffers::VOffsetT = 6;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -10099,6 +10166,9 @@ pub mod ringlog {
                 args: &'args PromoteMirrorRequestArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<PromoteMirrorRequest<'bldr>> {
                 let mut builder = PromoteMirrorRequestBuilder::new(_fbb);
+                if let Some(x) = args.ends {
+                    builder.add_ends(x);
+                }
                 if let Some(x) = args.topic {
                     builder.add_topic(x);
                 }
@@ -10117,6 +10187,19 @@ pub mod ringlog {
                     )
                 }
             }
+            #[inline]
+            pub fn ends(&self) -> Option<::flatbuffers::Vector<'a, u64>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u64>>>(
+                            PromoteMirrorRequest::VT_ENDS,
+                            None,
+                        )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for PromoteMirrorRequest<'_> {
@@ -10131,17 +10214,26 @@ pub mod ringlog {
                         Self::VT_TOPIC,
                         false,
                     )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u64>>>(
+                        "ends",
+                        Self::VT_ENDS,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
         }
         pub struct PromoteMirrorRequestArgs<'a> {
             pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub ends: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u64>>>,
         }
         impl<'a> Default for PromoteMirrorRequestArgs<'a> {
             #[inline]
             fn default() -> Self {
-                PromoteMirrorRequestArgs { topic: None }
+                PromoteMirrorRequestArgs {
+                    topic: None,
+                    ends: None,
+                }
             }
         }
 
@@ -10155,6 +10247,16 @@ pub mod ringlog {
                 self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
                     PromoteMirrorRequest::VT_TOPIC,
                     topic,
+                );
+            }
+            #[inline]
+            pub fn add_ends(
+                &mut self,
+                ends: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b, u64>>,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    PromoteMirrorRequest::VT_ENDS,
+                    ends,
                 );
             }
             #[inline]
@@ -10178,6 +10280,7 @@ pub mod ringlog {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 let mut ds = f.debug_struct("PromoteMirrorRequest");
                 ds.field("topic", &self.topic());
+                ds.field("ends", &self.ends());
                 ds.finish()
             }
         }
@@ -13898,6 +14001,763 @@ pub mod ringlog {
             fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 let mut ds = f.debug_struct("ListUsersResponse");
                 ds.field("users", &self.users());
+                ds.finish()
+            }
+        }
+        pub enum MakeMirrorRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct MakeMirrorRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for MakeMirrorRequest<'a> {
+            type Inner = MakeMirrorRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> MakeMirrorRequest<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_MIRROR_SOURCE: ::flatbuffers::VOffsetT = 6;
+            pub const VT_TOPIC_ID: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                MakeMirrorRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args MakeMirrorRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<MakeMirrorRequest<'bldr>> {
+                let mut builder = MakeMirrorRequestBuilder::new(_fbb);
+                if let Some(x) = args.topic_id {
+                    builder.add_topic_id(x);
+                }
+                if let Some(x) = args.mirror_source {
+                    builder.add_mirror_source(x);
+                }
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        MakeMirrorRequest::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn mirror_source(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        MakeMirrorRequest::VT_MIRROR_SOURCE,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn topic_id(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        MakeMirrorRequest::VT_TOPIC_ID,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for MakeMirrorRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "mirror_source",
+                        Self::VT_MIRROR_SOURCE,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic_id",
+                        Self::VT_TOPIC_ID,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct MakeMirrorRequestArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub mirror_source: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub topic_id: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for MakeMirrorRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                MakeMirrorRequestArgs {
+                    topic: None,
+                    mirror_source: None,
+                    topic_id: None,
+                }
+            }
+        }
+
+        pub struct MakeMirrorRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> MakeMirrorRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    MakeMirrorRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_mirror_source(&mut self, mirror_source: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    MakeMirrorRequest::VT_MIRROR_SOURCE,
+                    mirror_source,
+                );
+            }
+            #[inline]
+            pub fn add_topic_id(&mut self, topic_id: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    MakeMirrorRequest::VT_TOPIC_ID,
+                    topic_id,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> MakeMirrorRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                MakeMirrorRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<MakeMirrorRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for MakeMirrorRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("MakeMirrorRequest");
+                ds.field("topic", &self.topic());
+                ds.field("mirror_source", &self.mirror_source());
+                ds.field("topic_id", &self.topic_id());
+                ds.finish()
+            }
+        }
+        pub enum MakeMirrorResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct MakeMirrorResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for MakeMirrorResponse<'a> {
+            type Inner = MakeMirrorResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> MakeMirrorResponse<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_MIRROR_SOURCE: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                MakeMirrorResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args MakeMirrorResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<MakeMirrorResponse<'bldr>> {
+                let mut builder = MakeMirrorResponseBuilder::new(_fbb);
+                if let Some(x) = args.mirror_source {
+                    builder.add_mirror_source(x);
+                }
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        MakeMirrorResponse::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn mirror_source(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        MakeMirrorResponse::VT_MIRROR_SOURCE,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for MakeMirrorResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "mirror_source",
+                        Self::VT_MIRROR_SOURCE,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct MakeMirrorResponseArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub mirror_source: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for MakeMirrorResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                MakeMirrorResponseArgs {
+                    topic: None,
+                    mirror_source: None,
+                }
+            }
+        }
+
+        pub struct MakeMirrorResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> MakeMirrorResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    MakeMirrorResponse::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_mirror_source(&mut self, mirror_source: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    MakeMirrorResponse::VT_MIRROR_SOURCE,
+                    mirror_source,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> MakeMirrorResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                MakeMirrorResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<MakeMirrorResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for MakeMirrorResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("MakeMirrorResponse");
+                ds.field("topic", &self.topic());
+                ds.field("mirror_source", &self.mirror_source());
+                ds.finish()
+            }
+        }
+        pub enum TruncateMirrorRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct TruncateMirrorRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for TruncateMirrorRequest<'a> {
+            type Inner = TruncateMirrorRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> TruncateMirrorRequest<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_OFFSET: ::flatbuffers::VOffsetT = 8;
+            pub const VT_MIRROR_SOURCE: ::flatbuffers::VOffsetT = 10;
+            pub const VT_EXPECTED_END: ::flatbuffers::VOffsetT = 12;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                TruncateMirrorRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args TruncateMirrorRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<TruncateMirrorRequest<'bldr>> {
+                let mut builder = TruncateMirrorRequestBuilder::new(_fbb);
+                builder.add_expected_end(args.expected_end);
+                builder.add_offset(args.offset);
+                if let Some(x) = args.mirror_source {
+                    builder.add_mirror_source(x);
+                }
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        TruncateMirrorRequest::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(TruncateMirrorRequest::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(TruncateMirrorRequest::VT_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn mirror_source(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        TruncateMirrorRequest::VT_MIRROR_SOURCE,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn expected_end(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(TruncateMirrorRequest::VT_EXPECTED_END, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for TruncateMirrorRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<u64>("offset", Self::VT_OFFSET, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "mirror_source",
+                        Self::VT_MIRROR_SOURCE,
+                        false,
+                    )?
+                    .visit_field::<u64>("expected_end", Self::VT_EXPECTED_END, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct TruncateMirrorRequestArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub offset: u64,
+            pub mirror_source: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub expected_end: u64,
+        }
+        impl<'a> Default for TruncateMirrorRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                TruncateMirrorRequestArgs {
+                    topic: None,
+                    partition: 0,
+                    offset: 0,
+                    mirror_source: None,
+                    expected_end: 0,
+                }
+            }
+        }
+
+        pub struct TruncateMirrorRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TruncateMirrorRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    TruncateMirrorRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(TruncateMirrorRequest::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_offset(&mut self, offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(TruncateMirrorRequest::VT_OFFSET, offset, 0);
+            }
+            #[inline]
+            pub fn add_mirror_source(&mut self, mirror_source: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    TruncateMirrorRequest::VT_MIRROR_SOURCE,
+                    mirror_source,
+                );
+            }
+            #[inline]
+            pub fn add_expected_end(&mut self, expected_end: u64) {
+                self.fbb_
+                    .push_slot::<u64>(TruncateMirrorRequest::VT_EXPECTED_END, expected_end, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> TruncateMirrorRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                TruncateMirrorRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<TruncateMirrorRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for TruncateMirrorRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("TruncateMirrorRequest");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("offset", &self.offset());
+                ds.field("mirror_source", &self.mirror_source());
+                ds.field("expected_end", &self.expected_end());
+                ds.finish()
+            }
+        }
+        pub enum TruncateMirrorResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct TruncateMirrorResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for TruncateMirrorResponse<'a> {
+            type Inner = TruncateMirrorResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> TruncateMirrorResponse<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_END_OFFSET: ::flatbuffers::VOffsetT = 8;
+            pub const VT_BYTES_CUT: ::flatbuffers::VOffsetT = 10;
+            pub const VT_LEADER_EPOCH: ::flatbuffers::VOffsetT = 12;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                TruncateMirrorResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args TruncateMirrorResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<TruncateMirrorResponse<'bldr>> {
+                let mut builder = TruncateMirrorResponseBuilder::new(_fbb);
+                builder.add_bytes_cut(args.bytes_cut);
+                builder.add_end_offset(args.end_offset);
+                builder.add_leader_epoch(args.leader_epoch);
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        TruncateMirrorResponse::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(TruncateMirrorResponse::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn end_offset(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(TruncateMirrorResponse::VT_END_OFFSET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn bytes_cut(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(TruncateMirrorResponse::VT_BYTES_CUT, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn leader_epoch(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(TruncateMirrorResponse::VT_LEADER_EPOCH, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for TruncateMirrorResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<u64>("end_offset", Self::VT_END_OFFSET, false)?
+                    .visit_field::<u64>("bytes_cut", Self::VT_BYTES_CUT, false)?
+                    .visit_field::<u32>("leader_epoch", Self::VT_LEADER_EPOCH, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct TruncateMirrorResponseArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub end_offset: u64,
+            pub bytes_cut: u64,
+            pub leader_epoch: u32,
+        }
+        impl<'a> Default for TruncateMirrorResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                TruncateMirrorResponseArgs {
+                    topic: None,
+                    partition: 0,
+                    end_offset: 0,
+                    bytes_cut: 0,
+                    leader_epoch: 0,
+                }
+            }
+        }
+
+        pub struct TruncateMirrorResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> TruncateMirrorResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    TruncateMirrorResponse::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(TruncateMirrorResponse::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_end_offset(&mut self, end_offset: u64) {
+                self.fbb_
+                    .push_slot::<u64>(TruncateMirrorResponse::VT_END_OFFSET, end_offset, 0);
+            }
+            #[inline]
+            pub fn add_bytes_cut(&mut self, bytes_cut: u64) {
+                self.fbb_
+                    .push_slot::<u64>(TruncateMirrorResponse::VT_BYTES_CUT, bytes_cut, 0);
+            }
+            #[inline]
+            pub fn add_leader_epoch(&mut self, leader_epoch: u32) {
+                self.fbb_.push_slot::<u32>(
+                    TruncateMirrorResponse::VT_LEADER_EPOCH,
+                    leader_epoch,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> TruncateMirrorResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                TruncateMirrorResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<TruncateMirrorResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for TruncateMirrorResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("TruncateMirrorResponse");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("end_offset", &self.end_offset());
+                ds.field("bytes_cut", &self.bytes_cut());
+                ds.field("leader_epoch", &self.leader_epoch());
                 ds.finish()
             }
         }

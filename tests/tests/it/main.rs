@@ -23,6 +23,7 @@ mod disk_full;
 mod disk_loss;
 mod durability;
 mod etcd_members;
+mod failback;
 mod format_two;
 mod give_way;
 mod group_faults;

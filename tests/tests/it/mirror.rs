@@ -242,8 +242,8 @@ fn r21_a_mirrored_partition_is_the_sources_segment_files_byte_for_byte_and_refus
         .list_offsets("clicks", 0, OffsetSpec::Latest, 0)
         .unwrap()
         .0;
-    assert_eq!(dst.promote_mirror("clicks").unwrap(), "dc1/clicks");
-    let again = dst.promote_mirror("clicks").unwrap_err();
+    assert_eq!(dst.promote_mirror("clicks", &[]).unwrap(), "dc1/clicks");
+    let again = dst.promote_mirror("clicks", &[]).unwrap_err();
     assert_eq!(again.code(), Some(ErrorCode::InvalidRequest), "{again}");
     assert_eq!(
         dst.metadata(&["clicks"]).unwrap().topics[0].mirror_source,
@@ -530,7 +530,7 @@ fn r21_a_replicated_topic_and_its_group_offsets_move_to_another_cluster() {
         .collect();
     assert_eq!(copied, committed, "the group's offsets, as they are");
     // The failover: promote, and the group goes on in the target.
-    dst.promote_mirror("events").unwrap();
+    dst.promote_mirror("events", &[]).unwrap();
     let mut member = GroupConsumer::subscribe_with(&dst, "billing", &["events"], config()).unwrap();
     let mut rest = Vec::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

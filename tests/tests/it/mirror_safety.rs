@@ -11,7 +11,7 @@ use harness::{eventually, Broker, BrokerOptions};
 use protocol::client::{AckMode, Client, OffsetSpec, Producer, ProducerConfig, TopicSettings};
 use std::time::{Duration, Instant};
 
-fn standalone() -> Broker {
+pub(super) fn standalone() -> Broker {
     Broker::start(BrokerOptions {
         config_toml: "segment_bytes_min = 1024\n".into(),
         ..BrokerOptions::default()
@@ -27,7 +27,7 @@ fn small_segments() -> TopicSettings {
 
 /// `ringlog --brokers TARGET mirror ARGS`, running, its stderr to
 /// `stderr`.
-fn spawn_mirror(
+pub(super) fn spawn_mirror(
     target: &str,
     args: &[&str],
     stderr: impl Into<std::process::Stdio>,
@@ -62,7 +62,7 @@ fn end(client: &Client, topic: &str) -> u64 {
 
 /// Segment files compared, saying where they first differ (the files
 /// themselves are too long for a failure message).
-fn differ(
+pub(super) fn differ(
     a: &std::collections::BTreeMap<String, Vec<u8>>,
     b: &std::collections::BTreeMap<String, Vec<u8>>,
 ) -> Option<String> {

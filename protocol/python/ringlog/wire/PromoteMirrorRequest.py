@@ -31,8 +31,35 @@ class PromoteMirrorRequest(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # PromoteMirrorRequest
+    def Ends(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # PromoteMirrorRequest
+    def EndsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint64Flags, o)
+        return 0
+
+    # PromoteMirrorRequest
+    def EndsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # PromoteMirrorRequest
+    def EndsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        return o == 0
+
 def PromoteMirrorRequestStart(builder):
-    builder.StartObject(1)
+    builder.StartObject(2)
 
 def Start(builder):
     PromoteMirrorRequestStart(builder)
@@ -42,6 +69,18 @@ def PromoteMirrorRequestAddTopic(builder, topic):
 
 def AddTopic(builder, topic):
     PromoteMirrorRequestAddTopic(builder, topic)
+
+def PromoteMirrorRequestAddEnds(builder, ends):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(ends), 0)
+
+def AddEnds(builder, ends):
+    PromoteMirrorRequestAddEnds(builder, ends)
+
+def PromoteMirrorRequestStartEndsVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def StartEndsVector(builder, numElems):
+    return PromoteMirrorRequestStartEndsVector(builder, numElems)
 
 def PromoteMirrorRequestEnd(builder):
     return builder.EndObject()

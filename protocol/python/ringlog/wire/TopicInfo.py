@@ -81,8 +81,42 @@ class TopicInfo(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # TopicInfo
+    def PromotedFrom(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # TopicInfo
+    def PromotedEnds(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 8))
+        return 0
+
+    # TopicInfo
+    def PromotedEndsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint64Flags, o)
+        return 0
+
+    # TopicInfo
+    def PromotedEndsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # TopicInfo
+    def PromotedEndsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        return o == 0
+
 def TopicInfoStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(7)
 
 def Start(builder):
     TopicInfoStart(builder)
@@ -122,6 +156,24 @@ def TopicInfoAddMirrorSource(builder, mirrorSource):
 
 def AddMirrorSource(builder, mirrorSource):
     TopicInfoAddMirrorSource(builder, mirrorSource)
+
+def TopicInfoAddPromotedFrom(builder, promotedFrom):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(promotedFrom), 0)
+
+def AddPromotedFrom(builder, promotedFrom):
+    TopicInfoAddPromotedFrom(builder, promotedFrom)
+
+def TopicInfoAddPromotedEnds(builder, promotedEnds):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(promotedEnds), 0)
+
+def AddPromotedEnds(builder, promotedEnds):
+    TopicInfoAddPromotedEnds(builder, promotedEnds)
+
+def TopicInfoStartPromotedEndsVector(builder, numElems):
+    return builder.StartVector(8, numElems, 8)
+
+def StartPromotedEndsVector(builder, numElems):
+    return TopicInfoStartPromotedEndsVector(builder, numElems)
 
 def TopicInfoEnd(builder):
     return builder.EndObject()

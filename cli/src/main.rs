@@ -763,6 +763,14 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                     topic.mirror_source, topic.name
                 );
             }
+            if !topic.promoted_from.is_empty() {
+                let ends: Vec<String> = topic.promoted_ends.iter().map(u64::to_string).collect();
+                println!(
+                    "promoted from a mirror of {}; the copy ended at {} (by partition): where a failback cuts the old source",
+                    topic.promoted_from,
+                    if ends.is_empty() { "(not recorded)".to_string() } else { ends.join(",") }
+                );
+            }
             println!("partition\tleader\treplicas\tisr\tepoch\tshard\taddress\tstart_offset\tflushed_offset\tend_offset");
             let ids = |ids: &[u32], fallback: u32| {
                 if ids.is_empty() {

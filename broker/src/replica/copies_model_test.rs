@@ -16,7 +16,10 @@
 //! watermark, ISR shrink and expand), the registry's news reaching each
 //! broker late, a broker's lease lost while it runs (a pause) and found
 //! again, elections by the control thread, restarts with a new
-//! incarnation, and time passing.
+//! incarnation, time passing, and a failback's cut (`cut.rs`: the leader
+//! cuts committed bytes on purpose and leads a new epoch from the cut;
+//! what was committed and acknowledged past it is dropped from the
+//! model, and no leader after it may hold the cut history again).
 //!
 //! After every step:
 //! - the registry's leader epoch never goes back, no epoch is led by two
@@ -56,7 +59,9 @@
 //! after it) stalled its followers for good. Switching off, one at a
 //! time, the epoch start in the ISR's expand rule, the high watermark's
 //! wait for members not heard from, the one-epoch-per-chunk read, or the
-//! divergence check fails it too.
+//! divergence check fails it too. So does a failback cut whose new epoch
+//! keeps the followers in the ISR: the leader's death hands the partition
+//! a follower that still holds the cut history (found at once, case 19).
 
 #![allow(
     clippy::too_many_lines,
@@ -110,6 +115,8 @@ struct Produce {
     /// stored at: `bytes` is the batch as sent (its leader stamped the
     /// stored one in an epoch the model does not know).
     duplicate: bool,
+    /// The leader epoch it was appended in.
+    epoch: u32,
 }
 
 /// The model's idempotent producer (format 2): its id.
@@ -174,6 +181,13 @@ struct Cluster {
     next_sequence: i32,
     /// Retries answered as duplicates (for the summary).
     duplicates: u64,
+    /// The epoch of the last failback cut (0: none): copies of older
+    /// epochs hold the history it cut until they cut theirs.
+    cut_epoch: u32,
+    /// Every failback cut: its epoch and where it was made.
+    cut_log: Vec<(u32, u64)>,
+    /// Failback cuts made (for the summary).
+    cuts: u64,
 }
 
 fn noop_poll<T>(future: &mut Pending<T>) -> Poll<T> {
@@ -269,6 +283,9 @@ impl Cluster {
             numbered: Vec::new(),
             next_sequence: 0,
             duplicates: 0,
+            cut_epoch: 0,
+            cut_log: Vec::new(),
+            cuts: 0,
         };
         for i in 0..BROKERS.len() {
             cluster.start(i);
@@ -616,6 +633,7 @@ impl Cluster {
             bytes,
             answer,
             duplicate,
+            epoch,
         });
     }
 
@@ -738,14 +756,24 @@ impl Cluster {
             .retain_mut(|p| match noop_poll(&mut p.answer) {
                 Poll::Pending => true,
                 Poll::Ready(Ok(())) => {
-                    acked.push((p.base, std::mem::take(&mut p.bytes), p.duplicate));
+                    acked.push((p.base, std::mem::take(&mut p.bytes), p.duplicate, p.epoch));
                     false
                 }
                 Poll::Ready(Err(_)) => false,
             });
         // The high watermark that acknowledged them is committed.
         self.note_committed();
-        for (base, mut bytes, duplicate) in acked {
+        for (base, mut bytes, duplicate, epoch) in acked {
+            // Acknowledged in the history a failback's cut dropped (by a
+            // leader of an older epoch, for bytes past the cut): dropped
+            // with it, on purpose.
+            let end = base + bytes.len() as u64;
+            if self.cut_log.iter().any(|&(e, at)| epoch < e && end > at) {
+                self.say(|| {
+                    format!("  acked {base}.. in epoch {epoch}, before the cut: dropped with it")
+                });
+                continue;
+            }
             if duplicate {
                 // The batch as stored: its numbers and records are the
                 // ones sent again.
@@ -790,8 +818,24 @@ impl Cluster {
                 continue;
             };
             let r = replica.borrow();
-            if !r.leads() {
+            // A leader of an epoch before a failback's cut leads the
+            // history it cut (it has not learned of it yet): what it
+            // publishes is not the partition's.
+            if !r.leads() || r.epoch() < self.cut_epoch {
                 continue;
+            }
+            // Nothing a failback cut comes back: a leader after it holds,
+            // past each cut, only bytes of the cut's epoch or later.
+            let end = r.log.borrow().end_offset();
+            for &(epoch, at) in &self.cut_log {
+                assert!(
+                    end <= at || r.epoch() < epoch || r.epochs.epoch_at(at) >= epoch as i32,
+                    "broker {} leads epoch {} holding bytes past the cut at {at} (epoch {epoch}) of epoch {}: the cut history came back ({:?})",
+                    r.me,
+                    r.epoch(),
+                    r.epochs.epoch_at(at),
+                    r.epochs
+                );
             }
             let hw = r.log.borrow().high_watermark().unwrap_or(0);
             let key = (self.nodes[i].run, r.epoch());
@@ -877,6 +921,81 @@ impl Cluster {
         }
     }
 
+    /// A failback's cut (`replica/cut.rs`, issue 45): the leader cuts its
+    /// log at a message boundary at or below what is committed (an
+    /// acknowledged message's start, or 0) and leads a new epoch from
+    /// there, alone in the ISR, as `TruncateMirror` does. What was
+    /// committed past the cut is dropped on purpose, so the model's
+    /// committed bytes and acknowledged messages are cut with it; the
+    /// followers must cut theirs by the epochs rule, no produce waiting
+    /// across the cut may be acknowledged, and every later check holds
+    /// from the cut on. Made only when the leader knows the registry's
+    /// newest state, so its compare-and-set is the one written (a client
+    /// repeats a cut whose epoch was not taken).
+    fn failback_cut(&mut self) {
+        let leader = self.index(self.registry.state.leader);
+        let Some(replica) = self.nodes[leader].replica.clone() else {
+            return;
+        };
+        {
+            let r = replica.borrow();
+            if !self.nodes[leader].live()
+                || !r.leads()
+                || r.state.revision != self.registry.revision
+            {
+                return;
+            }
+        }
+        let boundaries: Vec<u64> = self
+            .acked
+            .iter()
+            .map(|(base, _)| *base)
+            .filter(|base| *base as usize <= self.committed.len())
+            .collect();
+        let at = match boundaries.len() {
+            0 => 0,
+            n => boundaries[self.below(n as u64) as usize],
+        };
+        let storage = self.nodes[leader].storage.clone();
+        let cutting = replica.clone();
+        let mut cut: Pending<Result<super::cut::Cut, super::cut::CutError>> =
+            Box::pin(async move { super::cut::cut_leader(&cutting, at).await });
+        let mut outcome = None;
+        for _ in 0..100 {
+            storage.run_until_idle();
+            if let Poll::Ready(done) = noop_poll(&mut cut) {
+                outcome = Some(done);
+                break;
+            }
+            storage.advance(Duration::from_millis(1));
+        }
+        let next = match outcome {
+            Some(Ok(super::cut::Cut::Cut { next, .. })) => next,
+            Some(Ok(super::cut::Cut::Done)) => return,
+            Some(Err(error)) => panic!("the leader's cut at {at} failed: {error}"),
+            // Still waiting for the log's writes: not cut (a cut is made
+            // once they end, with nothing awaited after it).
+            None => return,
+        };
+        let expected = replica.borrow().state.revision;
+        let written = self.write(expected, next.clone());
+        assert_eq!(written.state, next, "the cut's epoch is written");
+        self.say(|| format!("failback cut at {at}: {next:?}"));
+        self.cut_epoch = next.leader_epoch;
+        self.cut_log.push((next.leader_epoch, at));
+        self.cuts += 1;
+        self.committed.truncate(at as usize);
+        self.acked
+            .retain(|(base, bytes)| base + bytes.len() as u64 <= at);
+        self.learn(leader);
+        assert!(
+            replica.borrow().leads()
+                && replica.borrow().epochs.last() == Some((next.leader_epoch, at)),
+            "the cut leader leads its new epoch from the cut: {:?}",
+            replica.borrow().epochs
+        );
+    }
+
     /// Everything that must hold after any step.
     fn check(&mut self) {
         self.note_committed();
@@ -899,8 +1018,11 @@ impl Cluster {
                 );
             }
             let floor = r.log.borrow().committed_floor();
+            // A copy that has not cut its log since a failback's cut holds
+            // the old history's floor until its leader tells it to cut.
+            let before_cut = r.epochs.last_epoch() < self.cut_epoch as i32;
             assert!(
-                floor <= self.committed.len() as u64,
+                before_cut || floor <= self.committed.len() as u64,
                 "broker {} believes {floor} committed; leaders published {}",
                 node.id,
                 self.committed.len()
@@ -1019,8 +1141,12 @@ impl Cluster {
                 }
             }
             94 => {
-                let pick = self.below(3) as usize;
-                self.elect(pick);
+                if self.cuts < 2 && self.below(4) == 0 {
+                    self.failback_cut();
+                } else {
+                    let pick = self.below(3) as usize;
+                    self.elect(pick);
+                }
             }
             95..=96 => {
                 if self.nodes[i].up {
@@ -1174,7 +1300,7 @@ impl Cluster {
     }
 }
 
-fn run_case(seed: u64, trace: bool) -> (usize, u64, u32, u64) {
+fn run_case(seed: u64, trace: bool) -> (usize, u64, u32, u64, u64) {
     let mut cluster = Cluster::new(seed, trace);
     cluster.check();
     for _ in 0..STEPS {
@@ -1190,6 +1316,7 @@ fn run_case(seed: u64, trace: bool) -> (usize, u64, u32, u64) {
         cluster.refusals,
         cluster.registry.state.leader_epoch,
         cluster.duplicates,
+        cluster.cuts,
     )
 }
 
@@ -1205,15 +1332,17 @@ fn replication_on_the_in_memory_disk_keeps_every_acknowledged_byte() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5_000);
-    let (mut acked, mut refusals, mut epochs, mut duplicates) = (0usize, 0u64, 0u64, 0u64);
+    let (mut acked, mut refusals, mut epochs, mut duplicates, mut cuts) =
+        (0usize, 0u64, 0u64, 0u64, 0u64);
     for seed in 0..cases {
         let outcome = std::panic::catch_unwind(|| run_case(seed, false));
         match outcome {
-            Ok((a, r, e, d)) => {
+            Ok((a, r, e, d, c)) => {
                 acked += a;
                 refusals += r;
                 epochs += u64::from(e);
                 duplicates += d;
+                cuts += c;
             }
             Err(panic) => {
                 eprintln!("case {seed} failed; RINGLOG_COPIES_MODEL_TRACE={seed} prints its steps");
@@ -1222,8 +1351,9 @@ fn replication_on_the_in_memory_disk_keeps_every_acknowledged_byte() {
         }
     }
     eprintln!(
-        "{cases} cases: {acked} acknowledged produces ({duplicates} of them retries answered with the offsets stored before), {epochs} leader epochs, {refusals} fetches refused or failed"
+        "{cases} cases: {acked} acknowledged produces ({duplicates} of them retries answered with the offsets stored before), {epochs} leader epochs, {refusals} fetches refused or failed, {cuts} failback cuts"
     );
+    assert!(cuts > 0, "no failback cut was made: the cut is not tested");
     assert!(
         acked > 0,
         "no produce was ever acknowledged: the test tests nothing"

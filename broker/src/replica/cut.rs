@@ -10,10 +10,13 @@
 //! committed in the old history only) and moves again as the followers
 //! report in the new epoch.
 //!
-//! A leader that dies between its cut and its new epoch leaves the
-//! partition to a copy that still holds the bytes; the failback cuts
-//! again on the new leader (the request is repeated until the leader's
-//! log ends at the cut in an epoch that starts there).
+//! The new epoch's ISR is the leader alone: a follower holds the old
+//! history until it has cut its log, so it may not be elected before it
+//! has caught up in the new epoch and joined again (a leader lost in
+//! between leaves the partition offline rather than hand it the bytes just
+//! cut). A leader that dies between its cut and its new epoch leaves the
+//! partition to a copy that still holds the bytes; the failback finds the
+//! partition uncut when it runs again, and cuts it on the new leader.
 
 use super::SharedReplica;
 use crate::storage::io::Storage;
@@ -28,7 +31,7 @@ pub enum Cut {
     Done,
     /// Cut `bytes` (perhaps 0: the log ended at the cut in an epoch that
     /// began before it); the leader is to lead `next`, a new epoch
-    /// starting at the cut.
+    /// starting at the cut, alone in the ISR.
     Cut {
         /// Bytes removed.
         bytes: u64,
@@ -95,7 +98,20 @@ pub async fn cut_leader<S: Storage>(
             .store(&storage, &dir)
             .map_err(|e| CutError::Storage(format!("recording the leader epochs: {e}")))?;
     }
-    let mut next = r.state.state.clone();
+    // The followers hold the old history past the cut until they have
+    // cut theirs: none is in sync with the new one, and none may be
+    // elected with it (the leader's death now would hand the partition
+    // the bytes just cut). Each joins again once it has caught up in the
+    // new epoch, as after a restart.
+    let others: Vec<_> = r
+        .state
+        .state
+        .isr
+        .iter()
+        .copied()
+        .filter(|b| *b != r.me)
+        .collect();
+    let mut next = r.state.state.shrink(&others);
     next.leader_epoch = (r.epochs.last_epoch().max(0) as u32).max(r.epoch()) + 1;
     next.transfer_to = None;
     tracing::warn!(partition = %r.label, offset, bytes_cut = end - now, epoch = next.leader_epoch, "failback: the log is cut where the other cluster's history forked; leading a new epoch from there");

@@ -24,7 +24,7 @@
 
 use super::source::Source;
 use anyhow::Context;
-use protocol::client::{Client, ClientError, OffsetCommit, OffsetSpec};
+use protocol::client::{Client, OffsetCommit, OffsetSpec};
 use protocol::codec::failback::Cut;
 use protocol::codec::TopicMetadata;
 use protocol::stored::MessageFormat;
@@ -193,7 +193,11 @@ fn save_and_cut(
 }
 
 /// True when the partition's first bytes past the fork are the source's
-/// (an earlier failback cut it and the mirror copied on).
+/// (an earlier failback cut it and the mirror copied on): up to 64 KiB of
+/// them read from both sides' leaders, once committed (the followers of a
+/// partition just cut rejoin its ISR within a second or so), and
+/// compared. A target holding more past the fork than the source does
+/// holds writes of its own.
 fn copied_already(
     source: &Client,
     target: &Client,
@@ -202,23 +206,21 @@ fn copied_already(
     partition: u32,
     fork: u64,
     end: u64,
-) -> Result<bool, ClientError> {
+) -> anyhow::Result<bool> {
+    let to = end.min(fork + COPIED_CHECK_BYTES);
     let (_, theirs) = source.list_offsets(&topic.name, partition, OffsetSpec::Latest, 0)?;
-    let (_, mine) = target.list_offsets(name, partition, OffsetSpec::Latest, 0)?;
-    let to = end
-        .min(fork + COPIED_CHECK_BYTES)
-        .min(theirs.flushed_offset)
-        .min(mine.flushed_offset);
-    if to <= fork {
+    if theirs.end_offset < end {
         return Ok(false);
     }
-    Ok(super::worker::forked(source, target, &topic.name, name, partition, fork, to)?.is_none())
+    let mine = read_tail(target, name, partition, fork, to)?;
+    let theirs = read_tail(source, &topic.name, partition, fork, to)?;
+    Ok(mine == theirs)
 }
 
 /// The bytes of `name`-`partition` from `fork` to `end`, once all are
 /// committed.
 fn read_tail(
-    target: &Client,
+    client: &Client,
     name: &str,
     partition: u32,
     fork: u64,
@@ -227,10 +229,21 @@ fn read_tail(
     let mut bytes = Vec::with_capacity((end - fork).min(64 << 20) as usize);
     let mut at = fork;
     let started = Instant::now();
+    // Whole messages are read: at least a megabyte, more for a larger one.
+    let mut ask = 1u32 << 20;
     while at < end {
-        let chunk = target
-            .mirror_read(name, partition, at, (end - at).min(16 << 20) as u32)
+        let chunk = client
+            .mirror_read(
+                name,
+                partition,
+                at,
+                ask.max((end - at).min(16 << 20) as u32),
+            )
             .with_context(|| format!("reading {name}-{partition} at {at}"))?;
+        if chunk.cut {
+            ask = ask.saturating_mul(4).min(super::READ_BYTES_MAX);
+            continue;
+        }
         if chunk.bytes.is_empty() {
             if started.elapsed() > COMMIT_WAIT {
                 anyhow::bail!(

@@ -416,7 +416,7 @@ fn resume(
 /// Whether the copy's bytes in `from..to` differ from the source's (one
 /// digest over what both hold flushed there): the range compared when
 /// they do.
-pub(super) fn forked(
+fn forked(
     source: &Client,
     target: &Client,
     topic: &str,

@@ -171,6 +171,15 @@ fn r45_failback_saves_the_old_sources_writes_cuts_it_at_the_fork_and_copies_the_
         "{promoted:?}"
     );
     let forks = promoted.promoted_ends.clone();
+    let (code, described, err) = ringlog(&dc2.address(), &["topic", "describe", "clicks"]);
+    assert_eq!(code, 0, "{described}{err}");
+    assert!(
+        described.contains(&format!(
+            "promoted from a mirror of {}; the copy ended at {},{} (by partition)",
+            promoted.promoted_from, forks[0], forks[1]
+        )),
+        "{described}"
+    );
     let copy_ends: Vec<u64> = (0..PARTITIONS)
         .map(|p| offsets(&copy, p).end_offset)
         .collect();
@@ -308,7 +317,7 @@ fn r45_failback_saves_the_old_sources_writes_cuts_it_at_the_fork_and_copies_the_
     assert_eq!(code, 0, "{again}{err}");
     assert!(
         !again.contains("cut at the fork") && !again.contains("from now on"),
-        "{again}"
+        "{again}{err}"
     );
     for p in 0..PARTITIONS {
         assert!(differ(&files(&dc1[0], "clicks", p), &before[p as usize]).is_none());

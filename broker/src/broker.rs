@@ -244,7 +244,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             let listener = TcpListener::bind(addr)
                 .with_context(|| format!("binding the metrics endpoint {addr}"))?;
             let bound = listener.local_addr()?;
-            metrics::serve(listener, published.clone());
+            metrics::serve(listener, published.clone(), config.data_dir.clone());
             Some(bound)
         }
         None => None,

@@ -398,8 +398,31 @@ fn read_request_head(stream: &mut std::net::TcpStream) {
     }
 }
 
+/// The broker-wide gauges of what lies in `.orphaned/` (read from the
+/// data directory at each scrape, on the metrics thread).
+fn render_orphaned(out: &mut String, data_dir: &std::path::Path) {
+    let orphans = crate::storage::orphans::list(data_dir).unwrap_or_default();
+    let bytes: u64 = orphans.iter().map(|o| o.bytes).sum();
+    for (name, help, value) in [
+        (
+            "orphaned_partitions",
+            "Partition directories kept in the data directory's .orphaned/ (moved aside, never deleted on their own: `ringlog brokers describe` says why, `ringlog brokers purge-orphaned` deletes them)",
+            orphans.len() as u64,
+        ),
+        (
+            "orphaned_bytes",
+            "Bytes of the partition directories kept in .orphaned/",
+            bytes,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP ringlog_{name} {help}");
+        let _ = writeln!(out, "# TYPE ringlog_{name} gauge");
+        let _ = writeln!(out, "ringlog_{name} {value}");
+    }
+}
+
 /// Serves `GET /metrics` (any path, in fact) on a plain std thread.
-pub fn serve(listener: TcpListener, published: Published) {
+pub fn serve(listener: TcpListener, published: Published, data_dir: std::path::PathBuf) {
     std::thread::Builder::new()
         .name("ringlog-metrics".into())
         .spawn(move || {
@@ -407,7 +430,8 @@ pub fn serve(listener: TcpListener, published: Published) {
                 let Ok(mut stream) = stream else { continue };
                 let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
                 read_request_head(&mut stream);
-                let body = render(&published);
+                let mut body = render(&published);
+                render_orphaned(&mut body, &data_dir);
                 let _ = write!(
                     stream,
                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 mod mirror;
 mod operations;
+mod orphans;
 mod security;
 mod verify;
 
@@ -229,6 +230,22 @@ enum BrokersCommand {
         broker: u32,
         #[command(flatten)]
         wait: WaitArgs,
+    },
+    /// A broker's addresses, and what it keeps in its data directory's
+    /// .orphaned/ (partition directories moved aside instead of deleted),
+    /// with why and when.
+    Describe {
+        /// The broker.
+        broker: u32,
+    },
+    /// Delete what a broker moved aside into .orphaned/ at least AGE ago
+    /// (a broker never deletes it on its own).
+    PurgeOrphaned {
+        /// The broker.
+        broker: u32,
+        /// An age: 7d, 12h, 30m, 0s.
+        #[arg(long, value_name = "AGE")]
+        older_than: String,
     },
 }
 
@@ -631,6 +648,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             None | Some(BrokersCommand::List) => brokers(&cli.brokers),
             Some(BrokersCommand::Decommission { broker, wait }) => {
                 operations::decommission(&connect(&cli.brokers)?, broker, wait.wait())
+            }
+            Some(BrokersCommand::Describe { broker }) => {
+                orphans::describe(&connect(&cli.brokers)?, broker)
+            }
+            Some(BrokersCommand::PurgeOrphaned { broker, older_than }) => {
+                orphans::purge(&connect(&cli.brokers)?, broker, &older_than)
             }
         },
         Command::Mirror { command, args } => match command {

@@ -83,6 +83,8 @@ pub enum Api {
     MakeMirror = 28,
     /// Cut a mirror's copy of a partition where its source forked (failback).
     TruncateMirror = 29,
+    /// What a broker keeps in `.orphaned/`; purge what is old.
+    Orphaned = 30,
 }
 
 impl Api {
@@ -119,6 +121,7 @@ impl Api {
             27 => Api::Digest,
             28 => Api::MakeMirror,
             29 => Api::TruncateMirror,
+            30 => Api::Orphaned,
             _ => return None,
         })
     }

@@ -160,6 +160,11 @@ fn main() {
             vec![],
         ),
         (
+            Api::Orphaned,
+            protocol::codec::orphans::orphaned_request(&mut fbb, true, 86_400_000).to_vec(),
+            vec![],
+        ),
+        (
             Api::TruncateMirror,
             protocol::codec::failback::truncate_mirror_request(
                 &mut fbb,

@@ -171,6 +171,13 @@ pub fn check(shard: &Shard, principal: &str, api: Api, header: &[u8]) -> Result<
                 let request = decode!(wire::TruncateMirrorRequest);
                 topic(request.topic().unwrap_or_default(), Operation::Alter)
             }
+            Api::Orphaned => {
+                if decode!(wire::OrphanedRequest).purge() {
+                    cluster(Operation::Alter)
+                } else {
+                    cluster(Operation::Describe)
+                }
+            }
             Api::InitProducerId => {
                 let request = decode!(wire::InitProducerIdRequest);
                 topic(request.topic().unwrap_or_default(), Operation::Write)

@@ -24,6 +24,7 @@ pub mod multi_fetch;
 pub mod native;
 pub mod opening;
 pub mod operations;
+pub mod orphaned;
 pub mod produce;
 pub mod producer_id;
 pub mod replicated;
@@ -260,6 +261,7 @@ fn dispatch_once(
         Api::PromoteMirror => mirror::handle_promote(shard, header),
         Api::MakeMirror => failback::handle_make(shard, header),
         Api::TruncateMirror => failback::handle_truncate(shard, request_id, header),
+        Api::Orphaned => orphaned::handle(shard, header),
         Api::InitProducerId => producer_id::handle(shard, header),
         Api::Digest => digest::handle(shard, request_id, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),

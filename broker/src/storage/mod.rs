@@ -16,7 +16,8 @@
 //!     not-in-sync                    replicated: a new copy (its directory was not there at start) until a leader adds it (new_copy.rs)
 //!     producers                      format 2: the idempotent producers' last batches as of an offset, with a CRC (producers.rs)
 //!   .trash/<stamp>/                  a delete in progress (removed at start; sweep.rs)
-//!   .orphaned/<stamp>/<topic>-<partition>/  moved aside: no registered topic owns it (sweep.rs)
+//!   .orphaned/<stamp>/<topic>-<partition>/  moved aside: no registered topic owns it (sweep.rs);
+//!   .orphaned/<stamp>/why                  why, for `ringlog brokers describe` (orphans.rs)
 //! ```
 //!
 //! - **Offset = logical byte position.** A message's offset is the position of
@@ -43,6 +44,7 @@ pub mod memory;
 #[cfg(test)]
 mod model_test;
 pub mod new_copy;
+pub mod orphans;
 pub mod partition_log;
 pub mod producers;
 pub mod recovery;

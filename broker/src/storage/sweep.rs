@@ -133,6 +133,9 @@ pub fn move_aside(dir: &Path, why: &str) -> std::io::Result<PathBuf> {
     };
     let folder = parent.join(ORPHANED_DIR).join(stamp());
     std::fs::create_dir_all(&folder)?;
+    // Why, for `ringlog brokers describe` (`orphans.rs`); the stamp says
+    // when.
+    std::fs::write(folder.join(super::orphans::WHY_FILE), format!("{why}\n"))?;
     let target = folder.join(name);
     std::fs::rename(dir, &target)?;
     sync_dir(&folder)?;

@@ -1105,6 +1105,45 @@ impl Client {
         }
     }
 
+    /// What broker `broker` keeps in its `.orphaned/` (partition
+    /// directories moved aside, never deleted on their own), asked of that
+    /// broker; with `purge_older_than_ms`, those moved aside at least that
+    /// long ago are deleted first. A broker Metadata does not list is a
+    /// usage error naming the live ones.
+    pub fn orphaned(
+        &self,
+        broker: crate::types::BrokerId,
+        purge_older_than_ms: Option<u64>,
+    ) -> Result<codec::orphans::Orphaned, ClientError> {
+        let metadata = self.metadata(&[])?;
+        let Some(shard) = metadata
+            .brokers
+            .iter()
+            .find(|b| b.broker_id == broker)
+            .and_then(|b| b.shards.first())
+        else {
+            let live: Vec<String> = metadata
+                .brokers
+                .iter()
+                .map(|b| b.broker_id.to_string())
+                .collect();
+            return Err(ClientError::Usage(format!(
+                "broker {broker} is not live (live: {})",
+                live.join(", ")
+            )));
+        };
+        let mut conn = self.open(&format!("{}:{}", shard.host, shard.port))?;
+        let header = codec::orphans::orphaned_request(
+            &mut conn.fbb,
+            purge_older_than_ms.is_some(),
+            purge_older_than_ms.unwrap_or(0),
+        )
+        .to_vec();
+        let response = conn.call(Api::Orphaned, &header, &[])?;
+        codec::orphans::decode_orphaned(&response.header)
+            .map_err(|e| ClientError::protocol(format!("orphaned: {e}")))
+    }
+
     /// Makes the ordinary topic `topic` (whose id must be `topic_id`) a
     /// mirror's copy recording `mirror_source` (failback's first step): it
     /// refuses ordinary produces from then on. Returns what it records.

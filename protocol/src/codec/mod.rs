@@ -97,6 +97,7 @@ pub mod failback;
 pub mod groups;
 pub mod multi_fetch;
 pub mod operations;
+pub mod orphans;
 pub mod producer_id;
 pub mod security;
 

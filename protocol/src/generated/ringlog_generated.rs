@@ -14761,5 +14761,557 @@ pub mod ringlog {
                 ds.finish()
             }
         }
+        pub enum OrphanedRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct OrphanedRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for OrphanedRequest<'a> {
+            type Inner = OrphanedRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> OrphanedRequest<'a> {
+            pub const VT_PURGE: ::flatbuffers::VOffsetT = 4;
+            pub const VT_OLDER_THAN_MS: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                OrphanedRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args OrphanedRequestArgs,
+            ) -> ::flatbuffers::WIPOffset<OrphanedRequest<'bldr>> {
+                let mut builder = OrphanedRequestBuilder::new(_fbb);
+                builder.add_older_than_ms(args.older_than_ms);
+                builder.add_purge(args.purge);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn purge(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(OrphanedRequest::VT_PURGE, Some(false))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn older_than_ms(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(OrphanedRequest::VT_OLDER_THAN_MS, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for OrphanedRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<bool>("purge", Self::VT_PURGE, false)?
+                    .visit_field::<u64>("older_than_ms", Self::VT_OLDER_THAN_MS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct OrphanedRequestArgs {
+            pub purge: bool,
+            pub older_than_ms: u64,
+        }
+        impl<'a> Default for OrphanedRequestArgs {
+            #[inline]
+            fn default() -> Self {
+                OrphanedRequestArgs {
+                    purge: false,
+                    older_than_ms: 0,
+                }
+            }
+        }
+
+        pub struct OrphanedRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OrphanedRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_purge(&mut self, purge: bool) {
+                self.fbb_
+                    .push_slot::<bool>(OrphanedRequest::VT_PURGE, purge, false);
+            }
+            #[inline]
+            pub fn add_older_than_ms(&mut self, older_than_ms: u64) {
+                self.fbb_
+                    .push_slot::<u64>(OrphanedRequest::VT_OLDER_THAN_MS, older_than_ms, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> OrphanedRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                OrphanedRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<OrphanedRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for OrphanedRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("OrphanedRequest");
+                ds.field("purge", &self.purge());
+                ds.field("older_than_ms", &self.older_than_ms());
+                ds.finish()
+            }
+        }
+        pub enum OrphanInfoOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct OrphanInfo<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for OrphanInfo<'a> {
+            type Inner = OrphanInfo<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> OrphanInfo<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PARTITION: ::flatbuffers::VOffsetT = 6;
+            pub const VT_BYTES: ::flatbuffers::VOffsetT = 8;
+            pub const VT_WHY: ::flatbuffers::VOffsetT = 10;
+            pub const VT_MOVED_AT_MS: ::flatbuffers::VOffsetT = 12;
+            pub const VT_PATH: ::flatbuffers::VOffsetT = 14;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                OrphanInfo { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args OrphanInfoArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<OrphanInfo<'bldr>> {
+                let mut builder = OrphanInfoBuilder::new(_fbb);
+                builder.add_moved_at_ms(args.moved_at_ms);
+                builder.add_bytes(args.bytes);
+                if let Some(x) = args.path {
+                    builder.add_path(x);
+                }
+                if let Some(x) = args.why {
+                    builder.add_why(x);
+                }
+                builder.add_partition(args.partition);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(OrphanInfo::VT_TOPIC, None)
+                }
+            }
+            #[inline]
+            pub fn partition(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(OrphanInfo::VT_PARTITION, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn bytes(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe { self._tab.get::<u64>(OrphanInfo::VT_BYTES, Some(0)).unwrap() }
+            }
+            #[inline]
+            pub fn why(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(OrphanInfo::VT_WHY, None)
+                }
+            }
+            #[inline]
+            pub fn moved_at_ms(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(OrphanInfo::VT_MOVED_AT_MS, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn path(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(OrphanInfo::VT_PATH, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for OrphanInfo<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<u32>("partition", Self::VT_PARTITION, false)?
+                    .visit_field::<u64>("bytes", Self::VT_BYTES, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "why",
+                        Self::VT_WHY,
+                        false,
+                    )?
+                    .visit_field::<u64>("moved_at_ms", Self::VT_MOVED_AT_MS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "path",
+                        Self::VT_PATH,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct OrphanInfoArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub partition: u32,
+            pub bytes: u64,
+            pub why: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub moved_at_ms: u64,
+            pub path: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for OrphanInfoArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                OrphanInfoArgs {
+                    topic: None,
+                    partition: 0,
+                    bytes: 0,
+                    why: None,
+                    moved_at_ms: 0,
+                    path: None,
+                }
+            }
+        }
+
+        pub struct OrphanInfoBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OrphanInfoBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(OrphanInfo::VT_TOPIC, topic);
+            }
+            #[inline]
+            pub fn add_partition(&mut self, partition: u32) {
+                self.fbb_
+                    .push_slot::<u32>(OrphanInfo::VT_PARTITION, partition, 0);
+            }
+            #[inline]
+            pub fn add_bytes(&mut self, bytes: u64) {
+                self.fbb_.push_slot::<u64>(OrphanInfo::VT_BYTES, bytes, 0);
+            }
+            #[inline]
+            pub fn add_why(&mut self, why: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(OrphanInfo::VT_WHY, why);
+            }
+            #[inline]
+            pub fn add_moved_at_ms(&mut self, moved_at_ms: u64) {
+                self.fbb_
+                    .push_slot::<u64>(OrphanInfo::VT_MOVED_AT_MS, moved_at_ms, 0);
+            }
+            #[inline]
+            pub fn add_path(&mut self, path: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(OrphanInfo::VT_PATH, path);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> OrphanInfoBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                OrphanInfoBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<OrphanInfo<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for OrphanInfo<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("OrphanInfo");
+                ds.field("topic", &self.topic());
+                ds.field("partition", &self.partition());
+                ds.field("bytes", &self.bytes());
+                ds.field("why", &self.why());
+                ds.field("moved_at_ms", &self.moved_at_ms());
+                ds.field("path", &self.path());
+                ds.finish()
+            }
+        }
+        pub enum OrphanedResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct OrphanedResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for OrphanedResponse<'a> {
+            type Inner = OrphanedResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> OrphanedResponse<'a> {
+            pub const VT_BROKER_ID: ::flatbuffers::VOffsetT = 4;
+            pub const VT_ORPHANS: ::flatbuffers::VOffsetT = 6;
+            pub const VT_PURGED: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                OrphanedResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args OrphanedResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<OrphanedResponse<'bldr>> {
+                let mut builder = OrphanedResponseBuilder::new(_fbb);
+                if let Some(x) = args.purged {
+                    builder.add_purged(x);
+                }
+                if let Some(x) = args.orphans {
+                    builder.add_orphans(x);
+                }
+                builder.add_broker_id(args.broker_id);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn broker_id(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(OrphanedResponse::VT_BROKER_ID, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn orphans(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OrphanInfo<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OrphanInfo>>,
+                    >>(OrphanedResponse::VT_ORPHANS, None)
+                }
+            }
+            #[inline]
+            pub fn purged(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OrphanInfo<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OrphanInfo>>,
+                    >>(OrphanedResponse::VT_PURGED, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for OrphanedResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<u32>("broker_id", Self::VT_BROKER_ID, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<OrphanInfo>>,
+                    >>("orphans", Self::VT_ORPHANS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<OrphanInfo>>,
+                    >>("purged", Self::VT_PURGED, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct OrphanedResponseArgs<'a> {
+            pub broker_id: u32,
+            pub orphans: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OrphanInfo<'a>>>,
+                >,
+            >,
+            pub purged: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<OrphanInfo<'a>>>,
+                >,
+            >,
+        }
+        impl<'a> Default for OrphanedResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                OrphanedResponseArgs {
+                    broker_id: 0,
+                    orphans: None,
+                    purged: None,
+                }
+            }
+        }
+
+        pub struct OrphanedResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OrphanedResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_broker_id(&mut self, broker_id: u32) {
+                self.fbb_
+                    .push_slot::<u32>(OrphanedResponse::VT_BROKER_ID, broker_id, 0);
+            }
+            #[inline]
+            pub fn add_orphans(
+                &mut self,
+                orphans: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<OrphanInfo<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    OrphanedResponse::VT_ORPHANS,
+                    orphans,
+                );
+            }
+            #[inline]
+            pub fn add_purged(
+                &mut self,
+                purged: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<OrphanInfo<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    OrphanedResponse::VT_PURGED,
+                    purged,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> OrphanedResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                OrphanedResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<OrphanedResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for OrphanedResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("OrphanedResponse");
+                ds.field("broker_id", &self.broker_id());
+                ds.field("orphans", &self.orphans());
+                ds.field("purged", &self.purged());
+                ds.finish()
+            }
+        }
     } // pub mod wire
 } // pub mod ringlog

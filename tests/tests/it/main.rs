@@ -36,6 +36,7 @@ mod mirror_safety;
 mod more_partitions;
 mod multi_fetch;
 mod nemesis;
+mod orphaned;
 mod partial_outage;
 mod peers;
 mod prefetch;

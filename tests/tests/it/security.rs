@@ -234,6 +234,13 @@ fn r22_strangers_are_refused_and_alice_does_only_what_her_rules_allow() {
     assert_eq!(code, ErrorCode::AuthorizationFailed);
     let (code, _) = code_of(alice.list_users());
     assert_eq!(code, ErrorCode::AuthorizationFailed);
+    // What the broker moved aside is the cluster's to describe and purge.
+    let (code, message) = code_of(alice.orphaned(0, Some(0)));
+    assert_eq!(code, ErrorCode::AuthorizationFailed, "{message}");
+    assert!(message.contains("may not alter the cluster"), "{message}");
+    let (code, message) = code_of(alice.orphaned(0, None));
+    assert_eq!(code, ErrorCode::AuthorizationFailed, "{message}");
+    assert!(admin.orphaned(0, None).is_ok());
     let (code, out, err) = ringlog(&[
         "--brokers",
         &address,

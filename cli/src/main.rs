@@ -585,11 +585,17 @@ fn main() {
 }
 
 fn connect(brokers: &str) -> anyhow::Result<Client> {
-    connect_as(
-        brokers,
-        TLS.get().cloned().flatten(),
-        LOGIN.get().cloned().flatten(),
-    )
+    connect_as(brokers, tls(), own_login())
+}
+
+/// The TLS settings of the global flags.
+fn tls() -> Option<protocol::client::TlsConfig> {
+    TLS.get().cloned().flatten()
+}
+
+/// The login of the global flags.
+fn own_login() -> Option<protocol::client::Login> {
+    LOGIN.get().cloned().flatten()
 }
 
 /// [`connect`] with these TLS settings and login (a mirror's source side
@@ -599,10 +605,24 @@ fn connect_as(
     tls: Option<protocol::client::TlsConfig>,
     login: Option<protocol::client::Login>,
 ) -> anyhow::Result<Client> {
+    connect_timed(brokers, tls, login, None)
+}
+
+/// [`connect_as`] with a request timeout of its own (a broker that takes
+/// a request and does not answer within it — a paused process — is given
+/// up on; the default is the client's, 30 s).
+fn connect_timed(
+    brokers: &str,
+    tls: Option<protocol::client::TlsConfig>,
+    login: Option<protocol::client::Login>,
+    request_timeout: Option<Duration>,
+) -> anyhow::Result<Client> {
+    let defaults = ClientConfig::default();
     let config = ClientConfig {
         tls,
         login,
-        ..ClientConfig::default()
+        request_timeout: request_timeout.unwrap_or(defaults.request_timeout),
+        ..defaults
     };
     match Client::with_config(brokers, config) {
         Ok(client) => Ok(client),

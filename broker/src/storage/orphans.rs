@@ -69,7 +69,7 @@ pub fn purge(data_dir: &Path, older_than_ms: u64, now_ms: u64) -> std::io::Resul
         tracing::warn!(dir = %dir.display(), bytes = orphan.bytes, "orphaned partition directory purged on request");
         if let Some(folder) = dir.parent() {
             // The folder goes with its last directory.
-            let empty = std::fs::read_dir(folder).map_or(false, |entries| {
+            let empty = std::fs::read_dir(folder).is_ok_and(|entries| {
                 entries
                     .flatten()
                     .all(|e| e.file_name() == std::ffi::OsStr::new(WHY_FILE))

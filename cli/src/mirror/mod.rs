@@ -179,6 +179,12 @@ pub struct MirrorArgs {
     /// saved (created if missing).
     #[arg(long, value_name = "DIR", default_value = "ringlog-failback")]
     failback_dir: std::path::PathBuf,
+    /// Give up on a broker that took a request and has not answered it
+    /// within this many ms (beyond a read's long-poll wait): a paused or
+    /// cut-off broker, whose connection no error ends. The partition is
+    /// then read from, or written to, whoever leads it now.
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    request_timeout_ms: u64,
 }
 
 impl MirrorArgs {
@@ -216,10 +222,28 @@ impl MirrorArgs {
         } else {
             None
         };
+        let timeout = Some(self.request_timeout());
         Ok(move |brokers: &str| match &settings {
-            Some((tls, login)) => super::connect_as(brokers, tls.clone(), login.clone()),
-            None => super::connect(brokers),
+            Some((tls, login)) => {
+                super::connect_timed(brokers, tls.clone(), login.clone(), timeout)
+            }
+            None => super::connect_timed(brokers, super::tls(), super::own_login(), timeout),
         })
+    }
+
+    /// The target's clients: the global security settings, the mirror's
+    /// request timeout.
+    fn connect_target(&self, brokers: &str) -> anyhow::Result<Client> {
+        super::connect_timed(
+            brokers,
+            super::tls(),
+            super::own_login(),
+            Some(self.request_timeout()),
+        )
+    }
+
+    fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms.max(100))
     }
 }
 
@@ -374,7 +398,7 @@ pub fn promote(target: &Client, topic: &str) -> anyhow::Result<()> {
 /// Copies the matching topics until stopped (or, with --exit-at-end, until
 /// every partition is at the source's end).
 pub fn run(args: MirrorArgs, target_brokers: &str) -> anyhow::Result<()> {
-    let target = super::connect(target_brokers)?;
+    let target = args.connect_target(target_brokers)?;
     let Some(from) = args.from.clone() else {
         bail!("ringlog mirror needs --from SOURCE_BROKERS (and --to TARGET_BROKERS, or --brokers)");
     };
@@ -413,7 +437,7 @@ pub fn run(args: MirrorArgs, target_brokers: &str) -> anyhow::Result<()> {
     // Workers: a source and a target client each (their own connections).
     let mut workers = Vec::new();
     for _ in 0..args.workers.max(1) {
-        workers.push((connect_source(&from)?, super::connect(target_brokers)?));
+        workers.push((connect_source(&from)?, args.connect_target(target_brokers)?));
     }
     let metrics = match &args.metrics {
         Some(address) => Some(serve_metrics(address)?),

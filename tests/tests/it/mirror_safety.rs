@@ -283,6 +283,19 @@ fn r45_a_source_topic_created_again_stops_its_copy_and_appends_nothing() {
 /// source's log byte for byte. Prints how long the copy paused.
 #[test]
 fn r45_the_mirror_follows_a_source_leader_killed_mid_stream() {
+    leader_lost_mid_stream(false);
+}
+
+/// The same with the leader paused (SIGSTOP) past its lease instead: the
+/// mirror's read at it hangs on a live connection, which no error ends; it
+/// must give up on it and follow the new leader, and the old one, woken
+/// (SIGCONT) after the copy moved on, must not make it copy anything twice.
+#[test]
+fn r45_the_mirror_follows_a_source_leader_paused_past_its_lease() {
+    leader_lost_mid_stream(true);
+}
+
+fn leader_lost_mid_stream(pause: bool) {
     const MESSAGES: u64 = 60_000;
     const SIZE: usize = 100;
     let etcd = harness::etcd::Etcd::start();
@@ -310,7 +323,17 @@ fn r45_the_mirror_follows_a_source_leader_killed_mid_stream() {
     let writer = {
         let address = addresses.join(",");
         std::thread::spawn(move || {
-            let client = Client::connect(&address).unwrap();
+            // A producer that gives up on a paused leader within 2 s, as
+            // the mirror does: what the copy shows is the mirror's delay,
+            // not the producer's.
+            let client = Client::with_config(
+                &address,
+                protocol::client::ClientConfig {
+                    request_timeout: Duration::from_secs(2),
+                    ..protocol::client::ClientConfig::default()
+                },
+            )
+            .unwrap();
             let mut p = Producer::new(
                 &client,
                 "events",
@@ -350,24 +373,52 @@ fn r45_the_mirror_follows_a_source_leader_killed_mid_stream() {
         .iter()
         .position(|b| b.options().broker_id == leader)
         .unwrap();
-    sources[index].kill9();
+    if pause {
+        sources[index].pause(true);
+    } else {
+        sources[index].kill9();
+    }
     let killed = Instant::now();
     let at_kill = copy_end();
-    // The copy stands still until the new leader serves, then moves on.
+    // A new leader's epoch begins at its log's end when it is elected:
+    // bytes past that end were written in the new epoch, and only the new
+    // leader can have served them. The copy holding one of them is the
+    // mirror following the new leader (not bytes it read before, flushed
+    // late).
+    let living = (index + 1) % 3;
+    let other = sources[living].client();
+    let elected_end = eventually("a new leader", Duration::from_secs(60), || {
+        let placed = other
+            .metadata(&["events"])
+            .map_err(|e| e.to_string())?
+            .topics[0]
+            .partitions[0]
+            .clone();
+        if placed.broker_id == leader {
+            return Err(format!("still {leader}"));
+        }
+        other
+            .list_offsets("events", 0, OffsetSpec::Latest, 0)
+            .map(|(_, o)| o.end_offset)
+            .map_err(|e| e.to_string())
+    });
     let moved = eventually(
-        "the copy moved past the kill",
+        "the copy moved past the new leader's first bytes",
         Duration::from_secs(60),
         || {
-            if copy_end() > at_kill {
+            if copy_end() > elected_end {
                 Ok(killed.elapsed())
             } else {
-                Err(copy_end().to_string())
+                Err(format!("{} of {elected_end}", copy_end()))
             }
         },
     );
     writer.join().unwrap();
-    sources[index].restart();
-    let living = (index + 1) % 3;
+    if pause {
+        sources[index].pause(false);
+    } else {
+        sources[index].restart();
+    }
     let source_end = end(&sources[living].client(), "events");
     eventually("the copy caught up", Duration::from_secs(60), || {
         let at = copy_end();
@@ -415,7 +466,8 @@ fn r45_the_mirror_follows_a_source_leader_killed_mid_stream() {
     );
     assert_eq!(code, 0, "{out}{err}");
     eprintln!(
-        "source leader {leader} SIGKILLed with {at_kill} bytes copied: the copy moved again after {moved:?}; {} messages copied, the source's {} in its order (its producer's resends included), all {MESSAGES} there; verify: {}\nmirror status:\n{table}\nthe mirror said:\n{}",
+        "source leader {leader} {} with {at_kill} bytes copied: the copy held bytes of the new leader's epoch (past {elected_end}) {moved:?} after; {} messages copied, the source's {} in its order (its producer's resends included), all {MESSAGES} there; verify: {}\nmirror status:\n{table}\nthe mirror said:\n{}",
+        if pause { "SIGSTOPped" } else { "SIGKILLed" },
         copied.len(),
         sourced.len(),
         out.trim(),

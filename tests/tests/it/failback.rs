@@ -249,6 +249,24 @@ fn r45_failback_saves_the_old_sources_writes_cuts_it_at_the_fork_and_copies_the_
             panic!("clicks-{p}: DC1's copy is DC2's log: {d}");
         }
     }
+    // The followers cut their logs in the new epoch and join its ISR
+    // again: DC2's writes become visible in DC1.
+    let failed_back = std::time::Instant::now();
+    let visible = eventually(
+        "DC1's ISR back, all visible",
+        Duration::from_secs(30),
+        || {
+            let lagging: Vec<(u32, u64)> = (0..PARTITIONS)
+                .map(|p| (p, offsets(&src, p).flushed_offset))
+                .filter(|(p, v)| *v < offsets(&copy, *p).end_offset)
+                .collect();
+            if lagging.is_empty() {
+                Ok(failed_back.elapsed())
+            } else {
+                Err(format!("{lagging:?}"))
+            }
+        },
+    );
     let (code, verified, err) = ringlog(
         &addresses(&dc1),
         &["verify", "clicks", "--against", &dc2.address()],
@@ -327,7 +345,7 @@ fn r45_failback_saves_the_old_sources_writes_cuts_it_at_the_fork_and_copies_the_
         .filter(|m| m.value.starts_with(b"dc1-last"))
         .count();
     eprintln!(
-        "DC1 killed -9 mid-stream, {streamed} messages of its last stream kept; forks {forks:?} (the copy's ends at promote); DC1 ended at {ends_before:?}\n{}\nthe failback said:\n{out}{err}\nverify: {}\nrun again:\n{again}",
+        "DC1 killed -9 mid-stream, {streamed} messages of its last stream kept; forks {forks:?} (the copy's ends at promote); DC1 ended at {ends_before:?}\n{}\nthe failback said:\n{out}{err}\nall visible in DC1 {visible:?} after the failback ended\nverify: {}\nrun again:\n{again}",
         saved_said.join("\n"),
         verified.trim()
     );

@@ -162,8 +162,7 @@ fn save_and_cut(
             println!("{label}: its bytes past the fork at {fork} are the source's (copied back by an earlier run): nothing to cut");
             return Ok(fork);
         }
-        let bytes = read_tail(target, name, partition, fork, end)?;
-        let files = write_saved(dir, &label, fork, end, &bytes, format)?;
+        let files = save(target, name, partition, (fork, end), format, dir)?;
         let cut = Cut {
             topic: name.to_string(),
             partition,
@@ -212,84 +211,102 @@ fn copied_already(
     if theirs.end_offset < end {
         return Ok(false);
     }
-    let mine = read_tail(target, name, partition, fork, to)?;
-    let theirs = read_tail(source, &topic.name, partition, fork, to)?;
-    Ok(mine == theirs)
+    let collect = |client: &Client, topic: &str| -> anyhow::Result<Vec<u8>> {
+        let mut bytes = Vec::with_capacity((to - fork) as usize);
+        read_range(client, topic, partition, fork, to, |chunk, _| {
+            bytes.extend_from_slice(chunk);
+            Ok(())
+        })?;
+        Ok(bytes)
+    };
+    Ok(collect(target, name)? == collect(source, &topic.name)?)
 }
 
-/// The bytes of `name`-`partition` from `fork` to `end`, once all are
-/// committed.
-fn read_tail(
+/// Hands `sink` the bytes of `name`-`partition` from `from` to `to`, a
+/// chunk of whole messages at a time with its offset, each once it is
+/// committed (so a tail of any size passes through a bounded buffer).
+fn read_range(
     client: &Client,
     name: &str,
     partition: u32,
-    fork: u64,
-    end: u64,
-) -> anyhow::Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity((end - fork).min(64 << 20) as usize);
-    let mut at = fork;
-    let started = Instant::now();
+    from: u64,
+    to: u64,
+    mut sink: impl FnMut(&[u8], u64) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut at = from;
+    let mut waiting_since: Option<Instant> = None;
     // Whole messages are read: at least a megabyte, more for a larger one.
     let mut ask = 1u32 << 20;
-    while at < end {
+    while at < to {
         let chunk = client
-            .mirror_read(
-                name,
-                partition,
-                at,
-                ask.max((end - at).min(16 << 20) as u32),
-            )
+            .mirror_read(name, partition, at, ask)
             .with_context(|| format!("reading {name}-{partition} at {at}"))?;
         if chunk.cut {
             ask = ask.saturating_mul(4).min(super::READ_BYTES_MAX);
             continue;
         }
         if chunk.bytes.is_empty() {
-            if started.elapsed() > COMMIT_WAIT {
+            let since = *waiting_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > COMMIT_WAIT {
                 anyhow::bail!(
-                    "{name}-{partition}: its bytes {at}..{end} are not committed after {} s (its replicas behind?): nothing cut; run the failback again",
+                    "{name}-{partition}: its bytes {at}..{to} are not committed after {} s (its replicas behind?): nothing cut; run the failback again",
                     COMMIT_WAIT.as_secs()
                 );
             }
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }
-        let take = chunk.bytes.len().min((end - at) as usize);
-        bytes.extend_from_slice(&chunk.bytes[..take]);
+        waiting_since = None;
+        let take = chunk.bytes.len().min((to - at) as usize);
+        sink(&chunk.bytes[..take], at)?;
         at += take as u64;
     }
-    Ok(bytes)
+    Ok(())
 }
 
-/// Writes the saved bytes as stored (`.log`) and a line per message
-/// (`.txt`: offset, key, value, escaped); returns the two paths.
-fn write_saved(
-    dir: &Path,
-    label: &str,
-    fork: u64,
-    end: u64,
-    bytes: &[u8],
+/// Saves the bytes of `name`-`partition` in `range` as stored
+/// (`LABEL.FORK-END.log`) and a line per message (`.txt`: offset, key,
+/// value, escaped), streamed chunk by chunk, synced; returns the two
+/// paths.
+fn save(
+    client: &Client,
+    name: &str,
+    partition: u32,
+    range: (u64, u64),
     format: MessageFormat,
+    dir: &Path,
 ) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let (fork, end) = range;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let raw = dir.join(format!("{label}.{fork}-{end}.log"));
-    let text = dir.join(format!("{label}.{fork}-{end}.txt"));
-    let write = |path: &Path, body: &[u8]| -> anyhow::Result<()> {
-        let mut file =
-            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        file.write_all(body)
-            .and_then(|()| file.sync_all())
-            .with_context(|| format!("writing {}", path.display()))
+    let label = format!("{name}-{partition}");
+    let raw_path = dir.join(format!("{label}.{fork}-{end}.log"));
+    let text_path = dir.join(format!("{label}.{fork}-{end}.txt"));
+    let create = |path: &Path| {
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))
     };
-    write(&raw, bytes)?;
-    write(&text, lines(bytes, fork, format).as_bytes())?;
-    Ok((raw, text))
+    let (mut raw, mut text) = (
+        std::io::BufWriter::new(create(&raw_path)?),
+        std::io::BufWriter::new(create(&text_path)?),
+    );
+    text.write_all(b"offset\tkey\tvalue\n")?;
+    read_range(client, name, partition, fork, end, |chunk, at| {
+        raw.write_all(chunk)?;
+        text.write_all(lines(chunk, at, format).as_bytes())?;
+        Ok(())
+    })?;
+    for (file, path) in [(raw, &raw_path), (text, &text_path)] {
+        file.into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok((raw_path, text_path))
 }
 
-/// One line per message of `bytes` (stored from `base` on): its offset,
-/// key and value, escaped as Rust strings are.
+/// One line per message of `bytes` (whole messages stored from `base`
+/// on): its offset, key and value, escaped as Rust strings are.
 fn lines(bytes: &[u8], base: u64, format: MessageFormat) -> String {
-    let mut out = String::from("offset\tkey\tvalue\n");
+    let mut out = String::new();
     let mut line = |offset: u64, key: Option<&[u8]>, value: &[u8]| {
         let text = |b: &[u8]| String::from_utf8_lossy(b).escape_debug().to_string();
         out.push_str(&format!(

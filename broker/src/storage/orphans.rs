@@ -7,12 +7,9 @@
 //! purge-orphaned N --older-than AGE`), never by the broker on its own.
 //! Plain blocking file-system calls: callers run them off the shards.
 
-use super::sweep::{parse_partition_dir, ORPHANED_DIR};
+use super::sweep::{parse_partition_dir, ORPHANED_DIR, WHY_FILE};
 use protocol::codec::orphans::Orphan;
 use std::path::Path;
-
-/// The file beside a moved-aside directory that says why.
-pub const WHY_FILE: &str = "why";
 
 /// Every partition directory in `.orphaned/`, oldest first. A data
 /// directory without the folder has none.

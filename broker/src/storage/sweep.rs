@@ -39,6 +39,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const TRASH_DIR: &str = ".trash";
 /// Where partition directories that nothing owns are kept.
 pub const ORPHANED_DIR: &str = ".orphaned";
+/// The file beside a moved-aside directory that says why (`orphans.rs`
+/// reads it back).
+pub const WHY_FILE: &str = "why";
 /// The tombstone marker of brokers before the trash folder.
 const OLD_TOMBSTONE: &str = "~deleted-";
 
@@ -135,7 +138,7 @@ pub fn move_aside(dir: &Path, why: &str) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(&folder)?;
     // Why, for `ringlog brokers describe` (`orphans.rs`); the stamp says
     // when.
-    std::fs::write(folder.join(super::orphans::WHY_FILE), format!("{why}\n"))?;
+    std::fs::write(folder.join(WHY_FILE), format!("{why}\n"))?;
     let target = folder.join(name);
     std::fs::rename(dir, &target)?;
     sync_dir(&folder)?;

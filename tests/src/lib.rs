@@ -67,6 +67,8 @@ pub fn orphaned_dirs(data_dir: &Path) -> Vec<PathBuf> {
                 .into_iter()
                 .flatten()
                 .flatten()
+                // The partition directories; beside each, its `why` file.
+                .filter(|e| e.path().is_dir())
                 .map(|e| e.path())
         })
         .collect()

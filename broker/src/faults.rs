@@ -15,6 +15,8 @@
 //! | `write_delay_ms`| every chunk write waits this long before it starts     |
 //! | `cold_read_delay_ms` | every read of uncached fetch bytes takes this much longer (a slow disk) |
 //! | `syncfs_errno`  | every `syncfs` of a flush batch fails with this errno (a write-back error somewhere on the file system) |
+//! | `open_topic_errno` | every topic a shard opens fails with this errno, as if the disk refused its directories (the broker applies no new topic; an answer that waits for it names it) |
+//! | `topic_apply_delay_ms` | every new or changed topic record the broker learns from etcd (its watch, or a read on a request for a topic it does not know) is applied this much later (a control thread busy opening thousands of partitions) |
 //! | `delete_delay_ms` | a DeleteTopic waits this long between the registry forgetting the topic and the shards removing its directories (a window for a kill -9 mid-delete) |
 //!
 //! Unset (always, in production) every fault is off and costs one load of a
@@ -42,6 +44,11 @@ pub struct Faults {
     pub syncfs_errno: Option<i32>,
     /// Delay between a delete's registry change and its directories' removal.
     pub delete_delay: Option<Duration>,
+    /// Delay before a new or changed topic record learned from etcd is
+    /// applied.
+    pub topic_apply_delay: Option<Duration>,
+    /// Every topic a shard opens fails with this errno.
+    pub open_topic_errno: Option<i32>,
     /// Delay before a follower link's first fetch (a follower slow to
     /// start fetching after it registered).
     pub follower_start_delay: Option<Duration>,
@@ -81,6 +88,9 @@ impl Faults {
                 "sync_delay_ms" => faults.sync_delay = Some(Duration::from_millis(number)),
                 "write_delay_ms" => faults.write_delay = Some(Duration::from_millis(number)),
                 "delete_delay_ms" => faults.delete_delay = Some(Duration::from_millis(number)),
+                "topic_apply_delay_ms" => {
+                    faults.topic_apply_delay = Some(Duration::from_millis(number))
+                }
                 "follower_start_delay_ms" => {
                     faults.follower_start_delay = Some(Duration::from_millis(number))
                 }
@@ -89,6 +99,12 @@ impl Faults {
                 }
                 "syncfs_errno" => {
                     faults.syncfs_errno = Some(
+                        i32::try_from(number)
+                            .map_err(|_| FaultsError::NotErrno(entry.to_string()))?,
+                    )
+                }
+                "open_topic_errno" => {
+                    faults.open_topic_errno = Some(
                         i32::try_from(number)
                             .map_err(|_| FaultsError::NotErrno(entry.to_string()))?,
                     )

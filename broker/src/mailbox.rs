@@ -269,6 +269,7 @@ impl From<RegistryError> for ControlError {
             RegistryError::UnknownTopic { .. } => ErrorCode::UnknownTopic,
             RegistryError::Unavailable { .. } => ErrorCode::CoordinatorUnavailable,
             RegistryError::ClusterMismatch(_) => ErrorCode::ClusterIdMismatch,
+            RegistryError::NotServed { .. } => ErrorCode::NotYetServed,
             _ => ErrorCode::StorageFailed,
         };
         ControlError::new(code, error.to_string())

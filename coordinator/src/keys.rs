@@ -16,6 +16,7 @@
 //! | `security/users/<name>`    | the user's SCRAM-SHA-256 credential, `SCRAM-SHA-256:ITERATIONS:SALT:STORED_KEY:SERVER_KEY` (not JSON; never a password) | AlterUsers through any broker, or `ringlog users add --etcd` before any broker runs | none: persistent |
 //! | `security/login-secret`    | 32 random bytes in hex, made by the first broker that finds none (a create-if-absent transaction): the salts and iteration counts answered for users that do not exist derive from it, alike on every broker and across restarts | the first broker to read the security records | none: persistent |
 //! | `producer-ids`            | the next producer id not handed out, decimal (not JSON); the first is random in its top 24 bits, so two clusters' ids (a mirror copies another cluster's batches verbatim) meet with odds of 1 in 16 million | any broker, taking a block for its InitProducerId answers: a transaction comparing the key's `mod_revision` (`create_revision` 0 for the first) | none: persistent; never decreases |
+//! | `served/<topic-id>/<broker:010>` | the etcd revision of the topic's record that broker last applied (decimal, not JSON): its shards serve the topic as of that record | that broker, after applying a topic record it read from etcd; the broker that made the change waits until every live broker's is at least its revision before it answers CreateTopic, CreatePartitions, a reassignment or a settings change | none: persistent, deleted with the topic (a dead broker's is ignored: only live brokers are waited for) |
 //! | `security/acls/<rule>`     | the access control rule, in its text form, which is also its key (`allow User:alice read topic:clicks`) | CreateAcls / DeleteAcls through any broker | none: persistent |
 //!
 //! Ids are zero-padded to ten digits so that etcd's byte order is numeric
@@ -86,6 +87,16 @@ impl Keys {
     /// One partition's state.
     pub fn partition(&self, topic_id: &str, partition: u32) -> String {
         format!("{}partitions/{topic_id}/{partition:010}", self.prefix)
+    }
+
+    /// The prefix of the brokers' applied revisions of one topic.
+    pub fn served_of(&self, topic_id: &str) -> String {
+        format!("{}served/{topic_id}/", self.prefix)
+    }
+
+    /// The revision of a topic's record one broker last applied.
+    pub fn served(&self, topic_id: &str, broker: BrokerId) -> String {
+        format!("{}served/{topic_id}/{broker:010}", self.prefix)
     }
 
     /// The prefix of every group.
@@ -180,6 +191,13 @@ impl Keys {
             }
             return p.parse().ok().map(|p| Key::Partition(topic_id, p));
         }
+        if let Some(served) = rest.strip_prefix("served/") {
+            let (topic_id, broker) = served.split_once('/')?;
+            if topic_id.is_empty() || broker.contains('/') {
+                return None;
+            }
+            return broker.parse().ok().map(|b| Key::Served(topic_id, b));
+        }
         if let Some(name) = rest.strip_prefix("topics/") {
             return (!name.is_empty() && !name.contains('/')).then_some(Key::Topic(name));
         }
@@ -225,6 +243,8 @@ pub enum Key<'k> {
     Topic(&'k str),
     /// `partitions/<topic-id>/<partition>`.
     Partition(&'k str, u32),
+    /// `served/<topic-id>/<broker>`.
+    Served(&'k str, BrokerId),
     /// `groups/<group>/members/<member>`.
     GroupMember(&'k str, &'k str),
     /// `groups/<group>/owners/<topic>/<partition>`.
@@ -261,6 +281,11 @@ mod tests {
         assert_eq!(keys.parse(&state), Some(Key::Partition("00ab", 7)));
         assert!(state.starts_with(&keys.partitions_of("00ab")));
         assert_eq!(keys.parse("/ringlog/prod/partitions/00ab"), None);
+        let served = keys.served("00ab", 3);
+        assert_eq!(served, "/ringlog/prod/served/00ab/0000000003");
+        assert_eq!(keys.parse(&served), Some(Key::Served("00ab", 3)));
+        assert!(served.starts_with(&keys.served_of("00ab")));
+        assert_eq!(keys.parse("/ringlog/prod/served/00ab"), None);
         assert_eq!(keys.parse(&keys.topic("a.b-c")), Some(Key::Topic("a.b-c")));
         assert_eq!(keys.parse("/ringlog/other/topics/x"), None);
         assert_eq!(keys.parse("/ringlog/prod/topics/"), None);

@@ -134,11 +134,16 @@ pub enum ErrorCode {
     /// partition has stored for its producer id: it is fenced. Nothing was
     /// stored. Not retriable as it is.
     InvalidProducerEpoch = 41,
+    /// A topic change (CreateTopic, CreatePartitions, a reassignment, a
+    /// settings change) is stored in the cluster, but live brokers had not
+    /// applied it when the broker stopped waiting (the message names
+    /// them). The change stands; retry what needs it.
+    NotYetServed = 42,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 42] = [
+    pub const ALL: [ErrorCode; 43] = [
         ErrorCode::None,
         ErrorCode::UnknownApi,
         ErrorCode::UnsupportedVersion,
@@ -181,6 +186,7 @@ impl ErrorCode {
         ErrorCode::AuthorizationFailed,
         ErrorCode::OutOfOrderSequence,
         ErrorCode::InvalidProducerEpoch,
+        ErrorCode::NotYetServed,
     ];
 
     /// The code for a wire number; unknown numbers map to `None` in the `Err`.
@@ -237,6 +243,7 @@ impl ErrorCode {
             ErrorCode::AuthorizationFailed => "AUTHORIZATION_FAILED",
             ErrorCode::OutOfOrderSequence => "OUT_OF_ORDER_SEQUENCE",
             ErrorCode::InvalidProducerEpoch => "INVALID_PRODUCER_EPOCH",
+            ErrorCode::NotYetServed => "NOT_YET_SERVED",
         }
     }
 }

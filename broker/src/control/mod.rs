@@ -26,12 +26,14 @@ pub mod membership;
 mod more_partitions;
 mod promote;
 mod reassign;
+mod served;
 
 use crate::config::Config;
 use crate::mailbox::{ControlError, ControlMsg, ShardMsg};
 use coordinator::placement;
 use coordinator::registry::{
-    BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, TopicRecord,
+    BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, ServedWait,
+    TopicRecord,
 };
 use coordinator::replicas::{UpdateOutcome, Versioned};
 use groups::{GroupPlane, Wake};
@@ -106,6 +108,8 @@ where
     let data_dir = config.clustered().then(|| config.data_dir.clone());
     let join_new_cluster = config.join_new_cluster;
     let members_cache = std::time::Duration::from_millis(config.group_members_cache_ms);
+    let served_timeout = std::time::Duration::from_secs(u64::from(config.etcd_lease_ttl_s))
+        + std::time::Duration::from_millis(config.etcd_timeout_ms);
     let group_deadline = std::time::Duration::from_millis(config.etcd_timeout_ms);
     let fresh = config.fresh_data_dir;
     let copies_at_start = config.copies_at_start.clone();
@@ -204,6 +208,7 @@ where
                     states: BTreeMap::new(),
                     replication,
                     deadline: group_deadline,
+                    served_timeout,
                     super_users,
                     fresh,
                     restart_pending: Default::default(),
@@ -265,6 +270,10 @@ struct ControlPlane<R: Registry> {
     /// How long a topic's registration may take in all (`etcd_timeout_ms`),
     /// however many registry operations it needs.
     deadline: std::time::Duration,
+    /// How long a change waits for every live broker to apply it
+    /// (`served.rs`): the lease's TTL (a dead broker has left the live
+    /// set by then) and one etcd timeout.
+    served_timeout: std::time::Duration,
     /// When the last on-demand registry read started.
     last_refresh: Option<std::time::Instant>,
     /// Where the applied topics are kept (clustered brokers only).
@@ -335,7 +344,7 @@ async fn restore_topics<R: Registry>(
     let mut restored = 0;
     for record in topics {
         match registry.create_topic(record.clone()).await {
-            Ok(()) => restored += 1,
+            Ok(_) => restored += 1,
             Err(RegistryError::TopicExists { .. }) => {
                 let current = registry.topics().await?;
                 if let Some(other) = current
@@ -358,6 +367,14 @@ async fn restore_topics<R: Registry>(
         "--join-new-cluster: registered the topics this broker holds in the cluster it joined; start it without the flag from now on"
     );
     Ok(())
+}
+
+/// Waits `topic_apply_delay_ms` (a fault tests inject) before a topic
+/// record learned from etcd is applied.
+async fn applied_late() {
+    if let Some(delay) = crate::faults::Faults::get().topic_apply_delay {
+        tokio::time::sleep(delay).await;
+    }
 }
 
 /// What the control loop does next.
@@ -526,7 +543,7 @@ impl<R: Registry> ControlPlane<R> {
                 let result = self
                     .create_topic(&name, partitions, overrides, mirror_source)
                     .await;
-                let _ = reply.send_async(result).await;
+                served::answer_when_served(result, reply).await;
             }
             ControlMsg::DeleteTopic { name, reply } => {
                 let result = self.delete_topic(&name).await;
@@ -540,6 +557,7 @@ impl<R: Registry> ControlPlane<R> {
                 self.last_refresh = Some(std::time::Instant::now());
                 match self.registry.topics().await {
                     Ok(topics) => {
+                        applied_late().await;
                         for record in topics {
                             self.apply_topic(record).await;
                         }
@@ -600,7 +618,7 @@ impl<R: Registry> ControlPlane<R> {
                 reply,
             } => {
                 let result = self.reassign(&topic, partition, replicas).await;
-                let _ = reply.send_async(result).await;
+                served::answer_when_served(result, reply).await;
             }
             ControlMsg::CreatePartitions {
                 name,
@@ -608,7 +626,7 @@ impl<R: Registry> ControlPlane<R> {
                 reply,
             } => {
                 let result = self.create_partitions(&name, partitions).await;
-                let _ = reply.send_async(result).await;
+                served::answer_when_served(result, reply).await;
             }
             ControlMsg::PromoteMirror { name, ends, reply } => {
                 let result = self.promote_mirror(&name, ends).await;
@@ -663,7 +681,7 @@ impl<R: Registry> ControlPlane<R> {
         partitions: u32,
         overrides: TopicSettings,
         mirror_source: Option<String>,
-    ) -> Result<TopicRecord, ControlError> {
+    ) -> Result<(TopicRecord, Option<ServedWait>), ControlError> {
         // One deadline for the registry's part, as for group requests (issue
         // 24, item 17): it used to add up to three etcd timeouts, then
         // answer INTERNAL.
@@ -673,8 +691,8 @@ impl<R: Registry> ControlPlane<R> {
             self.register_topic(name, partitions, overrides, mirror_source),
         )
         .await;
-        let record = match registered {
-            Ok(record) => record?,
+        let (record, revision) = match registered {
+            Ok(registered) => registered?,
             Err(_) => {
                 return Err(ControlError::new(
                     ErrorCode::CoordinatorUnavailable,
@@ -685,7 +703,9 @@ impl<R: Registry> ControlPlane<R> {
         let result = self.open_everywhere(&record).await;
         let copies = record.replicas.first().map_or(1, Vec::len);
         tracing::info!(topic = %name, partitions, replication_factor = copies, "created topic");
-        result.map(|()| record)
+        result?;
+        let wait = self.wait_served(&record, revision).await;
+        Ok((record, wait))
     }
 
     /// Places a new topic's partitions and registers it.
@@ -695,7 +715,7 @@ impl<R: Registry> ControlPlane<R> {
         partitions: u32,
         overrides: TopicSettings,
         mirror_source: Option<String>,
-    ) -> Result<TopicRecord, ControlError> {
+    ) -> Result<(TopicRecord, i64), ControlError> {
         let live = self.registry.brokers().await?;
         let brokers: Vec<_> = live.iter().map(|b| b.broker_id).collect();
         let placeable: Vec<placement::Placeable> = live
@@ -768,8 +788,8 @@ impl<R: Registry> ControlPlane<R> {
         if !self.known.contains_key(name) {
             self.groups.forget_topic(name).await?;
         }
-        self.registry.create_topic(record.clone()).await?;
-        Ok(record)
+        let revision = self.registry.create_topic(record.clone()).await?;
+        Ok((record, revision))
     }
 
     async fn delete_topic(&mut self, name: &str) -> Result<(), ControlError> {
@@ -965,7 +985,15 @@ impl<R: Registry> ControlPlane<R> {
                 partition,
                 state,
             } => self.learn_state(&topic_id, partition, state).await,
-            RegistryEvent::TopicPut(record) => self.apply_topic(record).await,
+            RegistryEvent::TopicPut { record, revision } => {
+                if self.known.get(&record.name) != Some(&record) {
+                    applied_late().await;
+                }
+                let topic = (record.name.clone(), record.id.clone());
+                if self.apply_topic(record).await {
+                    self.mark_served(&[topic], revision).await;
+                }
+            }
             RegistryEvent::TopicDeleted { name, id } => {
                 if self.known.contains_key(&name) {
                     tracing::info!(topic = %name, %id, "topic deleted in the cluster");
@@ -981,50 +1009,72 @@ impl<R: Registry> ControlPlane<R> {
                 topics,
                 brokers,
                 partitions,
-            } => {
-                for (topic_id, partition, state) in partitions {
-                    self.learn_state(&topic_id, partition, state).await;
-                }
-                // Users or rules may have changed while the watch was lost.
-                self.publish_security().await;
-                // A snapshot is not a list of deletes: a topic it lacks may
-                // have been deleted, or the snapshot may be an older backup.
-                // Its data is moved aside, never removed. And the snapshot
-                // may be older than a topic this thread created meanwhile
-                // (it was read before the create, queued, and only now
-                // handled): so only a topic that a read made now lacks too
-                // is moved aside, and with no such read, none is.
-                let topics = match self.registry.topics().await {
-                    Ok(now) => {
-                        let gone: Vec<String> = self
-                            .known
-                            .keys()
-                            .filter(|name| !now.iter().any(|t| &t.name == *name))
-                            .cloned()
-                            .collect();
-                        for name in gone {
-                            self.orphan_everywhere(&name).await;
-                        }
-                        now
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "reading the topic registry after a resync; topics it lacks are checked at the next one");
-                        topics
-                    }
-                };
-                for record in topics {
-                    self.apply_topic(record).await;
-                }
-                self.publish_brokers(brokers).await;
-                self.restart_replicas().await;
-                self.elect_where_leaderless().await;
-            }
+                revision,
+            } => self.resync(topics, brokers, partitions, revision).await,
         }
     }
 
-    async fn apply_topic(&mut self, record: TopicRecord) {
+    /// Reconciles with the whole state after a lost watch
+    /// ([`RegistryEvent::Resync`]).
+    async fn resync(
+        &mut self,
+        topics: Vec<TopicRecord>,
+        brokers: Vec<BrokerRecord>,
+        partitions: Vec<(String, u32, Versioned)>,
+        revision: i64,
+    ) {
+        for (topic_id, partition, state) in partitions {
+            self.learn_state(&topic_id, partition, state).await;
+        }
+        // Users or rules may have changed while the watch was lost.
+        self.publish_security().await;
+        // A snapshot is not a list of deletes: a topic it lacks may
+        // have been deleted, or the snapshot may be an older backup.
+        // Its data is moved aside, never removed. And the snapshot
+        // may be older than a topic this thread created meanwhile
+        // (it was read before the create, queued, and only now
+        // handled): so only a topic that a read made now lacks too
+        // is moved aside, and with no such read, none is.
+        let topics = match self.registry.topics().await {
+            Ok(now) => {
+                let gone: Vec<String> = self
+                    .known
+                    .keys()
+                    .filter(|name| !now.iter().any(|t| &t.name == *name))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    self.orphan_everywhere(&name).await;
+                }
+                now
+            }
+            Err(error) => {
+                tracing::warn!(%error, "reading the topic registry after a resync; topics it lacks are checked at the next one");
+                topics
+            }
+        };
+        // Marked at the snapshot's revision: a record read since is as new
+        // or newer, so the mark claims no more than was applied.
+        let mut served = Vec::new();
+        for record in topics {
+            let topic = (record.name.clone(), record.id.clone());
+            if self.apply_topic(record).await {
+                served.push(topic);
+            }
+        }
+        self.mark_served(&served, revision).await;
+        self.publish_brokers(brokers).await;
+        self.restart_replicas().await;
+        self.elect_where_leaderless().await;
+    }
+
+    /// Applies a topic's record to every shard; false when a shard could
+    /// not (logged).
+    async fn apply_topic(&mut self, record: TopicRecord) -> bool {
+        if self.known.get(&record.name) == Some(&record) {
+            return true;
+        }
         match self.known.get(&record.name) {
-            Some(known) if *known == record => return,
             // Another topic of the same name (deleted and created again
             // while the watch was away): the old one's partitions go first.
             // A record with the same id that changed is the same topic.
@@ -1034,13 +1084,10 @@ impl<R: Registry> ControlPlane<R> {
             }
             // The same topic, its record rewritten: a reassignment began
             // or ended.
-            Some(_) => {
-                self.change_everywhere(&record).await;
-                return;
-            }
+            Some(_) => return self.change_everywhere(&record).await,
             None => {}
         }
         tracing::info!(topic = %record.name, id = %record.id, partitions = record.partitions, "topic created in the cluster");
-        let _ = self.open_everywhere(&record).await;
+        self.open_everywhere(&record).await.is_ok()
     }
 }

@@ -13,7 +13,7 @@
 use super::ControlPlane;
 use crate::mailbox::ControlError;
 use coordinator::placement;
-use coordinator::registry::{Registry, TopicRecord};
+use coordinator::registry::{Registry, ServedWait, TopicRecord};
 use protocol::codec::operations::PartitionsCreated;
 use protocol::types::BrokerId;
 use protocol::ErrorCode;
@@ -27,7 +27,7 @@ impl<R: Registry> ControlPlane<R> {
         &mut self,
         name: &str,
         partitions: u32,
-    ) -> Result<PartitionsCreated, ControlError> {
+    ) -> Result<(PartitionsCreated, Option<ServedWait>), ControlError> {
         let live = self.registry.brokers().await?;
         let placeable: Vec<placement::Placeable> = live
             .iter()
@@ -53,17 +53,18 @@ impl<R: Registry> ControlPlane<R> {
                 ));
             }
             if partitions == record.partitions {
-                return Ok(PartitionsCreated {
+                let answer = PartitionsCreated {
                     topic: name.to_string(),
                     partitions,
                     brokers: Vec::new(),
-                });
+                };
+                return Ok((answer, None));
             }
             let mut next = grown(&record, partitions, &placeable)?;
             next.record_disks(record.partitions, &live);
-            if !self.registry.replace_topic(next.clone(), revision).await? {
+            let Some(written) = self.registry.replace_topic(next.clone(), revision).await? else {
                 continue;
-            }
+            };
             let brokers: Vec<BrokerId> = (record.partitions..partitions)
                 .filter_map(|p| next.broker_of(p))
                 .collect();
@@ -74,12 +75,17 @@ impl<R: Registry> ControlPlane<R> {
                 ?brokers,
                 "topic partitions added"
             );
-            self.apply_topic(next).await;
-            return Ok(PartitionsCreated {
+            let wait = if self.apply_topic(next.clone()).await {
+                self.wait_served(&next, written).await
+            } else {
+                None
+            };
+            let answer = PartitionsCreated {
                 topic: name.to_string(),
                 partitions,
                 brokers,
-            });
+            };
+            return Ok((answer, wait));
         }
         Err(ControlError::new(
             ErrorCode::CoordinatorUnavailable,

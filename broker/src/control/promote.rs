@@ -120,7 +120,12 @@ impl<R: Registry> ControlPlane<R> {
             if next == record {
                 return Ok(answer);
             }
-            if !self.registry.replace_topic(next.clone(), revision).await? {
+            if self
+                .registry
+                .replace_topic(next.clone(), revision)
+                .await?
+                .is_none()
+            {
                 continue;
             }
             self.apply_topic(next).await;

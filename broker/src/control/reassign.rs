@@ -21,7 +21,7 @@
 
 use super::ControlPlane;
 use crate::mailbox::{ControlError, ShardMsg};
-use coordinator::registry::{MoveError, Registry, TopicRecord};
+use coordinator::registry::{MoveError, Registry, ServedWait, TopicRecord};
 use coordinator::replicas::{PartitionState, PartitionUpdate, UpdateOutcome};
 use protocol::codec::operations::Reassigned;
 use protocol::types::{BrokerId, PartitionId};
@@ -37,7 +37,7 @@ impl<R: Registry> ControlPlane<R> {
         topic: &str,
         partition: PartitionId,
         target: Vec<BrokerId>,
-    ) -> Result<Reassigned, ControlError> {
+    ) -> Result<(Reassigned, Option<ServedWait>), ControlError> {
         let live: Vec<BrokerId> = self.brokers.iter().map(|b| b.broker_id).collect();
         if let Some(absent) = target.iter().find(|b| !live.contains(b)) {
             return Err(ControlError::new(
@@ -64,17 +64,18 @@ impl<R: Registry> ControlPlane<R> {
                     ControlError::new(code, why.to_string())
                 })?;
             let Some(next) = next else {
-                return Ok(Reassigned {
+                let answer = Reassigned {
                     topic: topic.to_string(),
                     partition,
                     replicas: record.replicas_of(partition),
                     moving_to: Vec::new(),
-                });
+                };
+                return Ok((answer, None));
             };
             self.fix_initial_state(&record, partition).await?;
-            if !self.registry.replace_topic(next.clone(), revision).await? {
+            let Some(written) = self.registry.replace_topic(next.clone(), revision).await? else {
                 continue;
-            }
+            };
             tracing::info!(topic, partition, from = ?record.replicas_of(partition), to = ?target, "a partition's move began");
             let answer = Reassigned {
                 topic: topic.to_string(),
@@ -85,8 +86,12 @@ impl<R: Registry> ControlPlane<R> {
                     .map(<[BrokerId]>::to_vec)
                     .unwrap_or_default(),
             };
-            self.apply_topic(next).await;
-            return Ok(answer);
+            let wait = if self.apply_topic(next.clone()).await {
+                self.wait_served(&next, written).await
+            } else {
+                None
+            };
+            return Ok((answer, wait));
         }
         Err(ControlError::new(
             ErrorCode::CoordinatorUnavailable,
@@ -183,12 +188,12 @@ impl<R: Registry> ControlPlane<R> {
                 return;
             };
             match self.registry.replace_topic(next.clone(), revision).await {
-                Ok(true) => {
+                Ok(Some(_)) => {
                     tracing::info!(topic, partition, replicas = ?target, "a partition's move is done");
                     self.apply_topic(next).await;
                     return;
                 }
-                Ok(false) => continue,
+                Ok(None) => continue,
                 Err(error) => {
                     tracing::warn!(%error, topic, partition, "finishing a move; the leader asks again");
                     return;
@@ -198,9 +203,10 @@ impl<R: Registry> ControlPlane<R> {
     }
 
     /// Has every shard take a changed record of a topic it has.
-    pub(super) async fn change_everywhere(&mut self, record: &TopicRecord) {
+    pub(super) async fn change_everywhere(&mut self, record: &TopicRecord) -> bool {
         self.known.insert(record.name.clone(), record.clone());
         self.remember_topics();
+        let mut applied = true;
         for shard in &self.shards {
             let (done, result) = flume::bounded(1);
             let msg = ShardMsg::TopicChanged {
@@ -208,13 +214,20 @@ impl<R: Registry> ControlPlane<R> {
                 done,
             };
             if shard.send_async(msg).await.is_err() {
+                applied = false;
                 continue;
             }
-            if let Ok(Err(error)) = result.recv_async().await {
-                tracing::error!(topic = %record.name, %error, "applying a changed topic record");
+            match result.recv_async().await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    applied = false;
+                    tracing::error!(topic = %record.name, %error, "applying a changed topic record");
+                }
+                Err(_) => applied = false,
             }
         }
         // New copies (and a topic made replicated) learn who leads.
         self.learn_topic_states(record).await;
+        applied
     }
 }

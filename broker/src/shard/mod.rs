@@ -356,6 +356,16 @@ impl Shard {
     /// the topic. Used at start-up and when a topic is created.
     pub async fn open_topic(&self, stored: &TopicRecord) -> Result<(), TopicError> {
         stored.check()?;
+        if let Some(errno) = crate::faults::Faults::get().open_topic_errno {
+            return Err(TopicError::Open {
+                label: stored.name.clone(),
+                source: crate::storage::StorageError::Io {
+                    op: "opening (an injected fault)",
+                    path: self.config.data_dir.join(&stored.name),
+                    source: std::io::Error::from_raw_os_error(errno),
+                },
+            });
+        }
         let settings = self.config.stored_topic_settings(&stored.overrides())?;
         let mut logs = HashMap::new();
         let mut replicas = HashMap::new();

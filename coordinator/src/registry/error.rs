@@ -57,6 +57,15 @@ pub enum RegistryError {
     /// The registry is not this broker's cluster: see [`Foreign`].
     #[error("this broker's data directory belongs to cluster id {}, but the registry holds {}: it applies nothing from there (its partitions still serve produce and fetch). If etcd was rebuilt on purpose, restart the broker with --join-new-cluster (it registers the topics it holds again, with their data); otherwise point --etcd and --cluster at this cluster's etcd", .0.expected, .0.found_words())]
     ClusterMismatch(Foreign),
+    /// A change is stored, but live brokers had not applied it when the
+    /// wait for them ended ([`super::Registry::served_waiter`]).
+    #[error("the change is stored in the cluster, but broker{} {} had not applied it after {waited_s} s (each applies it once it reaches etcd again, or leaves the live brokers when its lease expires); retry what needs it", if brokers.len() == 1 { "" } else { "s" }, brokers.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    NotServed {
+        /// The live brokers that had not applied it.
+        brokers: Vec<BrokerId>,
+        /// How long the wait lasted.
+        waited_s: u64,
+    },
     /// Another live broker is registered under this broker's id: its
     /// registration, from another data directory, outlived a crashed
     /// process's lease.

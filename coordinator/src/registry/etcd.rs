@@ -50,6 +50,7 @@ use etcd_client::{
     Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, PutOptions, Txn, TxnOp,
     TxnOpResponse, WatchOptions,
 };
+use protocol::types::BrokerId;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -92,6 +93,8 @@ const QUIET_LOG_INTERVAL: Duration = Duration::from_secs(60);
 pub struct Etcd {
     client: Client,
     keys: Keys,
+    /// This broker's id.
+    me: BrokerId,
     options: EtcdOptions,
     /// The cluster this broker belongs to (its data directory's, or the
     /// one it adopted at connect).
@@ -236,6 +239,7 @@ impl Etcd {
     /// its watch reports a `Resync` if the right cluster appears there.
     pub async fn connect(options: EtcdOptions, me: BrokerRecord) -> Result<Etcd, RegistryError> {
         let keys = Keys::new(&options.cluster);
+        let broker_id = me.broker_id;
         let timeout = options.request_timeout;
         let connect_options = options.access.connect_options(timeout)?;
         // Only endpoints that answer: a dead member's would fail requests
@@ -295,6 +299,7 @@ impl Etcd {
         Ok(Etcd {
             client,
             keys,
+            me: broker_id,
             options,
             cluster_id,
             identity: identity_rx,
@@ -893,7 +898,10 @@ impl Watcher {
                 };
                 let change = match (self.keys.parse(key), event.event_type()) {
                     (Some(Key::Topic(_)), EventType::Put) => {
-                        parse_topic(kv.key(), kv.value()).map(RegistryEvent::TopicPut)
+                        parse_topic(kv.key(), kv.value()).map(|record| RegistryEvent::TopicPut {
+                            record,
+                            revision: kv.mod_revision(),
+                        })
                     }
                     (Some(Key::Topic(name)), EventType::Delete) => {
                         let id = event
@@ -969,6 +977,10 @@ impl Watcher {
 /// takes a new snapshot and reports it whole — if the prefix still holds
 /// this broker's cluster. While it holds another (or none), only the
 /// cluster id is polled, and a `Resync` follows once it is ours again.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the watch's whole life: follow, lose, check whose cluster, resync; one loop read top to bottom"
+)]
 async fn watch(mut watcher: Watcher, start: Option<(Vec<BrokerRecord>, i64)>) {
     let mut backoff = Backoff::default();
     let mut brokers: BTreeMap<u32, BrokerRecord> = BTreeMap::new();
@@ -1025,6 +1037,7 @@ async fn watch(mut watcher: Watcher, start: Option<(Vec<BrokerRecord>, i64)>) {
                         topics: now.topics,
                         brokers: now.brokers,
                         partitions: now.partitions,
+                        revision: now.revision,
                     };
                     if watcher.events.send(resync).await.is_err() {
                         return;
@@ -1043,7 +1056,8 @@ async fn watch(mut watcher: Watcher, start: Option<(Vec<BrokerRecord>, i64)>) {
     }
 }
 
-/// Deleting a topic: its record, and its partitions' states.
+/// Deleting a topic: its record, its partitions' states, and what the
+/// brokers applied of it.
 fn delete_topic_ops(keys: &Keys, key: &str, record: &TopicRecord) -> Vec<TxnOp> {
     let mut ops = vec![TxnOp::delete(key, None)];
     if !record.id.is_empty() {
@@ -1051,8 +1065,57 @@ fn delete_topic_ops(keys: &Keys, key: &str, record: &TopicRecord) -> Vec<TxnOp> 
             keys.partitions_of(&record.id),
             Some(DeleteOptions::new().with_prefix()),
         ));
+        ops.push(TxnOp::delete(
+            keys.served_of(&record.id),
+            Some(DeleteOptions::new().with_prefix()),
+        ));
     }
     ops
+}
+
+/// The live brokers that have not applied `topic_id`'s record as of
+/// `revision`, read in one transaction (the live brokers and what each
+/// applied, at one revision).
+async fn not_served(
+    client: &mut Client,
+    keys: &Keys,
+    topic_id: &str,
+    revision: i64,
+    timeout: Duration,
+) -> Result<Vec<BrokerId>, RegistryError> {
+    let txn = Txn::new().and_then([
+        TxnOp::get(keys.brokers(), Some(GetOptions::new().with_prefix())),
+        TxnOp::get(
+            keys.served_of(topic_id),
+            Some(GetOptions::new().with_prefix()),
+        ),
+    ]);
+    let response = deadline(timeout, client.txn(txn)).await?;
+    let mut live = Vec::new();
+    let mut served = BTreeMap::new();
+    for op in response.op_responses() {
+        let TxnOpResponse::Get(get) = op else {
+            continue;
+        };
+        for kv in get.kvs() {
+            let Ok(key) = std::str::from_utf8(kv.key()) else {
+                continue;
+            };
+            match keys.parse(key) {
+                Some(Key::Broker(id)) => live.push(id),
+                Some(Key::Served(_, id)) => {
+                    let at = std::str::from_utf8(kv.value())
+                        .ok()
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .unwrap_or(0);
+                    served.insert(id, at);
+                }
+                _ => {}
+            }
+        }
+    }
+    live.retain(|id| served.get(id).is_none_or(|at| *at < revision));
+    Ok(live)
 }
 
 /// A capped exponential back-off that also rate-limits the warning logged
@@ -1168,7 +1231,7 @@ impl Registry for Etcd {
         Ok(brokers)
     }
 
-    async fn create_topic(&mut self, topic: TopicRecord) -> Result<(), RegistryError> {
+    async fn create_topic(&mut self, topic: TopicRecord) -> Result<i64, RegistryError> {
         self.check_identity()?;
         let key = self.keys.topic(&topic.name);
         let value = serde_json::to_vec(&topic).map_err(unavailable)?;
@@ -1184,7 +1247,7 @@ impl Registry for Etcd {
             self.still_ours(&response)?;
             return Err(RegistryError::TopicExists { name: topic.name });
         }
-        Ok(())
+        Ok(response.header().map_or(0, |h| h.revision()))
     }
 
     async fn delete_topic(&mut self, name: &str) -> Result<TopicRecord, RegistryError> {
@@ -1242,7 +1305,7 @@ impl Registry for Etcd {
         &mut self,
         record: TopicRecord,
         expected: i64,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<Option<i64>, RegistryError> {
         self.check_identity()?;
         let key = self.keys.topic(&record.name);
         let value = serde_json::to_vec(&record).map_err(unavailable)?;
@@ -1255,10 +1318,89 @@ impl Registry for Etcd {
             .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
         let response = deadline(self.options.request_timeout, self.client.txn(txn)).await?;
         if response.succeeded() {
-            return Ok(true);
+            return Ok(Some(response.header().map_or(0, |h| h.revision())));
         }
         self.still_ours(&response)?;
-        Ok(false)
+        Ok(None)
+    }
+
+    async fn mark_served(
+        &mut self,
+        topics: &[(String, String)],
+        revision: i64,
+    ) -> Result<(), RegistryError> {
+        self.check_identity()?;
+        let me = self.me;
+        for batch in topics.chunks(UPDATES_PER_TXN) {
+            // Each only while the topic's record is still the one applied
+            // (it exists, unchanged since `revision`): a deleted topic's
+            // key would otherwise be left behind for good.
+            let ops: Vec<TxnOp> = batch
+                .iter()
+                .filter(|(_, id)| !id.is_empty())
+                .map(|(name, id)| {
+                    let topic = self.keys.topic(name);
+                    TxnOp::txn(
+                        Txn::new()
+                            .when([
+                                Compare::create_revision(topic.clone(), CompareOp::NotEqual, 0),
+                                Compare::mod_revision(topic, CompareOp::Less, revision + 1),
+                            ])
+                            .and_then([TxnOp::put(
+                                self.keys.served(id, me),
+                                revision.to_string(),
+                                None,
+                            )]),
+                    )
+                })
+                .collect();
+            if ops.is_empty() {
+                continue;
+            }
+            let txn = Txn::new()
+                .when([self.ours()])
+                .and_then(ops)
+                .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
+            let response = deadline(self.options.request_timeout, self.client.txn(txn)).await?;
+            if !response.succeeded() {
+                self.still_ours(&response)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn served_waiter(
+        &self,
+        topic_id: &str,
+        revision: i64,
+        timeout: Duration,
+    ) -> Option<super::ServedWait> {
+        let mut client = self.client.clone();
+        let keys = self.keys.clone();
+        let topic_id = topic_id.to_string();
+        let request_timeout = self.options.request_timeout;
+        Some(Box::pin(async move {
+            let started = std::time::Instant::now();
+            let mut pause = Duration::from_millis(2);
+            loop {
+                let behind =
+                    not_served(&mut client, &keys, &topic_id, revision, request_timeout).await;
+                let waited = started.elapsed();
+                match behind {
+                    Ok(brokers) if brokers.is_empty() => return Ok(()),
+                    Ok(brokers) if waited >= timeout => {
+                        return Err(RegistryError::NotServed {
+                            brokers,
+                            waited_s: waited.as_secs(),
+                        })
+                    }
+                    Err(error) if waited >= timeout => return Err(error),
+                    Ok(_) | Err(_) => {}
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+        }))
     }
 
     async fn partition_states(

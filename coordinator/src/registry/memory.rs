@@ -47,14 +47,14 @@ impl Registry for Memory {
         Ok(vec![self.me.clone()])
     }
 
-    async fn create_topic(&mut self, topic: TopicRecord) -> Result<(), RegistryError> {
+    async fn create_topic(&mut self, topic: TopicRecord) -> Result<i64, RegistryError> {
         if self.topics.contains_key(&topic.name) {
             return Err(RegistryError::TopicExists { name: topic.name });
         }
         self.revision += 1;
         self.topics
             .insert(topic.name.clone(), (topic, self.revision));
-        Ok(())
+        Ok(self.revision)
     }
 
     async fn delete_topic(&mut self, name: &str) -> Result<TopicRecord, RegistryError> {
@@ -74,15 +74,15 @@ impl Registry for Memory {
         &mut self,
         record: TopicRecord,
         expected: i64,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<Option<i64>, RegistryError> {
         match self.topics.get(&record.name) {
             Some((_, revision)) if *revision == expected => {
                 self.revision += 1;
                 self.topics
                     .insert(record.name.clone(), (record, self.revision));
-                Ok(true)
+                Ok(Some(self.revision))
             }
-            _ => Ok(false),
+            _ => Ok(None),
         }
     }
 

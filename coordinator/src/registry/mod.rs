@@ -42,6 +42,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// A wait for every live broker to apply a topic's record
+/// ([`Registry::served_waiter`]): `Send`, so it runs as a task of its own.
+pub type ServedWait = std::pin::Pin<Box<dyn Future<Output = Result<(), RegistryError>> + Send>>;
 
 /// A topic as the registry stores it: its name, partition count, the
 /// settings it overrides (0 = the broker's default) and the broker that
@@ -496,7 +501,12 @@ pub struct ShardEndpoint {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RegistryEvent {
     /// A topic was created (or its record rewritten).
-    TopicPut(TopicRecord),
+    TopicPut {
+        /// The record now.
+        record: TopicRecord,
+        /// The revision it was written at.
+        revision: i64,
+    },
     /// A topic's record was deleted (an observed delete, the only thing
     /// that may remove a topic's data).
     TopicDeleted {
@@ -532,6 +542,8 @@ pub enum RegistryEvent {
         /// Every replicated partition's state that has a key, by topic id
         /// and partition (one without a key is in its initial state).
         partitions: Vec<(String, u32, Versioned)>,
+        /// The revision the whole state was read at.
+        revision: i64,
     },
     /// The registry no longer holds this broker's cluster (a new, empty
     /// etcd behind the same address, another cluster's data, the id key
@@ -703,11 +715,13 @@ pub trait Registry {
     fn brokers(&mut self) -> impl Future<Output = Result<Vec<BrokerRecord>, RegistryError>>;
 
     /// Registers a new topic; fails with [`RegistryError::TopicExists`] when
-    /// the name is taken. Durable when the future resolves `Ok`.
+    /// the name is taken. Durable when the future resolves `Ok`, with the
+    /// revision the record was written at (what
+    /// [`Registry::served_waiter`] waits for).
     fn create_topic(
         &mut self,
         topic: TopicRecord,
-    ) -> impl Future<Output = Result<(), RegistryError>>;
+    ) -> impl Future<Output = Result<i64, RegistryError>>;
 
     /// Removes a topic and returns its record; fails with
     /// [`RegistryError::UnknownTopic`] when there is none. Durable when the
@@ -732,19 +746,50 @@ pub trait Registry {
     }
 
     /// Rewrites a topic's record (a reassignment) if it is still at
-    /// `expected`, its revision when read; false when it changed since (or
-    /// is gone): read it again.
+    /// `expected`, its revision when read, and says the revision it was
+    /// written at; `None` when it changed since (or is gone): read it again.
     fn replace_topic(
         &mut self,
         record: TopicRecord,
         expected: i64,
-    ) -> impl Future<Output = Result<bool, RegistryError>> {
+    ) -> impl Future<Output = Result<Option<i64>, RegistryError>> {
         let _ = (record, expected);
         async {
             Err(RegistryError::Unavailable {
                 reason: "a single-broker registry does not move partitions".into(),
             })
         }
+    }
+
+    /// Records that this broker's shards serve `topics` (name and id) as
+    /// of their records at `revision` (a [`RegistryEvent::TopicPut`]'s or
+    /// a [`RegistryEvent::Resync`]'s), for the broker that changed them to
+    /// see ([`Registry::served_waiter`]); a topic whose record changed
+    /// since (deleted, created again) is left alone. A single-broker store
+    /// has no one to tell.
+    fn mark_served(
+        &mut self,
+        topics: &[(String, String)],
+        revision: i64,
+    ) -> impl Future<Output = Result<(), RegistryError>> {
+        let _ = (topics, revision);
+        async { Ok(()) }
+    }
+
+    /// A wait, free of the registry (it runs beside the control thread's
+    /// loop), until every live broker has applied `topic_id`'s record as of
+    /// `revision` or later ([`Registry::mark_served`]), ending with
+    /// [`RegistryError::NotServed`] after `timeout`. `None` for a
+    /// single-broker store: its one broker applied the change before it
+    /// asked.
+    fn served_waiter(
+        &self,
+        topic_id: &str,
+        revision: i64,
+        timeout: Duration,
+    ) -> Option<ServedWait> {
+        let _ = (topic_id, revision, timeout);
+        None
     }
 
     /// The next change made elsewhere. Cancel-safe: dropping the future
@@ -986,25 +1031,33 @@ pub mod conformance {
     pub async fn check_replace(registry: &mut impl Registry, me: BrokerId) {
         assert_eq!(registry.topic("moving").await.unwrap(), None);
         let first = record("moving", vec![me; 2]);
-        registry.create_topic(first.clone()).await.unwrap();
+        let created = registry.create_topic(first.clone()).await.unwrap();
         let (read, revision) = registry.topic("moving").await.unwrap().unwrap();
         assert_eq!(read, first);
+        assert_eq!(revision, created, "create says the revision it wrote");
         let moved = first.start_reassignment(1, &[me + 1]).unwrap().unwrap();
-        assert!(registry
+        let written = registry
             .replace_topic(moved.clone(), revision)
             .await
-            .unwrap());
-        assert!(
-            !registry
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            registry
                 .replace_topic(first.clone(), revision)
                 .await
                 .unwrap(),
+            None,
             "a stale revision is refused"
         );
         let (now, newer) = registry.topic("moving").await.unwrap().unwrap();
         assert_eq!(now, moved);
         assert!(newer > revision);
+        assert_eq!(newer, written, "replace says the revision it wrote");
         registry.delete_topic("moving").await.unwrap();
-        assert!(!registry.replace_topic(moved, newer).await.unwrap(), "gone");
+        assert_eq!(
+            registry.replace_topic(moved, newer).await.unwrap(),
+            None,
+            "gone"
+        );
     }
 }

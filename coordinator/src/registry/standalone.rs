@@ -139,7 +139,7 @@ impl Registry for Standalone {
         Ok(block)
     }
 
-    async fn create_topic(&mut self, topic: TopicRecord) -> Result<(), RegistryError> {
+    async fn create_topic(&mut self, topic: TopicRecord) -> Result<i64, RegistryError> {
         let index = match self.topics.binary_search_by(|t| t.name.cmp(&topic.name)) {
             Ok(_) => return Err(RegistryError::TopicExists { name: topic.name }),
             Err(index) => index,
@@ -149,7 +149,7 @@ impl Registry for Standalone {
         self.store(&topics)?;
         self.topics = topics;
         self.revision += 1;
-        Ok(())
+        Ok(self.revision)
     }
 
     async fn delete_topic(&mut self, name: &str) -> Result<TopicRecord, RegistryError> {
@@ -180,12 +180,12 @@ impl Registry for Standalone {
         &mut self,
         record: TopicRecord,
         expected: i64,
-    ) -> Result<bool, RegistryError> {
+    ) -> Result<Option<i64>, RegistryError> {
         let Ok(index) = self.topics.binary_search_by(|t| t.name.cmp(&record.name)) else {
-            return Ok(false);
+            return Ok(None);
         };
         if expected != self.revision {
-            return Ok(false);
+            return Ok(None);
         }
         let mut topics = self.topics.clone();
         topics[index] = TopicRecord {
@@ -195,7 +195,7 @@ impl Registry for Standalone {
         self.store(&topics)?;
         self.topics = topics;
         self.revision += 1;
-        Ok(true)
+        Ok(Some(self.revision))
     }
 
     async fn next_event(&mut self) -> RegistryEvent {

@@ -51,6 +51,7 @@ class ErrorCode(enum.IntEnum):
     AUTHORIZATION_FAILED = 39
     OUT_OF_ORDER_SEQUENCE = 40
     INVALID_PRODUCER_EPOCH = 41
+    NOT_YET_SERVED = 42
 
 
 #: Codes after which the same request may succeed later.

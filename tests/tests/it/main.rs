@@ -47,6 +47,7 @@ mod replication;
 mod retention;
 mod security;
 mod security_holes;
+mod served;
 mod stalled_consumer;
 mod tls;
 mod truncation;

@@ -139,6 +139,16 @@ pub enum ControlMsg {
         /// The count now and the new partitions' brokers, or why not.
         reply: flume::Sender<Result<PartitionsCreated, ControlError>>,
     },
+    /// Change a topic's settings (`ringlog topic alter --config`).
+    AlterTopicConfig {
+        /// The topic (name validated by the handler).
+        name: String,
+        /// Each setting and its new value (0: back to the default),
+        /// checked against the broker's ranges by the handler.
+        changes: Vec<(protocol::codec::topic_config::Alterable, u64)>,
+        /// The record now, or why not.
+        reply: flume::Sender<Result<TopicRecord, ControlError>>,
+    },
     /// An idempotent producer's id (InitProducerId): the next of the
     /// control thread's block, a new block taken from the registry when
     /// it is used up.

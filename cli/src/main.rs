@@ -411,16 +411,27 @@ enum TopicCommand {
         /// Topic name.
         name: String,
     },
-    /// Raise a topic's partition count (never lowers it). The new
-    /// partitions start empty; keyed messages of a key may go to another
-    /// partition from then on; producers and groups take them up by
-    /// themselves.
+    /// Raise a topic's partition count (never lowers it; the new
+    /// partitions start empty, keyed messages of a key may go to another
+    /// partition from then on, producers and groups take them up by
+    /// themselves), or change its settings while it runs (every broker
+    /// applies them within a second or two; retention at its next sweep).
+    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true).args(["partitions", "config", "delete_config"])))]
     Alter {
         /// Topic name.
         name: String,
         /// The new partition count.
         #[arg(long)]
-        partitions: u32,
+        partitions: Option<u32>,
+        /// Settings to override, NAME=VALUE separated by commas:
+        /// retention.ms, retention.bytes (-1: no limit), segment.bytes,
+        /// flush.messages, flush.ms, min.insync.replicas.
+        #[arg(long, value_delimiter = ',')]
+        config: Vec<String>,
+        /// Settings to return to the broker's default, by name, separated
+        /// by commas.
+        #[arg(long, value_delimiter = ',')]
+        delete_config: Vec<String>,
     },
 }
 
@@ -792,6 +803,7 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
                     s.replication_factor, s.min_insync_replicas, s.write_caching
                 );
             }
+            print_settings(topic);
             if s.message_format == 2 {
                 let timestamps = protocol::batch::TimestampType::from_number(s.timestamp_type)
                     .unwrap_or_default();
@@ -887,7 +899,18 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
             client.delete_topic(&name)?;
             println!("deleted topic {name}");
         }
-        TopicCommand::Alter { name, partitions } => {
+        TopicCommand::Alter {
+            name,
+            partitions,
+            config,
+            delete_config,
+        } => {
+            if !config.is_empty() || !delete_config.is_empty() {
+                alter_config(&client, &name, &config, &delete_config)?;
+            }
+            let Some(partitions) = partitions else {
+                return Ok(());
+            };
             let created = client.create_partitions(&name, partitions)?;
             if created.brokers.is_empty() {
                 println!("topic {name} has {partitions} partitions already");
@@ -907,6 +930,56 @@ fn topic(brokers: &str, command: TopicCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `topic alter --config/--delete-config`: the change, then the settings
+/// as they are now.
+fn alter_config(
+    client: &Client,
+    name: &str,
+    config: &[String],
+    delete: &[String],
+) -> anyhow::Result<()> {
+    let mut set = Vec::with_capacity(config.len());
+    for entry in config {
+        let Some((key, value)) = entry.split_once('=') else {
+            bail!("--config {entry:?}: expected NAME=VALUE, e.g. retention.ms=86400000");
+        };
+        set.push((key.trim(), value.trim()));
+    }
+    let delete: Vec<&str> = delete.iter().map(|d| d.trim()).collect();
+    let topic = client.alter_topic_config(name, &set, &delete)?;
+    println!(
+        "topic {name}: {} changed; every live broker applies it now",
+        plural(set.len() + delete.len(), "setting")
+    );
+    print_settings(&topic);
+    Ok(())
+}
+
+/// The settings that change at run time, each with its value and where it
+/// comes from: the topic's own override, or the broker's default.
+fn print_settings(topic: &protocol::codec::TopicMetadata) {
+    use protocol::codec::topic_config::Alterable;
+    for setting in Alterable::ALL {
+        let value = setting.get(&topic.settings);
+        if setting == Alterable::MinInsyncReplicas && topic.settings.replication_factor <= 1 {
+            continue;
+        }
+        let shown = match setting {
+            Alterable::RetentionMs | Alterable::RetentionBytes if value >= i64::MAX as u64 => {
+                "-1 (no limit)".to_string()
+            }
+            Alterable::RetentionBytes if value == 0 => "0 (no limit)".to_string(),
+            _ => value.to_string(),
+        };
+        let source = if setting.get(&topic.overrides) == 0 {
+            "default"
+        } else {
+            "topic"
+        };
+        println!("  {:<20} {shown:<20} ({source})", setting.name());
+    }
 }
 
 fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {

@@ -85,6 +85,8 @@ pub enum Api {
     TruncateMirror = 29,
     /// What a broker keeps in `.orphaned/`; purge what is old.
     Orphaned = 30,
+    /// Change a topic's settings while it runs.
+    AlterTopicConfig = 31,
 }
 
 impl Api {
@@ -122,6 +124,7 @@ impl Api {
             28 => Api::MakeMirror,
             29 => Api::TruncateMirror,
             30 => Api::Orphaned,
+            31 => Api::AlterTopicConfig,
             _ => return None,
         })
     }

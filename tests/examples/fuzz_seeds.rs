@@ -160,6 +160,17 @@ fn main() {
             vec![],
         ),
         (
+            Api::AlterTopicConfig,
+            protocol::codec::topic_config::alter_topic_config_request(
+                &mut fbb,
+                "clicks",
+                &[("retention.ms", "3600000"), ("retention.bytes", "-1")],
+                &["flush.ms"],
+            )
+            .to_vec(),
+            vec![],
+        ),
+        (
             Api::Orphaned,
             protocol::codec::orphans::orphaned_request(&mut fbb, true, 86_400_000).to_vec(),
             vec![],

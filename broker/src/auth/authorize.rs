@@ -171,6 +171,10 @@ pub fn check(shard: &Shard, principal: &str, api: Api, header: &[u8]) -> Result<
                 let request = decode!(wire::TruncateMirrorRequest);
                 topic(request.topic().unwrap_or_default(), Operation::Alter)
             }
+            Api::AlterTopicConfig => {
+                let request = decode!(wire::AlterTopicConfigRequest);
+                topic(request.topic().unwrap_or_default(), Operation::Alter)
+            }
             Api::Orphaned => {
                 if decode!(wire::OrphanedRequest).purge() {
                     cluster(Operation::Alter)

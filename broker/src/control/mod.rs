@@ -27,6 +27,7 @@ mod more_partitions;
 mod promote;
 mod reassign;
 mod served;
+mod topic_config;
 
 use crate::config::Config;
 use crate::mailbox::{ControlError, ControlMsg, ShardMsg};
@@ -503,6 +504,9 @@ impl<R: Registry> ControlPlane<R> {
                 ControlMsg::CreatePartitions { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
+                ControlMsg::AlterTopicConfig { reply, .. } => {
+                    let _ = reply.send_async(Err(refused())).await;
+                }
                 ControlMsg::PromoteMirror { reply, .. } | ControlMsg::MakeMirror { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
@@ -626,6 +630,14 @@ impl<R: Registry> ControlPlane<R> {
                 reply,
             } => {
                 let result = self.create_partitions(&name, partitions).await;
+                served::answer_when_served(result, reply).await;
+            }
+            ControlMsg::AlterTopicConfig {
+                name,
+                changes,
+                reply,
+            } => {
+                let result = self.alter_topic_config(&name, &changes).await;
                 served::answer_when_served(result, reply).await;
             }
             ControlMsg::PromoteMirror { name, ends, reply } => {

@@ -29,6 +29,7 @@ pub mod produce;
 pub mod producer_id;
 pub mod replicated;
 pub mod security;
+pub mod topic_config;
 pub mod topics;
 
 pub use crate::reply::{error_response, Dispatched, Failure, Later, Payload, Response};
@@ -262,6 +263,7 @@ fn dispatch_once(
         Api::MakeMirror => failback::handle_make(shard, header),
         Api::TruncateMirror => failback::handle_truncate(shard, request_id, header),
         Api::Orphaned => orphaned::handle(shard, header),
+        Api::AlterTopicConfig => topic_config::handle(shard, header),
         Api::InitProducerId => producer_id::handle(shard, header),
         Api::Digest => digest::handle(shard, request_id, header),
         Api::ListOffsets => list_offsets::handle(shard, request_id, header),

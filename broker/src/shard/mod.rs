@@ -46,6 +46,8 @@ pub struct Topic {
     pub brokers: Vec<BrokerId>,
     /// The effective settings.
     pub settings: LogSettings,
+    /// What the topic's record sets itself (0: the broker's default).
+    pub overrides: TopicSettings,
     /// Logs of the partitions this shard owns (on a replicated topic: the
     /// partitions this broker holds a copy of).
     pub logs: HashMap<PartitionId, SharedLog>,
@@ -345,6 +347,7 @@ impl Shard {
                 message_format: topic.settings.format.number(),
                 timestamp_type: topic.settings.timestamps as u32,
             },
+            overrides: topic.overrides,
             id: topic.id.clone(),
             mirror_source: topic.mirror_source.clone().unwrap_or_default(),
             promoted_from: topic.promoted.0.clone().unwrap_or_default(),
@@ -408,6 +411,7 @@ impl Shard {
             partitions: stored.partitions,
             brokers: stored.brokers.clone(),
             settings,
+            overrides: stored.overrides(),
             logs,
             replica_sets: stored.replicas.clone(),
             states,

@@ -56,7 +56,18 @@ impl Shard {
         if !dirs.is_empty() {
             crate::storage::sweep::delete_partition_dirs(&dirs)?;
         }
-        let settings = topic.borrow().settings;
+        // Settings changed (`ringlog topic alter --config`): every copy
+        // here follows them from its next roll, flush and sweep on.
+        let settings = self.config.stored_topic_settings(&stored.overrides())?;
+        if settings != topic.borrow().settings || stored.overrides() != topic.borrow().overrides {
+            let mut t = topic.borrow_mut();
+            for log in t.logs.values() {
+                log.borrow_mut().change_settings(settings);
+            }
+            t.settings = settings;
+            t.overrides = stored.overrides();
+            tracing::info!(topic = %stored.name, ?settings, "the topic's settings changed");
+        }
         // A topic with one copy per partition made replicated: each copy
         // here becomes its partition's only replica, everything flushed
         // committed (it was the only copy).

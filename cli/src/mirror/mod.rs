@@ -1012,6 +1012,9 @@ fn scan(
                 if !failing_back {
                     recorded = t.mirror_source.clone();
                 }
+                if !failing_back {
+                    follow_settings(args, target, topic, &t);
+                }
                 if (t.partitions.len() as u32) < count {
                     target
                         .create_partitions(&name, count)
@@ -1034,6 +1037,43 @@ fn scan(
             .extend((0..count).map(|p| ((topic.name.clone(), p), plan.clone())));
     }
     Ok(found)
+}
+
+/// Changes a copy's settings that differ from its source's (a source
+/// topic altered at run time), but for those the mirror's own options
+/// override: the copy keeps the source's retention, segment and flush
+/// policy as they change, as it got them at creation.
+fn follow_settings(
+    args: &MirrorArgs,
+    target: &Client,
+    source: &TopicMetadata,
+    copy: &TopicMetadata,
+) {
+    use protocol::codec::topic_config::Alterable;
+    let wanted = settings(args, source);
+    let changes: Vec<(&str, String)> = Alterable::ALL
+        .into_iter()
+        .filter(|s| *s != Alterable::MinInsyncReplicas)
+        .filter(|s| s.get(&wanted) != 0 && s.get(&wanted) != s.get(&copy.settings))
+        .map(|s| (s.name(), s.get(&wanted).to_string()))
+        .collect();
+    if changes.is_empty() {
+        return;
+    }
+    let set: Vec<(&str, &str)> = changes.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    let said: Vec<String> = changes.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    match target.alter_topic_config(&copy.name, &set, &[]) {
+        Ok(_) => println!(
+            "{}: settings follow the source's: {}",
+            copy.name,
+            said.join(",")
+        ),
+        Err(error) => eprintln!(
+            "ringlog: warning: {}: the source's settings {} could not be applied to the copy: {error}",
+            copy.name,
+            said.join(",")
+        ),
+    }
 }
 
 /// A target topic's settings: the source's, but the target's own

@@ -786,6 +786,32 @@ impl Client {
         Ok(created)
     }
 
+    /// Changes `topic`'s settings while it runs: `set` overrides the
+    /// broker's default of each named setting (Kafka's names:
+    /// `retention.ms`, `retention.bytes`, `segment.bytes`,
+    /// `flush.messages`, `flush.ms`, `min.insync.replicas`), `delete`
+    /// returns each named one to the default. All or nothing; answered
+    /// once every live broker applies it, with the topic as it is now.
+    pub fn alter_topic_config(
+        &self,
+        topic: &str,
+        set: &[(&str, &str)],
+        delete: &[&str],
+    ) -> Result<TopicMetadata, ClientError> {
+        // Sent again once if the connection broke: it names the values, so
+        // a second one after the first was applied changes nothing.
+        let response = self.request(
+            Api::AlterTopicConfig,
+            |fbb| codec::topic_config::alter_topic_config_request(fbb, topic, set, delete).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        let decoded = verify::<wire::AlterTopicConfigResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("alter topic config: {e}")))?;
+        codec::topic_config::decode_alter_topic_config_response(decoded)
+            .ok_or_else(|| ClientError::protocol("alter topic config: no topic in the answer"))
+    }
+
     /// Ends mirroring of a mirror's target topic: it takes ordinary
     /// produces from now on, keeping every byte and offset it has. Returns
     /// what it was mirrored from.

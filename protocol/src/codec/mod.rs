@@ -100,6 +100,7 @@ pub mod operations;
 pub mod orphans;
 pub mod producer_id;
 pub mod security;
+pub mod topic_config;
 
 pub use decode_error::DecodeError;
 
@@ -215,6 +216,8 @@ pub struct TopicMetadata {
     pub partitions: Vec<PartitionPlacement>,
     /// Effective settings.
     pub settings: TopicSettings,
+    /// What the topic itself sets (0: the broker's default applies).
+    pub overrides: TopicSettings,
     /// Unique per creation: a topic deleted and created again under this
     /// name has another. Empty from a broker older than topic ids.
     pub id: String,
@@ -312,6 +315,7 @@ fn encode_topic<'b>(
         .collect();
     let partitions = fbb.create_vector(&partitions);
     let config = topic.settings.encode(fbb);
+    let overrides = topic.overrides.encode(fbb);
     let id = (!topic.id.is_empty()).then(|| fbb.create_string(&topic.id));
     let mirror_source =
         (!topic.mirror_source.is_empty()).then(|| fbb.create_string(&topic.mirror_source));
@@ -329,6 +333,7 @@ fn encode_topic<'b>(
             mirror_source,
             promoted_from,
             promoted_ends,
+            overrides: Some(overrides),
         },
     )
 }
@@ -357,6 +362,7 @@ pub fn decode_topic(info: wire::TopicInfo<'_>) -> TopicMetadata {
             })
             .unwrap_or_default(),
         settings: TopicSettings::decode(info.config()),
+        overrides: TopicSettings::decode(info.overrides()),
         id: info.id().unwrap_or_default().to_string(),
         mirror_source: info.mirror_source().unwrap_or_default().to_string(),
         promoted_from: info.promoted_from().unwrap_or_default().to_string(),
@@ -1102,6 +1108,10 @@ mod tests {
                     moving_to: vec![3, 2, 4],
                 }],
                 settings: TopicSettings {
+                    retention_ms: 5,
+                    ..TopicSettings::default()
+                },
+                overrides: TopicSettings {
                     retention_ms: 5,
                     ..TopicSettings::default()
                 },

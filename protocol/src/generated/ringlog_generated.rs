@@ -2737,6 +2737,7 @@ pub mod ringlog {
             pub const VT_MIRROR_SOURCE: ::flatbuffers::VOffsetT = 12;
             pub const VT_PROMOTED_FROM: ::flatbuffers::VOffsetT = 14;
             pub const VT_PROMOTED_ENDS: ::flatbuffers::VOffsetT = 16;
+            pub const VT_OVERRIDES: ::flatbuffers::VOffsetT = 18;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -2753,6 +2754,9 @@ pub mod ringlog {
                 args: &'args TopicInfoArgs<'args>,
             ) -> ::flatbuffers::WIPOffset<TopicInfo<'bldr>> {
                 let mut builder = TopicInfoBuilder::new(_fbb);
+                if let Some(x) = args.overrides {
+                    builder.add_overrides(x);
+                }
                 if let Some(x) = args.promoted_ends {
                     builder.add_promoted_ends(x);
                 }
@@ -2861,6 +2865,19 @@ pub mod ringlog {
                         )
                 }
             }
+            #[inline]
+            pub fn overrides(&self) -> Option<TopicConfig<'a>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<TopicConfig>>(
+                            TopicInfo::VT_OVERRIDES,
+                            None,
+                        )
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for TopicInfo<'_> {
@@ -2899,6 +2916,11 @@ pub mod ringlog {
                         Self::VT_PROMOTED_ENDS,
                         false,
                     )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<TopicConfig>>(
+                        "overrides",
+                        Self::VT_OVERRIDES,
+                        false,
+                    )?
                     .finish();
                 Ok(())
             }
@@ -2915,6 +2937,7 @@ pub mod ringlog {
             pub mirror_source: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub promoted_from: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub promoted_ends: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u64>>>,
+            pub overrides: Option<::flatbuffers::WIPOffset<TopicConfig<'a>>>,
         }
         impl<'a> Default for TopicInfoArgs<'a> {
             #[inline]
@@ -2927,6 +2950,7 @@ pub mod ringlog {
                     mirror_source: None,
                     promoted_from: None,
                     promoted_ends: None,
+                    overrides: None,
                 }
             }
         }
@@ -2991,6 +3015,14 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_overrides(&mut self, overrides: ::flatbuffers::WIPOffset<TopicConfig<'b>>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<TopicConfig>>(
+                        TopicInfo::VT_OVERRIDES,
+                        overrides,
+                    );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> TopicInfoBuilder<'a, 'b, A> {
@@ -3017,6 +3049,7 @@ pub mod ringlog {
                 ds.field("mirror_source", &self.mirror_source());
                 ds.field("promoted_from", &self.promoted_from());
                 ds.field("promoted_ends", &self.promoted_ends());
+                ds.field("overrides", &self.overrides());
                 ds.finish()
             }
         }
@@ -15310,6 +15343,465 @@ pub mod ringlog {
                 ds.field("broker_id", &self.broker_id());
                 ds.field("orphans", &self.orphans());
                 ds.field("purged", &self.purged());
+                ds.finish()
+            }
+        }
+        pub enum ConfigEntryOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct ConfigEntry<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for ConfigEntry<'a> {
+            type Inner = ConfigEntry<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> ConfigEntry<'a> {
+            pub const VT_NAME: ::flatbuffers::VOffsetT = 4;
+            pub const VT_VALUE: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                ConfigEntry { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args ConfigEntryArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<ConfigEntry<'bldr>> {
+                let mut builder = ConfigEntryBuilder::new(_fbb);
+                if let Some(x) = args.value {
+                    builder.add_value(x);
+                }
+                if let Some(x) = args.name {
+                    builder.add_name(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn name(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(ConfigEntry::VT_NAME, None)
+                }
+            }
+            #[inline]
+            pub fn value(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(ConfigEntry::VT_VALUE, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for ConfigEntry<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "name",
+                        Self::VT_NAME,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "value",
+                        Self::VT_VALUE,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct ConfigEntryArgs<'a> {
+            pub name: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub value: Option<::flatbuffers::WIPOffset<&'a str>>,
+        }
+        impl<'a> Default for ConfigEntryArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                ConfigEntryArgs {
+                    name: None,
+                    value: None,
+                }
+            }
+        }
+
+        pub struct ConfigEntryBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> ConfigEntryBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_name(&mut self, name: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(ConfigEntry::VT_NAME, name);
+            }
+            #[inline]
+            pub fn add_value(&mut self, value: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<_>>(ConfigEntry::VT_VALUE, value);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> ConfigEntryBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                ConfigEntryBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<ConfigEntry<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for ConfigEntry<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("ConfigEntry");
+                ds.field("name", &self.name());
+                ds.field("value", &self.value());
+                ds.finish()
+            }
+        }
+        pub enum AlterTopicConfigRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct AlterTopicConfigRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for AlterTopicConfigRequest<'a> {
+            type Inner = AlterTopicConfigRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> AlterTopicConfigRequest<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+            pub const VT_SET: ::flatbuffers::VOffsetT = 6;
+            pub const VT_DELETE: ::flatbuffers::VOffsetT = 8;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                AlterTopicConfigRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args AlterTopicConfigRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<AlterTopicConfigRequest<'bldr>> {
+                let mut builder = AlterTopicConfigRequestBuilder::new(_fbb);
+                if let Some(x) = args.delete {
+                    builder.add_delete(x);
+                }
+                if let Some(x) = args.set {
+                    builder.add_set(x);
+                }
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<&str>>(
+                        AlterTopicConfigRequest::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+            #[inline]
+            pub fn set(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ConfigEntry<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ConfigEntry>>,
+                    >>(AlterTopicConfigRequest::VT_SET, None)
+                }
+            }
+            #[inline]
+            pub fn delete(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                    >>(AlterTopicConfigRequest::VT_DELETE, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for AlterTopicConfigRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<ConfigEntry>>,
+                    >>("set", Self::VT_SET, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<&'_ str>>,
+                    >>("delete", Self::VT_DELETE, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct AlterTopicConfigRequestArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub set: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<ConfigEntry<'a>>>,
+                >,
+            >,
+            pub delete: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                >,
+            >,
+        }
+        impl<'a> Default for AlterTopicConfigRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                AlterTopicConfigRequestArgs {
+                    topic: None,
+                    set: None,
+                    delete: None,
+                }
+            }
+        }
+
+        pub struct AlterTopicConfigRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AlterTopicConfigRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AlterTopicConfigRequest::VT_TOPIC,
+                    topic,
+                );
+            }
+            #[inline]
+            pub fn add_set(
+                &mut self,
+                set: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<ConfigEntry<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AlterTopicConfigRequest::VT_SET,
+                    set,
+                );
+            }
+            #[inline]
+            pub fn add_delete(
+                &mut self,
+                delete: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<&'b str>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AlterTopicConfigRequest::VT_DELETE,
+                    delete,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> AlterTopicConfigRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                AlterTopicConfigRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<AlterTopicConfigRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for AlterTopicConfigRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("AlterTopicConfigRequest");
+                ds.field("topic", &self.topic());
+                ds.field("set", &self.set());
+                ds.field("delete", &self.delete());
+                ds.finish()
+            }
+        }
+        pub enum AlterTopicConfigResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct AlterTopicConfigResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for AlterTopicConfigResponse<'a> {
+            type Inner = AlterTopicConfigResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> AlterTopicConfigResponse<'a> {
+            pub const VT_TOPIC: ::flatbuffers::VOffsetT = 4;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                AlterTopicConfigResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args AlterTopicConfigResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<AlterTopicConfigResponse<'bldr>> {
+                let mut builder = AlterTopicConfigResponseBuilder::new(_fbb);
+                if let Some(x) = args.topic {
+                    builder.add_topic(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn topic(&self) -> Option<TopicInfo<'a>> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<TopicInfo>>(
+                        AlterTopicConfigResponse::VT_TOPIC,
+                        None,
+                    )
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for AlterTopicConfigResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<TopicInfo>>(
+                        "topic",
+                        Self::VT_TOPIC,
+                        false,
+                    )?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct AlterTopicConfigResponseArgs<'a> {
+            pub topic: Option<::flatbuffers::WIPOffset<TopicInfo<'a>>>,
+        }
+        impl<'a> Default for AlterTopicConfigResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                AlterTopicConfigResponseArgs { topic: None }
+            }
+        }
+
+        pub struct AlterTopicConfigResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AlterTopicConfigResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_topic(&mut self, topic: ::flatbuffers::WIPOffset<TopicInfo<'b>>) {
+                self.fbb_
+                    .push_slot_always::<::flatbuffers::WIPOffset<TopicInfo>>(
+                        AlterTopicConfigResponse::VT_TOPIC,
+                        topic,
+                    );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> AlterTopicConfigResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                AlterTopicConfigResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<AlterTopicConfigResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for AlterTopicConfigResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("AlterTopicConfigResponse");
+                ds.field("topic", &self.topic());
                 ds.finish()
             }
         }

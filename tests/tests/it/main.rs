@@ -50,6 +50,7 @@ mod security_holes;
 mod served;
 mod stalled_consumer;
 mod tls;
+mod topic_config;
 mod truncation;
 mod util;
 mod verify;

@@ -241,6 +241,11 @@ fn r22_strangers_are_refused_and_alice_does_only_what_her_rules_allow() {
     let (code, message) = code_of(alice.orphaned(0, None));
     assert_eq!(code, ErrorCode::AuthorizationFailed, "{message}");
     assert!(admin.orphaned(0, None).is_ok());
+    // Reading a topic is not changing its settings.
+    let (code, message) =
+        code_of(alice.alter_topic_config("clicks", &[("retention.ms", "1")], &[]));
+    assert_eq!(code, ErrorCode::AuthorizationFailed, "{message}");
+    assert!(message.contains("may not alter topic"), "{message}");
     let (code, out, err) = ringlog(&[
         "--brokers",
         &address,

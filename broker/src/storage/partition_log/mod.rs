@@ -515,6 +515,17 @@ impl<S: Storage> PartitionLog<S> {
         self.settings
     }
 
+    /// Takes a topic's changed settings (`ringlog topic alter --config`):
+    /// the next roll, flush decision and retention sweep follow them. What
+    /// the log's bytes are (format, timestamps) never changes.
+    pub fn change_settings(&mut self, settings: LogSettings) {
+        self.settings = LogSettings {
+            format: self.settings.format,
+            timestamps: self.settings.timestamps,
+            ..settings
+        };
+    }
+
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
         self.segments.len()

@@ -115,8 +115,19 @@ class TopicInfo(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
         return o == 0
 
+    # TopicInfo
+    def Overrides(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            from ringlog.wire.TopicConfig import TopicConfig
+            obj = TopicConfig()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
 def TopicInfoStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(8)
 
 def Start(builder):
     TopicInfoStart(builder)
@@ -174,6 +185,12 @@ def TopicInfoStartPromotedEndsVector(builder, numElems):
 
 def StartPromotedEndsVector(builder, numElems):
     return TopicInfoStartPromotedEndsVector(builder, numElems)
+
+def TopicInfoAddOverrides(builder, overrides):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(overrides), 0)
+
+def AddOverrides(builder, overrides):
+    TopicInfoAddOverrides(builder, overrides)
 
 def TopicInfoEnd(builder):
     return builder.EndObject()

@@ -15,6 +15,7 @@ use std::time::Duration;
 mod mirror;
 mod operations;
 mod orphans;
+mod quotas;
 mod security;
 mod verify;
 
@@ -203,6 +204,9 @@ enum Command {
     /// cluster.
     #[command(subcommand)]
     Acl(security::AclCommand),
+    /// Principals' quotas at run time: set, delete, list.
+    #[command(subcommand)]
+    Quotas(quotas::QuotasCommand),
     /// Prove a topic's copies hold the same bytes (its replicas, or with
     /// --against another cluster's copy), without moving them: prints,
     /// per partition, the range compared and the first offset where two
@@ -669,6 +673,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .filter(|_| adding_without_login),
         ),
         Command::Acl(command) => security::acl(&cli.brokers, command),
+        Command::Quotas(command) => quotas::quotas(&connect(&cli.brokers)?, command),
         Command::Verify(args) => verify::verify(&cli.brokers, &args, connect),
         Command::Topic(command) => topic(&cli.brokers, command),
         Command::Produce(args) => produce(&cli.brokers, args),

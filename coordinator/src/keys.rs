@@ -14,6 +14,7 @@
 //! | `groups/<group>/owners/<topic>/<partition:010>` | the owning member's id | the broker that served ClaimPartitions: a txn that succeeds only if no member joined since the claimer's view, the claimer's session is live, and no owner exists | the owner's session lease: a dead member's partitions are free when its session expires |
 //! | `groups/<group>/offsets/<topic>/<partition:010>` | the committed offset, decimal, then a space and the leader epoch of the message before it when the committer knew it (`418 3`; KIP-320) | CommitOffsets: a txn that succeeds only if the committer owns the partition (or, for a reset, the group has no member) | none: persistent |
 //! | `security/users/<name>`    | the user's SCRAM-SHA-256 credential, `SCRAM-SHA-256:ITERATIONS:SALT:STORED_KEY:SERVER_KEY` (not JSON; never a password) | AlterUsers through any broker, or `ringlog users add --etcd` before any broker runs | none: persistent |
+//! | `security/quotas/<principal>` | [`QuotaRecord`]: produce and fetch bytes/s, requests/s and connections of one principal (`User:alice`), or `default` for a principal without its own, set at run time | `ringlog quotas set` / `delete` through any broker (AlterQuotas) | none: persistent |
 //! | `security/login-secret`    | 32 random bytes in hex, made by the first broker that finds none (a create-if-absent transaction): the salts and iteration counts answered for users that do not exist derive from it, alike on every broker and across restarts | the first broker to read the security records | none: persistent |
 //! | `producer-ids`            | the next producer id not handed out, decimal (not JSON); the first is random in its top 24 bits, so two clusters' ids (a mirror copies another cluster's batches verbatim) meet with odds of 1 in 16 million | any broker, taking a block for its InitProducerId answers: a transaction comparing the key's `mod_revision` (`create_revision` 0 for the first) | none: persistent; never decreases |
 //! | `served/<topic-id>/<broker:010>` | the etcd revision of the topic's record that broker last applied (decimal, not JSON): its shards serve the topic as of that record | that broker, after applying a topic record it read from etcd; the broker that made the change waits until every live broker's is at least its revision before it answers CreateTopic, CreatePartitions, a reassignment or a settings change | none: persistent, deleted with the topic (a dead broker's is ignored: only live brokers are waited for) |
@@ -27,6 +28,7 @@
 //! [`TopicRecord`]: crate::registry::TopicRecord
 //! [`MemberRecord`]: crate::groups::MemberRecord
 //! [`PartitionState`]: crate::replicas::PartitionState
+//! [`QuotaRecord`]: crate::security::QuotaRecord
 
 use protocol::types::BrokerId;
 
@@ -155,6 +157,11 @@ impl Keys {
         format!("{}security/users/{name}", self.prefix)
     }
 
+    /// One principal's quota set at run time (`default`: the default's).
+    pub fn quota(&self, principal: &str) -> String {
+        format!("{}security/quotas/{principal}", self.prefix)
+    }
+
     /// The cluster's secret for made-up logins of unknown users.
     pub fn login_secret(&self) -> String {
         format!("{}security/login-secret", self.prefix)
@@ -203,6 +210,9 @@ impl Keys {
         }
         if let Some(name) = rest.strip_prefix("security/users/") {
             return (!name.is_empty()).then_some(Key::User(name));
+        }
+        if let Some(principal) = rest.strip_prefix("security/quotas/") {
+            return (!principal.is_empty()).then_some(Key::Quota(principal));
         }
         if rest == "security/login-secret" {
             return Some(Key::LoginSecret);
@@ -257,6 +267,8 @@ pub enum Key<'k> {
     Acl(&'k str),
     /// `security/login-secret`.
     LoginSecret,
+    /// `security/quotas/<principal>`.
+    Quota(&'k str),
 }
 
 #[cfg(test)]
@@ -276,6 +288,9 @@ mod tests {
         let rule = "allow User:alice read topic:clicks";
         assert_eq!(keys.parse(&keys.acl(rule)), Some(Key::Acl(rule)));
         assert_eq!(keys.parse(&keys.login_secret()), Some(Key::LoginSecret));
+        let quota = keys.quota("User:alice");
+        assert_eq!(keys.parse(&quota), Some(Key::Quota("User:alice")));
+        assert!(quota.starts_with(&keys.security()));
         let state = keys.partition("00ab", 7);
         assert_eq!(state, "/ringlog/prod/partitions/00ab/0000000007");
         assert_eq!(keys.parse(&state), Some(Key::Partition("00ab", 7)));

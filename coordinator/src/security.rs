@@ -6,7 +6,11 @@
 //! |------------|--------------------------------------------------------|
 //! | standalone | `<data-dir>/security.toml`, rewritten atomically       |
 //! | memory     | the process's memory (tests)                           |
-//! | etcd       | `security/users/<name>` and `security/acls/<rule>` under the cluster's prefix ([`crate::keys`]) |
+//! | etcd       | `security/users/<name>`, `security/acls/<rule>` and `security/quotas/<principal>` under the cluster's prefix ([`crate::keys`]) |
+//!
+//! Quotas set at run time (`ringlog quotas set`) live here too: per
+//! principal, and [`DEFAULT_QUOTA`] for a principal without its own; they
+//! take precedence over a broker's configured ones.
 //!
 //! The first user is written before any broker runs, straight into the
 //! store (`ringlog users add NAME --password-file F --data-dir DIR`, or
@@ -41,6 +45,27 @@ pub struct SecurityRecords {
     /// so the answer does not tell a real user from a made-up one (issue
     /// 48). Empty where none is kept (the memory registry of tests).
     pub login_secret: Vec<u8>,
+    /// Quotas set at run time, by principal (`User:alice`), and
+    /// [`DEFAULT_QUOTA`] for a principal without its own.
+    pub quotas: BTreeMap<String, QuotaRecord>,
+}
+
+/// The key of the quota of a principal without its own.
+pub const DEFAULT_QUOTA: &str = protocol::codec::quotas::DEFAULT_PRINCIPAL;
+
+/// One principal's quota, as stored (0 = no bound). See the broker's
+/// `auth/quota.rs` for what each bounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotaRecord {
+    /// Message-set bytes produced per second.
+    pub produce_bytes_per_second: u64,
+    /// Log bytes fetched per second.
+    pub fetch_bytes_per_second: u64,
+    /// Requests of any api per second.
+    pub requests_per_second: u64,
+    /// Connections open at once, per broker.
+    pub connections: u32,
 }
 
 /// A new login secret: 32 random bytes.
@@ -123,6 +148,11 @@ pub enum SecurityChange {
     AddAcls(Vec<AclRule>),
     /// Remove these rules where they exist.
     RemoveAcls(Vec<AclRule>),
+    /// Set these principals' quotas (each replaces the principal's whole
+    /// quota; [`DEFAULT_QUOTA`] names the default).
+    SetQuotas(Vec<(String, QuotaRecord)>),
+    /// Remove these principals' quotas where they exist.
+    DeleteQuotas(Vec<String>),
 }
 
 /// What a change did: users added or replaced and removed, or rules
@@ -165,6 +195,17 @@ impl SecurityRecords {
                     }
                 }
             }
+            SecurityChange::SetQuotas(quotas) => {
+                for (principal, quota) in quotas {
+                    self.quotas.insert(principal.clone(), *quota);
+                    changed.added += 1;
+                }
+            }
+            SecurityChange::DeleteQuotas(principals) => {
+                for principal in principals {
+                    changed.removed += u32::from(self.quotas.remove(principal).is_some());
+                }
+            }
         }
         changed
     }
@@ -178,6 +219,9 @@ struct SecurityFile {
     /// Rules in their text form.
     #[serde(default)]
     acls: Vec<String>,
+    /// Quotas set at run time, by principal.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    quotas: BTreeMap<String, QuotaRecord>,
 }
 
 fn corrupt(path: &Path, reason: impl std::fmt::Display) -> RegistryError {
@@ -225,6 +269,7 @@ pub fn read_file(dir: &Path) -> Result<SecurityRecords, RegistryError> {
     }
     records.acls.sort();
     records.acls.dedup();
+    records.quotas = file.quotas;
     Ok(records)
 }
 
@@ -239,6 +284,7 @@ pub fn write_file(dir: &Path, records: &SecurityRecords) -> Result<(), RegistryE
             .map(|(name, c)| (name.clone(), c.to_text()))
             .collect(),
         acls: records.acls.iter().map(|r| r.to_string()).collect(),
+        quotas: records.quotas.clone(),
     };
     let text = toml::to_string(&file)
         .map_err(|e| RegistryError::io("encoding", &path, std::io::Error::other(e)))?;
@@ -298,6 +344,12 @@ pub async fn read_etcd(
                 Err(error) => {
                     tracing::warn!(key, %error, "an access rule in etcd does not parse; it grants and denies nothing")
                 }
+            },
+            Some(Key::Quota(principal)) => match serde_json::from_str::<QuotaRecord>(value) {
+                Ok(quota) => {
+                    records.quotas.insert(principal.to_string(), quota);
+                }
+                Err(error) => tracing::warn!(key, %error, "a quota in etcd does not parse; it bounds nothing"),
             },
             Some(Key::LoginSecret) => match unhex(value) {
                 Some(secret) => records.login_secret = secret,
@@ -376,6 +428,20 @@ pub async fn change_etcd(
         SecurityChange::RemoveAcls(rules) => {
             for rule in rules {
                 writes.insert(keys.acl(&rule.to_string()), None);
+            }
+        }
+        SecurityChange::SetQuotas(quotas) => {
+            for (principal, quota) in quotas {
+                let value =
+                    serde_json::to_string(quota).map_err(|e| RegistryError::Unavailable {
+                        reason: format!("encoding a quota: {e}"),
+                    })?;
+                writes.insert(keys.quota(principal), Some(value));
+            }
+        }
+        SecurityChange::DeleteQuotas(principals) => {
+            for principal in principals {
+                writes.insert(keys.quota(principal), None);
             }
         }
     }

@@ -87,6 +87,10 @@ pub enum Api {
     Orphaned = 30,
     /// Change a topic's settings while it runs.
     AlterTopicConfig = 31,
+    /// Set or delete principals' quotas at run time.
+    AlterQuotas = 32,
+    /// The quotas set at run time and the broker's configured ones.
+    DescribeQuotas = 33,
 }
 
 impl Api {
@@ -125,6 +129,8 @@ impl Api {
             29 => Api::TruncateMirror,
             30 => Api::Orphaned,
             31 => Api::AlterTopicConfig,
+            32 => Api::AlterQuotas,
+            33 => Api::DescribeQuotas,
             _ => return None,
         })
     }

@@ -160,6 +160,25 @@ fn main() {
             vec![],
         ),
         (
+            Api::AlterQuotas,
+            protocol::codec::quotas::alter_quotas_request(
+                &mut fbb,
+                &[protocol::codec::quotas::QuotaEntry {
+                    principal: "User:alice".into(),
+                    produce_bytes_per_second: 1_000_000,
+                    ..Default::default()
+                }],
+                &[],
+            )
+            .to_vec(),
+            vec![],
+        ),
+        (
+            Api::DescribeQuotas,
+            protocol::codec::quotas::describe_quotas_request(&mut fbb).to_vec(),
+            vec![],
+        ),
+        (
             Api::AlterTopicConfig,
             protocol::codec::topic_config::alter_topic_config_request(
                 &mut fbb,

@@ -190,10 +190,13 @@ pub fn check(shard: &Shard, principal: &str, api: Api, header: &[u8]) -> Result<
                 let request = decode!(wire::DigestRequest);
                 topic(request.topic().unwrap_or_default(), Operation::Read)
             }
-            Api::CreateAcls | Api::DeleteAcls | Api::AlterUsers => cluster(Operation::Alter),
-            Api::DescribeAcls | Api::ListUsers => cluster(Operation::Describe),
-            // No `_` arm: a new api does not compile until its right is
-            // placed here.
+            Api::CreateAcls | Api::DeleteAcls | Api::AlterUsers | Api::AlterQuotas => {
+                cluster(Operation::Alter)
+            }
+            Api::DescribeAcls | Api::ListUsers | Api::DescribeQuotas => {
+                cluster(Operation::Describe)
+            } // No `_` arm: a new api does not compile until its right is
+              // placed here.
         }
     })
 }

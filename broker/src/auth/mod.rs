@@ -122,6 +122,13 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// Makes `records` (with `super_users`) what every shard checks against
 /// from its next request on.
 pub fn publish(records: SecurityRecords, super_users: &[String]) {
+    quota::quotas().set_registry(
+        records
+            .quotas
+            .iter()
+            .map(|(principal, quota)| (principal.clone(), quota::Quota::from(*quota)))
+            .collect(),
+    );
     let mut iterations: Vec<u32> = records.users.values().map(|c| c.iterations).collect();
     iterations.sort_unstable();
     let snapshot = Arc::new(Snapshot {

@@ -23,6 +23,16 @@
 //! per principal and kind, shared by its connections on every shard
 //! (atomics, no lock); quotas are per broker, as Kafka's are.
 //!
+//! Quotas also change at run time (`ringlog quotas set|delete|list`,
+//! AlterQuotas and DescribeQuotas): stored in the cluster's registry with
+//! the users and rules, published to every broker with them
+//! ([`Quotas::set_registry`]), and taking precedence over the broker's
+//! configured ones: a principal's own from the registry, else its own from
+//! the configuration, else the registry's default, else the configuration's.
+//! A change reaches the principal's connections already open: every
+//! principal's connections share one [`Usage`], whose rates are atomics
+//! the change rewrites.
+//!
 //! Configuration (per broker, in its TOML):
 //!
 //! ```toml
@@ -41,7 +51,7 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// One principal's quota (0 = no bound).
@@ -58,6 +68,17 @@ pub struct Quota {
     pub connections: u32,
 }
 
+impl From<coordinator::security::QuotaRecord> for Quota {
+    fn from(record: coordinator::security::QuotaRecord) -> Quota {
+        Quota {
+            produce_bytes_per_second: record.produce_bytes_per_second,
+            fetch_bytes_per_second: record.fetch_bytes_per_second,
+            requests_per_second: record.requests_per_second,
+            connections: record.connections,
+        }
+    }
+}
+
 impl Quota {
     /// True when it bounds nothing.
     pub fn is_unbounded(&self) -> bool {
@@ -68,8 +89,8 @@ impl Quota {
 /// A rate as a virtual clock ([module doc](self)).
 #[derive(Debug)]
 struct Bucket {
-    /// Units per second; 0: unbounded.
-    rate: u64,
+    /// Units per second; 0: unbounded. Changed at run time.
+    rate: AtomicU64,
     /// Nanoseconds since [`epoch`] by which all charges are paid.
     paid_until: AtomicU64,
 }
@@ -77,15 +98,23 @@ struct Bucket {
 impl Bucket {
     fn new(rate: u64) -> Bucket {
         Bucket {
-            rate,
+            rate: AtomicU64::new(rate),
             paid_until: AtomicU64::new(0),
+        }
+    }
+
+    /// A new rate for the charges from now on. Debt run up under an old
+    /// rate is forgiven when the bucket becomes unbounded, kept otherwise.
+    fn set_rate(&self, rate: u64) {
+        if self.rate.swap(rate, Ordering::AcqRel) != rate && rate == 0 {
+            self.paid_until.store(0, Ordering::Release);
         }
     }
 
     /// What is charged and not paid at `now`: the wait before anything
     /// more of the bucket's.
     fn debt(&self, now: u64) -> Duration {
-        if self.rate == 0 {
+        if self.rate.load(Ordering::Relaxed) == 0 {
             return Duration::ZERO;
         }
         Duration::from_nanos(self.paid_until.load(Ordering::Acquire).saturating_sub(now))
@@ -94,10 +123,11 @@ impl Bucket {
     /// Charges `units` at `now` (ns since the epoch); the wait before the
     /// charge's turn.
     fn charge(&self, units: u64, now: u64) -> Duration {
-        if self.rate == 0 || units == 0 {
+        let rate = self.rate.load(Ordering::Relaxed);
+        if rate == 0 || units == 0 {
             return Duration::ZERO;
         }
-        let cost = (u128::from(units) * 1_000_000_000 / u128::from(self.rate))
+        let cost = (u128::from(units) * 1_000_000_000 / u128::from(rate))
             .min(u128::from(u64::MAX / 4)) as u64;
         let mut paid = self.paid_until.load(Ordering::Relaxed);
         loop {
@@ -128,22 +158,34 @@ fn now_ns() -> u64 {
 /// One principal's buckets and open connections.
 #[derive(Debug)]
 pub struct Usage {
-    quota: Quota,
     produce: Bucket,
     fetch: Bucket,
     requests: Bucket,
+    /// The `connections` quota (0: no bound).
+    connections_max: AtomicU32,
     connections: AtomicU32,
 }
 
 impl Usage {
     fn new(quota: Quota) -> Usage {
         Usage {
-            quota,
             produce: Bucket::new(quota.produce_bytes_per_second),
             fetch: Bucket::new(quota.fetch_bytes_per_second),
             requests: Bucket::new(quota.requests_per_second),
+            connections_max: AtomicU32::new(quota.connections),
             connections: AtomicU32::new(0),
         }
+    }
+
+    /// The principal's quota changed (at run time): its connections follow
+    /// from their next request on. Connections already open past a
+    /// lowered `connections` stay; new ones wait for room.
+    fn set(&self, quota: Quota) {
+        self.produce.set_rate(quota.produce_bytes_per_second);
+        self.fetch.set_rate(quota.fetch_bytes_per_second);
+        self.requests.set_rate(quota.requests_per_second);
+        self.connections_max
+            .store(quota.connections, Ordering::Release);
     }
 
     /// Reserves one request (and a produce's `produce_bytes`) before it
@@ -155,6 +197,9 @@ impl Usage {
     /// got each connection's first request served at once (issue 48:
     /// 72.7 MiB/s against a 1 MiB/s quota).
     pub fn reserve(&self, produce_bytes: u64) -> Duration {
+        if self.unbounded() {
+            return Duration::ZERO;
+        }
         let now = now_ns();
         self.requests
             .charge(1, now)
@@ -169,7 +214,9 @@ impl Usage {
 
     /// True when nothing is bounded (nothing to charge).
     pub fn unbounded(&self) -> bool {
-        self.quota.is_unbounded()
+        self.produce.rate.load(Ordering::Relaxed) == 0
+            && self.fetch.rate.load(Ordering::Relaxed) == 0
+            && self.requests.rate.load(Ordering::Relaxed) == 0
     }
 }
 
@@ -213,6 +260,9 @@ impl Drop for AddressSlot {
 pub struct Quotas {
     default: Quota,
     by_principal: BTreeMap<String, Quota>,
+    /// Quotas set at run time, by principal (`default`: the default),
+    /// as last published from the registry.
+    registry: RwLock<BTreeMap<String, Quota>>,
     max_per_address: u32,
     usage: Mutex<HashMap<String, Arc<Usage>>>,
     addresses: Mutex<HashMap<IpAddr, u32>>,
@@ -255,28 +305,70 @@ impl Quotas {
         Ok(Some(AddressSlot(self, address)))
     }
 
-    /// Counts a connection opened as `principal`; `Err` with the refusal's
-    /// words past its `connections` quota. `None`: nothing to charge
-    /// (no quota applies).
-    pub fn admit_principal(&self, principal: &str) -> Result<Option<PrincipalSlot>, Refused> {
-        let quota = self
-            .by_principal
+    /// The quota that applies to `principal`: its own from the registry,
+    /// its own from the configuration, the registry's default, the
+    /// configuration's default — the first there is.
+    pub fn effective(&self, principal: &str) -> Quota {
+        let registry = self.registry.read().unwrap_or_else(|p| p.into_inner());
+        registry
             .get(principal)
+            .or_else(|| self.by_principal.get(principal))
+            .or_else(|| registry.get(coordinator::security::DEFAULT_QUOTA))
             .copied()
-            .unwrap_or(self.default);
-        if quota.is_unbounded() {
-            return Ok(None);
+            .unwrap_or(self.default)
+    }
+
+    /// The configuration's quotas (the default under `default`), for
+    /// DescribeQuotas.
+    pub fn configured(&self) -> BTreeMap<String, Quota> {
+        let mut all = self.by_principal.clone();
+        if !self.default.is_unbounded() {
+            all.insert(
+                coordinator::security::DEFAULT_QUOTA.to_string(),
+                self.default,
+            );
         }
+        all
+    }
+
+    /// The quotas set at run time, as last published.
+    pub fn registry(&self) -> BTreeMap<String, Quota> {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Takes the quotas set at run time (published with the users and
+    /// rules) and applies them to every principal's connections at once.
+    pub fn set_registry(&self, quotas: BTreeMap<String, Quota>) {
+        *self.registry.write().unwrap_or_else(|p| p.into_inner()) = quotas;
+        let usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
+        for (principal, usage) in usage.iter() {
+            usage.set(self.effective(principal));
+        }
+    }
+
+    /// Counts a connection opened as `principal`; `Err` with the refusal's
+    /// words past its `connections` quota. Every principal's connections
+    /// share one [`Usage`], bounded or not, so that a quota set later
+    /// reaches them.
+    pub fn admit_principal(&self, principal: &str) -> Result<Option<PrincipalSlot>, Refused> {
         let usage = {
             let mut usage = self.usage.lock().unwrap_or_else(|p| p.into_inner());
-            usage
-                .entry(principal.to_string())
-                .or_insert_with(|| Arc::new(Usage::new(quota)))
-                .clone()
+            match usage.get(principal) {
+                Some(found) => found.clone(),
+                None => {
+                    let made = Arc::new(Usage::new(self.effective(principal)));
+                    usage.insert(principal.to_string(), made.clone());
+                    made
+                }
+            }
         };
         let before = usage.connections.fetch_add(1, Ordering::AcqRel);
+        let limit = usage.connections_max.load(Ordering::Acquire);
         let slot = PrincipalSlot(usage);
-        if quota.connections != 0 && before >= quota.connections {
+        if limit != 0 && before >= limit {
             return Err(Refused::Principal {
                 principal: principal.to_string(),
                 count: before,
@@ -323,7 +415,8 @@ mod tests {
             max_per_address: 1,
             ..Quotas::default()
         }));
-        assert!(quotas.admit_principal("User:b").unwrap().is_none());
+        let unbounded = quotas.admit_principal("User:b").unwrap().unwrap();
+        assert!(unbounded.usage().unbounded());
         let one = quotas.admit_principal("User:a").unwrap();
         let two = quotas.admit_principal("User:a").unwrap();
         let refused = quotas.admit_principal("User:a").unwrap_err();

@@ -288,6 +288,8 @@ fn dispatch_once(
         | Api::DeleteAcls
         | Api::DescribeAcls
         | Api::AlterUsers
+        | Api::AlterQuotas
+        | Api::DescribeQuotas
         | Api::ListUsers => security::handle(shard, known, header),
         // No `_` arm: a new api does not compile until it is served here
         // (or refused on purpose).

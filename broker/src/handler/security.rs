@@ -1,12 +1,13 @@
-//! CreateAcls, DeleteAcls and AlterUsers (through the control thread,
-//! which owns the registry and publishes the result to every shard before
-//! answering), DescribeAcls and ListUsers (from this shard's copy).
+//! CreateAcls, DeleteAcls, AlterUsers and AlterQuotas (through the control
+//! thread, which owns the registry and publishes the result to every shard
+//! before answering), DescribeAcls, ListUsers and DescribeQuotas (from this
+//! broker's copy).
 //! Who may send them is [`crate::auth::authorize`]'s business.
 
 use super::{invalid_header, Dispatched, Failure, Payload, Response};
 use crate::mailbox::ControlMsg;
 use crate::shard::Shard;
-use coordinator::security::{Changed, SecurityChange};
+use coordinator::security::{Changed, QuotaRecord, SecurityChange};
 use protocol::codec::security as codec;
 use protocol::codec::verify;
 use protocol::frame::Api;
@@ -61,6 +62,18 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
             SecurityChange::RemoveAcls(
                 codec::decode_rules(request.rules()).map_err(|e| invalid(e.to_string()))?,
             )
+        }
+        Api::DescribeQuotas => {
+            verify::<wire::DescribeQuotasRequest>(header).map_err(bad)?;
+            let described = described_quotas();
+            let header = super::with_builder(shard, |fbb| {
+                protocol::codec::quotas::describe_quotas_response(fbb, &described).to_vec()
+            });
+            return Ok(Dispatched::Ready(ready(api, header)));
+        }
+        Api::AlterQuotas => {
+            let request = verify::<wire::AlterQuotasRequest>(header).map_err(bad)?;
+            quota_change(&request).map_err(invalid)?
         }
         Api::AlterUsers => {
             let request = verify::<wire::AlterUsersRequest>(header).map_err(bad)?;
@@ -121,12 +134,86 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
             match api {
                 Api::CreateAcls => codec::create_acls_response(fbb, added),
                 Api::DeleteAcls => codec::delete_acls_response(fbb, removed),
+                Api::AlterQuotas => {
+                    protocol::codec::quotas::alter_quotas_response(fbb, added, removed)
+                }
                 _ => codec::alter_users_response(fbb, added, removed),
             }
             .to_vec()
         });
         Some(ready(api, header))
     })))
+}
+
+/// An AlterQuotas request's change, checked: one to
+/// [`USERS_PER_REQUEST_MAX`] principals, each named once.
+fn quota_change(request: &wire::AlterQuotasRequest<'_>) -> Result<SecurityChange, String> {
+    use protocol::codec::quotas::{check_principal, decode_entries};
+    let set = decode_entries(request.set());
+    let delete: Vec<String> = request
+        .delete()
+        .iter()
+        .flatten()
+        .map(str::to_string)
+        .collect();
+    let count = set.len() + delete.len();
+    if count == 0 || count > USERS_PER_REQUEST_MAX {
+        return Err(format!(
+            "{count} quotas named: a request changes 1 to {USERS_PER_REQUEST_MAX}"
+        ));
+    }
+    let mut named = std::collections::BTreeSet::new();
+    for principal in set
+        .iter()
+        .map(|e| e.principal.as_str())
+        .chain(delete.iter().map(String::as_str))
+    {
+        check_principal(principal)?;
+        if !named.insert(principal) {
+            return Err(format!("{principal} is named more than once"));
+        }
+    }
+    if !set.is_empty() && !delete.is_empty() {
+        return Err("a request sets quotas or deletes them, not both".into());
+    }
+    if delete.is_empty() {
+        Ok(SecurityChange::SetQuotas(
+            set.into_iter()
+                .map(|e| {
+                    let record = QuotaRecord {
+                        produce_bytes_per_second: e.produce_bytes_per_second,
+                        fetch_bytes_per_second: e.fetch_bytes_per_second,
+                        requests_per_second: e.requests_per_second,
+                        connections: e.connections,
+                    };
+                    (e.principal, record)
+                })
+                .collect(),
+        ))
+    } else {
+        Ok(SecurityChange::DeleteQuotas(delete))
+    }
+}
+
+/// The quotas set at run time and this broker's configured ones.
+fn described_quotas() -> protocol::codec::quotas::Described {
+    let entries = |quotas: std::collections::BTreeMap<String, crate::auth::quota::Quota>| {
+        quotas
+            .into_iter()
+            .map(|(principal, q)| protocol::codec::quotas::QuotaEntry {
+                principal,
+                produce_bytes_per_second: q.produce_bytes_per_second,
+                fetch_bytes_per_second: q.fetch_bytes_per_second,
+                requests_per_second: q.requests_per_second,
+                connections: q.connections,
+            })
+            .collect()
+    };
+    let quotas = crate::auth::quota::quotas();
+    protocol::codec::quotas::Described {
+        quotas: entries(quotas.registry()),
+        configured: entries(quotas.configured()),
+    }
 }
 
 fn ready(api: Api, header: Vec<u8>) -> Response {

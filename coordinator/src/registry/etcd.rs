@@ -937,7 +937,7 @@ impl Watcher {
                             state,
                         })
                     }
-                    (Some(Key::User(_) | Key::Acl(_)), _) => {
+                    (Some(Key::User(_) | Key::Acl(_) | Key::Quota(_)), _) => {
                         security_changed = true;
                         None
                     }

@@ -786,6 +786,40 @@ impl Client {
         Ok(created)
     }
 
+    /// Sets each principal's whole quota in `set` (`User:NAME`, or
+    /// `default`) and removes those in `delete`, in the cluster's
+    /// registry; every broker applies them within about a second. Returns
+    /// (set, deleted).
+    pub fn alter_quotas(
+        &self,
+        set: &[codec::quotas::QuotaEntry],
+        delete: &[&str],
+    ) -> Result<(u32, u32), ClientError> {
+        let response = self.request(
+            Api::AlterQuotas,
+            |fbb| codec::quotas::alter_quotas_request(fbb, set, delete).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        let decoded = verify::<wire::AlterQuotasResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("alter quotas: {e}")))?;
+        Ok((decoded.set(), decoded.deleted()))
+    }
+
+    /// The quotas set at run time, and the answering broker's configured
+    /// ones.
+    pub fn describe_quotas(&self) -> Result<codec::quotas::Described, ClientError> {
+        let response = self.request(
+            Api::DescribeQuotas,
+            |fbb| codec::quotas::describe_quotas_request(fbb).to_vec(),
+            std::time::Duration::ZERO,
+            true,
+        )?;
+        let decoded = verify::<wire::DescribeQuotasResponse>(&response.header)
+            .map_err(|e| ClientError::protocol(format!("describe quotas: {e}")))?;
+        Ok(codec::quotas::decode_described(decoded))
+    }
+
     /// Changes `topic`'s settings while it runs: `set` overrides the
     /// broker's default of each named setting (Kafka's names:
     /// `retention.ms`, `retention.bytes`, `segment.bytes`,

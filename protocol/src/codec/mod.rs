@@ -99,6 +99,7 @@ pub mod multi_fetch;
 pub mod operations;
 pub mod orphans;
 pub mod producer_id;
+pub mod quotas;
 pub mod security;
 pub mod topic_config;
 

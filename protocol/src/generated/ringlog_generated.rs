@@ -15805,5 +15805,775 @@ pub mod ringlog {
                 ds.finish()
             }
         }
+        pub enum QuotaEntryOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct QuotaEntry<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for QuotaEntry<'a> {
+            type Inner = QuotaEntry<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> QuotaEntry<'a> {
+            pub const VT_PRINCIPAL: ::flatbuffers::VOffsetT = 4;
+            pub const VT_PRODUCE_BYTES_PER_SECOND: ::flatbuffers::VOffsetT = 6;
+            pub const VT_FETCH_BYTES_PER_SECOND: ::flatbuffers::VOffsetT = 8;
+            pub const VT_REQUESTS_PER_SECOND: ::flatbuffers::VOffsetT = 10;
+            pub const VT_CONNECTIONS: ::flatbuffers::VOffsetT = 12;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                QuotaEntry { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args QuotaEntryArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<QuotaEntry<'bldr>> {
+                let mut builder = QuotaEntryBuilder::new(_fbb);
+                builder.add_requests_per_second(args.requests_per_second);
+                builder.add_fetch_bytes_per_second(args.fetch_bytes_per_second);
+                builder.add_produce_bytes_per_second(args.produce_bytes_per_second);
+                builder.add_connections(args.connections);
+                if let Some(x) = args.principal {
+                    builder.add_principal(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn principal(&self) -> Option<&'a str> {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<::flatbuffers::ForwardsUOffset<&str>>(QuotaEntry::VT_PRINCIPAL, None)
+                }
+            }
+            #[inline]
+            pub fn produce_bytes_per_second(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(QuotaEntry::VT_PRODUCE_BYTES_PER_SECOND, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn fetch_bytes_per_second(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(QuotaEntry::VT_FETCH_BYTES_PER_SECOND, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn requests_per_second(&self) -> u64 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u64>(QuotaEntry::VT_REQUESTS_PER_SECOND, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn connections(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(QuotaEntry::VT_CONNECTIONS, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for QuotaEntry<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<&str>>(
+                        "principal",
+                        Self::VT_PRINCIPAL,
+                        false,
+                    )?
+                    .visit_field::<u64>(
+                        "produce_bytes_per_second",
+                        Self::VT_PRODUCE_BYTES_PER_SECOND,
+                        false,
+                    )?
+                    .visit_field::<u64>(
+                        "fetch_bytes_per_second",
+                        Self::VT_FETCH_BYTES_PER_SECOND,
+                        false,
+                    )?
+                    .visit_field::<u64>("requests_per_second", Self::VT_REQUESTS_PER_SECOND, false)?
+                    .visit_field::<u32>("connections", Self::VT_CONNECTIONS, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct QuotaEntryArgs<'a> {
+            pub principal: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub produce_bytes_per_second: u64,
+            pub fetch_bytes_per_second: u64,
+            pub requests_per_second: u64,
+            pub connections: u32,
+        }
+        impl<'a> Default for QuotaEntryArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                QuotaEntryArgs {
+                    principal: None,
+                    produce_bytes_per_second: 0,
+                    fetch_bytes_per_second: 0,
+                    requests_per_second: 0,
+                    connections: 0,
+                }
+            }
+        }
+
+        pub struct QuotaEntryBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> QuotaEntryBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_principal(&mut self, principal: ::flatbuffers::WIPOffset<&'b str>) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    QuotaEntry::VT_PRINCIPAL,
+                    principal,
+                );
+            }
+            #[inline]
+            pub fn add_produce_bytes_per_second(&mut self, produce_bytes_per_second: u64) {
+                self.fbb_.push_slot::<u64>(
+                    QuotaEntry::VT_PRODUCE_BYTES_PER_SECOND,
+                    produce_bytes_per_second,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn add_fetch_bytes_per_second(&mut self, fetch_bytes_per_second: u64) {
+                self.fbb_.push_slot::<u64>(
+                    QuotaEntry::VT_FETCH_BYTES_PER_SECOND,
+                    fetch_bytes_per_second,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn add_requests_per_second(&mut self, requests_per_second: u64) {
+                self.fbb_.push_slot::<u64>(
+                    QuotaEntry::VT_REQUESTS_PER_SECOND,
+                    requests_per_second,
+                    0,
+                );
+            }
+            #[inline]
+            pub fn add_connections(&mut self, connections: u32) {
+                self.fbb_
+                    .push_slot::<u32>(QuotaEntry::VT_CONNECTIONS, connections, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> QuotaEntryBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                QuotaEntryBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<QuotaEntry<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for QuotaEntry<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("QuotaEntry");
+                ds.field("principal", &self.principal());
+                ds.field("produce_bytes_per_second", &self.produce_bytes_per_second());
+                ds.field("fetch_bytes_per_second", &self.fetch_bytes_per_second());
+                ds.field("requests_per_second", &self.requests_per_second());
+                ds.field("connections", &self.connections());
+                ds.finish()
+            }
+        }
+        pub enum AlterQuotasRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct AlterQuotasRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for AlterQuotasRequest<'a> {
+            type Inner = AlterQuotasRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> AlterQuotasRequest<'a> {
+            pub const VT_SET: ::flatbuffers::VOffsetT = 4;
+            pub const VT_DELETE: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                AlterQuotasRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args AlterQuotasRequestArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<AlterQuotasRequest<'bldr>> {
+                let mut builder = AlterQuotasRequestBuilder::new(_fbb);
+                if let Some(x) = args.delete {
+                    builder.add_delete(x);
+                }
+                if let Some(x) = args.set {
+                    builder.add_set(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn set(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<QuotaEntry<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<QuotaEntry>>,
+                    >>(AlterQuotasRequest::VT_SET, None)
+                }
+            }
+            #[inline]
+            pub fn delete(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                    >>(AlterQuotasRequest::VT_DELETE, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for AlterQuotasRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<QuotaEntry>>,
+                    >>("set", Self::VT_SET, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<&'_ str>>,
+                    >>("delete", Self::VT_DELETE, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct AlterQuotasRequestArgs<'a> {
+            pub set: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<QuotaEntry<'a>>>,
+                >,
+            >,
+            pub delete: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<&'a str>>,
+                >,
+            >,
+        }
+        impl<'a> Default for AlterQuotasRequestArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                AlterQuotasRequestArgs {
+                    set: None,
+                    delete: None,
+                }
+            }
+        }
+
+        pub struct AlterQuotasRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AlterQuotasRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_set(
+                &mut self,
+                set: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<QuotaEntry<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AlterQuotasRequest::VT_SET,
+                    set,
+                );
+            }
+            #[inline]
+            pub fn add_delete(
+                &mut self,
+                delete: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<&'b str>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    AlterQuotasRequest::VT_DELETE,
+                    delete,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> AlterQuotasRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                AlterQuotasRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<AlterQuotasRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for AlterQuotasRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("AlterQuotasRequest");
+                ds.field("set", &self.set());
+                ds.field("delete", &self.delete());
+                ds.finish()
+            }
+        }
+        pub enum AlterQuotasResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct AlterQuotasResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for AlterQuotasResponse<'a> {
+            type Inner = AlterQuotasResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> AlterQuotasResponse<'a> {
+            pub const VT_SET: ::flatbuffers::VOffsetT = 4;
+            pub const VT_DELETED: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                AlterQuotasResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args AlterQuotasResponseArgs,
+            ) -> ::flatbuffers::WIPOffset<AlterQuotasResponse<'bldr>> {
+                let mut builder = AlterQuotasResponseBuilder::new(_fbb);
+                builder.add_deleted(args.deleted);
+                builder.add_set(args.set);
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn set(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(AlterQuotasResponse::VT_SET, Some(0))
+                        .unwrap()
+                }
+            }
+            #[inline]
+            pub fn deleted(&self) -> u32 {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<u32>(AlterQuotasResponse::VT_DELETED, Some(0))
+                        .unwrap()
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for AlterQuotasResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<u32>("set", Self::VT_SET, false)?
+                    .visit_field::<u32>("deleted", Self::VT_DELETED, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct AlterQuotasResponseArgs {
+            pub set: u32,
+            pub deleted: u32,
+        }
+        impl<'a> Default for AlterQuotasResponseArgs {
+            #[inline]
+            fn default() -> Self {
+                AlterQuotasResponseArgs { set: 0, deleted: 0 }
+            }
+        }
+
+        pub struct AlterQuotasResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> AlterQuotasResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_set(&mut self, set: u32) {
+                self.fbb_
+                    .push_slot::<u32>(AlterQuotasResponse::VT_SET, set, 0);
+            }
+            #[inline]
+            pub fn add_deleted(&mut self, deleted: u32) {
+                self.fbb_
+                    .push_slot::<u32>(AlterQuotasResponse::VT_DELETED, deleted, 0);
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> AlterQuotasResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                AlterQuotasResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<AlterQuotasResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for AlterQuotasResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("AlterQuotasResponse");
+                ds.field("set", &self.set());
+                ds.field("deleted", &self.deleted());
+                ds.finish()
+            }
+        }
+        pub enum DescribeQuotasRequestOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DescribeQuotasRequest<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DescribeQuotasRequest<'a> {
+            type Inner = DescribeQuotasRequest<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DescribeQuotasRequest<'a> {
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DescribeQuotasRequest { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                _args: &'args DescribeQuotasRequestArgs,
+            ) -> ::flatbuffers::WIPOffset<DescribeQuotasRequest<'bldr>> {
+                let mut builder = DescribeQuotasRequestBuilder::new(_fbb);
+                builder.finish()
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DescribeQuotasRequest<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?.finish();
+                Ok(())
+            }
+        }
+        pub struct DescribeQuotasRequestArgs {}
+        impl<'a> Default for DescribeQuotasRequestArgs {
+            #[inline]
+            fn default() -> Self {
+                DescribeQuotasRequestArgs {}
+            }
+        }
+
+        pub struct DescribeQuotasRequestBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DescribeQuotasRequestBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DescribeQuotasRequestBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DescribeQuotasRequestBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DescribeQuotasRequest<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DescribeQuotasRequest<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DescribeQuotasRequest");
+                ds.finish()
+            }
+        }
+        pub enum DescribeQuotasResponseOffset {}
+        #[derive(Copy, Clone, PartialEq)]
+
+        pub struct DescribeQuotasResponse<'a> {
+            pub _tab: ::flatbuffers::Table<'a>,
+        }
+
+        impl<'a> ::flatbuffers::Follow<'a> for DescribeQuotasResponse<'a> {
+            type Inner = DescribeQuotasResponse<'a>;
+            #[inline]
+            unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+                Self {
+                    _tab: unsafe { ::flatbuffers::Table::new(buf, loc) },
+                }
+            }
+        }
+
+        impl<'a> DescribeQuotasResponse<'a> {
+            pub const VT_QUOTAS: ::flatbuffers::VOffsetT = 4;
+            pub const VT_CONFIGURED: ::flatbuffers::VOffsetT = 6;
+
+            #[inline]
+            pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
+                DescribeQuotasResponse { _tab: table }
+            }
+            #[allow(unused_mut)]
+            pub fn create<
+                'bldr: 'args,
+                'args: 'mut_bldr,
+                'mut_bldr,
+                A: ::flatbuffers::Allocator + 'bldr,
+            >(
+                _fbb: &'mut_bldr mut ::flatbuffers::FlatBufferBuilder<'bldr, A>,
+                args: &'args DescribeQuotasResponseArgs<'args>,
+            ) -> ::flatbuffers::WIPOffset<DescribeQuotasResponse<'bldr>> {
+                let mut builder = DescribeQuotasResponseBuilder::new(_fbb);
+                if let Some(x) = args.configured {
+                    builder.add_configured(x);
+                }
+                if let Some(x) = args.quotas {
+                    builder.add_quotas(x);
+                }
+                builder.finish()
+            }
+
+            #[inline]
+            pub fn quotas(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<QuotaEntry<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<QuotaEntry>>,
+                    >>(DescribeQuotasResponse::VT_QUOTAS, None)
+                }
+            }
+            #[inline]
+            pub fn configured(
+                &self,
+            ) -> Option<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<QuotaEntry<'a>>>>
+            {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab.get::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<QuotaEntry>>,
+                    >>(DescribeQuotasResponse::VT_CONFIGURED, None)
+                }
+            }
+        }
+
+        impl ::flatbuffers::Verifiable for DescribeQuotasResponse<'_> {
+            #[inline]
+            fn run_verifier(
+                v: &mut ::flatbuffers::Verifier,
+                pos: usize,
+            ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+                v.visit_table(pos)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<QuotaEntry>>,
+                    >>("quotas", Self::VT_QUOTAS, false)?
+                    .visit_field::<::flatbuffers::ForwardsUOffset<
+                        ::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<QuotaEntry>>,
+                    >>("configured", Self::VT_CONFIGURED, false)?
+                    .finish();
+                Ok(())
+            }
+        }
+        pub struct DescribeQuotasResponseArgs<'a> {
+            pub quotas: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<QuotaEntry<'a>>>,
+                >,
+            >,
+            pub configured: Option<
+                ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<QuotaEntry<'a>>>,
+                >,
+            >,
+        }
+        impl<'a> Default for DescribeQuotasResponseArgs<'a> {
+            #[inline]
+            fn default() -> Self {
+                DescribeQuotasResponseArgs {
+                    quotas: None,
+                    configured: None,
+                }
+            }
+        }
+
+        pub struct DescribeQuotasResponseBuilder<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> {
+            fbb_: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            start_: ::flatbuffers::WIPOffset<::flatbuffers::TableUnfinishedWIPOffset>,
+        }
+        impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> DescribeQuotasResponseBuilder<'a, 'b, A> {
+            #[inline]
+            pub fn add_quotas(
+                &mut self,
+                quotas: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<QuotaEntry<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DescribeQuotasResponse::VT_QUOTAS,
+                    quotas,
+                );
+            }
+            #[inline]
+            pub fn add_configured(
+                &mut self,
+                configured: ::flatbuffers::WIPOffset<
+                    ::flatbuffers::Vector<'b, ::flatbuffers::ForwardsUOffset<QuotaEntry<'b>>>,
+                >,
+            ) {
+                self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(
+                    DescribeQuotasResponse::VT_CONFIGURED,
+                    configured,
+                );
+            }
+            #[inline]
+            pub fn new(
+                _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
+            ) -> DescribeQuotasResponseBuilder<'a, 'b, A> {
+                let start = _fbb.start_table();
+                DescribeQuotasResponseBuilder {
+                    fbb_: _fbb,
+                    start_: start,
+                }
+            }
+            #[inline]
+            pub fn finish(self) -> ::flatbuffers::WIPOffset<DescribeQuotasResponse<'a>> {
+                let o = self.fbb_.end_table(self.start_);
+                ::flatbuffers::WIPOffset::new(o.value())
+            }
+        }
+
+        impl ::core::fmt::Debug for DescribeQuotasResponse<'_> {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                let mut ds = f.debug_struct("DescribeQuotasResponse");
+                ds.field("quotas", &self.quotas());
+                ds.field("configured", &self.configured());
+                ds.finish()
+            }
+        }
     } // pub mod wire
 } // pub mod ringlog

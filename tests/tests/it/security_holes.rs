@@ -967,3 +967,206 @@ fn r48_6_a_cluster_runs_as_an_etcd_user_whose_role_reaches_only_its_prefix() {
         "{stderr}"
     );
 }
+
+/// Bytes/s produced over `connections` connections of `user` for
+/// `seconds`, 1 MiB per request.
+fn produce_rate(address: &str, user: &str, connections: usize, seconds: u64) -> f64 {
+    let clients: Vec<Client> = (0..connections)
+        .map(|_| login(address, user, &format!("{user}-pw")))
+        .collect();
+    produce_rate_on(&clients, seconds)
+}
+
+fn produce_rate_on(clients: &[Client], seconds: u64) -> f64 {
+    let started = Instant::now();
+    let bytes: u64 = std::thread::scope(|scope| {
+        let handles: Vec<_> = clients
+            .iter()
+            .map(|client| {
+                scope.spawn(move || {
+                    let mut bytes = 0;
+                    while started.elapsed() < Duration::from_secs(seconds) {
+                        bytes += produce_one_mib(client, "metered");
+                    }
+                    bytes
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    bytes as f64 / started.elapsed().as_secs_f64()
+}
+
+fn quotas_cli(address: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(binary("ringlog"))
+        .args(["--brokers", address, "--user", "admin", "--password-file"])
+        .arg(std::env::temp_dir().join(format!("ringlog-quota-admin-{}.pw", std::process::id())))
+        .arg("quotas")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Issue 46, item 2: a quota set at run time (`ringlog quotas set`), with
+/// no broker configured for it, slows the principal's connections already
+/// open, holds summed over 1 and over 16 connections on both shards, is
+/// listed, outlives a restart (the standalone store), and once deleted
+/// bounds nothing.
+#[test]
+fn r46_2_a_quota_set_at_run_time_reaches_open_connections_and_holds_over_sixteen() {
+    let dir = TempDir::new("quota-run-time");
+    let mut broker = secured_broker(SECURE, 2, &dir);
+    let address = broker.address();
+    std::fs::write(
+        std::env::temp_dir().join(format!("ringlog-quota-admin-{}.pw", std::process::id())),
+        "admin-secret\n",
+    )
+    .unwrap();
+    let _admin = setup(&address, "metered", &["many"]);
+    let open = login(&address, "many", "many-pw");
+    let unbounded = produce_rate_on(std::slice::from_ref(&open), 2);
+
+    // Bad requests first: nothing stored.
+    let (code, _, err) = quotas_cli(
+        &address,
+        &["set", "alice", "--produce-bytes-per-second", "1"],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("a quota names `User:NAME` or `default`"),
+        "{err}"
+    );
+    let (code, _, err) = quotas_cli(&address, &["set", "User:many"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("name at least one of"), "{err}");
+
+    let (code, out, err) = quotas_cli(
+        &address,
+        &["set", "User:many", "--produce-bytes-per-second", "1000000"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("User:many\t1000000\t-\t-\t-"), "{out}");
+    // The connection opened before the quota, then 1 and 16 new ones.
+    let already_open = produce_rate_on(std::slice::from_ref(&open), 8);
+    let one = produce_rate(&address, "many", 1, 8);
+    let sixteen = produce_rate(&address, "many", 16, 8);
+    println!(
+        "quota set at run time, 1,000,000 B/s: before it {unbounded:.0} B/s; the connection already open {already_open:.0} B/s; 1 new connection {one:.0} B/s; 16 connections over both shards {sixteen:.0} B/s"
+    );
+    // A bucket lets its first request through at once (the rate plus one
+    // request, `auth/quota.rs`): over 8 s, 1 MiB more, 131,072 B/s.
+    for (what, rate, burst) in [
+        (
+            "the connection open before the quota",
+            already_open,
+            131_072.0,
+        ),
+        ("1 connection", one, 0.0),
+        ("16 connections", sixteen, 0.0),
+    ] {
+        assert!(
+            (850_000.0..=1_100_000.0 + burst).contains(&rate),
+            "{what}: {rate:.0} B/s against a 1,000,000 B/s quota"
+        );
+    }
+    assert!(
+        unbounded > 5_000_000.0,
+        "{unbounded:.0} B/s before the quota"
+    );
+
+    // Kept in the standalone store across a restart.
+    drop(open);
+    broker.stop();
+    broker.restart();
+    let address = broker.address();
+    let (code, out, err) = quotas_cli(&address, &["list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("set at run time (the cluster's): 1"), "{out}");
+    assert!(out.contains("User:many\t1000000\t-\t-\t-"), "{out}");
+    // Over 6 s: the rate, and the one request let through at once.
+    let slowed = produce_rate(&address, "many", 1, 6);
+    assert!(slowed < 1_250_000.0, "{slowed:.0} B/s after the restart");
+
+    let (code, out, err) = quotas_cli(&address, &["delete", "User:many"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 of 1 quotas deleted"), "{out}");
+    let freed = produce_rate(&address, "many", 1, 2);
+    assert!(
+        freed > 5_000_000.0,
+        "{freed:.0} B/s once the quota is deleted"
+    );
+}
+
+/// Issue 46, item 2, in a cluster: a quota set through one broker is
+/// stored in etcd and binds the principal on the other, which holds the
+/// partition it produces to.
+#[test]
+fn r46_2_a_quota_set_through_one_broker_binds_on_the_other() {
+    let dir = TempDir::new("quota-cluster");
+    let etcd = Etcd::start();
+    let password = dir.path().join("admin.pw");
+    std::fs::write(&password, "admin-secret\n").unwrap();
+    let added = Command::new(binary("ringlog"))
+        .args(["users", "add", "admin", "--password-file"])
+        .arg(&password)
+        .args(["--etcd", &etcd.endpoint(), "--cluster", "quota"])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    let toml = format!(
+        "{SECURE}broker_user = \"admin\"\nbroker_password_file = {:?}\n",
+        password.display().to_string()
+    );
+    let brokers: Vec<Broker> = (1..=2)
+        .map(|id| {
+            let mut options = BrokerOptions::clustered(&etcd, "quota", id);
+            options.config_toml.push_str(&toml);
+            Broker::start(options)
+        })
+        .collect();
+    let admin = setup(&brokers[0].address(), "metered", &["many"]);
+    let owner = admin.metadata(&["metered"]).unwrap().topics[0].partitions[0].broker_id;
+    // Set through the broker that does not hold the partition.
+    let other = &brokers[if owner == 1 { 1 } else { 0 }];
+    let set = login(&other.address(), "admin", "admin-secret")
+        .alter_quotas(
+            &[codec::quotas::QuotaEntry {
+                principal: "User:many".into(),
+                produce_bytes_per_second: 1_000_000,
+                ..codec::quotas::QuotaEntry::default()
+            }],
+            &[],
+        )
+        .unwrap();
+    assert_eq!(set, (1, 0));
+    let holder = &brokers[owner as usize - 1];
+    let seen = Instant::now();
+    let there = login(&holder.address(), "admin", "admin-secret");
+    harness::eventually(
+        "the owner applies the quota",
+        Duration::from_secs(30),
+        || {
+            let described = there.describe_quotas().map_err(|e| e.to_string())?;
+            (described.quotas.len() == 1)
+                .then_some(())
+                .ok_or(format!("{described:?}"))
+        },
+    );
+    let listed_after = seen.elapsed();
+    let rate = produce_rate(&holder.address(), "many", 4, 8);
+    println!(
+        "a quota of 1,000,000 B/s set through broker {} bound the producer on broker {owner}: {rate:.0} B/s over 4 connections (listed there {} ms after the answer)",
+        other.options().broker_id,
+        listed_after.as_millis()
+    );
+    // The rate, plus the one request a fresh bucket lets through at once.
+    assert!(
+        (850_000.0..=1_131_072.0).contains(&rate),
+        "{rate:.0} B/s against a 1,000,000 B/s quota"
+    );
+}

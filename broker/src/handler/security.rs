@@ -73,7 +73,7 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
         }
         Api::AlterQuotas => {
             let request = verify::<wire::AlterQuotasRequest>(header).map_err(bad)?;
-            quota_change(&request).map_err(invalid)?
+            quota_change(&request)?
         }
         Api::AlterUsers => {
             let request = verify::<wire::AlterUsersRequest>(header).map_err(bad)?;
@@ -147,8 +147,14 @@ pub fn handle(shard: &Rc<Shard>, api: Api, header: &[u8]) -> Result<Dispatched, 
 
 /// An AlterQuotas request's change, checked: one to
 /// [`USERS_PER_REQUEST_MAX`] principals, each named once.
-fn quota_change(request: &wire::AlterQuotasRequest<'_>) -> Result<SecurityChange, String> {
+fn quota_change(request: &wire::AlterQuotasRequest<'_>) -> Result<SecurityChange, Failure> {
     use protocol::codec::quotas::{check_principal, decode_entries};
+    let invalid = |message: String| {
+        Failure::new(
+            ErrorCode::InvalidRequest,
+            format!("{:?}: {message}", Api::AlterQuotas),
+        )
+    };
     let set = decode_entries(request.set());
     let delete: Vec<String> = request
         .delete()
@@ -158,9 +164,9 @@ fn quota_change(request: &wire::AlterQuotasRequest<'_>) -> Result<SecurityChange
         .collect();
     let count = set.len() + delete.len();
     if count == 0 || count > USERS_PER_REQUEST_MAX {
-        return Err(format!(
+        return Err(invalid(format!(
             "{count} quotas named: a request changes 1 to {USERS_PER_REQUEST_MAX}"
-        ));
+        )));
     }
     let mut named = std::collections::BTreeSet::new();
     for principal in set
@@ -168,13 +174,15 @@ fn quota_change(request: &wire::AlterQuotasRequest<'_>) -> Result<SecurityChange
         .map(|e| e.principal.as_str())
         .chain(delete.iter().map(String::as_str))
     {
-        check_principal(principal)?;
+        check_principal(principal).map_err(|e| invalid(e.to_string()))?;
         if !named.insert(principal) {
-            return Err(format!("{principal} is named more than once"));
+            return Err(invalid(format!("{principal} is named more than once")));
         }
     }
     if !set.is_empty() && !delete.is_empty() {
-        return Err("a request sets quotas or deletes them, not both".into());
+        return Err(invalid(
+            "a request sets quotas or deletes them, not both".into(),
+        ));
     }
     if delete.is_empty() {
         Ok(SecurityChange::SetQuotas(

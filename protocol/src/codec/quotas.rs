@@ -35,25 +35,31 @@ pub struct Described {
     pub configured: Vec<QuotaEntry>,
 }
 
+/// Why a quota's principal is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrincipalError {
+    /// Neither `User:NAME` nor `default`.
+    #[error("a quota names `User:NAME` or `{DEFAULT_PRINCIPAL}`, not {0:?}")]
+    Kind(String),
+    /// An empty, too long or unprintable name.
+    #[error("{0:?}: a principal's name is 1 to {max} printable bytes without `/`", max = PRINCIPAL_BYTES_MAX - 5)]
+    Name(String),
+}
+
 /// Checks a principal a quota names: `default`, or `User:NAME` with a
 /// printable name.
-pub fn check_principal(principal: &str) -> Result<(), String> {
+pub fn check_principal(principal: &str) -> Result<(), PrincipalError> {
     if principal == DEFAULT_PRINCIPAL {
         return Ok(());
     }
     let Some(name) = principal.strip_prefix("User:") else {
-        return Err(format!(
-            "a quota names `User:NAME` or `{DEFAULT_PRINCIPAL}`, not {principal:?}"
-        ));
+        return Err(PrincipalError::Kind(principal.to_string()));
     };
     if name.is_empty()
         || principal.len() > PRINCIPAL_BYTES_MAX
         || name.chars().any(|c| c.is_control() || c == '/')
     {
-        return Err(format!(
-            "{principal:?}: a principal's name is 1 to {} printable bytes without `/`",
-            PRINCIPAL_BYTES_MAX - 5
-        ));
+        return Err(PrincipalError::Name(principal.to_string()));
     }
     Ok(())
 }
@@ -173,7 +179,10 @@ mod tests {
     fn principals_and_round_trips() {
         assert!(check_principal("User:alice").is_ok());
         assert!(check_principal("default").is_ok());
-        assert!(check_principal("alice").unwrap_err().contains("User:NAME"));
+        assert!(check_principal("alice")
+            .unwrap_err()
+            .to_string()
+            .contains("User:NAME"));
         assert!(check_principal("User:").is_err());
         assert!(check_principal("User:a/b").is_err());
         let entry = QuotaEntry {

@@ -155,6 +155,11 @@ pub struct Config {
     /// alike), verifies the leader's certificate with these (default:
     /// `tls_client_ca`), and presents `tls_cert` as its own.
     pub tls_peer_ca: Option<PathBuf>,
+    /// How a TLS client certificate names its user (`auth/principal_rules.rs`):
+    /// rules tried in order, `RULE:` on the subject DN, `SAN:DNS|EMAIL|URI:`
+    /// on alternative names, `DEFAULT` the common name. Empty: the common
+    /// name.
+    pub tls_principal_mapping_rules: Vec<String>,
     /// How clients log in: `none` (the default), `scram`, `tls` or
     /// `scram_or_tls`.
     pub authentication: Authentication,
@@ -308,6 +313,7 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            tls_principal_mapping_rules: Vec::new(),
             tls_peer_ca: None,
             authentication: Authentication::None,
             authorization: false,
@@ -593,6 +599,8 @@ impl Config {
                 self.authentication.word()
             )));
         }
+        crate::auth::principal_rules::MappingRules::parse(&self.tls_principal_mapping_rules)
+            .map_err(|e| ConfigError(e.to_string()))?;
         for user in &self.super_users {
             protocol::acl::check_principal(user)
                 .map_err(|e| ConfigError(format!("super_users: {e}")))?;

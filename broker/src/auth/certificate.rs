@@ -52,8 +52,12 @@ pub enum NoPrincipal {
     /// Its CN looks like a wildcard.
     #[error("the client certificate's common name {0:?} looks like a wildcard: it cannot be a principal")]
     Wildcard(String),
+    /// No `tls_principal_mapping_rules` rule matches its subject (as RFC
+    /// 2253 writes it, cut to 256 characters) or alternative names.
+    #[error("no tls_principal_mapping_rules rule matches the client certificate (subject {0:?}, or its alternative names)")]
+    NoRuleMatched(String),
     /// Its CN breaks the principal rule.
-    #[error("the client certificate's common name {0:?} cannot be a principal (no spaces or ':', at most 256 bytes)")]
+    #[error("the name {0:?} from the client certificate cannot be a principal (no spaces, ':', '*' or '?', at most 256 bytes)")]
     BadName(String),
 }
 
@@ -84,9 +88,13 @@ const SET: u8 = 0x31;
 const OID: u8 = 0x06;
 const COMMON_NAME: &[u8] = &[0x55, 0x04, 0x03];
 
-/// Every common name of the subject, as text, in order; `None` when the
-/// certificate cannot be read that far.
-fn common_names(der: &[u8]) -> Option<Vec<String>> {
+/// One attribute of a subject: its type's OID and its value as text.
+type Attribute = (Vec<u8>, String);
+
+/// The subject's attributes (type OID, value as text), in DER order
+/// (RDN by RDN), and the TBSCertificate's fields after the subject; `None`
+/// when the certificate cannot be read that far.
+fn subject(der: &[u8]) -> Option<(Vec<Attribute>, &[u8])> {
     let (tag, certificate, _) = element(der)?;
     if tag != SEQUENCE {
         return None;
@@ -105,7 +113,7 @@ fn common_names(der: &[u8]) -> Option<Vec<String>> {
     for _ in 0..4 {
         fields = element(fields)?.2;
     }
-    let (tag, mut names, _) = element(fields)?;
+    let (tag, mut names, after) = element(fields)?;
     if tag != SEQUENCE {
         return None;
     }
@@ -123,22 +131,167 @@ fn common_names(der: &[u8]) -> Option<Vec<String>> {
                 return None;
             }
             let (tag, oid, value) = element(pair)?;
-            if tag != OID || oid != COMMON_NAME {
-                continue;
+            if tag != OID {
+                return None;
             }
             let (tag, text, _) = element(value)?;
             // UTF8String, PrintableString, IA5String, T61String; any
-            // other string type still counts as a name (never skipped:
-            // a second name must not hide behind an odd encoding).
+            // other string type still counts (never skipped: a second
+            // name must not hide behind an odd encoding).
             let text = if matches!(tag, 0x0c | 0x13 | 0x16 | 0x14) {
                 std::str::from_utf8(text).ok()?.to_string()
             } else {
                 String::from_utf8_lossy(text).into_owned()
             };
-            found.push(text);
+            found.push((oid.to_vec(), text));
+        }
+    }
+    Some((found, after))
+}
+
+/// The subject as RFC 2253 writes it (`CN=alice,OU=eng,O=example`: the
+/// last RDN first, as Java's `X500Principal.getName()` and so Kafka's
+/// `ssl.principal.mapping.rules` see it); `None` when unreadable.
+pub fn subject_dn(der: &[u8]) -> Option<String> {
+    let (attributes, _) = subject(der)?;
+    let parts: Vec<String> = attributes
+        .iter()
+        .rev()
+        .map(|(oid, value)| format!("{}={}", attribute_name(oid), escape_dn(value)))
+        .collect();
+    Some(parts.join(","))
+}
+
+/// An attribute type's short name, or its dotted OID.
+fn attribute_name(oid: &[u8]) -> String {
+    match oid {
+        [0x55, 0x04, 0x03] => "CN".into(),
+        [0x55, 0x04, 0x06] => "C".into(),
+        [0x55, 0x04, 0x07] => "L".into(),
+        [0x55, 0x04, 0x08] => "ST".into(),
+        [0x55, 0x04, 0x0a] => "O".into(),
+        [0x55, 0x04, 0x0b] => "OU".into(),
+        [0x55, 0x04, 0x09] => "STREET".into(),
+        [0x09, 0x92, 0x26, 0x89, 0x93, 0xf2, 0x2c, 0x64, 0x01, 0x19] => "DC".into(),
+        [0x09, 0x92, 0x26, 0x89, 0x93, 0xf2, 0x2c, 0x64, 0x01, 0x01] => "UID".into(),
+        other => dotted(other),
+    }
+}
+
+/// An OID's dotted form (`2.5.4.5`).
+fn dotted(oid: &[u8]) -> String {
+    let Some((&first, rest)) = oid.split_first() else {
+        return String::new();
+    };
+    let mut parts = vec![
+        (first / 40).min(2).to_string(),
+        (first - 40 * (first / 40).min(2)).to_string(),
+    ];
+    let mut value: u64 = 0;
+    for byte in rest {
+        value = (value << 7) | u64::from(byte & 0x7f);
+        if byte & 0x80 == 0 {
+            parts.push(value.to_string());
+            value = 0;
+        }
+    }
+    parts.join(".")
+}
+
+/// A value with RFC 2253's special characters escaped.
+fn escape_dn(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for (i, c) in value.chars().enumerate() {
+        let edge =
+            (i == 0 && (c == ' ' || c == '#')) || (i + 1 == value.chars().count() && c == ' ');
+        if edge || matches!(c, ',' | '+' | '"' | '\\' | '<' | '>' | ';' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A subject alternative name's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SanKind {
+    /// `rfc822Name`.
+    Email,
+    /// `dNSName`.
+    Dns,
+    /// `uniformResourceIdentifier`.
+    Uri,
+}
+
+const SUBJECT_ALT_NAME: &[u8] = &[0x55, 0x1d, 0x11];
+
+/// The certificate's subject alternative names of the kinds above, in
+/// order (none when it has no such extension); `None` when unreadable.
+pub fn subject_alt_names(der: &[u8]) -> Option<Vec<(SanKind, String)>> {
+    let (_, mut fields) = subject(der)?;
+    // subjectPublicKeyInfo, then [1] and [2] unique ids, [3] extensions.
+    fields = element(fields)?.2;
+    let mut found = Vec::new();
+    while !fields.is_empty() {
+        let (tag, contents, rest) = element(fields)?;
+        fields = rest;
+        if tag != 0xa3 {
+            continue;
+        }
+        let (tag, mut extensions, _) = element(contents)?;
+        if tag != SEQUENCE {
+            return None;
+        }
+        while !extensions.is_empty() {
+            let (tag, extension, rest) = element(extensions)?;
+            extensions = rest;
+            if tag != SEQUENCE {
+                return None;
+            }
+            let (tag, oid, mut value) = element(extension)?;
+            if tag != OID || oid != SUBJECT_ALT_NAME {
+                continue;
+            }
+            let (mut tag, mut octets, after) = element(value)?;
+            if tag == 0x01 {
+                // critical BOOLEAN
+                value = after;
+                (tag, octets, _) = element(value)?;
+            }
+            if tag != 0x04 {
+                return None;
+            }
+            let (tag, mut names, _) = element(octets)?;
+            if tag != SEQUENCE {
+                return None;
+            }
+            while !names.is_empty() {
+                let (tag, name, rest) = element(names)?;
+                names = rest;
+                let kind = match tag {
+                    0x81 => SanKind::Email,
+                    0x82 => SanKind::Dns,
+                    0x86 => SanKind::Uri,
+                    _ => continue,
+                };
+                found.push((kind, String::from_utf8_lossy(name).into_owned()));
+            }
         }
     }
     Some(found)
+}
+
+/// Every common name of the subject, as text, in order; `None` when the
+/// certificate cannot be read that far.
+fn common_names(der: &[u8]) -> Option<Vec<String>> {
+    let (attributes, _) = subject(der)?;
+    Some(
+        attributes
+            .into_iter()
+            .filter(|(oid, _)| oid == COMMON_NAME)
+            .map(|(_, text)| text)
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub mod certificate;
 pub mod limiter;
 pub mod login;
 pub mod pending;
+pub mod principal_rules;
 pub mod quota;
 mod refused;
 pub mod sessions;
@@ -85,6 +86,9 @@ pub fn init(config: &crate::config::Config) -> anyhow::Result<()> {
         _ => None,
     };
     let _ = BROKER_LOGIN.set(login);
+    principal_rules::init(principal_rules::MappingRules::parse(
+        &config.tls_principal_mapping_rules,
+    )?);
     quota::init(
         config.quota_default,
         config.quotas.clone(),

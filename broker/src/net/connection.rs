@@ -180,7 +180,7 @@ pub async fn serve<F: Front>(shard: Rc<Shard>, stream: TcpStream) {
             .1
             .peer_certificates()
             .and_then(|chain| chain.first())
-            .map(|der| crate::auth::certificate::principal(der)),
+            .map(|der| crate::auth::principal_rules::principal(der)),
         Transport::Plain(_) => None,
     });
     let conn = Rc::new(Conn {

@@ -1170,3 +1170,148 @@ fn r46_2_a_quota_set_through_one_broker_binds_on_the_other() {
         "{rate:.0} B/s against a 1,000,000 B/s quota"
     );
 }
+
+/// Issue 46, item 7: `tls_principal_mapping_rules` with client
+/// certificates from two CAs: the first CA's client named by a rule on its
+/// subject DN, the second's by a rule on its DNS alternative name; one
+/// that no rule matches logs in as nobody, its subject named; a rule that
+/// would make a wildcard is refused at login; and the principals the rules
+/// make are the ones access rules see.
+#[test]
+fn r46_7_mapping_rules_name_users_from_two_cas_by_subject_and_alternative_name() {
+    use protocol::client::{ClientConfig, TlsConfig};
+    let dir = TempDir::new("mapping-rules");
+    let files = harness::tls::make_certificates(&dir.path().join("certs"));
+    // Both CAs' clients are trusted.
+    let both = dir.path().join("both-cas.pem");
+    std::fs::write(
+        &both,
+        std::fs::read_to_string(&files.ca).unwrap()
+            + &std::fs::read_to_string(&files.other_ca).unwrap(),
+    )
+    .unwrap();
+    let rules = [
+        r"RULE:^CN=(client)$/internal-$1/",
+        r"SAN:DNS:^([a-z]+)\.test$/partner-$1/",
+    ];
+    let toml = format!(
+        "tls_cert = {:?}\ntls_key = {:?}\ntls_client_ca = {:?}\nauthentication = \"tls\"\nauthorization = true\nsuper_users = [\"User:internal-client\"]\nlogin_failure_delay_ms = 0\ntls_principal_mapping_rules = [{}]\n",
+        files.server_cert.display().to_string(),
+        files.server_key.display().to_string(),
+        both.display().to_string(),
+        rules.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join(", ")
+    );
+    let broker = Broker::start(BrokerOptions {
+        config_toml: toml,
+        ..BrokerOptions::default()
+    });
+    let connect = |cert: &Path, key: &Path| {
+        let tls = TlsConfig::new(&files.ca)
+            .unwrap()
+            .with_client_certificate(cert, key)
+            .unwrap();
+        Client::with_config(
+            &broker.address(),
+            ClientConfig {
+                tls: Some(tls),
+                retries: 0,
+                ..ClientConfig::default()
+            },
+        )
+    };
+    // CA 1: subject CN=client, by the subject rule.
+    let internal = connect(&files.client_cert, &files.client_key).unwrap();
+    assert_eq!(internal.hello().principal, "User:internal-client");
+    // CA 2: subject CN=intruder, SAN DNS intruder.test: the subject rule
+    // does not match, the SAN rule does.
+    let partner = connect(&files.other_client_cert, &files.other_client_key).unwrap();
+    assert_eq!(partner.hello().principal, "User:partner-intruder");
+    // What access rules see: the mapped name. The super user (mapped)
+    // creates a topic; the partner may not until a rule names it.
+    internal
+        .create_topic("mapped", 1, &TopicSettings::default())
+        .unwrap();
+    let refused = partner.metadata(&["mapped"]).map(|m| m.topics.len());
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.code() == Some(protocol::ErrorCode::AuthorizationFailed))
+            || refused.as_ref().is_ok_and(|n| *n == 0),
+        "{refused:?}"
+    );
+    internal
+        .create_acls(&[protocol::acl::AclRule::parse(
+            "allow User:partner-intruder describe topic:mapped",
+        )
+        .unwrap()])
+        .unwrap();
+    let listed = partner.metadata(&["mapped"]).unwrap();
+    assert_eq!(listed.topics.len(), 1);
+    // CN=alice, CN=admin with SAN alice.test: the SAN rule names it
+    // partner-alice — never admin, never internal-anything.
+    let alice = connect(&files.two_names_cert, &files.two_names_key).unwrap();
+    assert_eq!(alice.hello().principal, "User:partner-alice");
+    println!(
+        "two CAs, rules {rules:?}: CN=client -> {}, CN=intruder (SAN intruder.test) -> {}, CN=alice, CN=admin (SAN alice.test) -> {}",
+        internal.hello().principal,
+        partner.hello().principal,
+        alice.hello().principal
+    );
+    drop((internal, partner, alice));
+
+    // Without the SAN rule, the second CA's client matches nothing.
+    let strict = Broker::start(BrokerOptions {
+        config_toml: format!(
+            "tls_cert = {:?}\ntls_key = {:?}\ntls_client_ca = {:?}\nauthentication = \"tls\"\nlogin_failure_delay_ms = 0\ntls_principal_mapping_rules = [{:?}]\n",
+            files.server_cert.display().to_string(),
+            files.server_key.display().to_string(),
+            both.display().to_string(),
+            rules[0]
+        ),
+        ..BrokerOptions::default()
+    });
+    let tls = TlsConfig::new(&files.ca)
+        .unwrap()
+        .with_client_certificate(&files.other_client_cert, &files.other_client_key)
+        .unwrap();
+    let error = match Client::with_config(
+        &strict.address(),
+        ClientConfig {
+            tls: Some(tls),
+            retries: 0,
+            ..ClientConfig::default()
+        },
+    ) {
+        Ok(client) => panic!("logged in as {}", client.hello().principal),
+        Err(error) => error,
+    };
+    println!("no rule matches: {error}");
+    assert_eq!(
+        error.code(),
+        Some(protocol::ErrorCode::AuthenticationFailed),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("subject \"CN=intruder\""),
+        "{error}"
+    );
+
+    // A rule that does not parse stops the broker at start, naming it.
+    let out = Command::new(binary("broker"))
+        .args(["--data-dir"])
+        .arg(dir.path().join("bad"))
+        .args(["--listen", "127.0.0.1:0", "--config"])
+        .arg({
+            let path = dir.path().join("bad.toml");
+            std::fs::write(&path, "tls_principal_mapping_rules = [\"RULE:(/x/\"]\n").unwrap();
+            path
+        })
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        said.contains("tls_principal_mapping_rules: \"RULE:(/x/\""),
+        "{said}"
+    );
+}

@@ -29,6 +29,7 @@ from .client import (
     TopicMetadata,
     tls_context,
 )
+from .admin import Quota
 from .codec import Message, encode_message, fnv1a, partition_for_key
 from .group import GroupConsumer, GroupMessage
 from .errors import (
@@ -62,6 +63,7 @@ __all__ = [
     "PartitionUnavailable",
     "Producer",
     "ProtocolError",
+    "Quota",
     "RinglogError",
     "TopicMetadata",
     "encode_message",

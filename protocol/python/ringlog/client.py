@@ -13,6 +13,7 @@ from typing import Deque, Dict, Iterator, List, NamedTuple, Optional, Sequence, 
 import flatbuffers
 
 from . import batch, codec, scram
+from .admin import AdminRequests
 from .codec import Api, Message
 from .errors import (
     BrokerError,
@@ -60,6 +61,9 @@ class TopicMetadata(NamedTuple):
     #: Unique per creation: a topic deleted and created again has another
     #: (empty from brokers older than topic ids).
     id: str = ""
+    #: What the topic sets itself, by Kafka's names (``retention.ms``):
+    #: the settings not listed take the broker's default.
+    overrides: Dict[str, int] = {}
 
 
 class Metadata(NamedTuple):
@@ -274,8 +278,9 @@ def broker_error(code: int, header: bytes) -> BrokerError:
     return BrokerError(code, message, valid, owner if code == 18 else None)
 
 
-class Client:
-    """Bootstrap connection, metadata and admin requests.
+class Client(AdminRequests):
+    """Bootstrap connection, metadata and admin requests (users, rules,
+    quotas and topic settings: ``admin.py``).
 
     ``brokers`` is one ``host:port`` or several (a list, or comma-separated);
     the first that answers is used. Not thread-safe: give each thread its own.
@@ -564,8 +569,23 @@ def _decode_metadata(header: bytes) -> Metadata:
                     "message_format": c.MessageFormat() or 1,
                     "timestamp_type": c.TimestampType() or 1,
                 }
+            o = t.Overrides()
+            overrides = {}
+            if o is not None:
+                overrides = {
+                    name: value
+                    for name, value in (
+                        ("retention.ms", o.RetentionMs()),
+                        ("retention.bytes", o.RetentionBytes()),
+                        ("segment.bytes", o.SegmentBytes()),
+                        ("flush.messages", o.FlushMessages()),
+                        ("flush.ms", o.FlushIntervalMs()),
+                        ("min.insync.replicas", o.MinInsyncReplicas()),
+                    )
+                    if value
+                }
             name = (t.Name() or b"").decode()
-            topics[name] = TopicMetadata(name, parts, settings, (t.Id() or b"").decode())
+            topics[name] = TopicMetadata(name, parts, settings, (t.Id() or b"").decode(), overrides)
         return Metadata(brokers, topics)
     except Exception as e:  # the Python runtime has no verifier
         raise ProtocolError(f"unreadable Metadata response: {e}") from e

@@ -53,6 +53,9 @@ class Api:
     ALTER_USERS = 24
     LIST_USERS = 25
     INIT_PRODUCER_ID = 26
+    ALTER_TOPIC_CONFIG = 31
+    ALTER_QUOTAS = 32
+    DESCRIBE_QUOTAS = 33
 
 
 def frame(api: int, request_id: int, header: bytes, payload: bytes = b"") -> bytes:

@@ -14,10 +14,29 @@ from .errors import LoginFailed
 MECHANISM = "SCRAM-SHA-256"
 ITERATIONS_MIN = 4096
 ITERATIONS_MAX = 1 << 20
+ITERATIONS_DEFAULT = 8192
+SALT_BYTES = 16
 
 
 def _hmac(key: bytes, data: bytes) -> bytes:
     return hmac.new(key, data, hashlib.sha256).digest()
+
+
+def credential(password: bytes, iterations: int = ITERATIONS_DEFAULT) -> str:
+    """A user's stored credential for ``password`` with a fresh salt, in
+    the form AlterUsers takes: ``SCRAM-SHA-256:ITERATIONS:SALT:STORED_KEY:
+    SERVER_KEY`` (base64 fields). The broker keeps this, never the
+    password."""
+    if isinstance(password, str):
+        password = password.encode()
+    if not ITERATIONS_MIN <= iterations <= ITERATIONS_MAX:
+        raise ValueError(f"iterations must be {ITERATIONS_MIN}..={ITERATIONS_MAX}, got {iterations}")
+    salt = secrets.token_bytes(SALT_BYTES)
+    salted = hashlib.pbkdf2_hmac("sha256", password, salt, iterations)
+    stored_key = hashlib.sha256(_hmac(salted, b"Client Key")).digest()
+    server_key = _hmac(salted, b"Server Key")
+    fields = [base64.b64encode(x).decode() for x in (salt, stored_key, server_key)]
+    return f"{MECHANISM}:{iterations}:{':'.join(fields)}"
 
 
 class ClientExchange:

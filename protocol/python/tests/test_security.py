@@ -82,3 +82,54 @@ def test_alice_reads_what_her_rule_allows_and_nothing_more():
     certified = ringlog.Client(SECURE, tls=ringlog.tls_context(CA, CERT, KEY))
     assert certified.conn.principal == "User:client"
     assert len(read_partition(certified, topic, 0)) == 20
+
+
+def test_admin_requests_users_rules_quotas_and_topic_settings():
+    """Issue 46, item 8: the admin requests the Rust client has."""
+    admin = ringlog.Client(SECURE, tls=tls(), user="admin", password="admin-secret")
+    name = "carol" + uuid.uuid4().hex[:6]
+    assert admin.alter_users({name: b"carol-secret"}) == (1, 0)
+    assert name in admin.list_users()
+    carol = ringlog.Client(SECURE, tls=tls(), user=name, password="carol-secret")
+    assert carol.conn.principal == f"User:{name}"
+    # Rules, in their text form, as `ringlog acl` prints them.
+    topic = "py-" + uuid.uuid4().hex[:12]
+    admin.create_topic(topic, partitions=1)
+    rule = f"allow User:{name} read topic:{topic}"
+    assert admin.create_acls([rule]) == 1
+    assert admin.create_acls([rule]) == 0
+    assert admin.describe_acls(principal=f"User:{name}") == [rule]
+    assert admin.describe_acls(resource_type="topic", resource_name=topic) == [rule]
+    with pytest.raises(ValueError, match="neither allow nor deny"):
+        admin.create_acls([f"permit User:{name} read topic:{topic}"])
+    with pytest.raises(BrokerError) as denied:
+        carol.create_acls([f"allow User:{name} all cluster:cluster"])
+    assert denied.value.code == ErrorCode.AUTHORIZATION_FAILED
+    assert admin.delete_acls([rule]) == 1
+    assert admin.describe_acls(principal=f"User:{name}") == []
+    # Quotas at run time.
+    quota = ringlog.Quota(f"User:{name}", produce_bytes_per_second=1_000_000, connections=4)
+    assert admin.alter_quotas(set=[quota]) == (1, 0)
+    set_now, _configured = admin.describe_quotas()
+    assert quota in set_now
+    with pytest.raises(BrokerError) as bad:
+        admin.alter_quotas(set=[ringlog.Quota(name, requests_per_second=1)])
+    assert bad.value.code == ErrorCode.INVALID_REQUEST
+    assert "User:NAME" in bad.value.message
+    assert admin.alter_quotas(delete=[f"User:{name}"]) == (0, 1)
+    assert quota not in admin.describe_quotas()[0]
+    # Topic settings at run time, by Kafka's names.
+    changed = admin.alter_topic_config(topic, {"retention.ms": "3600000", "retention.bytes": "-1"})
+    assert changed.settings["retention_ms"] == 3_600_000
+    assert changed.overrides == {"retention.ms": 3_600_000, "retention.bytes": (1 << 63) - 1}
+    with pytest.raises(BrokerError) as refused:
+        admin.alter_topic_config(topic, {"retention.mss": "1"})
+    assert refused.value.code == ErrorCode.INVALID_CONFIG
+    assert 'unknown topic setting "retention.mss"' in refused.value.message
+    back = admin.alter_topic_config(topic, delete=["retention.ms", "retention.bytes"])
+    assert back.overrides == {}
+    # The user goes, and cannot log in again.
+    assert admin.alter_users(deletions=[name]) == (0, 1)
+    with pytest.raises(BrokerError) as gone:
+        ringlog.Client(SECURE, tls=tls(), user=name, password="carol-secret")
+    assert gone.value.code == ErrorCode.AUTHENTICATION_FAILED

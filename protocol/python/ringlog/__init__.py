@@ -27,6 +27,7 @@ from .client import (
     Partition,
     Producer,
     TopicMetadata,
+    Truncation,
     tls_context,
 )
 from .admin import Quota
@@ -66,6 +67,7 @@ __all__ = [
     "Quota",
     "RinglogError",
     "TopicMetadata",
+    "Truncation",
     "encode_message",
     "fnv1a",
     "partition_for_key",

@@ -926,6 +926,24 @@ class Producer:
             self._conns.clear()
 
 
+class Truncation(NamedTuple):
+    """Messages a consumer had read that are gone from the partition: an
+    unclean election made a replica that lacked them the leader, and the
+    log was cut at ``start``, below the consumer's position ``end``.
+    Offsets from ``start`` on hold other messages now; the consumer goes on
+    from ``start``."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+#: Truncations a consumer keeps until they are taken (one per unclean
+#: election under it: a handful, bounded anyway).
+TRUNCATIONS_KEPT = 64
+
+
 class Consumer:
     """Reads one partition from an offset: the paper's stateless consumer.
 
@@ -936,6 +954,12 @@ class Consumer:
     A chunk may end mid-message or at a segment boundary: the next poll
     continues from the last whole message. Iterating a consumer polls
     forever.
+
+    On a replicated partition each fetch carries the leader epoch of the
+    last message consumed (KIP-320); when an unclean election cut the log
+    under the position, the leader says where that epoch ends, and the
+    consumer records a :class:`Truncation` (:meth:`take_truncations`),
+    moves back there and goes on.
     """
 
     def __init__(
@@ -964,10 +988,21 @@ class Consumer:
         self.position = offset
         self.flushed_offset = 0
         self._topic = topic
+        #: The leader epoch of the last message consumed (-1: unknown).
+        self.epoch = -1
+        self._truncations: List[Truncation] = []
 
-    def seek(self, offset: int) -> None:
-        """Continues from ``offset`` (a message boundary)."""
+    def seek(self, offset: int, leader_epoch: int = -1) -> None:
+        """Continues from ``offset`` (a message boundary); ``leader_epoch``
+        is the epoch of the message before it, when known (a committed
+        offset's), so a log cut under it is noticed."""
         self.position = offset
+        self.epoch = max(leader_epoch, -1)
+
+    def take_truncations(self) -> List[Truncation]:
+        """The truncations seen since the last call (oldest first)."""
+        taken, self._truncations = self._truncations, []
+        return taken
 
     @property
     def at_end(self) -> bool:
@@ -976,6 +1011,36 @@ class Consumer:
 
     def poll(self, max_wait_ms: Optional[int] = None) -> List[Message]:
         """One fetch at :attr:`position`; the whole messages it returned."""
+        header, chunk = self._fetch(max_wait_ms)
+        r = FetchResponse.FetchResponse.GetRootAs(header, 0)
+        diverging, end = r.DivergingEpoch(), r.DivergingEndOffset()
+        if diverging >= 0 and end < self.position:
+            # The log was cut under the position: continue where the
+            # consumed epoch ends, and say what was lost.
+            if len(self._truncations) < TRUNCATIONS_KEPT:
+                self._truncations.append(Truncation(self.topic, self.partition, end, self.position))
+            self.position, self.epoch = end, diverging
+            header, chunk = self._fetch(max_wait_ms)
+            r = FetchResponse.FetchResponse.GetRootAs(header, 0)
+            if r.DivergingEpoch() >= 0 and r.DivergingEndOffset() < self.position:
+                raise ProtocolError(
+                    f"{self.topic}-{self.partition}: the leader reported the log cut under offset "
+                    f"{self.position} twice in a row"
+                )
+        return self._messages(r, chunk)
+
+    def _messages(self, r: "FetchResponse.FetchResponse", chunk: bytes) -> List[Message]:
+        """The whole messages of a fetch answer, the position moved past
+        them."""
+        self.flushed_offset = r.FlushedOffset()
+        before = self.position
+        messages = self._decode(r, chunk)
+        if self.position > before and r.ChunkEpoch() >= 0:
+            self.epoch = r.ChunkEpoch()
+        return messages
+
+    def _fetch(self, max_wait_ms: Optional[int]) -> Tuple[bytes, bytes]:
+        """One Fetch at the position, with the consumed epoch."""
         b = flatbuffers.Builder(64)
         t = b.CreateString(self._topic)
         i = b.CreateString(self.topic_id) if self.topic_id else None
@@ -988,9 +1053,10 @@ class Consumer:
         FetchRequest.AddOffset(b, self.position)
         FetchRequest.AddMaxBytes(b, self.max_bytes)
         FetchRequest.AddMaxWaitMs(b, self.max_wait_ms if max_wait_ms is None else max_wait_ms)
-        header, chunk = self.conn.call(Api.FETCH, _finish(b, FetchRequest.End(b)))
-        r = FetchResponse.FetchResponse.GetRootAs(header, 0)
-        self.flushed_offset = r.FlushedOffset()
+        FetchRequest.AddLastFetchedEpoch(b, self.epoch)
+        return self.conn.call(Api.FETCH, _finish(b, FetchRequest.End(b)))
+
+    def _decode(self, r: "FetchResponse.FetchResponse", chunk: bytes) -> List[Message]:
         if r.MessageFormat() == 2:
             return self._batches(r.Offset(), chunk)
         messages, next_offset = codec.decode_messages(chunk, self.position)

@@ -640,6 +640,15 @@ class Producer:
     ``OUT_OF_ORDER_SEQUENCE`` and resent after it). Otherwise delivery is
     **at least once**: such a batch may be stored twice, and a resent batch
     may land after a later one.
+
+    **A broken connection** leaves its unanswered batches' outcome unknown.
+    Numbered batches are sent again, in order, on a new connection (to the
+    partition's leader now): the broker answers one it stored already with
+    its offsets, so each ends **stored** (``acked``) or **failed**
+    (``failed``), never twice. Batches that are not numbered are not sent
+    again (they might be stored twice): they are counted in ``unknown``,
+    and :meth:`flush` raises :class:`ConnectionFailed` saying how many —
+    the Rust client's Stored, Failed and Unknown outcomes.
     """
 
     def __init__(
@@ -712,8 +721,11 @@ class Producer:
         self._in_flight: Dict[str, Deque[_InFlight]] = {}
         self.acked = 0
         self.failed = 0
+        #: Messages whose batch was on a connection that broke before its
+        #: answer, and was not sent again (not numbered): stored or not.
+        self.unknown = 0
         self.resent = 0
-        self._first_error: Optional[BrokerError] = None
+        self._first_error: Optional[RinglogError] = None
 
     def _connection(self, address: str) -> Connection:
         # The producer's own: a Metadata request on the client's bootstrap
@@ -811,16 +823,50 @@ class Producer:
                 address = next(a for a, q in self._in_flight.items() if any(e[2] == p for e in q))
                 self._read_one(self._connection(address), self._in_flight[address])
         address = self._owner[p]
-        conn = self._connection(address)
         queue = self._in_flight.setdefault(address, deque())
         while self.acks != "none" and len(queue) >= self.max_in_flight:
-            self._read_one(conn, queue)
-        request_id = conn.send(Api.PRODUCE, self._headers[p], payload)
+            # Opened again if a read found it broken (its batches resent).
+            self._read_one(self._connection(address), queue)
+        conn = self._connection(address)
         kept = payload if self.acks != "none" else b""
+        try:
+            request_id = conn.send(Api.PRODUCE, self._headers[p], payload)
+        except ConnectionFailed as broke:
+            queue.append((-1, count, p, kept, sends + 1, order))
+            self._connection_broke(conn, queue, broke)
+            return
         queue.append((request_id, count, p, kept, sends + 1, order))
 
+    def _connection_broke(self, conn: Connection, queue: Deque[_InFlight], broke: ConnectionFailed) -> None:
+        """``conn`` broke with ``queue`` unanswered: numbered batches are
+        sent again in the order they were made, on a new connection to the
+        partition's leader now; the others' outcome is unknown."""
+        in_doubt = sorted(queue, key=lambda entry: entry[5])
+        queue.clear()
+        self._conns.pop(conn.address, None)
+        try:
+            self._route(self.client.metadata([self.topic]))
+        except RinglogError:
+            pass  # the old route; the resend's answer says what next
+        for _, count, p, payload, sends, order in in_doubt:
+            if self.producer_id is not None and payload and sends <= self.retries:
+                time.sleep(min(0.05 * 2 ** (sends - 1), 1.0))
+                self.resent += 1
+                self._write(p, payload, count, sends, order)
+                continue
+            self.unknown += max(count, 1)
+            if self._first_error is None:
+                self._first_error = ConnectionFailed(
+                    f"{broke}: messages sent on it before its answers were not sent again "
+                    "(not numbered: they might be stored twice), and may or may not be stored"
+                )
+
     def _read_one(self, conn: Connection, queue: Deque[_InFlight]) -> None:
-        request_id, error, header, _ = conn.recv()
+        try:
+            request_id, error, header, _ = conn.recv()
+        except ConnectionFailed as broke:
+            self._connection_broke(conn, queue, broke)
+            return
         while queue and queue[0][0] != request_id:
             # An earlier acks=none request's error, or one answered already.
             queue.popleft()
@@ -910,9 +956,12 @@ class Producer:
                 if self.acks == "none" and queue:
                     self._settle_fire_and_forget(conn, queue)
                 while queue:
-                    self._read_one(conn, queue)
+                    # Opened again if a read found it broken.
+                    self._read_one(self._connection(address), queue)
         error, self._first_error = self._first_error, None
         if error is not None:
+            if self.unknown and isinstance(error, ConnectionFailed):
+                raise ConnectionFailed(f"{self.unknown} messages' outcome unknown: {error}")
             raise error
         return self.acked
 

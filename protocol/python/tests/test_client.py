@@ -328,3 +328,51 @@ def test_an_idempotent_producer_is_stored_once_when_it_resends_and_starts_afresh
     assert producer._epoch[0] == 1
     values = [int(m.value) for m in read_partition(client, topic, 0)]
     assert values == list(range(40)), values
+
+
+def _break_connections(producer):
+    """Cuts the producer's connections under its unanswered batches (the
+    answers in their buffers are lost with them)."""
+    import socket
+
+    for conn in producer._conns.values():
+        conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+def test_a_broken_connection_resends_numbered_batches_once_each(client):
+    """Issue 46, item 8: an idempotent producer's batches whose answers a
+    broken connection lost are sent again on a new one; the broker knows
+    the ones it stored, so every message is stored exactly once, in order."""
+    topic = fresh_topic(client, message_format=2)
+    producer = ringlog.Producer(client, topic, acks="flushed", batch_messages=10, linger=60)
+    assert producer.producer_id is not None
+    for i in range(50):
+        producer.send(f"m{i}".encode())
+    _break_connections(producer)
+    for i in range(50, 60):
+        producer.send(f"m{i}".encode())
+    assert producer.flush() == 60
+    assert (producer.failed, producer.unknown) == (0, 0)
+    assert producer.resent >= 1
+    values = [m.value for m in read_partition(client, topic, 0)]
+    assert values == [f"m{i}".encode() for i in range(60)]
+
+
+def test_a_broken_connection_leaves_unnumbered_batches_unknown_and_says_so(client):
+    """Batches that are not numbered are not sent again (they might be
+    stored twice): their outcome is unknown, and flush says how many."""
+    topic = fresh_topic(client)
+    producer = ringlog.Producer(client, topic, acks="flushed", batch_messages=10, linger=60)
+    assert producer.producer_id is None
+    for i in range(50):
+        producer.send(f"m{i}".encode())
+    _break_connections(producer)
+    with pytest.raises(ringlog.ConnectionFailed, match="50 messages' outcome unknown"):
+        producer.flush()
+    assert (producer.acked, producer.unknown) == (0, 50)
+    # Whatever was stored was stored once.
+    values = [m.value for m in read_partition(client, topic, 0)]
+    assert len(values) == len(set(values)) <= 50
+    # The producer goes on, on a new connection.
+    producer.send(b"after")
+    assert producer.flush() == 1

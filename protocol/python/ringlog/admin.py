@@ -77,10 +77,7 @@ def _encode_rules(b: flatbuffers.Builder, rules: Sequence[str]) -> int:
         _AclRule.AddOperation(b, operation)
         _AclRule.AddPermission(b, 0 if permission == "allow" else 1)
         offsets.append(_AclRule.End(b))
-    b.StartVector(4, len(offsets), 4)
-    for offset in reversed(offsets):
-        b.PrependUOffsetTRelative(offset)
-    return b.EndVector()
+    return _tables(b, offsets)
 
 
 def _rule_text(rule: "_AclRule.AclRule") -> str:
@@ -92,19 +89,16 @@ def _rule_text(rule: "_AclRule.AclRule") -> str:
     )
 
 
-def _strings(b: flatbuffers.Builder, items: Sequence[str]) -> int:
-    offsets = [b.CreateString(s) for s in items]
-    b.StartVector(4, len(offsets), 4)
-    for offset in reversed(offsets):
-        b.PrependUOffsetTRelative(offset)
-    return b.EndVector()
-
-
 def _tables(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
+    """A vector of tables (or strings) already built."""
     b.StartVector(4, len(offsets), 4)
     for offset in reversed(offsets):
         b.PrependUOffsetTRelative(offset)
     return b.EndVector()
+
+
+def _strings(b: flatbuffers.Builder, items: Sequence[str]) -> int:
+    return _tables(b, [b.CreateString(s) for s in items])
 
 
 def _finish(b: flatbuffers.Builder, root: int) -> bytes:

@@ -5,13 +5,11 @@
 //! cannot apply it makes the answer NOT_YET_SERVED, naming it, within the
 //! lease's TTL plus one etcd timeout.
 
-use super::util::{call_raw, produce_raw, raw};
+use super::util::{produce_raw, raw, raw_metadata, wait_for_brokers};
 use harness::etcd::Etcd;
 use harness::{eventually, Broker, BrokerOptions};
 use protocol::client::{AckMode, ClientError, TopicSettings};
-use protocol::codec::{verify, Metadata};
-use protocol::frame::Api;
-use protocol::{wire, ErrorCode};
+use protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -22,23 +20,6 @@ fn one_message(i: usize) -> Vec<u8> {
     let mut set = Vec::new();
     protocol::message::encode_message(&mut set, None, format!("m{i}").as_bytes());
     set
-}
-
-/// One broker's Metadata of `topic`, asked once on a raw socket (no
-/// client-side retry or refresh that could hide a broker that lags).
-fn metadata_of(stream: &mut TcpStream, topic: &str) -> Result<Metadata, ClientError> {
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
-    let header = protocol::codec::metadata_request(&mut fbb, &[topic]).to_vec();
-    let response = call_raw(
-        stream,
-        Api::Metadata,
-        protocol::frame::API_VERSION,
-        9,
-        &header,
-        &[],
-    )?;
-    let decoded = verify::<wire::MetadataResponse>(&response.header).unwrap();
-    Ok(protocol::codec::decode_metadata(decoded))
 }
 
 /// Raw, handshaken sockets to every shard of every broker, by (broker id,
@@ -63,15 +44,7 @@ fn cluster(etcd: &Etcd, name: &str, faults: [Option<&str>; 3]) -> Vec<Broker> {
             Broker::start(options)
         })
         .collect();
-    let client = brokers[0].client();
-    eventually("three live brokers", WAIT, || {
-        let seen = client
-            .metadata(&[])
-            .map_err(|e| e.to_string())?
-            .brokers
-            .len();
-        (seen == 3).then_some(()).ok_or(format!("{seen} brokers"))
-    });
+    wait_for_brokers(&brokers[0].client(), 3);
     brokers
 }
 
@@ -121,7 +94,7 @@ fn r46_4_a_topic_created_then_produced_at_once_never_meets_not_owner() {
         // answer said.
         for id in 1..=3 {
             let stream = shards.get_mut(&(id, 0)).unwrap();
-            let metadata = metadata_of(stream, &name).unwrap();
+            let metadata = raw_metadata(stream, &name).unwrap();
             let topic = metadata.topics.iter().find(|t| t.name == name);
             assert!(
                 topic.is_some(),
@@ -147,7 +120,7 @@ fn r46_4_a_topic_created_then_produced_at_once_never_meets_not_owner() {
         let name = format!("served-{i}");
         let grown = clients[(i + 1) % 3].create_partitions(&name, 6).unwrap();
         assert_eq!(grown.brokers.len(), 3, "{grown:?}");
-        let metadata = metadata_of(shards.get_mut(&(1, 0)).unwrap(), &name).unwrap();
+        let metadata = raw_metadata(shards.get_mut(&(1, 0)).unwrap(), &name).unwrap();
         let topic = &metadata.topics[0];
         assert_eq!(topic.partitions.len(), 6);
         for p in &topic.partitions[3..] {
@@ -162,7 +135,7 @@ fn r46_4_a_topic_created_then_produced_at_once_never_meets_not_owner() {
             assert!(answer.is_ok(), "grown {name}-{}: {answer:?}", p.partition);
         }
         for id in 2..=3 {
-            let metadata = metadata_of(shards.get_mut(&(id, 0)).unwrap(), &name).unwrap();
+            let metadata = raw_metadata(shards.get_mut(&(id, 0)).unwrap(), &name).unwrap();
             assert_eq!(metadata.topics[0].partitions.len(), 6, "broker {id}");
         }
     }
@@ -176,7 +149,7 @@ fn r46_4_a_topic_created_then_produced_at_once_never_meets_not_owner() {
     let moving = clients[1].reassign_partition("moved", 0, &to).unwrap();
     assert_eq!(moving.moving_to, to);
     for id in 1..=3 {
-        let metadata = metadata_of(shards.get_mut(&(id, 0)).unwrap(), "moved").unwrap();
+        let metadata = raw_metadata(shards.get_mut(&(id, 0)).unwrap(), "moved").unwrap();
         assert_eq!(
             metadata.topics[0].partitions[0].moving_to, to,
             "broker {id} serves the move"
@@ -244,7 +217,7 @@ fn r46_4_a_broker_that_cannot_apply_a_topic_is_named_in_the_answer_and_a_paused_
         WAIT,
         || {
             let mut stream = raw(&address);
-            let metadata = metadata_of(&mut stream, "paused").map_err(|e| e.to_string())?;
+            let metadata = raw_metadata(&mut stream, "paused").map_err(|e| e.to_string())?;
             (metadata.topics.len() == 1)
                 .then_some(())
                 .ok_or("not yet".to_string())

@@ -5,15 +5,13 @@
 //! retention at the next sweep, shown by `topic describe` with where each
 //! value comes from; a standalone broker keeps them across a restart.
 
-use super::util::{call_raw, raw, read_all, segment_count};
+use super::util::{raw, raw_metadata, read_all, segment_count, wait_for_brokers};
 use harness::etcd::Etcd;
 use harness::{
     binary, check_numbered_payload, eventually, numbered_payload, Broker, BrokerOptions,
 };
 use protocol::client::{AckMode, Client, OffsetSpec, Producer, ProducerConfig, TopicSettings};
-use protocol::codec::{verify, Metadata};
-use protocol::frame::Api;
-use protocol::wire;
+use protocol::codec::Metadata;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,19 +34,7 @@ fn ringlog(address: &str, args: &[&str]) -> (i32, String, String) {
 
 /// One broker's Metadata of `topic`, asked once on a raw socket.
 fn metadata_of(address: &str, topic: &str) -> Metadata {
-    let mut stream = raw(address);
-    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
-    let header = protocol::codec::metadata_request(&mut fbb, &[topic]).to_vec();
-    let response = call_raw(
-        &mut stream,
-        Api::Metadata,
-        protocol::frame::API_VERSION,
-        3,
-        &header,
-        &[],
-    )
-    .unwrap();
-    protocol::codec::decode_metadata(verify::<wire::MetadataResponse>(&response.header).unwrap())
+    raw_metadata(&mut raw(address), topic).unwrap()
 }
 
 #[test]
@@ -62,14 +48,7 @@ fn r46_1_settings_change_on_every_broker_while_a_producer_runs_and_retention_fol
         })
         .collect();
     let client = brokers[0].client();
-    eventually("three live brokers", WAIT, || {
-        let seen = client
-            .metadata(&[])
-            .map_err(|e| e.to_string())?
-            .brokers
-            .len();
-        (seen == 3).then_some(()).ok_or(format!("{seen} brokers"))
-    });
+    wait_for_brokers(&client, 3);
     client
         .create_topic(
             "settings",

@@ -178,3 +178,40 @@ pub fn segment_count(broker: &harness::Broker, dir: &str) -> usize {
         })
         .count()
 }
+
+/// One broker's Metadata of `topic`, asked once on a raw, handshaken
+/// socket: no client-side retry or refresh that could hide a broker that
+/// lags behind the others.
+pub fn raw_metadata(
+    stream: &mut TcpStream,
+    topic: &str,
+) -> Result<protocol::codec::Metadata, protocol::client::ClientError> {
+    let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
+    let header = protocol::codec::metadata_request(&mut fbb, &[topic]).to_vec();
+    let response = call_raw(
+        stream,
+        protocol::frame::Api::Metadata,
+        protocol::frame::API_VERSION,
+        9,
+        &header,
+        &[],
+    )?;
+    let decoded = protocol::codec::verify::<protocol::wire::MetadataResponse>(&response.header)
+        .unwrap_or_else(|e| panic!("metadata response: {e}"));
+    Ok(protocol::codec::decode_metadata(decoded))
+}
+
+/// Waits (up to a minute) until `client`'s broker lists `count` live
+/// brokers.
+pub fn wait_for_brokers(client: &Client, count: usize) {
+    harness::eventually("the live brokers", Duration::from_secs(60), || {
+        let seen = client
+            .metadata(&[])
+            .map_err(|e| e.to_string())?
+            .brokers
+            .len();
+        (seen == count)
+            .then_some(())
+            .ok_or(format!("{seen} brokers"))
+    });
+}

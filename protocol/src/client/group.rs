@@ -39,6 +39,7 @@
 //! member joins again once the coordinator answers (its partitions may
 //! have gone to others: at least once, as ever).
 
+use super::committer::{Committer, Outcome};
 use super::heartbeat::{Heartbeats, Schedule};
 use super::{Client, ClientError, Consumer, Truncation};
 use crate::codec::groups::{self as codec, GroupDescription, GroupView, Joined, OffsetCommit};
@@ -340,6 +341,9 @@ pub struct GroupConsumer {
     missing: BTreeMap<String, Instant>,
     /// The heartbeat thread (from the end of `subscribe` on).
     beats: Option<Heartbeats>,
+    /// The auto-commit thread (with auto-commit, from the end of
+    /// `subscribe` on).
+    committer: Option<Committer>,
     last_commit: Instant,
     cursor: usize,
     rebalances: u64,
@@ -518,6 +522,7 @@ impl GroupConsumer {
             processed: BTreeMap::new(),
             missing: BTreeMap::new(),
             beats: None,
+            committer: None,
             last_commit: Instant::now(),
             cursor: 0,
             rebalances: 0,
@@ -535,6 +540,10 @@ impl GroupConsumer {
             consumer.view.generation,
             schedule,
         )?);
+        if consumer.config.auto_commit_interval.is_some() {
+            let timeout = consumer.heartbeat_period().max(Duration::from_secs(1));
+            consumer.committer = Some(Committer::start(&consumer.home, &consumer.group, timeout)?);
+        }
         Ok(consumer)
     }
 
@@ -823,13 +832,18 @@ impl GroupConsumer {
         self.commit_positions(positions)
     }
 
-    /// Commits these positions of owned partitions, those that moved since
-    /// their last commit.
-    fn commit_positions(
-        &mut self,
-        positions: Vec<((String, u32), Position)>,
-    ) -> Result<(), ClientError> {
-        let offsets: Vec<OffsetCommit> = positions
+    /// The position of every owned partition that has one.
+    fn positions(&self) -> Vec<((String, u32), Position)> {
+        self.owned
+            .iter()
+            .filter_map(|(key, owned)| Some((key.clone(), owned.position()?)))
+            .collect()
+    }
+
+    /// The commits of these positions of owned partitions that moved
+    /// since their last commit.
+    fn moved(&self, positions: Vec<((String, u32), Position)>) -> Vec<OffsetCommit> {
+        positions
             .into_iter()
             .filter(|(key, position)| {
                 self.owned.contains_key(key) && self.committed.get(key) != Some(position)
@@ -840,20 +854,62 @@ impl GroupConsumer {
                 offset: position.offset,
                 leader_epoch: position.epoch,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Notes what landed of the commit thread's last commit; its error,
+    /// if any. A lost partition or session makes the next step look again.
+    fn commit_outcome(&mut self, (offsets, landed): Outcome) -> Result<(), ClientError> {
+        match landed {
+            Ok(()) => {
+                self.note_committed(offsets);
+                Ok(())
+            }
+            Err(error)
+                if matches!(
+                    error.code(),
+                    Some(ErrorCode::NotPartitionOwner | ErrorCode::UnknownMember)
+                ) =>
+            {
+                self.view.generation = 0;
+                self.heartbeat(0)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Remembers these offsets as committed, for partitions still owned.
+    fn note_committed(&mut self, offsets: Vec<OffsetCommit>) {
+        for offset in offsets {
+            let key = (offset.topic, offset.partition);
+            if self.owned.contains_key(&key) {
+                let position = Position {
+                    offset: offset.offset,
+                    epoch: offset.leader_epoch,
+                };
+                self.committed.insert(key, position);
+            }
+        }
+    }
+
+    /// Commits these positions of owned partitions, those that moved since
+    /// their last commit, on the member's own connection — after the
+    /// commit thread's commit in flight, so a partition's commits land in
+    /// order.
+    fn commit_positions(
+        &mut self,
+        positions: Vec<((String, u32), Position)>,
+    ) -> Result<(), ClientError> {
+        if let Some((offsets, Ok(()))) = self.committer.as_ref().and_then(Committer::settle) {
+            self.note_committed(offsets);
+        }
+        let offsets = self.moved(positions);
         if offsets.is_empty() {
             return Ok(());
         }
         self.home
             .commit_offsets(&self.group, &self.joined, &offsets)?;
-        for offset in offsets {
-            let position = Position {
-                offset: offset.offset,
-                epoch: offset.leader_epoch,
-            };
-            self.committed
-                .insert((offset.topic, offset.partition), position);
-        }
+        self.note_committed(offsets);
         Ok(())
     }
 
@@ -919,23 +975,31 @@ impl GroupConsumer {
     pub fn poll(&mut self) -> Result<Vec<GroupMessage>, ClientError> {
         if self.config.auto_commit_interval.is_some() {
             // Calling poll again says the last batch was processed.
-            self.processed = self
-                .owned
-                .iter()
-                .filter_map(|(key, owned)| Some((key.clone(), owned.position()?)))
-                .collect();
+            self.processed = self.positions().into_iter().collect();
         }
         if let Some(answer) = self.beats.as_ref().and_then(Heartbeats::take) {
             let acted = self.act_on(answer);
             self.coordinator_result(acted)?;
         }
+        if let Some(outcome) = self.committer.as_ref().and_then(Committer::take) {
+            let landed = self.commit_outcome(outcome);
+            self.coordinator_result(landed)?;
+        }
         if let Some(interval) = self.config.auto_commit_interval {
-            // Not while the coordinator is away (the heartbeats say when it
-            // is back): a commit then waits out the broker's etcd timeout,
-            // and the member would read little besides.
-            if self.last_commit.elapsed() >= interval && self.coordinator.is_none() {
-                let committed = self.commit();
-                self.coordinator_result(committed)?;
+            // On the commit thread, never from here: a commit waits out the
+            // broker's etcd timeout when etcd is away. Not while the
+            // coordinator is away (the heartbeats say when it is back).
+            if self.last_commit.elapsed() >= interval
+                && self.coordinator.is_none()
+                && self.committer.as_ref().is_some_and(|c| !c.busy())
+            {
+                self.last_commit = Instant::now();
+                let offsets = self.moved(self.positions());
+                if !offsets.is_empty() {
+                    if let Some(committer) = &self.committer {
+                        committer.send(&self.joined, offsets);
+                    }
+                }
             }
         }
         let wait_ms = u32::try_from(self.config.max_wait.as_millis()).unwrap_or(u32::MAX);
@@ -1094,9 +1158,12 @@ impl GroupConsumer {
     }
 
     fn leave(&mut self) -> Result<(), ClientError> {
-        // No heartbeat after the leave.
+        // No heartbeat, and no commit, after the leave.
         if let Some(beats) = self.beats.as_mut() {
             beats.stop();
+        }
+        if let Some(committer) = self.committer.as_mut() {
+            committer.stop();
         }
         self.owned.clear();
         let left = self.home.leave_group(&self.group, &self.joined);

@@ -34,6 +34,7 @@ mod clock;
 mod config;
 mod connection;
 mod consumer;
+mod committer;
 mod group;
 mod heartbeat;
 mod mirror;

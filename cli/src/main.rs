@@ -1034,7 +1034,7 @@ fn produce(brokers: &str, args: ProduceArgs) -> anyhow::Result<()> {
         String::new()
     } else {
         format!(
-            "; the brokers held it back {:.1} s in all for its quota",
+            "; it waited {:.1} s in all for its principal's quota, as the brokers' answers asked",
             throttled.as_secs_f64()
         )
     };
@@ -1257,7 +1257,21 @@ fn consume(brokers: &str, args: ConsumeArgs) -> anyhow::Result<()> {
         }
     }
     out.flush().context("writing stdout")?;
+    report_throttled(&client);
     Ok(())
+}
+
+/// Says on stderr how long the brokers asked this client to wait for its
+/// principal's quota, if at all (the client waited before each next
+/// request: PROTOCOL.md §1, throttled frames).
+fn report_throttled(client: &Client) {
+    let throttled = client.throttled();
+    if !throttled.is_zero() {
+        eprintln!(
+            "ringlog: waited {:.1} s in all for this principal's quota, as the brokers' answers asked",
+            throttled.as_secs_f64()
+        );
+    }
 }
 
 /// Whether an error is a broker being away (retried) rather than a failure.
@@ -1550,6 +1564,7 @@ fn consume_group(brokers: &str, group: &str, args: &ConsumeArgs) -> anyhow::Resu
     }
     out.flush().context("writing stdout")?;
     consumer.close()?;
+    report_throttled(&client);
     Ok(())
 }
 

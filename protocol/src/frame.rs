@@ -3,6 +3,8 @@
 //! ```text
 //! request:  u32 frame_len | u16 api | u16 api_version | u32 request_id | u32 header_len | header | payload
 //! response: u32 frame_len | u16 api | u16 error_code  | u32 request_id | u32 header_len | header | payload
+//! throttled response (asked for in the Handshake):
+//!           u32 frame_len | u16 api | u16 error_code  | u32 request_id | u32 header_len | u32 throttle_ms | header | payload
 //! ```
 //!
 //! All integers are little-endian. `frame_len` counts the bytes after itself
@@ -12,6 +14,8 @@
 
 /// Bytes before the flatbuffer header, in both directions.
 pub const FRAME_PREFIX_BYTES: usize = 16;
+/// Bytes of a throttled response's `throttle_ms`, right after the prefix.
+pub const THROTTLE_BYTES: usize = 4;
 /// The largest frame (including the 4-byte length) a peer may send.
 pub const FRAME_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// The protocol version spoken by this crate (exchanged in the handshake).
@@ -175,6 +179,13 @@ impl FramePrefix {
         self.frame_bytes - FRAME_PREFIX_BYTES - self.header_len
     }
 
+    /// A throttled response's payload size (its `throttle_ms` lies between
+    /// the prefix and the header); `None` when the frame is too short to
+    /// hold it.
+    pub fn throttled_payload_len(&self) -> Option<usize> {
+        self.payload_len().checked_sub(THROTTLE_BYTES)
+    }
+
     /// Parses the first [`FRAME_PREFIX_BYTES`] of a frame. `max` bounds the
     /// declared frame size so a hostile length cannot make the reader allocate.
     pub fn parse(bytes: &[u8; FRAME_PREFIX_BYTES], max: usize) -> Result<Self, FrameError> {
@@ -224,6 +235,28 @@ pub fn write_prefix(
     out.extend_from_slice(&(header_len as u32).to_le_bytes());
 }
 
+/// Writes a throttled response's prefix: the prefix, then `throttle_ms`,
+/// which `frame_len` counts.
+pub fn write_throttled_prefix(
+    out: &mut Vec<u8>,
+    api: u16,
+    error: u16,
+    request_id: u32,
+    header_len: usize,
+    payload_len: usize,
+    throttle_ms: u32,
+) {
+    write_prefix(
+        out,
+        api,
+        error,
+        request_id,
+        header_len,
+        THROTTLE_BYTES + payload_len,
+    );
+    out.extend_from_slice(&throttle_ms.to_le_bytes());
+}
+
 /// Appends a whole frame: prefix, header, payload.
 pub fn write_frame(
     out: &mut Vec<u8>,
@@ -248,6 +281,22 @@ pub fn write_frame(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_throttled_response_counts_its_throttle_time_in_its_length() {
+        let mut out = Vec::new();
+        write_throttled_prefix(&mut out, 1, 0, 9, 4, 3, 250);
+        out.extend_from_slice(b"headpay");
+        let prefix = FramePrefix::parse(out[..16].try_into().unwrap(), FRAME_BYTES_MAX).unwrap();
+        assert_eq!(prefix.frame_bytes, out.len());
+        assert_eq!(prefix.throttled_payload_len(), Some(3));
+        assert_eq!(u32::from_le_bytes(out[16..20].try_into().unwrap()), 250);
+        // Too short to hold a throttle time: not read as one.
+        let mut short = Vec::new();
+        write_frame(&mut short, 1, 0, 9, b"head", b"");
+        let prefix = FramePrefix::parse(short[..16].try_into().unwrap(), FRAME_BYTES_MAX).unwrap();
+        assert_eq!(prefix.throttled_payload_len(), None);
+    }
 
     #[test]
     fn frames_round_trip() {

@@ -207,6 +207,16 @@ impl Usage {
             .max(self.fetch.debt(now))
     }
 
+    /// How long from now the principal is in debt on any bucket: the wait
+    /// a request sent now would have (before its own charge).
+    pub fn debt(&self) -> Duration {
+        let now = now_ns();
+        self.requests
+            .debt(now)
+            .max(self.produce.debt(now))
+            .max(self.fetch.debt(now))
+    }
+
     /// Charges fetched bytes; the delay before the connection reads again.
     pub fn charge_fetch(&self, bytes: u64) -> Duration {
         self.fetch.charge(bytes, now_ns())

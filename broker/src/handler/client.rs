@@ -26,6 +26,9 @@ pub struct Client {
     pub quota: RefCell<Option<crate::auth::quota::PrincipalSlot>>,
     /// A quota's delay: nothing more is read from the client until then.
     pub muted_until: Cell<Option<Instant>>,
+    /// The native protocol: the client asked, in its Handshake, for the
+    /// throttle time in every later answer's frame.
+    pub throttle_in_frames: Cell<bool>,
     /// Counted as not logged in yet, until it is.
     pub pending: RefCell<Option<crate::auth::pending::Slot>>,
     /// Counted in the shard's gauge of connections not logged in, until it
@@ -33,4 +36,25 @@ pub struct Client {
     pub unauthenticated: Cell<bool>,
     /// Logged in with SCRAM: ended when its user is removed.
     pub session: RefCell<Option<crate::auth::sessions::Session>>,
+}
+
+impl Client {
+    /// How long from now its principal is over a quota: what a request
+    /// sent now would wait before it is served (this connection's fetch
+    /// delay included). 0 without a quota.
+    pub fn throttle_ms(&self) -> u32 {
+        let now = Instant::now();
+        let muted = self
+            .muted_until
+            .get()
+            .map_or(std::time::Duration::ZERO, |until| {
+                until.saturating_duration_since(now)
+            });
+        let owed = self
+            .quota
+            .borrow()
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |slot| slot.usage().debt());
+        owed.max(muted).as_millis().min(u128::from(u32::MAX)) as u32
+    }
 }

@@ -135,6 +135,7 @@ impl Front for Native {
             certificate: RefCell::new(None),
             quota: RefCell::new(None),
             muted_until: Cell::new(None),
+            throttle_in_frames: Cell::new(false),
             pending: RefCell::new(pending),
             unauthenticated: Cell::new(false),
             session: RefCell::new(None),
@@ -238,6 +239,20 @@ impl Front for Native {
     }
 
     fn write_prefix(&self, out: &mut Vec<u8>, request_id: u32, response: &Response) {
+        // PROTOCOL.md §1, throttled frames: every answer after the
+        // Handshake's, when the client asked for them.
+        if self.client.throttle_in_frames.get() && response.api != Api::Handshake as u16 {
+            frame::write_throttled_prefix(
+                out,
+                response.api,
+                response.error,
+                request_id,
+                response.header.len(),
+                response.payload.len(),
+                self.client.throttle_ms(),
+            );
+            return;
+        }
         frame::write_prefix(
             out,
             response.api,

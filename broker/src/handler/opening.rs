@@ -172,6 +172,9 @@ pub fn login_frame(
     // Who this broker is (its id and build) is told only to a client that
     // is in: after the proof when a login continues.
     let told = next.is_none().then(|| hello(shard));
+    // Granted as asked: every answer after this one carries the throttle
+    // time in its frame (PROTOCOL.md §1).
+    client.throttle_in_frames.set(request.throttle_in_frames());
     let header = super::with_builder(shard, |fbb| {
         protocol::codec::handshake_response(
             fbb,
@@ -180,6 +183,7 @@ pub fn login_frame(
                 next: next.as_deref(),
                 principal: principal.as_deref().unwrap_or_default(),
             },
+            request.throttle_in_frames(),
         )
         .to_vec()
     });

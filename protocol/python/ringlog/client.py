@@ -107,6 +107,14 @@ def _finish(builder: flatbuffers.Builder, root: int) -> bytes:
     return bytes(builder.Output())
 
 
+class Throttled:
+    """The throttle times brokers reported to a client's connections, added up."""
+
+    def __init__(self) -> None:
+        #: Milliseconds the brokers asked this client to wait (and it did).
+        self.ms = 0
+
+
 class Connection:
     """One TCP connection to one broker shard, after the Handshake.
 
@@ -122,6 +130,7 @@ class Connection:
         *,
         login: Optional[Tuple[str, Union[str, bytes]]] = None,
         tls: Optional[ssl.SSLContext] = None,
+        throttled: Optional[Throttled] = None,
     ) -> None:
         host, _, port = address.rpartition(":")
         try:
@@ -141,6 +150,14 @@ class Connection:
         self.next_id = 1
         # Set once a read or write failed: the connection is out of step.
         self.broken = False
+        # PROTOCOL.md §1, throttled frames: granted in the Handshake, every
+        # later answer says how long the principal is over a quota, and the
+        # next request waits that long (the broker would hold it anyway).
+        self.throttled_frames = False
+        self.quiet_until = 0.0
+        #: Throttle times reported on this connection, in milliseconds.
+        self.throttled_ms = 0
+        self._throttled = throttled
         exchange = None
         if login is not None:
             user, password = login
@@ -153,6 +170,7 @@ class Connection:
         HandshakeRequest.Start(b)
         HandshakeRequest.AddProtocolVersion(b, codec.PROTOCOL_VERSION)
         HandshakeRequest.AddClientName(b, name)
+        HandshakeRequest.AddThrottleInFrames(b, True)
         if exchange is not None:
             HandshakeRequest.AddSaslMechanism(b, mechanism)
             HandshakeRequest.AddSaslBytes(b, first)
@@ -171,6 +189,7 @@ class Connection:
         self.broker_version = (hello.BrokerVersion() or b"").decode()
         #: Who this connection acts as ("User:alice", "User:ANONYMOUS").
         self.principal = (hello.Principal() or b"").decode()
+        self.throttled_frames = bool(hello.ThrottleInFrames())
         if exchange is not None:
             self.principal = self._authenticate(exchange, _bytes_of(hello))
 
@@ -194,6 +213,9 @@ class Connection:
 
     def send(self, api: int, header: bytes, payload: bytes = b"") -> int:
         """Sends one request; returns its request id."""
+        wait = self.quiet_until - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         request_id = self.next_id
         self.next_id = (self.next_id + 1) & 0xFFFFFFFF
         try:
@@ -229,6 +251,17 @@ class Connection:
             )
         except ValueError as e:
             raise ProtocolError(f"from {self.address}: {e}") from e
+        if self.throttled_frames:
+            if rest < codec.THROTTLE_BYTES + header_len:
+                self.broken = True
+                raise ProtocolError(f"from {self.address}: a throttled answer too short for its throttle time")
+            (throttle_ms,) = codec.THROTTLE.unpack(self._read_exact(codec.THROTTLE_BYTES))
+            rest -= codec.THROTTLE_BYTES
+            if throttle_ms:
+                self.quiet_until = time.monotonic() + throttle_ms / 1000
+                self.throttled_ms += throttle_ms
+                if self._throttled is not None:
+                    self._throttled.ms += throttle_ms
         body = self._read_exact(rest)
         return request_id, error, body[:header_len], body[header_len:]
 
@@ -311,11 +344,18 @@ class Client(AdminRequests):
         # when the bootstrap broker dies.
         self.known: List[str] = []
         self._shards: Dict[str, Connection] = {}
+        self._throttled = Throttled()
         self.conn = self._connect_any()
+
+    @property
+    def throttled_ms(self) -> int:
+        """How long the brokers asked this client's connections to wait over a
+        quota, added up (each waited its turn before its next request)."""
+        return self._throttled.ms
 
     def open(self, address: str) -> Connection:
         """A new connection to ``address`` with this client's login and TLS."""
-        return Connection(address, self.timeout, login=self.login, tls=self.tls)
+        return Connection(address, self.timeout, login=self.login, tls=self.tls, throttled=self._throttled)
 
     def _connect_any(self) -> "Connection":
         failures = []

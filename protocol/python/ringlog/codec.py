@@ -27,6 +27,9 @@ from .errors import CorruptMessage
 
 PREFIX = struct.Struct("<IHHII")
 PREFIX_BYTES = PREFIX.size  # 16
+# A throttled answer's throttle time, right after the prefix (PROTOCOL.md §1).
+THROTTLE = struct.Struct("<I")
+THROTTLE_BYTES = THROTTLE.size
 PROTOCOL_VERSION = 1
 API_VERSION = 0
 MAGIC = 1

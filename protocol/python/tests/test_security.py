@@ -6,6 +6,7 @@ TLS client certificate ``client`` (read on them too)."""
 
 import base64
 import os
+import time
 import uuid
 
 import pytest
@@ -133,3 +134,37 @@ def test_admin_requests_users_rules_quotas_and_topic_settings():
     with pytest.raises(BrokerError) as gone:
         ringlog.Client(SECURE, tls=tls(), user=name, password="carol-secret")
     assert gone.value.code == ErrorCode.AUTHENTICATION_FAILED
+
+
+def test_every_answer_says_how_long_the_principal_is_over_its_quota_and_the_client_waits():
+    """Issue 46, item 3: throttled frames — answers and refusals alike carry
+    the principal's throttle time; the client waits it out before its next
+    request and adds it up."""
+    admin = ringlog.Client(SECURE, tls=tls(), user="admin", password="admin-secret")
+    name = "erin" + uuid.uuid4().hex[:6]
+    admin.alter_users({name: b"erin-secret"})
+    admin.alter_quotas(set=[ringlog.Quota(f"User:{name}", requests_per_second=20)])
+    try:
+        erin = ringlog.Client(SECURE, tls=tls(), user=name, password="erin-secret")
+        assert erin.conn.throttled_frames
+        started = time.monotonic()
+        for _ in range(30):
+            erin.metadata()
+        took = time.monotonic() - started
+        waited = erin.throttled_ms
+        print(f"30 Metadata requests at a 20/s quota took {took:.2f} s; the client waited {waited} ms")
+        assert waited > 1000, waited
+        # A refusal says it too.
+        before = erin.throttled_ms
+        for _ in range(5):
+            with pytest.raises(BrokerError) as refused:
+                erin.create_topic("py-" + uuid.uuid4().hex[:12], partitions=1)
+            assert refused.value.code == ErrorCode.AUTHORIZATION_FAILED
+        assert erin.throttled_ms > before
+        # No quota, no wait.
+        for _ in range(30):
+            admin.metadata()
+        assert admin.throttled_ms == 0
+    finally:
+        admin.alter_quotas(delete=[f"User:{name}"])
+        admin.alter_users(deletions=[name])

@@ -9,7 +9,9 @@ use crate::{wire, ErrorCode};
 use flatbuffers::FlatBufferBuilder;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A response frame as received.
 #[derive(Debug, Default)]
@@ -22,6 +24,10 @@ pub struct ResponseFrame {
     pub header: Vec<u8>,
     /// Raw bytes after the header (a fetch's log chunk).
     pub payload: Vec<u8>,
+    /// How long the connection's principal stays over a quota, from this
+    /// answer on (0 from a broker that does not say: PROTOCOL.md §1,
+    /// "throttled frames").
+    pub throttle_ms: u32,
 }
 
 /// What the broker said in the handshake.
@@ -56,6 +62,15 @@ pub struct Connection {
     request_timeout: Duration,
     /// The read timeout in force (request_timeout plus a long-poll's wait).
     waiting: Duration,
+    /// The broker puts a throttle time in every answer's frame.
+    throttled_frames: bool,
+    /// The last answer's throttle time runs out then: the next request
+    /// waits for it.
+    quiet_until: Option<Instant>,
+    /// Throttle times reported on this connection, in milliseconds, added
+    /// up here and, when set, into its client's total.
+    throttled_ms: u64,
+    throttle_sink: Option<Arc<AtomicU64>>,
 }
 
 impl Connection {
@@ -129,6 +144,10 @@ impl Connection {
             address: address.to_string(),
             request_timeout: config.request_timeout.max(Duration::from_millis(1)),
             waiting: handshake_timeout,
+            throttled_frames: false,
+            quiet_until: None,
+            throttled_ms: 0,
+            throttle_sink: None,
         };
         let name = format!("ringlog-rust/{}", env!("CARGO_PKG_VERSION"));
         let login =
@@ -141,16 +160,13 @@ impl Connection {
                 })?),
                 None => None,
             };
-        let header = match &login {
-            Some((_, first)) => codec::security::handshake_login_request(
-                &mut conn.fbb,
-                &name,
-                crate::scram::MECHANISM,
-                first,
-            )
-            .to_vec(),
-            None => codec::handshake_request(&mut conn.fbb, &name).to_vec(),
-        };
+        // Every answer after the handshake's should say how long the
+        // principal is over its quota, so the client waits instead of
+        // sending requests the broker would hold (issue 46, item 3).
+        let first = login
+            .as_ref()
+            .map(|(_, first)| (crate::scram::MECHANISM, first.as_slice()));
+        let header = codec::handshake(&mut conn.fbb, &name, first, true).to_vec();
         let response = match conn.call(Api::Handshake, &header, &[]) {
             Ok(response) => response,
             Err(ClientError::Io(e))
@@ -188,6 +204,7 @@ impl Connection {
             broker_version: hello.broker_version().unwrap_or_default().to_string(),
             principal: hello.principal().unwrap_or_default().to_string(),
         };
+        conn.throttled_frames = hello.throttle_in_frames();
         if let (Some((exchange, _)), Some(login)) = (login, &config.login) {
             let server_first = hello
                 .sasl_bytes()
@@ -259,6 +276,12 @@ impl Connection {
     /// Queues a request; returns its id. Nothing is sent until [`Connection::flush`]
     /// (or until the write buffer fills).
     pub fn send(&mut self, api: Api, header: &[u8], payload: &[u8]) -> Result<u32, ClientError> {
+        if let Some(until) = self.quiet_until.take() {
+            // Over a quota: the broker would hold this request until then
+            // anyway; waiting here keeps it out of the broker's queues.
+            self.writer.flush()?;
+            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        }
         let request_id = self.next_request_id;
         self.next_request_id = self.next_request_id.wrapping_add(1);
         let mut prefix = Vec::with_capacity(FRAME_PREFIX_BYTES);
@@ -309,7 +332,17 @@ impl Connection {
     /// with a non-zero error code becomes `ClientError::Broker`; no response
     /// within the timeout, `ClientError::Timeout`.
     pub fn recv_into(&mut self, into: &mut ResponseFrame) -> Result<(), ClientError> {
-        match read_response(&mut self.reader, into) {
+        into.throttle_ms = 0;
+        let read = read_response_with(&mut self.reader, into, self.throttled_frames);
+        if into.throttle_ms > 0 {
+            let throttle = Duration::from_millis(u64::from(into.throttle_ms));
+            self.quiet_until = Some(Instant::now() + throttle);
+            self.throttled_ms += u64::from(into.throttle_ms);
+            if let Some(sink) = &self.throttle_sink {
+                sink.fetch_add(u64::from(into.throttle_ms), Ordering::Relaxed);
+            }
+        }
+        match read {
             Err(ClientError::Io(e))
                 if matches!(
                     e.kind(),
@@ -352,6 +385,24 @@ impl Connection {
         Ok(response)
     }
 
+    /// Whether the broker puts a throttle time in every answer's frame
+    /// (read them with [`read_response_with`]).
+    pub fn throttled_frames(&self) -> bool {
+        self.throttled_frames
+    }
+
+    /// The throttle times the broker reported on this connection, added
+    /// up: how long it asked this client to wait (and it did).
+    pub fn throttled(&self) -> Duration {
+        Duration::from_millis(self.throttled_ms)
+    }
+
+    /// Adds this connection's throttle times into `sink` too (a client's
+    /// total over its connections).
+    pub fn add_throttle_to(&mut self, sink: Arc<AtomicU64>) {
+        self.throttle_sink = Some(sink);
+    }
+
     /// A second handle on the socket for a reader thread, plus the writer.
     /// The read timeout is lifted: a reader thread waits as long as its
     /// owner has requests outstanding, and decides itself how long is too
@@ -364,15 +415,38 @@ impl Connection {
 
 /// Reads one response frame from `reader`.
 pub fn read_response(reader: &mut impl Read, into: &mut ResponseFrame) -> Result<(), ClientError> {
+    read_response_with(reader, into, false)
+}
+
+/// Reads one response frame from `reader`; `throttled`: a connection whose
+/// answers carry a throttle time after the prefix (set in `into`, error
+/// answers too).
+pub fn read_response_with(
+    reader: &mut impl Read,
+    into: &mut ResponseFrame,
+    throttled: bool,
+) -> Result<(), ClientError> {
     let mut prefix_bytes = [0u8; FRAME_PREFIX_BYTES];
     reader.read_exact(&mut prefix_bytes)?;
     let prefix = FramePrefix::parse(&prefix_bytes, FRAME_BYTES_MAX)
         .map_err(|e| ClientError::protocol(e.to_string()))?;
     into.api = prefix.api;
     into.request_id = prefix.request_id;
+    let payload_len = if throttled {
+        let len = prefix.throttled_payload_len().ok_or_else(|| {
+            ClientError::protocol("a throttled answer too short for its throttle time")
+        })?;
+        let mut throttle = [0u8; frame::THROTTLE_BYTES];
+        reader.read_exact(&mut throttle)?;
+        into.throttle_ms = u32::from_le_bytes(throttle);
+        len
+    } else {
+        into.throttle_ms = 0;
+        prefix.payload_len()
+    };
     into.header.resize(prefix.header_len, 0);
     reader.read_exact(&mut into.header)?;
-    into.payload.resize(prefix.payload_len(), 0);
+    into.payload.resize(payload_len, 0);
     reader.read_exact(&mut into.payload)?;
     if prefix.version_or_error != 0 {
         return Err(broker_error(prefix.version_or_error, &into.header));

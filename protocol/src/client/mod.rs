@@ -31,10 +31,10 @@
 //! ```
 
 mod clock;
+mod committer;
 mod config;
 mod connection;
 mod consumer;
-mod committer;
 mod group;
 mod heartbeat;
 mod mirror;
@@ -54,7 +54,7 @@ pub use crate::codec::{
     AckMode, Metadata, OffsetSpec, PartitionOffsets, TopicMetadata, TopicSettings,
 };
 pub use config::{ClientConfig, Login};
-pub use connection::{read_response, BrokerHello, Connection, ResponseFrame};
+pub use connection::{read_response, read_response_with, BrokerHello, Connection, ResponseFrame};
 pub use consumer::{Consumer, OutOfRange, OwnedMessage, Truncation};
 pub use group::{GroupConfig, GroupConsumer, GroupMessage, OffsetReset, Outage, StartFrom};
 pub use mirror::{MirrorChunk, MirrorRead};
@@ -486,6 +486,9 @@ struct ClientShared {
     /// (the kernel does), so trying it first costs a whole handshake
     /// timeout — for a heartbeat, most of its session.
     failed: Mutex<Option<String>>,
+    /// Throttle times the brokers reported on this client's connections,
+    /// in milliseconds.
+    throttled_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Locks a mutex, also after a panic elsewhere (the data stays usable:
@@ -514,7 +517,9 @@ impl Client {
         if bootstrap.is_empty() {
             return Err(ClientError::Usage("no broker address given".into()));
         }
-        let conn = connect_any(&bootstrap, &config)?;
+        let throttled_ms = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut conn = connect_any(&bootstrap, &config)?;
+        conn.add_throttle_to(throttled_ms.clone());
         Ok(Client {
             shared: std::sync::Arc::new(ClientShared {
                 hello: Mutex::new(conn.hello().clone()),
@@ -525,6 +530,7 @@ impl Client {
                 placements: Mutex::new(std::collections::HashMap::new()),
                 known_brokers: Mutex::new(Vec::new()),
                 failed: Mutex::new(None),
+                throttled_ms,
             }),
         })
     }
@@ -547,7 +553,20 @@ impl Client {
 
     /// Opens a connection to `address` with this client's timeouts.
     pub fn open(&self, address: &str) -> Result<Connection, ClientError> {
-        Connection::connect_with(address, &self.shared.config)
+        let mut conn = Connection::connect_with(address, &self.shared.config)?;
+        conn.add_throttle_to(self.shared.throttled_ms.clone());
+        Ok(conn)
+    }
+
+    /// How long the brokers asked this client's connections to wait, over
+    /// a quota, added up (each request waited its turn: PROTOCOL.md §1,
+    /// "throttled frames").
+    pub fn throttled(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.shared
+                .throttled_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Sends one request on the bootstrap connection and returns the
@@ -565,13 +584,14 @@ impl Client {
         let mut first_error = None;
         for _ in 0..2 {
             if slot.is_none() {
-                let conn = match connect_any(&self.reconnect_addresses(), &self.shared.config) {
+                let mut conn = match connect_any(&self.reconnect_addresses(), &self.shared.config) {
                     Ok(conn) => conn,
                     // The request's own failure is the news; say why the
                     // reconnect failed too.
                     Err(error) => return Err(first_error.unwrap_or(error)),
                 };
                 *lock(&self.shared.hello) = conn.hello().clone();
+                conn.add_throttle_to(self.shared.throttled_ms.clone());
                 *slot = Some(conn);
             }
             let Some(conn) = slot.as_mut() else {

@@ -405,6 +405,9 @@ struct LaneCounts {
     acked_messages: u64,
     /// The brokers' quota delays reported in answers (`throttle_ms`).
     throttled_ms: u64,
+    /// The last answer's throttle time runs out then: the lane sends
+    /// nothing before (a broker reporting it in every frame only).
+    quiet_until: Option<Instant>,
     /// With latency tracking: (latency, messages) per answered request.
     latencies: Vec<(Duration, u32)>,
     /// Batch buffers handed back by the reader for reuse.
@@ -1405,6 +1408,11 @@ impl Inner {
             self.retry.sort_by_key(|p| (p.partition, p.first_sequence));
             return None;
         }
+        let quiet = lock(&lane.state.counts).quiet_until.take();
+        if let Some(until) = quiet {
+            // Over its quota: the broker would hold the request until then.
+            std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        }
         let acks = setup.config.acks;
         let header = codec::produce_request(&mut lane.fbb, &setup.topic, pending.partition, acks);
         let mut prefix = Vec::with_capacity(frame::FRAME_PREFIX_BYTES);
@@ -1947,6 +1955,7 @@ fn spawn_linger(shared: Arc<Shared>) -> Result<JoinHandle<()>, ClientError> {
 )]
 fn open_lane(setup: &Setup, events: &Arc<Events>, address: &str) -> Result<Lane, ClientError> {
     let conn = setup.client.open(address)?;
+    let throttled_frames = conn.throttled_frames();
     let (mut reader, writer) = conn.split();
     let socket = writer.get_ref().socket().try_clone()?;
     let state = Arc::new(LaneState {
@@ -1960,13 +1969,21 @@ fn open_lane(setup: &Setup, events: &Arc<Events>, address: &str) -> Result<Lane,
         .spawn(move || {
             let mut frame = ResponseFrame::default();
             loop {
-                let result = super::read_response(&mut reader, &mut frame);
+                let result = super::read_response_with(&mut reader, &mut frame, throttled_frames);
                 let mut counts = lock(&thread_state.counts);
+                if frame.throttle_ms > 0 {
+                    // Every answer's, errors too: the lane waits it out.
+                    counts.throttled_ms += u64::from(frame.throttle_ms);
+                    counts.quiet_until =
+                        Some(Instant::now() + Duration::from_millis(u64::from(frame.throttle_ms)));
+                }
                 let answer = match result {
                     Ok(()) => match verify::<wire::ProduceResponse>(&frame.header) {
                         Ok(ack) => {
                             counts.acked_messages += u64::from(ack.message_count());
-                            counts.throttled_ms += u64::from(ack.throttle_ms());
+                            if !throttled_frames {
+                                counts.throttled_ms += u64::from(ack.throttle_ms());
+                            }
                             Answer::Stored(Stored {
                                 base_offset: ack.base_offset(),
                                 end_offset: ack.end_offset(),

@@ -412,14 +412,35 @@ pub fn decode_metadata(response: wire::MetadataResponse<'_>) -> Metadata {
 
 /// Handshake request header.
 pub fn handshake_request<'b>(fbb: &'b mut FlatBufferBuilder<'_>, client_name: &str) -> &'b [u8] {
+    handshake(fbb, client_name, None, false)
+}
+
+/// Handshake request header with all its options: a login's mechanism and
+/// first message, and whether later answers should carry the throttle time
+/// in their frames.
+pub fn handshake<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    client_name: &str,
+    login: Option<(&str, &[u8])>,
+    throttle_in_frames: bool,
+) -> &'b [u8] {
     fbb.reset();
     let name = fbb.create_string(client_name);
+    let (sasl_mechanism, sasl_bytes) = match login {
+        Some((mechanism, first)) => (
+            Some(fbb.create_string(mechanism)),
+            Some(fbb.create_vector(first)),
+        ),
+        None => (None, None),
+    };
     let root = wire::HandshakeRequest::create(
         fbb,
         &wire::HandshakeRequestArgs {
             protocol_version: crate::frame::PROTOCOL_VERSION,
             client_name: Some(name),
-            ..Default::default()
+            sasl_mechanism,
+            sasl_bytes,
+            throttle_in_frames,
         },
     );
     finish(fbb, root)
@@ -704,6 +725,7 @@ pub fn handshake_response<'b>(
     fbb: &'b mut FlatBufferBuilder<'_>,
     hello: Option<&BrokerHello<'_>>,
     login: HandshakeLogin<'_>,
+    throttle_in_frames: bool,
 ) -> &'b [u8] {
     fbb.reset();
     let broker_version = hello.map(|h| fbb.create_string(h.broker_version));
@@ -719,6 +741,7 @@ pub fn handshake_response<'b>(
             broker_version,
             sasl_bytes,
             principal: Some(principal),
+            throttle_in_frames,
         },
     );
     finish(fbb, root)

@@ -14,20 +14,7 @@ pub fn handshake_login_request<'b>(
     mechanism: &str,
     first: &[u8],
 ) -> &'b [u8] {
-    fbb.reset();
-    let name = fbb.create_string(client_name);
-    let mechanism = fbb.create_string(mechanism);
-    let first = fbb.create_vector(first);
-    let root = wire::HandshakeRequest::create(
-        fbb,
-        &wire::HandshakeRequestArgs {
-            protocol_version: crate::frame::PROTOCOL_VERSION,
-            client_name: Some(name),
-            sasl_mechanism: Some(mechanism),
-            sasl_bytes: Some(first),
-        },
-    );
-    finish(fbb, root)
+    super::handshake(fbb, client_name, Some((mechanism, first)), false)
 }
 
 /// Authenticate request header.

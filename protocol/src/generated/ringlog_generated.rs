@@ -613,6 +613,7 @@ pub mod ringlog {
             pub const VT_CLIENT_NAME: ::flatbuffers::VOffsetT = 6;
             pub const VT_SASL_MECHANISM: ::flatbuffers::VOffsetT = 8;
             pub const VT_SASL_BYTES: ::flatbuffers::VOffsetT = 10;
+            pub const VT_THROTTLE_IN_FRAMES: ::flatbuffers::VOffsetT = 12;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -639,6 +640,7 @@ pub mod ringlog {
                     builder.add_client_name(x);
                 }
                 builder.add_protocol_version(args.protocol_version);
+                builder.add_throttle_in_frames(args.throttle_in_frames);
                 builder.finish()
             }
 
@@ -690,6 +692,17 @@ pub mod ringlog {
                         )
                 }
             }
+            #[inline]
+            pub fn throttle_in_frames(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(HandshakeRequest::VT_THROTTLE_IN_FRAMES, Some(false))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for HandshakeRequest<'_> {
@@ -715,6 +728,7 @@ pub mod ringlog {
                         Self::VT_SASL_BYTES,
                         false,
                     )?
+                    .visit_field::<bool>("throttle_in_frames", Self::VT_THROTTLE_IN_FRAMES, false)?
                     .finish();
                 Ok(())
             }
@@ -724,6 +738,7 @@ pub mod ringlog {
             pub client_name: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub sasl_mechanism: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub sasl_bytes: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
+            pub throttle_in_frames: bool,
         }
         impl<'a> Default for HandshakeRequestArgs<'a> {
             #[inline]
@@ -733,6 +748,7 @@ pub mod ringlog {
                     client_name: None,
                     sasl_mechanism: None,
                     sasl_bytes: None,
+                    throttle_in_frames: false,
                 }
             }
         }
@@ -778,6 +794,14 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_throttle_in_frames(&mut self, throttle_in_frames: bool) {
+                self.fbb_.push_slot::<bool>(
+                    HandshakeRequest::VT_THROTTLE_IN_FRAMES,
+                    throttle_in_frames,
+                    false,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> HandshakeRequestBuilder<'a, 'b, A> {
@@ -801,6 +825,7 @@ pub mod ringlog {
                 ds.field("client_name", &self.client_name());
                 ds.field("sasl_mechanism", &self.sasl_mechanism());
                 ds.field("sasl_bytes", &self.sasl_bytes());
+                ds.field("throttle_in_frames", &self.throttle_in_frames());
                 ds.finish()
             }
         }
@@ -829,6 +854,7 @@ pub mod ringlog {
             pub const VT_BROKER_VERSION: ::flatbuffers::VOffsetT = 12;
             pub const VT_SASL_BYTES: ::flatbuffers::VOffsetT = 14;
             pub const VT_PRINCIPAL: ::flatbuffers::VOffsetT = 16;
+            pub const VT_THROTTLE_IN_FRAMES: ::flatbuffers::VOffsetT = 18;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -858,6 +884,7 @@ pub mod ringlog {
                 builder.add_shard_count(args.shard_count);
                 builder.add_shard_id(args.shard_id);
                 builder.add_protocol_version(args.protocol_version);
+                builder.add_throttle_in_frames(args.throttle_in_frames);
                 builder.finish()
             }
 
@@ -942,6 +969,17 @@ pub mod ringlog {
                     )
                 }
             }
+            #[inline]
+            pub fn throttle_in_frames(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(HandshakeResponse::VT_THROTTLE_IN_FRAMES, Some(false))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for HandshakeResponse<'_> {
@@ -970,6 +1008,7 @@ pub mod ringlog {
                         Self::VT_PRINCIPAL,
                         false,
                     )?
+                    .visit_field::<bool>("throttle_in_frames", Self::VT_THROTTLE_IN_FRAMES, false)?
                     .finish();
                 Ok(())
             }
@@ -982,6 +1021,7 @@ pub mod ringlog {
             pub broker_version: Option<::flatbuffers::WIPOffset<&'a str>>,
             pub sasl_bytes: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
             pub principal: Option<::flatbuffers::WIPOffset<&'a str>>,
+            pub throttle_in_frames: bool,
         }
         impl<'a> Default for HandshakeResponseArgs<'a> {
             #[inline]
@@ -994,6 +1034,7 @@ pub mod ringlog {
                     broker_version: None,
                     sasl_bytes: None,
                     principal: None,
+                    throttle_in_frames: false,
                 }
             }
         }
@@ -1054,6 +1095,14 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_throttle_in_frames(&mut self, throttle_in_frames: bool) {
+                self.fbb_.push_slot::<bool>(
+                    HandshakeResponse::VT_THROTTLE_IN_FRAMES,
+                    throttle_in_frames,
+                    false,
+                );
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> HandshakeResponseBuilder<'a, 'b, A> {
@@ -1080,6 +1129,7 @@ pub mod ringlog {
                 ds.field("broker_version", &self.broker_version());
                 ds.field("sasl_bytes", &self.sasl_bytes());
                 ds.field("principal", &self.principal());
+                ds.field("throttle_in_frames", &self.throttle_in_frames());
                 ds.finish()
             }
         }

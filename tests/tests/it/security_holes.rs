@@ -1315,3 +1315,102 @@ fn r46_7_mapping_rules_name_users_from_two_cas_by_subject_and_alternative_name()
         "{said}"
     );
 }
+
+/// One request on `conn` (a Metadata, or an empty header the broker
+/// refuses); the answer's throttle time, and whether it was an error.
+fn throttle_of(conn: &mut protocol::client::Connection, refused: bool) -> (u32, bool) {
+    let header = if refused {
+        Vec::new()
+    } else {
+        codec::metadata_request(&mut conn.fbb, &["metered"]).to_vec()
+    };
+    let id = conn.send(Api::Metadata, &header, &[]).unwrap();
+    conn.flush().unwrap();
+    let mut frame = protocol::client::ResponseFrame::default();
+    let answer = conn.recv_into(&mut frame);
+    assert_eq!(frame.request_id, id);
+    if let Err(error) = &answer {
+        assert_eq!(
+            error.code(),
+            Some(protocol::ErrorCode::InvalidRequest),
+            "{error}"
+        );
+    }
+    (frame.throttle_ms, answer.is_err())
+}
+
+/// Issue 46, item 3: every answer — not only Produce and Fetch, errors
+/// too — says how long its principal is over a quota, in its frame; the
+/// Rust client waits that long before its next request on the connection
+/// and adds it up (the CLI says it), so the broker holds nothing; a
+/// principal without a quota sees 0.
+#[test]
+fn r46_3_every_answer_carries_the_throttle_time_and_the_client_waits_it_out() {
+    let dir = TempDir::new("throttle");
+    let toml = format!("{SECURE}[quotas.\"User:slow\"]\nrequests_per_second = 20\n");
+    let broker = secured_broker(&toml, 2, &dir);
+    let address = broker.address();
+    let admin = setup(&address, "metered", &["slow"]);
+    produce_one_mib(&admin, "metered");
+
+    // One connection, requests one after another: each answer, refused or
+    // not, says how long until the principal may send again (at 20 a
+    // second, about 50 ms after each).
+    let slow = login(&address, "slow", "slow-pw");
+    let mut conn = slow.open(&address).unwrap();
+    assert!(conn.throttled_frames());
+    let answers: Vec<(u32, bool)> = (0..20)
+        .map(|i| throttle_of(&mut conn, i % 3 == 2))
+        .collect();
+    println!("20 requests at a 20/s quota, each answer's throttle_ms (refused: *): {answers:?}");
+    assert!(answers.iter().any(|(_, refused)| *refused));
+    assert!(
+        answers.iter().all(|(ms, _)| (1..=50).contains(ms)),
+        "{answers:?}"
+    );
+    let said: u64 = answers.iter().map(|(ms, _)| u64::from(*ms)).sum();
+    assert_eq!(conn.throttled(), Duration::from_millis(said));
+
+    // The client's own requests wait their turn and add it up.
+    let before = slow.throttled();
+    let started = Instant::now();
+    for _ in 0..40 {
+        slow.metadata(&["metered"]).unwrap();
+    }
+    let waited = slow.throttled() - before;
+    println!(
+        "40 Metadata requests at a 20/s quota took {:.2?}; the client waited {waited:.2?} as the answers asked",
+        started.elapsed()
+    );
+    assert!(waited > Duration::from_secs(1), "{waited:?}");
+    let unmetered = Instant::now();
+    for _ in 0..40 {
+        admin.metadata(&["metered"]).unwrap();
+    }
+    println!("40 by the admin, no quota: {:.2?}", unmetered.elapsed());
+    assert_eq!(admin.throttled(), Duration::ZERO);
+
+    // The CLI says how long it waited.
+    let password = dir.path().join("slow.pw");
+    std::fs::write(&password, "slow-pw\n").unwrap();
+    let out = Command::new(binary("ringlog"))
+        .args(["--brokers", &address, "--user", "slow", "--password-file"])
+        .arg(&password)
+        .args([
+            "consume",
+            "metered",
+            "--exit-at-end",
+            "--max-bytes",
+            "65536",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    println!("ringlog consume as User:slow: {}", err.trim());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1024);
+    assert!(
+        err.contains("s in all for this principal's quota, as the brokers' answers asked"),
+        "{err}"
+    );
+}

@@ -72,8 +72,15 @@ class HandshakeRequest(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         return o == 0
 
+    # HandshakeRequest
+    def ThrottleInFrames(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def HandshakeRequestStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(5)
 
 def Start(builder):
     HandshakeRequestStart(builder)
@@ -107,6 +114,12 @@ def HandshakeRequestStartSaslBytesVector(builder, numElems):
 
 def StartSaslBytesVector(builder, numElems):
     return HandshakeRequestStartSaslBytesVector(builder, numElems)
+
+def HandshakeRequestAddThrottleInFrames(builder, throttleInFrames):
+    builder.PrependBoolSlot(4, throttleInFrames, 0)
+
+def AddThrottleInFrames(builder, throttleInFrames):
+    HandshakeRequestAddThrottleInFrames(builder, throttleInFrames)
 
 def HandshakeRequestEnd(builder):
     return builder.EndObject()

@@ -93,8 +93,15 @@ class HandshakeResponse(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # HandshakeResponse
+    def ThrottleInFrames(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def HandshakeResponseStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(8)
 
 def Start(builder):
     HandshakeResponseStart(builder)
@@ -146,6 +153,12 @@ def HandshakeResponseAddPrincipal(builder, principal):
 
 def AddPrincipal(builder, principal):
     HandshakeResponseAddPrincipal(builder, principal)
+
+def HandshakeResponseAddThrottleInFrames(builder, throttleInFrames):
+    builder.PrependBoolSlot(7, throttleInFrames, 0)
+
+def AddThrottleInFrames(builder, throttleInFrames):
+    HandshakeResponseAddThrottleInFrames(builder, throttleInFrames)
 
 def HandshakeResponseEnd(builder):
     return builder.EndObject()

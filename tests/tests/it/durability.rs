@@ -576,6 +576,8 @@ struct FlushedProducer {
     header: Vec<u8>,
     response: protocol::client::ResponseFrame,
     end: u64,
+    /// The connection's answers carry throttle times (PROTOCOL.md §1).
+    throttled: bool,
 }
 
 impl FlushedProducer {
@@ -593,6 +595,7 @@ impl FlushedProducer {
         let mut fbb = protocol::flatbuffers::FlatBufferBuilder::new();
         let header =
             protocol::codec::produce_request(&mut fbb, topic, 0, AckMode::Flushed).to_vec();
+        let throttled = conn.throttled_frames();
         let (reader, writer) = conn.split();
         reader
             .get_ref()
@@ -605,6 +608,7 @@ impl FlushedProducer {
             header,
             response: protocol::client::ResponseFrame::default(),
             end: 0,
+            throttled,
         }
     }
 
@@ -629,7 +633,7 @@ impl FlushedProducer {
 
     /// Reads the next acknowledgement and checks its end offset.
     fn acknowledged(&mut self, i: u64, expected_end: u64) {
-        protocol::client::read_response(&mut self.reader, &mut self.response)
+        protocol::client::read_response_with(&mut self.reader, &mut self.response, self.throttled)
             .unwrap_or_else(|e| panic!("produce {i}: no acknowledgement within 10 s: {e}"));
         let ack = protocol::codec::verify::<protocol::wire::ProduceResponse>(&self.response.header)
             .unwrap_or_else(|e| panic!("produce {i}: {e}"));

@@ -301,6 +301,10 @@ fn a_group_of_loadgen_consumers_reads_every_message_once_and_failover_is_measure
         .map(|id| Broker::start(BrokerOptions::clustered(&etcd, "lg", id)))
         .collect();
     let address = brokers[0].address();
+    // Both live in the first one's eyes before the topic is spread over
+    // them (CI once saw broker 2 still "down" to it: a started broker's
+    // registration reaches the others through the watch a moment later).
+    super::util::wait_for_brokers(&brokers[0].client(), 2);
     loadgen(&[
         "--brokers",
         &address,

@@ -43,6 +43,10 @@ pub const CONTROL_QUEUE_MAX: usize = 1024;
 /// Heartbeats parked on the control thread waiting for a group change;
 /// past this, heartbeats are answered at once.
 pub const GROUP_WAITERS_MAX: usize = 10_000;
+/// Group members' sessions one broker keeps (their liveness is in its
+/// memory); past this, a join or take-over through it is refused with
+/// OVERLOADED and the client goes to another broker.
+pub const GROUP_SESSIONS_MAX: usize = 100_000;
 /// Shortest and longest session timeout a group member may choose.
 pub const GROUP_SESSION_TIMEOUT_MS_MIN: u32 = 2_000;
 /// Longest session timeout a group member may choose.

@@ -312,6 +312,8 @@ pub enum GroupRequest {
         generation: u64,
         /// How long to wait for a different one.
         max_wait_ms: u32,
+        /// An unchanged view may be answered with its generation only.
+        brief_ok: bool,
     },
     /// ClaimPartitions.
     Claim {

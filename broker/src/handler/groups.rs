@@ -154,6 +154,7 @@ fn decode(shard: &Shard, api: Api, header: &[u8]) -> Result<GroupRequest, Failur
                 session_id: r.session_id(),
                 generation: r.generation(),
                 max_wait_ms: r.max_wait_ms().min(GROUP_HEARTBEAT_WAIT_MS_MAX),
+                brief_ok: r.brief_ok(),
             }
         }
         Api::ClaimPartitions => {

@@ -1,5 +1,13 @@
-//! The group registries in etcd: a member's session is an etcd lease, and
-//! each of the module's checks ([`super`]) is one etcd transaction.
+//! The group registries in etcd: a member's session is its member key
+//! (the session id is the key's create revision), bound with the
+//! partitions it owns to the lease of the broker that keeps the session
+//! alive; each of the module's checks ([`super`]) is one etcd transaction.
+//!
+//! One lease per broker, not per member (issue 46, item 5): a member's
+//! lease renewed at each heartbeat made every heartbeat two etcd requests,
+//! and one large group topped out near 951 heartbeats a second. The broker
+//! keeps each member's liveness in memory and writes only changes: a join,
+//! a leave, an expiry, a member taken over from another broker.
 
 use super::{offset_value, parse_offset_value, sanitize, GroupError, GroupStore, MemberRecord};
 use crate::keys::{Key, Keys};
@@ -7,6 +15,8 @@ use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp
 use protocol::codec::groups::{GroupMemberInfo, GroupPartitionInfo, Joined, OffsetCommit};
 use protocol::types::PartitionId;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Deletes per transaction when a topic's offsets go (etcd's default
@@ -30,20 +40,188 @@ pub struct EtcdGroups {
     /// The newest etcd revision an answer has shown: a claim's revision
     /// above it is checked against etcd before it is believed.
     seen_revision: u64,
+    /// The broker's group lease (0: none yet, or lost), its TTL, and the
+    /// task that keeps it alive.
+    lease: Arc<AtomicI64>,
+    lease_ttl_s: i64,
+    keeper: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for EtcdGroups {
+    fn drop(&mut self) {
+        // Not revoked: the members it holds live on for one TTL, long
+        // enough for their heartbeats to reach another broker, which takes
+        // them over.
+        if let Some(keeper) = self.keeper.take() {
+            keeper.abort();
+        }
+    }
+}
+
+/// Member ids made by this process so far (with the time, what makes
+/// each id new).
+static JOINS: AtomicU64 = AtomicU64::new(0);
+
+/// Keeps `id` alive every third of its TTL until etcd says it is gone;
+/// then clears `current`, so the next join grants a new one.
+async fn keep_lease(
+    client: Client,
+    id: i64,
+    ttl_s: i64,
+    current: Arc<AtomicI64>,
+    timeout: Duration,
+) {
+    let period = Duration::from_millis((ttl_s.max(1) as u64 * 1000 / 3).max(100));
+    loop {
+        let mut client = client.clone();
+        let kept = tokio::time::timeout(timeout, async {
+            let (mut keeper, mut stream) = client.lease_keep_alive(id).await?;
+            keeper.keep_alive().await?;
+            stream.message().await
+        })
+        .await;
+        let lost = match kept {
+            Ok(Ok(Some(answer))) => answer.ttl() <= 0,
+            Ok(Ok(None)) => false,
+            Ok(Err(error)) => error.to_string().contains("lease not found"),
+            Err(_) => false,
+        };
+        if lost {
+            tracing::warn!(
+                lease = id,
+                "the broker's group lease expired: its members must join again"
+            );
+            let _ = current.compare_exchange(id, 0, Ordering::AcqRel, Ordering::Acquire);
+            return;
+        }
+        tokio::time::sleep(period).await;
+    }
 }
 
 impl EtcdGroups {
     /// Group operations over `client`, under `keys`, for the cluster
     /// `cluster_id`.
-    pub fn new(client: Client, keys: Keys, timeout: Duration, cluster_id: String) -> EtcdGroups {
+    /// Its members' sessions are bound to a lease of `lease_ttl_s`,
+    /// granted at the first join or take-over and kept alive from then on.
+    pub fn new(
+        client: Client,
+        keys: Keys,
+        timeout: Duration,
+        cluster_id: String,
+        lease_ttl_s: i64,
+    ) -> EtcdGroups {
         EtcdGroups {
             client,
             keys,
             timeout,
             cluster_id,
             seen_revision: 0,
+            lease: Arc::new(AtomicI64::new(0)),
+            lease_ttl_s: lease_ttl_s.max(1),
+            keeper: None,
         }
     }
+
+    /// The broker's group lease: granted (and kept alive from then on) when
+    /// there is none.
+    async fn lease(&mut self) -> Result<i64, GroupError> {
+        let current = self.lease.load(Ordering::Acquire);
+        if current != 0 {
+            return Ok(current);
+        }
+        let mut client = self.client.clone();
+        let id = self
+            .deadline(client.lease_grant(self.lease_ttl_s, None))
+            .await?
+            .id();
+        self.lease.store(id, Ordering::Release);
+        if let Some(old) = self.keeper.take() {
+            old.abort();
+        }
+        self.keeper = Some(tokio::spawn(keep_lease(
+            self.client.clone(),
+            id,
+            self.lease_ttl_s,
+            self.lease.clone(),
+            self.timeout,
+        )));
+        Ok(id)
+    }
+
+    /// The member's key as etcd holds it, if it is the session's.
+    async fn member_kv(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        session_id: u64,
+    ) -> Result<Option<etcd_client::KeyValue>, GroupError> {
+        let mut client = self.client.clone();
+        let response = self
+            .deadline(client.get(self.keys.group_member(group, member_id), None))
+            .await?;
+        Ok(response
+            .kvs()
+            .first()
+            .filter(|kv| kv.create_revision() as u64 == session_id)
+            .cloned())
+    }
+
+    /// The session's compare: the member key, created at `session_id`.
+    fn session_is(&self, group: &str, member_id: &str, session_id: u64) -> Compare {
+        Compare::create_revision(
+            self.keys.group_member(group, member_id),
+            CompareOp::Equal,
+            i64::try_from(session_id).unwrap_or(-1),
+        )
+    }
+
+    /// The owner keys of the member's partitions, with their revisions.
+    async fn owned_by(
+        &mut self,
+        group: &str,
+        member_id: &str,
+    ) -> Result<Vec<(String, i64)>, GroupError> {
+        let mut client = self.client.clone();
+        let response = self
+            .deadline(client.get(
+                self.keys.group_owners(group),
+                Some(GetOptions::new().with_prefix()),
+            ))
+            .await?;
+        Ok(response
+            .kvs()
+            .iter()
+            .filter(|kv| kv.value() == member_id.as_bytes())
+            .filter_map(|kv| Some((kv.key_str().ok()?.to_string(), kv.mod_revision())))
+            .collect())
+    }
+
+    /// Deletes the member's key and the partitions it owns, in one
+    /// transaction that holds only if `compares` do; whether it did.
+    async fn remove_member(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        mut compares: Vec<Compare>,
+    ) -> Result<bool, GroupError> {
+        let owned = self.owned_by(group, member_id).await?;
+        let mut ops = vec![TxnOp::delete(
+            self.keys.group_member(group, member_id),
+            None,
+        )];
+        for (key, revision) in owned {
+            compares.push(Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                revision,
+            ));
+            ops.push(TxnOp::delete(key, None));
+        }
+        let mut client = self.client.clone();
+        let txn = Txn::new().when(compares).and_then(ops);
+        Ok(self.deadline(client.txn(txn)).await?.succeeded())
+    }
+
     fn ours(&self) -> Compare {
         Compare::value(
             self.keys.cluster_id(),
@@ -68,18 +246,17 @@ impl EtcdGroups {
         }
     }
 
-    /// True when the member key is missing or bound to another lease.
+    /// True when the member key is missing or of another session.
     async fn session_lost(
         &mut self,
         group: &str,
         member_id: &str,
-        lease: i64,
+        session_id: u64,
     ) -> Result<bool, GroupError> {
-        let mut client = self.client.clone();
-        let response = self
-            .deadline(client.get(self.keys.group_member(group, member_id), None))
-            .await?;
-        Ok(response.kvs().first().is_none_or(|kv| kv.lease() != lease))
+        Ok(self
+            .member_kv(group, member_id, session_id)
+            .await?
+            .is_none())
     }
 
     /// Refuses a claim's revision that no view has carried: one ahead of
@@ -148,12 +325,10 @@ impl EtcdGroups {
 }
 
 impl GroupStore for EtcdGroups {
-    /// Joins `group`: a new session lease of `session_timeout_ms` (rounded
-    /// up to whole seconds, as etcd leases are) and a member key under it.
-    /// The answer carries the session that applies — the lease's granted
-    /// TTL in milliseconds (2,500 asked is 3,000; etcd may also raise a TTL
-    /// below its minimum) — so a member paces its heartbeats on the real
-    /// session (issue 24, item 6).
+    /// Joins `group`: a member key under this broker's lease, created in
+    /// one transaction (only where no such key is, in this cluster); its
+    /// create revision is the session id. The session is as long as asked
+    /// (the broker bounds it): the broker, not etcd, times it.
     async fn join(
         &mut self,
         group: &str,
@@ -161,76 +336,138 @@ impl GroupStore for EtcdGroups {
         mut topics: Vec<String>,
         session_timeout_ms: u32,
     ) -> Result<Joined, GroupError> {
-        let ttl_s = i64::from(session_timeout_ms.div_ceil(1000).max(1));
-        let mut client = self.client.clone();
-        let granted = self.deadline(client.lease_grant(ttl_s, None)).await?;
-        let lease = granted.id();
-        let session_timeout_ms =
-            u32::try_from(granted.ttl().max(1).saturating_mul(1000)).unwrap_or(u32::MAX);
-        let member_id = format!("{}-{lease:016x}", sanitize(member_name));
+        let lease = self.lease().await?;
         topics.sort();
         topics.dedup();
-        let record = MemberRecord {
-            member_id: member_id.clone(),
-            topics,
-            session_timeout_ms,
-        };
-        let value = serde_json::to_vec(&record).map_err(unavailable)?;
-        let key = self.keys.group_member(group, &member_id);
-        let txn = Txn::new().when([self.ours()]).and_then([TxnOp::put(
-            key,
-            value,
-            Some(PutOptions::new().with_lease(lease)),
-        )]);
-        let joined = match self.deadline(client.txn(txn)).await {
-            Ok(response) if response.succeeded() => Ok(()),
-            Ok(_) => Err(self.foreign()),
-            Err(error) => Err(error),
-        };
-        if let Err(error) = joined {
-            let _ = client.lease_revoke(lease).await;
-            return Err(error);
+        let mut client = self.client.clone();
+        for _ in 0..3 {
+            // Ids sort in the order members joined (microseconds, then a
+            // count), so a newcomer takes the last range and the members
+            // before it keep theirs; the create compare makes each new.
+            let n = JOINS.fetch_add(1, Ordering::Relaxed) & 0xfff;
+            let micros = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64);
+            let unique = (micros << 12) | n;
+            let member_id = format!("{}-{unique:016x}", sanitize(member_name));
+            let record = MemberRecord {
+                member_id: member_id.clone(),
+                topics: topics.clone(),
+                session_timeout_ms,
+            };
+            let value = serde_json::to_vec(&record).map_err(unavailable)?;
+            let key = self.keys.group_member(group, &member_id);
+            let txn = Txn::new()
+                .when([
+                    self.ours(),
+                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                ])
+                .and_then([TxnOp::put(
+                    key,
+                    value,
+                    Some(PutOptions::new().with_lease(lease)),
+                )])
+                .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
+            let response = self.deadline(client.txn(txn)).await?;
+            if !response.succeeded() {
+                let ours = response.op_responses().into_iter().any(|op| match op {
+                    etcd_client::TxnOpResponse::Get(get) => get
+                        .kvs()
+                        .first()
+                        .is_some_and(|kv| kv.value() == self.cluster_id.as_bytes()),
+                    _ => false,
+                });
+                if ours {
+                    continue; // the id was taken: another one
+                }
+                return Err(self.foreign());
+            }
+            let revision = response.header().map_or(0, |h| h.revision()).max(0) as u64;
+            self.seen_revision = self.seen_revision.max(revision);
+            return Ok(Joined {
+                member_id,
+                session_id: revision,
+                session_timeout_ms,
+            });
         }
-        Ok(Joined {
-            member_id,
-            session_id: lease as u64,
-            session_timeout_ms,
-        })
+        Err(unavailable("three member ids in a row were taken"))
     }
 
-    async fn heartbeat(
+    /// Takes a live member's session over: its key and the partitions it
+    /// owns are bound to this broker's lease from now on (one transaction,
+    /// only if none of them changed since read; tried again if one did).
+    async fn adopt(
         &mut self,
         group: &str,
         member_id: &str,
         session_id: u64,
     ) -> Result<u32, GroupError> {
-        let unknown = || GroupError::UnknownMember {
-            group: group.to_string(),
-            member_id: member_id.to_string(),
-        };
-        let lease = i64::try_from(session_id).map_err(|_| unknown())?;
-        let mut client = self.client.clone();
-        let kept = async {
-            let (mut keeper, mut stream) = self.deadline(client.lease_keep_alive(lease)).await?;
-            keeper.keep_alive().await.map_err(unavailable)?;
-            Ok::<_, GroupError>(
-                self.deadline(stream.message())
-                    .await?
-                    .map_or(0, |r| r.ttl()),
-            )
-        }
-        .await;
-        // etcd answers a keep-alive for an expired lease with TTL 0 or an
-        // error ("lease not found"); either way the member key says whether
-        // the session is this member's and alive.
-        let member_is_live = !self.session_lost(group, member_id, lease).await?;
-        match kept {
-            Ok(ttl) if ttl > 0 && member_is_live => {
-                Ok(u32::try_from(ttl.saturating_mul(1000)).unwrap_or(u32::MAX))
+        for _ in 0..3 {
+            let Some(kv) = self.member_kv(group, member_id, session_id).await? else {
+                return Err(GroupError::unknown_member(group, member_id));
+            };
+            let record: MemberRecord = serde_json::from_slice(kv.value())
+                .map_err(|e| unavailable(format!("member record: {e}")))?;
+            let lease = self.lease().await?;
+            if kv.lease() == lease {
+                return Ok(record.session_timeout_ms);
             }
-            Err(error) if member_is_live => Err(error),
-            _ => Err(unknown()),
+            let owned = self.owned_by(group, member_id).await?;
+            let key = self.keys.group_member(group, member_id);
+            let mut compares = vec![Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                kv.mod_revision(),
+            )];
+            let mut puts = vec![TxnOp::put(
+                key,
+                kv.value().to_vec(),
+                Some(PutOptions::new().with_lease(lease)),
+            )];
+            for (owner, revision) in owned {
+                compares.push(Compare::mod_revision(
+                    owner.clone(),
+                    CompareOp::Equal,
+                    revision,
+                ));
+                puts.push(TxnOp::put(
+                    owner,
+                    member_id,
+                    Some(PutOptions::new().with_lease(lease)),
+                ));
+            }
+            let mut client = self.client.clone();
+            let txn = Txn::new().when(compares).and_then(puts);
+            if self.deadline(client.txn(txn)).await?.succeeded() {
+                return Ok(record.session_timeout_ms);
+            }
         }
+        Err(unavailable(format!(
+            "member {member_id} of group {group:?} kept changing while it was taken over"
+        )))
+    }
+
+    /// Ends a session this broker keeps: its key and partitions go, unless
+    /// another broker took it over (its key is under another lease).
+    async fn expire(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        session_id: u64,
+    ) -> Result<bool, GroupError> {
+        let lease = self.lease.load(Ordering::Acquire);
+        let Some(kv) = self.member_kv(group, member_id, session_id).await? else {
+            return Ok(false);
+        };
+        if lease == 0 || kv.lease() != lease {
+            return Ok(false);
+        }
+        let key = self.keys.group_member(group, member_id);
+        let compares = vec![
+            self.session_is(group, member_id, session_id),
+            Compare::lease(key, CompareOp::Equal, lease),
+        ];
+        self.remove_member(group, member_id, compares).await
     }
 
     /// The group's members, sorted by id, and the etcd revision they were
@@ -269,9 +506,15 @@ impl GroupStore for EtcdGroups {
         partitions: &[PartitionId],
     ) -> Result<(), GroupError> {
         self.check_revision(revision).await?;
-        let lease = i64::try_from(session_id).unwrap_or(-1);
+        // The partitions go under the member's own lease (its broker's),
+        // so that they go with it.
+        let Some(member) = self.member_kv(group, member_id, session_id).await? else {
+            return Err(GroupError::unknown_member(group, member_id));
+        };
+        let lease = member.lease();
         let revision = i64::try_from(revision).unwrap_or(i64::MAX - 1);
         let mut compares = vec![
+            self.session_is(group, member_id, session_id),
             Compare::lease(
                 self.keys.group_member(group, member_id),
                 CompareOp::Equal,
@@ -300,7 +543,7 @@ impl GroupStore for EtcdGroups {
             return Ok(());
         }
         // Say why: a dead session, a newer view, or an owner in the way.
-        if self.session_lost(group, member_id, lease).await? {
+        if self.session_lost(group, member_id, session_id).await? {
             return Err(GroupError::UnknownMember {
                 group: group.to_string(),
                 member_id: member_id.to_string(),
@@ -338,7 +581,6 @@ impl GroupStore for EtcdGroups {
         topic: &str,
         partitions: &[PartitionId],
     ) -> Result<(), GroupError> {
-        let lease = i64::try_from(session_id).unwrap_or(-1);
         let ops: Vec<TxnOp> = partitions
             .iter()
             .map(|&p| {
@@ -351,11 +593,7 @@ impl GroupStore for EtcdGroups {
             })
             .collect();
         let txn = Txn::new()
-            .when([Compare::lease(
-                self.keys.group_member(group, member_id),
-                CompareOp::Equal,
-                lease,
-            )])
+            .when([self.session_is(group, member_id, session_id)])
             .and_then(ops);
         let mut client = self.client.clone();
         if self.deadline(client.txn(txn)).await?.succeeded() {
@@ -372,12 +610,7 @@ impl GroupStore for EtcdGroups {
         session_id: u64,
         offsets: &[OffsetCommit],
     ) -> Result<u32, GroupError> {
-        let lease = i64::try_from(session_id).unwrap_or(-1);
-        let mut compares = vec![Compare::lease(
-            self.keys.group_member(group, member_id),
-            CompareOp::Equal,
-            lease,
-        )];
+        let mut compares = vec![self.session_is(group, member_id, session_id)];
         compares.extend(offsets.iter().map(|o| {
             Compare::value(
                 self.keys.group_owner(group, &o.topic, o.partition),
@@ -391,7 +624,7 @@ impl GroupStore for EtcdGroups {
         if self.deadline(client.txn(txn)).await?.succeeded() {
             return Ok(offsets.len() as u32);
         }
-        if self.session_lost(group, member_id, lease).await? {
+        if self.session_lost(group, member_id, session_id).await? {
             return Err(GroupError::unknown_member(group, member_id));
         }
         let owners = self.owners(group).await?;
@@ -461,16 +694,12 @@ impl GroupStore for EtcdGroups {
         member_id: &str,
         session_id: u64,
     ) -> Result<(), GroupError> {
-        let lease = i64::try_from(session_id).unwrap_or(-1);
-        if self.session_lost(group, member_id, lease).await? {
-            return Err(GroupError::UnknownMember {
-                group: group.to_string(),
-                member_id: member_id.to_string(),
-            });
+        let compares = vec![self.session_is(group, member_id, session_id)];
+        if self.remove_member(group, member_id, compares).await? {
+            Ok(())
+        } else {
+            Err(GroupError::unknown_member(group, member_id))
         }
-        let mut client = self.client.clone();
-        self.deadline(client.lease_revoke(lease)).await?;
-        Ok(())
     }
 
     /// Every partition of the group with an owner or a committed offset.

@@ -3,20 +3,14 @@
 //! It keeps etcd's rules where the module's checks rest on them: one
 //! revision counter bumped by every change, member records compared by
 //! their modification revision (a departed member's record is gone, so it
-//! compares as nothing, as in etcd), sessions that end at their deadline.
-//! A session's time is the process's clock; [`MemoryGroups::expire`] ends
-//! one at once, as a test needs.
+//! compares as nothing, as in etcd). Sessions are timed by the broker
+//! above it, as with etcd; [`MemoryGroups::expire_session`] ends one at
+//! once, as a lost broker lease would.
 
 use super::{sanitize, GroupError, GroupStore, MemberRecord};
 use protocol::codec::groups::{GroupMemberInfo, GroupPartitionInfo, Joined, OffsetCommit};
 use protocol::types::PartitionId;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
-
-struct Session {
-    ttl: Duration,
-    deadline: Instant,
-}
 
 struct Member {
     record: MemberRecord,
@@ -30,8 +24,6 @@ type PartitionKey = (String, String, PartitionId);
 #[derive(Default)]
 pub struct MemoryGroups {
     revision: u64,
-    next_session: u64,
-    sessions: BTreeMap<u64, Session>,
     /// By (group, member id).
     members: BTreeMap<(String, String), Member>,
     /// By (group, topic, partition): the owner's member id and session.
@@ -54,12 +46,9 @@ impl MemoryGroups {
         }
     }
 
-    /// Ends `session` now, as an expired lease: its member and partitions
-    /// go.
-    pub fn expire(&mut self, session: u64) {
-        if self.sessions.remove(&session).is_some() {
-            self.drop_session(session);
-        }
+    /// Ends `session` now, as a lost lease: its member and partitions go.
+    pub fn expire_session(&mut self, session: u64) {
+        self.drop_session(session);
     }
 
     fn drop_session(&mut self, session: u64) {
@@ -71,21 +60,11 @@ impl MemoryGroups {
         }
     }
 
-    /// Ends the sessions whose deadline passed, then fails if the store is
-    /// marked unavailable, or never answers if it is marked stalled.
+    /// Fails if the store is marked unavailable, or never answers if it is
+    /// marked stalled.
     async fn tick(&mut self) -> Result<(), GroupError> {
         if self.stalled {
             std::future::pending::<()>().await;
-        }
-        let now = Instant::now();
-        let over: Vec<u64> = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.deadline <= now)
-            .map(|(id, _)| *id)
-            .collect();
-        for session in over {
-            self.expire(session);
         }
         if self.unavailable {
             return Err(GroupError::Unavailable {
@@ -115,22 +94,12 @@ impl GroupStore for MemoryGroups {
         session_timeout_ms: u32,
     ) -> Result<Joined, GroupError> {
         self.tick().await?;
-        // Whole seconds, as etcd's leases.
-        let ttl = Duration::from_secs(u64::from(session_timeout_ms.div_ceil(1000).max(1)));
-        self.next_session += 1;
-        let session = self.next_session;
-        self.sessions.insert(
-            session,
-            Session {
-                ttl,
-                deadline: Instant::now() + ttl,
-            },
-        );
+        // The session is the record's creation, as in etcd.
+        self.revision += 1;
+        let session = self.revision;
         let member_id = format!("{}-{session:016x}", sanitize(member_name));
         topics.sort();
         topics.dedup();
-        let session_timeout_ms = u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX);
-        self.revision += 1;
         self.members.insert(
             (group.to_string(), member_id.clone()),
             Member {
@@ -150,22 +119,34 @@ impl GroupStore for MemoryGroups {
         })
     }
 
-    async fn heartbeat(
+    async fn adopt(
         &mut self,
         group: &str,
         member_id: &str,
         session_id: u64,
     ) -> Result<u32, GroupError> {
         self.tick().await?;
-        if !self.live(group, member_id, session_id) {
-            return Err(GroupError::unknown_member(group, member_id));
+        match self
+            .members
+            .get(&(group.to_string(), member_id.to_string()))
+        {
+            Some(m) if m.session == session_id => Ok(m.record.session_timeout_ms),
+            _ => Err(GroupError::unknown_member(group, member_id)),
         }
-        let session = self
-            .sessions
-            .get_mut(&session_id)
-            .ok_or_else(|| GroupError::unknown_member(group, member_id))?;
-        session.deadline = Instant::now() + session.ttl;
-        Ok(u32::try_from(session.ttl.as_millis()).unwrap_or(u32::MAX))
+    }
+
+    async fn expire(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        session_id: u64,
+    ) -> Result<bool, GroupError> {
+        self.tick().await?;
+        if !self.live(group, member_id, session_id) {
+            return Ok(false);
+        }
+        self.drop_session(session_id);
+        Ok(true)
     }
 
     async fn members(&mut self, group: &str) -> Result<(Vec<GroupMemberInfo>, u64), GroupError> {
@@ -325,7 +306,7 @@ impl GroupStore for MemoryGroups {
         if !self.live(group, member_id, session_id) {
             return Err(GroupError::unknown_member(group, member_id));
         }
-        self.expire(session_id);
+        self.drop_session(session_id);
         Ok(())
     }
 
@@ -394,7 +375,7 @@ mod tests {
     }
 
     #[test]
-    fn an_expired_session_loses_its_membership_and_its_partitions() {
+    fn a_lost_session_loses_its_membership_and_its_partitions() {
         block_on(async {
             let mut store = MemoryGroups::new();
             let a = store.join("g", "a", vec!["t".into()], 1_000).await.unwrap();
@@ -403,33 +384,15 @@ mod tests {
                 .claim("g", &a.member_id, a.session_id, revision, "t", &[0])
                 .await
                 .unwrap();
-            store.expire(a.session_id);
+            store.expire_session(a.session_id);
             let (members, _) = store.members("g").await.unwrap();
             assert!(members.is_empty());
             assert_eq!(store.partitions("g").await.unwrap(), vec![]);
-            let beat = store.heartbeat("g", &a.member_id, a.session_id).await;
+            let beat = store.adopt("g", &a.member_id, a.session_id).await;
             assert!(
                 matches!(beat, Err(GroupError::UnknownMember { .. })),
                 "{beat:?}"
             );
-        });
-    }
-
-    #[test]
-    fn a_session_ends_at_its_deadline_unless_a_heartbeat_renews_it() {
-        block_on(async {
-            let mut store = MemoryGroups::new();
-            let a = store.join("g", "a", vec!["t".into()], 1).await.unwrap();
-            assert_eq!(a.session_timeout_ms, 1_000, "whole seconds, as etcd");
-            std::thread::sleep(Duration::from_millis(600));
-            store
-                .heartbeat("g", &a.member_id, a.session_id)
-                .await
-                .unwrap();
-            std::thread::sleep(Duration::from_millis(600));
-            assert_eq!(store.members("g").await.unwrap().0.len(), 1, "renewed");
-            std::thread::sleep(Duration::from_millis(500));
-            assert_eq!(store.members("g").await.unwrap().0.len(), 0, "expired");
         });
     }
 }

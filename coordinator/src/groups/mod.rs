@@ -2,11 +2,16 @@
 //! behind one seam ([`GroupStore`]) as the topic registry is behind
 //! [`crate::registry::Registry`].
 //!
-//! A member's session is a lease: its member record and every ownership
-//! it holds are bound to it, so a member that stops heartbeating loses its
-//! membership and its partitions at once when the lease expires, and a
-//! member that leaves revokes it. Safety rests on four checks, each made
-//! atomically by the store:
+//! A member's session is its member record: created at the join (the
+//! session id names that creation), removed when the member leaves or
+//! when the broker that keeps the session finds it has not heartbeated for
+//! its session timeout ([`GroupStore::expire`]). Brokers keep their
+//! members' liveness in memory and write only changes (issue 46, item 5);
+//! the record and every ownership the member holds are bound to that
+//! broker's lease, so a broker's death takes its members with it one lease
+//! TTL later — unless their heartbeats reach another broker first, which
+//! takes them over ([`GroupStore::adopt`]). Safety rests on four checks,
+//! each made atomically by the store:
 //!
 //! - **claim**: succeeds only if the claimer's session is live, no member
 //!   record changed since the revision of the view the claim was computed
@@ -117,7 +122,8 @@ pub enum GroupError {
 }
 
 impl GroupError {
-    fn unknown_member(group: &str, member_id: &str) -> GroupError {
+    /// The session is gone, or never was.
+    pub fn unknown_member(group: &str, member_id: &str) -> GroupError {
         GroupError::UnknownMember {
             group: group.to_string(),
             member_id: member_id.to_string(),
@@ -140,15 +146,26 @@ pub trait GroupStore {
         session_timeout_ms: u32,
     ) -> impl Future<Output = Result<Joined, GroupError>>;
 
-    /// Keeps a member's session alive once and returns the session's
-    /// length in milliseconds; `UnknownMember` when it has expired or the
-    /// member record is gone or bound to another session.
-    fn heartbeat(
+    /// Takes a live member's session over: this broker keeps it alive from
+    /// now on (another broker held it, or this one before a restart);
+    /// returns the session's length in milliseconds. `UnknownMember` when
+    /// the member record is gone or of another session.
+    fn adopt(
         &mut self,
         group: &str,
         member_id: &str,
         session_id: u64,
     ) -> impl Future<Output = Result<u32, GroupError>>;
+
+    /// Ends a session this broker keeps whose heartbeats stopped: its
+    /// record and partitions go. Nothing changes if the session is gone
+    /// already or another broker took it over; `Ok(true)` when it ended.
+    fn expire(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        session_id: u64,
+    ) -> impl Future<Output = Result<bool, GroupError>>;
 
     /// The group's members, sorted by id, and a revision they were read
     /// at: a claim made at it passes only while no member joined since.
@@ -300,14 +317,11 @@ pub mod conformance {
             .unwrap();
         assert!(a.member_id.starts_with("a1-"), "{}", a.member_id);
         assert!(a.session_timeout_ms >= 1_500, "{}", a.session_timeout_ms);
-        assert!(
-            store
-                .heartbeat(g, &a.member_id, a.session_id)
-                .await
-                .unwrap()
-                >= 1_000
+        assert_eq!(
+            store.adopt(g, &a.member_id, a.session_id).await.unwrap(),
+            a.session_timeout_ms
         );
-        let stale = store.heartbeat(g, &a.member_id, a.session_id + 1).await;
+        let stale = store.adopt(g, &a.member_id, a.session_id + 1).await;
         assert!(is_unknown_member(&stale), "{stale:?}");
         let (members, at_a) = store.members(g).await.unwrap();
         assert_eq!(members.len(), 1);
@@ -431,6 +445,30 @@ pub mod conformance {
         assert_eq!(partitions.len(), 2, "{partitions:?}");
         assert!(partitions.iter().all(|p| p.owner.is_empty()));
         assert_eq!(partitions[0].offset, Some(3));
+
+        // An expired session: its record and partitions go; once gone,
+        // expiring it again changes nothing.
+        let c = store.join(g, "c", vec![t.into()], 2_000).await.unwrap();
+        let (_, at_c) = store.members(g).await.unwrap();
+        store
+            .claim(g, &c.member_id, c.session_id, at_c, t, &[1])
+            .await
+            .unwrap();
+        assert!(!store
+            .expire(g, &c.member_id, c.session_id + 1)
+            .await
+            .unwrap());
+        assert!(store.expire(g, &c.member_id, c.session_id).await.unwrap());
+        assert!(!store.expire(g, &c.member_id, c.session_id).await.unwrap());
+        let (members, _) = store.members(g).await.unwrap();
+        assert!(members.is_empty(), "{members:?}");
+        let partitions = store.partitions(g).await.unwrap();
+        assert!(
+            partitions.iter().all(|p| p.owner.is_empty()),
+            "{partitions:?}"
+        );
+        let gone = store.adopt(g, &c.member_id, c.session_id).await;
+        assert!(is_unknown_member(&gone), "{gone:?}");
 
         // A deleted topic's offsets go with it.
         assert_eq!(store.forget_topic(t).await.unwrap(), 2);

@@ -1505,6 +1505,7 @@ impl Registry for Etcd {
             self.keys.clone(),
             self.options.request_timeout,
             self.cluster_id.clone(),
+            self.options.lease_ttl_s,
         ))
     }
 

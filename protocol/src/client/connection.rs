@@ -406,7 +406,9 @@ impl Connection {
     /// A second handle on the socket for a reader thread, plus the writer.
     /// The read timeout is lifted: a reader thread waits as long as its
     /// owner has requests outstanding, and decides itself how long is too
-    /// long.
+    /// long. Read its answers with [`read_response_with`] and
+    /// [`Connection::throttled_frames`] (taken before the split): the
+    /// broker may put throttle times in them.
     pub fn split(self) -> (BufReader<Stream>, BufWriter<Stream>) {
         let _ = self.writer.get_ref().socket().set_read_timeout(None);
         (self.reader, self.writer)

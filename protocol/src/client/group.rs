@@ -91,17 +91,43 @@ impl Client {
         generation: u64,
         max_wait_ms: u32,
     ) -> Result<GroupView, ClientError> {
+        self.heartbeat_with(group, joined, generation, max_wait_ms, false)
+    }
+
+    /// [`Client::heartbeat`] that lets the broker answer an unchanged view
+    /// (`generation` is current) brief: its generation and revision only
+    /// ([`GroupView::brief`]) — what a heartbeat needs, for a group of
+    /// thousands of members.
+    pub fn heartbeat_brief(
+        &self,
+        group: &str,
+        joined: &Joined,
+        generation: u64,
+        max_wait_ms: u32,
+    ) -> Result<GroupView, ClientError> {
+        self.heartbeat_with(group, joined, generation, max_wait_ms, true)
+    }
+
+    fn heartbeat_with(
+        &self,
+        group: &str,
+        joined: &Joined,
+        generation: u64,
+        max_wait_ms: u32,
+        brief_ok: bool,
+    ) -> Result<GroupView, ClientError> {
         let response = self
             .request(
                 Api::Heartbeat,
                 |fbb| {
-                    codec::heartbeat_request(
+                    codec::heartbeat_request_brief(
                         fbb,
                         group,
                         &joined.member_id,
                         joined.session_id,
                         generation,
                         max_wait_ms,
+                        brief_ok,
                     )
                     .to_vec()
                 },
@@ -636,6 +662,13 @@ impl GroupConsumer {
                 self.home.heartbeat(&self.group, &self.joined, 0, 0)?
             }
             other => other?,
+        };
+        // A brief view (the heartbeat thread's generation is current) of a
+        // generation this member does not have: the whole view first.
+        let view = if view.brief && view.generation != generation {
+            self.home.heartbeat(&self.group, &self.joined, 0, 0)?
+        } else {
+            view
         };
         if view.generation != generation {
             if let Err(error) = self.rebalance(view) {

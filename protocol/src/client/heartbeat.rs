@@ -187,7 +187,7 @@ fn run(
         };
         let wait_ms = u32::try_from(schedule.period.as_millis()).unwrap_or(u32::MAX);
         let answer = match &client {
-            Some(client) => client.heartbeat(group, &joined, seen, wait_ms),
+            Some(client) => client.heartbeat_brief(group, &joined, seen, wait_ms),
             None => Client::with_config(brokers, config.clone()).and_then(|c| {
                 // Learns the live brokers, to reconnect through later.
                 let _ = c.metadata(&[]);

@@ -43,6 +43,9 @@ pub struct GroupView {
     /// The live brokers' ids, sorted (for a member's information: not
     /// part of the generation).
     pub brokers: Vec<BrokerId>,
+    /// Only `generation` and `revision` were sent: the generation the
+    /// heartbeat named is current (it allowed a brief answer).
+    pub brief: bool,
 }
 
 impl GroupView {
@@ -209,6 +212,7 @@ fn encode_view<'b>(
             members: Some(members),
             topics: Some(topics),
             brokers: Some(brokers),
+            brief: view.brief,
         },
     )
 }
@@ -250,6 +254,7 @@ pub fn decode_view(view: Option<wire::GroupView<'_>>) -> GroupView {
             .brokers()
             .map(|b| b.iter().collect())
             .unwrap_or_default(),
+        brief: view.brief(),
     }
 }
 
@@ -311,6 +316,28 @@ pub fn heartbeat_request<'b>(
     generation: u64,
     max_wait_ms: u32,
 ) -> &'b [u8] {
+    heartbeat_request_brief(
+        fbb,
+        group,
+        member_id,
+        session_id,
+        generation,
+        max_wait_ms,
+        false,
+    )
+}
+
+/// Heartbeat request header that allows (`brief_ok`) an unchanged view to
+/// be answered with its generation and revision only.
+pub fn heartbeat_request_brief<'b>(
+    fbb: &'b mut FlatBufferBuilder<'_>,
+    group: &str,
+    member_id: &str,
+    session_id: u64,
+    generation: u64,
+    max_wait_ms: u32,
+    brief_ok: bool,
+) -> &'b [u8] {
     fbb.reset();
     let group = fbb.create_string(group);
     let member_id = fbb.create_string(member_id);
@@ -322,6 +349,7 @@ pub fn heartbeat_request<'b>(
             session_id,
             generation,
             max_wait_ms,
+            brief_ok,
         },
     );
     finish(fbb, root)
@@ -631,6 +659,7 @@ mod tests {
                 },
             ],
             brokers: vec![1, 2],
+            brief: false,
         };
         view.generation = view.fingerprint();
         view

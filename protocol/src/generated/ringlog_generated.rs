@@ -6097,6 +6097,7 @@ pub mod ringlog {
             pub const VT_MEMBERS: ::flatbuffers::VOffsetT = 8;
             pub const VT_TOPICS: ::flatbuffers::VOffsetT = 10;
             pub const VT_BROKERS: ::flatbuffers::VOffsetT = 12;
+            pub const VT_BRIEF: ::flatbuffers::VOffsetT = 14;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -6124,6 +6125,7 @@ pub mod ringlog {
                 if let Some(x) = args.members {
                     builder.add_members(x);
                 }
+                builder.add_brief(args.brief);
                 builder.finish()
             }
 
@@ -6190,6 +6192,17 @@ pub mod ringlog {
                         )
                 }
             }
+            #[inline]
+            pub fn brief(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(GroupView::VT_BRIEF, Some(false))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for GroupView<'_> {
@@ -6212,6 +6225,7 @@ pub mod ringlog {
                         Self::VT_BROKERS,
                         false,
                     )?
+                    .visit_field::<bool>("brief", Self::VT_BRIEF, false)?
                     .finish();
                 Ok(())
             }
@@ -6230,6 +6244,7 @@ pub mod ringlog {
                 >,
             >,
             pub brokers: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u32>>>,
+            pub brief: bool,
         }
         impl<'a> Default for GroupViewArgs<'a> {
             #[inline]
@@ -6240,6 +6255,7 @@ pub mod ringlog {
                     members: None,
                     topics: None,
                     brokers: None,
+                    brief: false,
                 }
             }
         }
@@ -6292,6 +6308,11 @@ pub mod ringlog {
                 );
             }
             #[inline]
+            pub fn add_brief(&mut self, brief: bool) {
+                self.fbb_
+                    .push_slot::<bool>(GroupView::VT_BRIEF, brief, false);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> GroupViewBuilder<'a, 'b, A> {
@@ -6316,6 +6337,7 @@ pub mod ringlog {
                 ds.field("members", &self.members());
                 ds.field("topics", &self.topics());
                 ds.field("brokers", &self.brokers());
+                ds.field("brief", &self.brief());
                 ds.finish()
             }
         }
@@ -6342,6 +6364,7 @@ pub mod ringlog {
             pub const VT_SESSION_ID: ::flatbuffers::VOffsetT = 8;
             pub const VT_GENERATION: ::flatbuffers::VOffsetT = 10;
             pub const VT_MAX_WAIT_MS: ::flatbuffers::VOffsetT = 12;
+            pub const VT_BRIEF_OK: ::flatbuffers::VOffsetT = 14;
 
             #[inline]
             pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -6367,6 +6390,7 @@ pub mod ringlog {
                 if let Some(x) = args.group {
                     builder.add_group(x);
                 }
+                builder.add_brief_ok(args.brief_ok);
                 builder.finish()
             }
 
@@ -6427,6 +6451,17 @@ pub mod ringlog {
                         .unwrap()
                 }
             }
+            #[inline]
+            pub fn brief_ok(&self) -> bool {
+                // Safety:
+                // Created from valid Table for this object
+                // which contains a valid value in this slot
+                unsafe {
+                    self._tab
+                        .get::<bool>(HeartbeatRequest::VT_BRIEF_OK, Some(false))
+                        .unwrap()
+                }
+            }
         }
 
         impl ::flatbuffers::Verifiable for HeartbeatRequest<'_> {
@@ -6449,6 +6484,7 @@ pub mod ringlog {
                     .visit_field::<u64>("session_id", Self::VT_SESSION_ID, false)?
                     .visit_field::<u64>("generation", Self::VT_GENERATION, false)?
                     .visit_field::<u32>("max_wait_ms", Self::VT_MAX_WAIT_MS, false)?
+                    .visit_field::<bool>("brief_ok", Self::VT_BRIEF_OK, false)?
                     .finish();
                 Ok(())
             }
@@ -6459,6 +6495,7 @@ pub mod ringlog {
             pub session_id: u64,
             pub generation: u64,
             pub max_wait_ms: u32,
+            pub brief_ok: bool,
         }
         impl<'a> Default for HeartbeatRequestArgs<'a> {
             #[inline]
@@ -6469,6 +6506,7 @@ pub mod ringlog {
                     session_id: 0,
                     generation: 0,
                     max_wait_ms: 0,
+                    brief_ok: false,
                 }
             }
         }
@@ -6508,6 +6546,11 @@ pub mod ringlog {
                     .push_slot::<u32>(HeartbeatRequest::VT_MAX_WAIT_MS, max_wait_ms, 0);
             }
             #[inline]
+            pub fn add_brief_ok(&mut self, brief_ok: bool) {
+                self.fbb_
+                    .push_slot::<bool>(HeartbeatRequest::VT_BRIEF_OK, brief_ok, false);
+            }
+            #[inline]
             pub fn new(
                 _fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>,
             ) -> HeartbeatRequestBuilder<'a, 'b, A> {
@@ -6532,6 +6575,7 @@ pub mod ringlog {
                 ds.field("session_id", &self.session_id());
                 ds.field("generation", &self.generation());
                 ds.field("max_wait_ms", &self.max_wait_ms());
+                ds.field("brief_ok", &self.brief_ok());
                 ds.finish()
             }
         }

@@ -115,8 +115,15 @@ class GroupView(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
         return o == 0
 
+    # GroupView
+    def Brief(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def GroupViewStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(6)
 
 def Start(builder):
     GroupViewStart(builder)
@@ -168,6 +175,12 @@ def GroupViewStartBrokersVector(builder, numElems):
 
 def StartBrokersVector(builder, numElems):
     return GroupViewStartBrokersVector(builder, numElems)
+
+def GroupViewAddBrief(builder, brief):
+    builder.PrependBoolSlot(5, brief, 0)
+
+def AddBrief(builder, brief):
+    GroupViewAddBrief(builder, brief)
 
 def GroupViewEnd(builder):
     return builder.EndObject()

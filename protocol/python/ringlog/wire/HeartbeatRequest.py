@@ -59,8 +59,15 @@ class HeartbeatRequest(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # HeartbeatRequest
+    def BriefOk(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
 def HeartbeatRequestStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(6)
 
 def Start(builder):
     HeartbeatRequestStart(builder)
@@ -94,6 +101,12 @@ def HeartbeatRequestAddMaxWaitMs(builder, maxWaitMs):
 
 def AddMaxWaitMs(builder, maxWaitMs):
     HeartbeatRequestAddMaxWaitMs(builder, maxWaitMs)
+
+def HeartbeatRequestAddBriefOk(builder, briefOk):
+    builder.PrependBoolSlot(5, briefOk, 0)
+
+def AddBriefOk(builder, briefOk):
+    HeartbeatRequestAddBriefOk(builder, briefOk)
 
 def HeartbeatRequestEnd(builder):
     return builder.EndObject()

@@ -43,6 +43,11 @@ pub struct GroupLoadSpec {
     pub seconds: f64,
     /// Each member's session timeout.
     pub session_timeout_ms: u32,
+    /// Which configurations run: `before`, `cache`, `spread`.
+    pub configs: Vec<String>,
+    /// Members that share one connection (and thread), heartbeating in
+    /// turn; 1: each its own, as clients do.
+    pub members_per_connection: usize,
 }
 
 /// One configuration's figures.
@@ -54,6 +59,10 @@ pub struct GroupLoadFigure {
     pub members: usize,
     /// Seconds until every member had joined.
     pub join_s: f64,
+    /// Seconds then until every member had read the whole view once.
+    pub view_s: f64,
+    /// Members per connection.
+    pub members_per_connection: usize,
     /// Heartbeats due per second (members / interval).
     pub due_per_sec: f64,
     /// Heartbeats answered per second.
@@ -77,14 +86,35 @@ pub struct GroupLoadFigure {
 const GROUP: &str = "load";
 const TOPIC: &str = "load";
 
-/// Runs the three configurations.
+/// Runs the configurations `spec.configs` names.
 pub fn run(spec: &GroupLoadSpec) -> anyhow::Result<Vec<GroupLoadFigure>> {
+    for config in &spec.configs {
+        if !["before", "cache", "spread"].contains(&config.as_str()) {
+            anyhow::bail!("--configs: {config:?} is none of before, cache, spread");
+        }
+    }
+    // A member's connection is two descriptors here (its reader is a
+    // clone of the socket): say so before the 10,000th member fails.
+    let needed = spec.members.div_ceil(spec.members_per_connection.max(1)) as u64 * 2 + 256;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 && limit.rlim_cur < needed {
+        anyhow::bail!(
+            "{} members need about {needed} open files here, and the limit is {}: raise it (`ulimit -n {needed}`), or put more members on a connection (--members-per-connection)",
+            spec.members,
+            limit.rlim_cur
+        );
+    }
     [
         ("before", 0, false),
         ("cache", 1000, false),
         ("spread", 1000, true),
     ]
     .into_iter()
+    .filter(|(label, _, _)| spec.configs.iter().any(|c| c == label))
     .map(|(label, cache_ms, spread)| {
         let config = format!("group_members_cache_ms = {cache_ms}\n");
         let mut cluster = LocalCluster::start(3, &config)?;
@@ -111,12 +141,16 @@ fn measure(
     let stats = Stats::new();
     let errors = Arc::new(AtomicU64::new(0));
     let answer_bytes = Arc::new(AtomicU64::new(0));
-    let joined = Arc::new(Barrier::new(spec.members + 1));
-    let measured = Arc::new(Barrier::new(spec.members + 1));
+    let per = spec.members_per_connection.max(1);
+    let connections = spec.members.div_ceil(per);
+    let joined = Arc::new(Barrier::new(connections + 1));
+    let viewed = Arc::new(Barrier::new(connections + 1));
+    let done = Arc::new(Barrier::new(connections + 1));
+    let measured = Arc::new(Barrier::new(connections + 1));
     let stop_at = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let started = Instant::now();
-    let mut threads = Vec::with_capacity(spec.members);
-    for i in 0..spec.members {
+    let mut threads = Vec::with_capacity(connections);
+    for c in 0..connections {
         let home = if spread {
             admin.group_home(&[TOPIC])?
         } else {
@@ -124,50 +158,95 @@ fn measure(
         };
         let (stats, errors, answer_bytes) = (stats.clone(), errors.clone(), answer_bytes.clone());
         let (joined, measured, stop_at) = (joined.clone(), measured.clone(), stop_at.clone());
+        let (viewed, done) = (viewed.clone(), done.clone());
         let (interval, session) = (spec.interval, spec.session_timeout_ms);
-        let phase = i as f64 / spec.members as f64;
+        let mine: Vec<usize> = (c * per..((c + 1) * per).min(spec.members)).collect();
+        let total = spec.members;
         let thread = std::thread::Builder::new()
-            .name(format!("member-{i}"))
+            .name(format!("members-{c}"))
             .stack_size(256 * 1024)
             .spawn(move || -> anyhow::Result<()> {
-                let session = home.join_group(GROUP, "load", &[TOPIC], session);
+                let sessions: Result<Vec<_>, _> = mine
+                    .iter()
+                    .map(|_| home.join_group(GROUP, "load", &[TOPIC], session))
+                    .collect();
                 joined.wait();
-                measured.wait();
-                let session = session?;
-                let Some(stop_at) = *stop_at.lock().unwrap_or_else(|p| p.into_inner()) else {
-                    return Ok(());
-                };
-                // Spread the first heartbeats over one interval, as
-                // members that joined at different times would be.
-                let offset = interval.mul_f64(phase);
-                let mut due = Instant::now() + offset;
-                let mut generation = 0;
-                while due < stop_at {
-                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
-                    let sent = Instant::now();
-                    match home.heartbeat(GROUP, &session, generation, 0) {
-                        Ok(view) => {
-                            stats.record_latency(sent.elapsed(), 1);
-                            stats.add(1, 0);
-                            if generation != view.generation {
-                                // The largest: members leave one by one at the end.
-                                answer_bytes.fetch_max(encoded(&view) as u64, Ordering::Relaxed);
-                            }
-                            generation = view.generation;
+                // Once every member is in: each reads the whole view, as a
+                // member does after a change (not measured: what is
+                // measured is the heartbeats of a stable group).
+                let mut generations = Vec::new();
+                if let Ok(sessions) = &sessions {
+                    for joined in sessions {
+                        let view = home.heartbeat(GROUP, joined, 0, 0);
+                        if let Ok(view) = &view {
+                            answer_bytes.fetch_max(encoded(view) as u64, Ordering::Relaxed);
                         }
-                        Err(_) => {
-                            errors.fetch_add(1, Ordering::Relaxed);
-                        }
+                        generations.push(view.map_or(0, |v| v.generation));
                     }
-                    due += interval;
                 }
-                let _ = home.leave_group(GROUP, &session);
-                Ok(())
+                viewed.wait();
+                measured.wait();
+                let beats = (|| -> anyhow::Result<Vec<protocol::codec::groups::Joined>> {
+                    let sessions = sessions?;
+                    let Some(stop_at) = *stop_at.lock().unwrap_or_else(|p| p.into_inner()) else {
+                        return Ok(sessions);
+                    };
+                    // Spread the first heartbeats over one interval, as
+                    // members that joined at different times would be; each
+                    // member of this connection then every interval.
+                    let now = Instant::now();
+                    let mut members: Vec<(Instant, u64)> = mine
+                        .iter()
+                        .zip(generations)
+                        .map(|(&i, generation)| {
+                            (now + interval.mul_f64(i as f64 / total as f64), generation)
+                        })
+                        .collect();
+                    while let Some((next, _)) =
+                        members.iter().enumerate().min_by_key(|(_, (due, _))| *due)
+                    {
+                        let (due, generation) = members[next];
+                        if due >= stop_at {
+                            break;
+                        }
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                        let sent = Instant::now();
+                        // As the client's heartbeat thread: an unchanged view
+                        // is answered brief (its generation only).
+                        match home.heartbeat_brief(GROUP, &sessions[next], generation, 0) {
+                            Ok(view) => {
+                                stats.record_latency(sent.elapsed(), 1);
+                                stats.add(1, 0);
+                                if generation != view.generation {
+                                    // The largest: members leave one by one at the end.
+                                    answer_bytes
+                                        .fetch_max(encoded(&view) as u64, Ordering::Relaxed);
+                                }
+                                members[next].1 = view.generation;
+                            }
+                            Err(_) => {
+                                errors.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        // A member that fell behind does not send the beats it
+                        // missed (nor does the client's heartbeat thread).
+                        members[next].0 = (due + interval).max(Instant::now());
+                    }
+                    Ok(sessions)
+                })();
+                // Measured until here; the leaves after are not.
+                done.wait();
+                for session in beats.as_deref().unwrap_or_default() {
+                    let _ = home.leave_group(GROUP, session);
+                }
+                beats.map(|_| ())
             })?;
         threads.push(thread);
     }
     joined.wait();
     let join_s = started.elapsed().as_secs_f64();
+    viewed.wait();
+    let view_s = started.elapsed().as_secs_f64() - join_s;
     let etcd = cluster.etcd_pid();
     let brokers_before: Vec<Duration> = cluster.brokers.iter().map(|b| b.cpu()).collect();
     let etcd_before = process_cpu(etcd);
@@ -175,6 +254,20 @@ fn measure(
         Some(Instant::now() + Duration::from_secs_f64(spec.seconds));
     stats.reset();
     measured.wait();
+    done.wait();
+    stats.freeze();
+    let brokers_cpu_s: Vec<f64> = cluster
+        .brokers
+        .iter()
+        .zip(brokers_before)
+        .map(|(b, was)| b.cpu().saturating_sub(was).as_secs_f64())
+        .collect();
+    let etcd_cpu_s = process_cpu(etcd).saturating_sub(etcd_before).as_secs_f64();
+    let heartbeats_by_broker = cluster
+        .brokers
+        .iter_mut()
+        .map(|b| b.metric("ringlog_group_heartbeats_total"))
+        .collect::<anyhow::Result<Vec<f64>>>()?;
     let mut failed = None;
     for thread in threads {
         match thread.join() {
@@ -183,28 +276,17 @@ fn measure(
             Err(_) => failed = Some(anyhow::anyhow!("a member thread panicked")),
         }
     }
-    stats.freeze();
     if let Some(error) = failed {
         return Err(error.context("a member could not join"));
     }
-    let brokers_cpu_s: Vec<f64> = cluster
-        .brokers
-        .iter()
-        .zip(brokers_before)
-        .map(|(b, was)| b.cpu().saturating_sub(was).as_secs_f64())
-        .collect();
-    let etcd_cpu_s = process_cpu(etcd).saturating_sub(etcd_before).as_secs_f64();
     let summary = stats.summary();
-    let heartbeats_by_broker = cluster
-        .brokers
-        .iter_mut()
-        .map(|b| b.metric("ringlog_group_heartbeats_total"))
-        .collect::<anyhow::Result<Vec<f64>>>()?;
     let cpu_s = brokers_cpu_s.iter().sum::<f64>() + etcd_cpu_s;
     Ok(GroupLoadFigure {
         label: label.to_string(),
         members: spec.members,
         join_s,
+        view_s,
+        members_per_connection: per,
         due_per_sec: spec.members as f64 / spec.interval.as_secs_f64(),
         heartbeats_per_sec: summary.msgs_per_sec,
         errors: errors.load(Ordering::Relaxed),
@@ -230,12 +312,14 @@ pub fn line(f: &GroupLoadFigure) -> String {
         .as_ref()
         .map_or((0.0, 0.0, 0.0), |l| (l.p50_ms, l.p99_ms, l.max_ms));
     format!(
-        "{}: {} members joined in {:.1} s; {:.0} of {:.0} heartbeats/s answered, {} failed; \
+        "{}: {} members ({} a connection) joined in {:.1} s and read the view in {:.1} s; {:.0} of {:.0} heartbeats/s answered, {} failed; \
          p50 {p50:.2} ms p99 {p99:.2} ms max {max:.1} ms; answer {} bytes; \
          CPU s brokers {:?} etcd {:.1} = {:.0} µs/heartbeat; heartbeats by broker {:?}",
         f.label,
         f.members,
+        f.members_per_connection,
         f.join_s,
+        f.view_s,
         f.heartbeats_per_sec,
         f.due_per_sec,
         f.errors,
@@ -253,8 +337,8 @@ pub fn line(f: &GroupLoadFigure) -> String {
 /// The figures as a Markdown table.
 pub fn table(figures: &[GroupLoadFigure]) -> String {
     let mut out = String::from(
-        "| run | members | join s | heartbeats/s (due) | failed | p50 ms | p99 ms | max ms | answer bytes | CPU s brokers 1+2+3 / etcd | CPU µs/heartbeat | heartbeats by broker |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| run | members (a connection) | join s | view s | heartbeats/s (due) | failed | p50 ms | p99 ms | max ms | answer bytes | CPU s brokers 1+2+3 / etcd | CPU µs/heartbeat | heartbeats by broker |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for f in figures {
         let (p50, p99, max) = f
@@ -262,10 +346,12 @@ pub fn table(figures: &[GroupLoadFigure]) -> String {
             .as_ref()
             .map_or((0.0, 0.0, 0.0), |l| (l.p50_ms, l.p99_ms, l.max_ms));
         out.push_str(&format!(
-            "| {} | {} | {:.1} | {:.0} ({:.0}) | {} | {p50:.2} | {p99:.2} | {max:.1} | {} | {} / {:.1} | {:.0} | {} |\n",
+            "| {} | {} ({}) | {:.1} | {:.1} | {:.0} ({:.0}) | {} | {p50:.2} | {p99:.2} | {max:.1} | {} | {} / {:.1} | {:.0} | {} |\n",
             f.label,
             f.members,
+            f.members_per_connection,
             f.join_s,
+            f.view_s,
             f.heartbeats_per_sec,
             f.due_per_sec,
             f.errors,

@@ -432,6 +432,17 @@ struct GroupLoadArgs {
     /// Each member's session timeout.
     #[arg(long, default_value_t = 30_000)]
     session_timeout_ms: u32,
+    /// Which configurations to run, comma-separated: before (one broker,
+    /// no member cache), cache (one broker), spread (members over the
+    /// brokers: today's defaults). One broker holds at most its
+    /// max_connections (10,000) members.
+    #[arg(long, default_value = "before,cache,spread", value_delimiter = ',')]
+    configs: Vec<String>,
+    /// Members sharing one connection and thread, heartbeating in turn (a
+    /// connection is two open files here: 10,000 members one each need a
+    /// limit above 20,000).
+    #[arg(long, default_value_t = 1)]
+    members_per_connection: usize,
     /// Where the table and JSON go.
     #[arg(long, default_value = "loadgen-group-load")]
     out: PathBuf,
@@ -912,6 +923,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 interval: Duration::from_millis(args.interval_ms.max(1)),
                 seconds: args.seconds,
                 session_timeout_ms: args.session_timeout_ms,
+                configs: args.configs.clone(),
+                members_per_connection: args.members_per_connection,
             };
             let figures = loadgen::group_load::run(&spec)?;
             std::fs::create_dir_all(&args.out)?;

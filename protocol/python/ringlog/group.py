@@ -215,6 +215,10 @@ class GroupConsumer:
         HeartbeatRequest.AddSessionId(b, self.session_id)
         HeartbeatRequest.AddGeneration(b, generation)
         HeartbeatRequest.AddMaxWaitMs(b, 0)
+        # An unchanged view comes back brief (its generation only): this
+        # member asks with the generation it acted on, so it never needs
+        # the rest of a view it already has.
+        HeartbeatRequest.AddBriefOk(b, True)
         header, _ = self._call(HEARTBEAT, _finish(b, HeartbeatRequest.End(b)))
         self._last_heartbeat = time.monotonic()
         return _decode_view(HeartbeatResponse.HeartbeatResponse.GetRootAs(header, 0).View())

@@ -966,3 +966,138 @@ fn r27_7_members_spread_over_the_brokers_and_every_group_request_is_counted() {
     assert!(total(5) >= 12, "leaves {counts:?}");
     assert!(total(6) >= 1, "members lost {counts:?}");
 }
+
+/// Issue 46, item 5: a member's session is kept by a broker, not by an
+/// etcd lease of its own. Its heartbeats touch no etcd key (the group's
+/// revision does not move while members heartbeat); when the broker that
+/// keeps it dies, its next heartbeat through another broker takes the
+/// session over — same member, same partitions, no rebalance — and it
+/// outlives the dead broker's lease; once it stops heartbeating, its new
+/// broker expires it after its session timeout.
+#[test]
+fn r46_5_a_members_session_moves_to_another_broker_when_its_broker_dies() {
+    let etcd = Etcd::start();
+    let mut brokers = cluster(&etcd, "takeover");
+    let first = brokers[0].client();
+    let second = brokers[1].client();
+    create(&first, "t", 4, &brokers);
+    let a = first.join_group("g", "a", &["t"], 4_000).unwrap();
+    let b = first.join_group("g", "b", &["t"], 4_000).unwrap();
+    let view = first.heartbeat("g", &a, 0, 0).unwrap();
+    assert_eq!(view.members.len(), 2);
+    for joined in [&a, &b] {
+        let (_, share) = view.assignment(&joined.member_id).remove(0);
+        first
+            .claim_partitions("g", joined, view.revision, "t", &share)
+            .unwrap();
+    }
+    // Heartbeats write nothing: the group's keys (members and owners,
+    // with their revisions and leases) are as they were after both
+    // heartbeat for 2 s.
+    let keys_before = group_keys(&etcd, "/ringlog/takeover/groups/g/");
+    assert_eq!(keys_before.len(), 2 + 4, "{keys_before:?}");
+    let before = first.heartbeat("g", &a, 0, 0).unwrap();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        for joined in [&a, &b] {
+            let again = first
+                .heartbeat_brief("g", joined, before.generation, 0)
+                .unwrap();
+            assert!(
+                again.brief,
+                "an unchanged view is answered brief: {again:?}"
+            );
+            assert_eq!(again.generation, before.generation);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        group_keys(&etcd, "/ringlog/takeover/groups/g/"),
+        keys_before,
+        "heartbeats wrote to etcd"
+    );
+    // One lease holds them all: broker 1's.
+    let leases: std::collections::BTreeSet<i64> = keys_before.iter().map(|k| k.2).collect();
+    assert_eq!(leases.len(), 1, "{keys_before:?}");
+
+    // Broker 1, which keeps both sessions, dies; a heartbeats through
+    // broker 2 at once and keeps its session, b says nothing more.
+    brokers[0].kill9();
+    let taken = second.heartbeat("g", &a, 0, 0).unwrap();
+    assert!(
+        taken.members.iter().any(|m| m.member_id == a.member_id),
+        "{taken:?}"
+    );
+    // Past broker 1's lease (2 s) and b's session (4 s): a is still the
+    // member it was, owning what it owned; b is gone with its partitions.
+    let until = Instant::now() + Duration::from_secs(7);
+    while Instant::now() < until {
+        second.heartbeat("g", &a, 0, 0).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let described = eventually("b expired", WAIT, || {
+        let d = second.describe_group("g").map_err(|e| e.to_string())?;
+        let ids: Vec<&str> = d
+            .view
+            .members
+            .iter()
+            .map(|m| m.member_id.as_str())
+            .collect();
+        (ids == [a.member_id.as_str()])
+            .then_some(d.clone())
+            .ok_or(format!("members {ids:?}"))
+    });
+    let owners: BTreeMap<u32, String> = described
+        .partitions
+        .iter()
+        .filter(|p| !p.owner.is_empty())
+        .map(|p| (p.partition, p.owner.clone()))
+        .collect();
+    let (_, share) = view.assignment(&a.member_id).remove(0);
+    assert_eq!(
+        owners.keys().copied().collect::<Vec<_>>(),
+        share,
+        "a keeps its partitions and b's are free: {owners:?}"
+    );
+    assert!(owners.values().all(|o| *o == a.member_id));
+    assert_eq!(
+        code(second.heartbeat("g", &b, 0, 0)),
+        ErrorCode::UnknownMember
+    );
+    // Its commits still land: the session is the one it joined with.
+    let commit = OffsetCommit {
+        topic: "t".into(),
+        partition: share[0],
+        offset: 0,
+        leader_epoch: -1,
+    };
+    assert_eq!(second.commit_offsets("g", &a, &[commit]).unwrap(), 1);
+}
+
+/// Every key under `prefix` in etcd: (key, modification revision, lease).
+fn group_keys(etcd: &Etcd, prefix: &str) -> Vec<(String, i64, i64)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect([etcd.endpoint()], None)
+            .await
+            .unwrap();
+        let response = client
+            .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
+            .await
+            .unwrap();
+        response
+            .kvs()
+            .iter()
+            .map(|kv| {
+                (
+                    kv.key_str().unwrap().to_string(),
+                    kv.mod_revision(),
+                    kv.lease(),
+                )
+            })
+            .collect()
+    })
+}

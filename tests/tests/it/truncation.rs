@@ -109,8 +109,9 @@ fn r20_kip320_a_log_cut_under_a_consumers_position_is_reported_and_reading_goes_
     });
     produce(&via_leader, 100..200);
 
-    // Three readers take all 200 from the leader: a plain consumer, a group
-    // member of the library, and one of the CLI; the groups commit.
+    // Four readers take all 200 from the leader: a plain consumer, a group
+    // member of the library, one of the CLI and the Python client's
+    // consumer; the groups commit.
     let mut plain = Consumer::new(&via_leader, "cut", 0, 0).unwrap();
     let mut offsets = Vec::new();
     while offsets.len() < 200 {
@@ -125,6 +126,12 @@ fn r20_kip320_a_log_cut_under_a_consumers_position_is_reported_and_reading_goes_
         "a replicated partition's chunks name their epoch"
     );
     let leader_address = brokers[l].address();
+    let read_by_python = python(&[&leader_address, "read", "0", "-1", "200"]);
+    assert_eq!(
+        read_by_python.lines().last(),
+        Some(format!("position {position} epoch {epoch}").as_str()),
+        "the Python consumer ends where the Rust one does, with the epoch: {read_by_python}"
+    );
     // A topic consumer stays open across the election, tailing.
     let both = Client::connect(&format!("{leader_address},{}", brokers[f].address())).unwrap();
     let mut tail = TopicConsumer::new(
@@ -219,6 +226,25 @@ fn r20_kip320_a_log_cut_under_a_consumers_position_is_reported_and_reading_goes_
     assert_eq!(values, expected);
     assert!(resumed.take_truncations().is_empty(), "reported once");
 
+    // The Python consumer, resuming where it stopped with the epoch it
+    // had: the same truncation, the same new messages from the cut (issue
+    // 46, item 8, against a real unclean election).
+    let resumed_by_python = python(&[
+        &follower_address,
+        "read",
+        &position.to_string(),
+        &epoch.to_string(),
+        "10",
+    ]);
+    let mut lines = resumed_by_python.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("truncation cut 0 {cut_at} {position}").as_str()),
+        "{resumed_by_python}"
+    );
+    let values: Vec<&str> = lines.by_ref().take(10).collect();
+    assert_eq!(values, expected, "{resumed_by_python}");
+
     // The topic consumer that tailed through it too.
     let read = topic_read(&mut tail, 10);
     assert_eq!(tail.take_truncations(), vec![lost.clone()]);
@@ -258,4 +284,45 @@ fn r20_kip320_a_log_cut_under_a_consumers_position_is_reported_and_reading_goes_
             )),
         "{err}"
     );
+}
+
+/// Reads `count` messages of `cut`-0 with the Python client's consumer from
+/// `offset` (with the leader epoch `epoch` of the message before it, -1:
+/// none) through `address`: prints each truncation it reports, each value,
+/// then where it stopped and its epoch.
+const PYTHON_READER: &str = r#"
+import sys
+import ringlog
+
+address, _, offset, epoch, count = sys.argv[1:6]
+consumer = ringlog.Consumer(ringlog.Client(address), "cut", 0, int(offset))
+consumer.seek(int(offset), int(epoch))
+values = []
+while len(values) < int(count):
+    for m in consumer.poll():
+        values.append(m.value.decode())
+    for t in consumer.take_truncations():
+        print(f"truncation {t.topic} {t.partition} {t.start} {t.end}")
+for v in values[: int(count)]:
+    print(v)
+print(f"position {consumer.position} epoch {consumer.epoch}")
+"#;
+
+/// Runs [`PYTHON_READER`] with `args`; its output.
+fn python(args: &[&str]) -> String {
+    let dir = harness::TempDir::new("truncation-python");
+    let script = dir.path().join("reader.py");
+    std::fs::write(&script, PYTHON_READER).unwrap();
+    let output = harness::python::command("truncation")
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the Python reader {args:?}: {text}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    text
 }

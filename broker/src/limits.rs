@@ -43,6 +43,11 @@ pub const CONTROL_QUEUE_MAX: usize = 1024;
 /// Heartbeats parked on the control thread waiting for a group change;
 /// past this, heartbeats are answered at once.
 pub const GROUP_WAITERS_MAX: usize = 10_000;
+/// The longest a topic change waits for every live broker to serve it
+/// before it is answered NOT_YET_SERVED (the lease TTL plus an etcd
+/// timeout when that is shorter): well inside a client's 30 s request
+/// timeout.
+pub const SERVED_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(15);
 /// Group members' sessions one broker keeps (their liveness is in its
 /// memory); past this, a join or take-over through it is refused with
 /// OVERLOADED and the client goes to another broker.

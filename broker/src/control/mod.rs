@@ -109,8 +109,13 @@ where
     let data_dir = config.clustered().then(|| config.data_dir.clone());
     let join_new_cluster = config.join_new_cluster;
     let members_cache = std::time::Duration::from_millis(config.group_members_cache_ms);
-    let served_timeout = std::time::Duration::from_secs(u64::from(config.etcd_lease_ttl_s))
-        + std::time::Duration::from_millis(config.etcd_timeout_ms);
+    // At most SERVED_WAIT_MAX: a long lease (a dead broker counts as live
+    // for its TTL) must not hold an answer past the clients' request
+    // timeout (30 s by default), which made them give up on a change that
+    // stands.
+    let served_timeout = (std::time::Duration::from_secs(u64::from(config.etcd_lease_ttl_s))
+        + std::time::Duration::from_millis(config.etcd_timeout_ms))
+    .min(crate::limits::SERVED_WAIT_MAX);
     let group_deadline = std::time::Duration::from_millis(config.etcd_timeout_ms);
     let fresh = config.fresh_data_dir;
     let copies_at_start = config.copies_at_start.clone();

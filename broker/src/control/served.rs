@@ -14,7 +14,9 @@
 //! Metadata, and a client's first Metadata after the answer must list the
 //! topic. A broker that dies meanwhile leaves the live set when its lease
 //! expires, so the wait is bounded by the lease's TTL plus one etcd
-//! timeout ([`ControlPlane::served_timeout`]); a broker that is live but
+//! timeout, and by 15 s ([`crate::limits::SERVED_WAIT_MAX`]) — under the
+//! clients' 30 s request timeout however long the lease
+//! ([`ControlPlane::served_timeout`]); a broker that is live but
 //! cannot reach etcd makes the answer NOT_YET_SERVED, naming it, once that
 //! time is up. The wait runs as a task of its own: the control loop goes on
 //! applying changes (its own watch events among them) while it waits.

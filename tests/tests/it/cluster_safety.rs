@@ -338,9 +338,18 @@ fn r23_a_topic_deleted_and_re_created_around_a_kill_9_mid_delete_never_serves_th
     });
     one.kill9();
     let _ = deleting.join();
-    let new = via_two
-        .create_topic("phoenix", 4, &TopicSettings::default())
-        .unwrap();
+    // Broker 1 is dead but live for its 30 s lease: the create is stored
+    // and answered NOT_YET_SERVED (naming broker 1) once the served wait's
+    // 15 s are up — not past the client's 30 s request timeout, which made
+    // this test fail once in CI.
+    let new = match via_two.create_topic("phoenix", 4, &TopicSettings::default()) {
+        Ok(new) => new,
+        Err(e) if e.code() == Some(ErrorCode::NotYetServed) => {
+            assert!(e.to_string().contains("broker 1"), "{e}");
+            via_two.metadata(&["phoenix"]).unwrap().topics[0].clone()
+        }
+        Err(e) => panic!("creating phoenix again: {e}"),
+    };
     assert_ne!(new.id, old.id);
     assert_eq!(
         new.partitions

@@ -229,6 +229,18 @@ impl EtcdGroups {
             self.cluster_id.as_str(),
         )
     }
+    /// Whether a failed transaction's `or_else` read of the cluster id
+    /// found this broker's cluster (something else failed its compares).
+    fn answered_ours(&self, response: &etcd_client::TxnResponse) -> bool {
+        response.op_responses().into_iter().any(|op| match op {
+            etcd_client::TxnOpResponse::Get(get) => get
+                .kvs()
+                .first()
+                .is_some_and(|kv| kv.value() == self.cluster_id.as_bytes()),
+            _ => false,
+        })
+    }
+
     fn foreign(&self) -> GroupError {
         GroupError::ForeignCluster {
             expected: self.cluster_id.clone(),
@@ -370,14 +382,7 @@ impl GroupStore for EtcdGroups {
                 .or_else([TxnOp::get(self.keys.cluster_id(), None)]);
             let response = self.deadline(client.txn(txn)).await?;
             if !response.succeeded() {
-                let ours = response.op_responses().into_iter().any(|op| match op {
-                    etcd_client::TxnOpResponse::Get(get) => get
-                        .kvs()
-                        .first()
-                        .is_some_and(|kv| kv.value() == self.cluster_id.as_bytes()),
-                    _ => false,
-                });
-                if ours {
+                if self.answered_ours(&response) {
                     continue; // the id was taken: another one
                 }
                 return Err(self.foreign());
@@ -673,14 +678,7 @@ impl GroupStore for EtcdGroups {
         if response.succeeded() {
             return Ok(offsets.len() as u32);
         }
-        let ours = response.op_responses().into_iter().any(|op| match op {
-            etcd_client::TxnOpResponse::Get(get) => get
-                .kvs()
-                .first()
-                .is_some_and(|kv| kv.value() == self.cluster_id.as_bytes()),
-            _ => false,
-        });
-        if ours {
+        if self.answered_ours(&response) {
             Err(not_empty(1))
         } else {
             Err(self.foreign())

@@ -898,16 +898,7 @@ impl GroupConsumer {
                 self.note_committed(offsets);
                 Ok(())
             }
-            Err(error)
-                if matches!(
-                    error.code(),
-                    Some(ErrorCode::NotPartitionOwner | ErrorCode::UnknownMember)
-                ) =>
-            {
-                self.view.generation = 0;
-                self.heartbeat(0)
-            }
-            Err(error) => Err(error),
+            Err(error) => self.look_again_if_lost(error),
         }
     }
 
@@ -985,18 +976,23 @@ impl GroupConsumer {
         let all: Vec<(String, u32)> = self.owned.keys().cloned().collect();
         self.last_commit = Instant::now();
         match self.commit_some(&all) {
+            Err(error) => self.look_again_if_lost(error),
+            ok => ok,
+        }
+    }
+
+    /// A commit's failure: when a partition or the session was lost, looks
+    /// again (a heartbeat that finds the session gone joins again); any
+    /// other error is the caller's.
+    fn look_again_if_lost(&mut self, error: ClientError) -> Result<(), ClientError> {
+        if matches!(
+            error.code(),
+            Some(ErrorCode::NotPartitionOwner | ErrorCode::UnknownMember)
+        ) {
+            self.view.generation = 0;
+            self.heartbeat(0)
+        } else {
             Err(error)
-                if matches!(
-                    error.code(),
-                    Some(ErrorCode::NotPartitionOwner | ErrorCode::UnknownMember)
-                ) =>
-            {
-                // A partition or the session was lost: look again (a
-                // heartbeat that finds the session gone joins again).
-                self.view.generation = 0;
-                self.heartbeat(0)
-            }
-            other => other,
         }
     }
 

@@ -840,6 +840,45 @@ mod tests {
     }
 
     #[test]
+    fn past_the_most_sessions_a_broker_keeps_a_join_is_refused_and_harms_nothing() {
+        run(async {
+            let mut plane = plane();
+            let max = crate::limits::GROUP_SESSIONS_MAX;
+            for i in 0..max {
+                let request = GroupRequest::Join {
+                    group: format!("g{}", i % 100),
+                    member_name: "m".into(),
+                    topics: vec!["t".into()],
+                    session_timeout_ms: 60_000,
+                };
+                match ask(&mut plane, request, &topics(4)).await {
+                    Some(Ok(GroupAnswer::Joined(_))) => {}
+                    other => panic!("join {i}: {other:?}"),
+                }
+            }
+            assert_eq!(plane.sessions(), max);
+            let one_more = GroupRequest::Join {
+                group: "g0".into(),
+                member_name: "m".into(),
+                topics: vec!["t".into()],
+                session_timeout_ms: 60_000,
+            };
+            match ask(&mut plane, one_more, &topics(4)).await {
+                Some(Err(error)) => {
+                    assert_eq!(error.code, ErrorCode::Overloaded);
+                    assert!(
+                        error.message.contains("join through another broker"),
+                        "{}",
+                        error.message
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(plane.sessions(), max);
+        });
+    }
+
+    #[test]
     fn a_parked_heartbeat_waits_at_most_a_third_of_its_session_and_a_minute() {
         run(async {
             let mut plane = plane();

@@ -71,6 +71,12 @@ impl Session {
 /// How often the sessions are looked over for expired ones.
 const SWEEP_EVERY: Duration = Duration::from_millis(100);
 
+/// How often the sessions bound to this broker's lease are read back from
+/// the store: a join or take-over whose answer this broker gave up waiting
+/// for may have been made all the same, and its member would never expire
+/// (nor its partitions be free) while this broker lives.
+const RECONCILE_EVERY: Duration = Duration::from_secs(5);
+
 // How long a group's members are served from memory (the broker's
 // `group_members_cache_ms`, 1 s). Every heartbeat used to read the whole
 // member list from etcd: n members heartbeating made n² reads (issue 27,
@@ -92,6 +98,7 @@ pub struct GroupPlane<S> {
     /// The sessions this broker keeps, by (group, member id).
     sessions: HashMap<(String, String), Session>,
     next_sweep: Instant,
+    next_reconcile: Instant,
 }
 
 impl<S: GroupStore> GroupPlane<S> {
@@ -107,13 +114,22 @@ impl<S: GroupStore> GroupPlane<S> {
             deadline,
             sessions: HashMap::new(),
             next_sweep: Instant::now(),
+            next_reconcile: Instant::now(),
         }
     }
 
     /// When the next parked heartbeat runs out, or the next sweep of the
     /// sessions is due.
     pub fn next_deadline(&self) -> Option<Instant> {
-        let sweep = (!self.sessions.is_empty()).then_some(self.next_sweep);
+        // The sweep while there are sessions; else the next reconcile
+        // (in a cluster), which may find some.
+        let sweep = if !self.sessions.is_empty() {
+            Some(self.next_sweep)
+        } else if self.groups.is_some() {
+            Some(self.next_reconcile.max(self.next_sweep))
+        } else {
+            None
+        };
         self.parked.iter().map(|p| p.deadline).chain(sweep).min()
     }
 
@@ -159,6 +175,36 @@ impl<S: GroupStore> GroupPlane<S> {
         Ok(session_ms)
     }
 
+    /// Times every session the store binds to this broker's lease that it
+    /// does not time yet (from now: its member gets a whole session to
+    /// heartbeat, else the sweep expires it).
+    async fn reconcile(&mut self, deadline: Duration, now: Instant) {
+        let Ok(groups) = self.groups() else {
+            return;
+        };
+        let held = Self::within(deadline, async { Ok(groups.held().await?) }).await;
+        match held {
+            Ok(held) => {
+                for h in held {
+                    if let std::collections::hash_map::Entry::Vacant(entry) =
+                        self.sessions.entry((h.group, h.member_id))
+                    {
+                        let (group, member) = entry.key();
+                        tracing::info!(%group, %member, "a member under this broker's lease it did not time: timed from now");
+                        entry.insert(Session {
+                            session_id: h.session_id,
+                            timeout: Duration::from_millis(u64::from(h.session_timeout_ms)),
+                            last: now,
+                        });
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(error = %error.message, "reading the sessions under this broker's lease; retried");
+            }
+        }
+    }
+
     /// Refuses a new session past [`GROUP_SESSIONS_MAX`]: memory is bounded
     /// by configuration, not by how many members clients make.
     ///
@@ -187,13 +233,17 @@ impl<S: GroupStore> GroupPlane<S> {
             return Vec::new();
         }
         self.next_sweep = now + SWEEP_EVERY;
+        let deadline = self.deadline;
+        if now >= self.next_reconcile {
+            self.next_reconcile = now + RECONCILE_EVERY;
+            self.reconcile(deadline, now).await;
+        }
         let over: Vec<((String, String), u64)> = self
             .sessions
             .iter()
             .filter(|(_, s)| s.expired(now))
             .map(|(key, s)| (key.clone(), s.session_id))
             .collect();
-        let deadline = self.deadline;
         let mut changed = Vec::new();
         for ((group, member_id), session_id) in over {
             let Ok(groups) = self.groups() else {
@@ -836,6 +886,39 @@ mod tests {
                 }
                 other => panic!("{other:?}"),
             }
+        });
+    }
+
+    #[test]
+    fn a_member_made_in_the_store_but_not_answered_is_timed_and_expired() {
+        run(async {
+            let mut plane = plane();
+            // A join the store made, whose answer the plane gave up on (it
+            // never recorded the session): found by the first sweep's
+            // reconcile, then expired once its 2 s pass without a heartbeat.
+            let ghost = plane
+                .groups
+                .as_mut()
+                .unwrap()
+                .join("g", "ghost", vec!["t".into()], 2_000)
+                .await
+                .unwrap();
+            assert_eq!(plane.sessions(), 0);
+            plane.wake(Wake::Expired, &topics(4), &[]).await;
+            assert_eq!(plane.sessions(), 1, "reconciled");
+            let started = Instant::now();
+            while plane.sessions() > 0 {
+                assert!(started.elapsed() < Duration::from_secs(5), "never expired");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                plane.wake(Wake::Expired, &topics(4), &[]).await;
+            }
+            assert!(started.elapsed() >= Duration::from_millis(1_900));
+            let (members, _) = plane.groups.as_mut().unwrap().members("g").await.unwrap();
+            assert!(members.is_empty(), "{members:?}");
+            assert_eq!(
+                code(ask(&mut plane, heartbeat(&ghost, 0, 0), &topics(4)).await),
+                ErrorCode::UnknownMember
+            );
         });
     }
 

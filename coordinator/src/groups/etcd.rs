@@ -452,6 +452,35 @@ impl GroupStore for EtcdGroups {
         )))
     }
 
+    /// The member keys under this broker's lease.
+    async fn held(&mut self) -> Result<Vec<super::HeldSession>, GroupError> {
+        let lease = self.lease.load(Ordering::Acquire);
+        if lease == 0 {
+            return Ok(Vec::new());
+        }
+        let mut client = self.client.clone();
+        let response = self
+            .deadline(client.get(self.keys.groups(), Some(GetOptions::new().with_prefix())))
+            .await?;
+        Ok(response
+            .kvs()
+            .iter()
+            .filter(|kv| kv.lease() == lease)
+            .filter_map(|kv| {
+                let Some(Key::GroupMember(group, _)) = self.keys.parse(kv.key_str().ok()?) else {
+                    return None;
+                };
+                let record: MemberRecord = serde_json::from_slice(kv.value()).ok()?;
+                Some(super::HeldSession {
+                    group: group.to_string(),
+                    member_id: record.member_id,
+                    session_id: kv.create_revision().max(0) as u64,
+                    session_timeout_ms: record.session_timeout_ms,
+                })
+            })
+            .collect())
+    }
+
     /// Ends a session this broker keeps: its key and partitions go, unless
     /// another broker took it over (its key is under another lease).
     async fn expire(

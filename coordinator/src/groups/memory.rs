@@ -135,6 +135,20 @@ impl GroupStore for MemoryGroups {
         }
     }
 
+    async fn held(&mut self) -> Result<Vec<super::HeldSession>, GroupError> {
+        self.tick().await?;
+        Ok(self
+            .members
+            .iter()
+            .map(|((group, _), m)| super::HeldSession {
+                group: group.clone(),
+                member_id: m.record.member_id.clone(),
+                session_id: m.session,
+                session_timeout_ms: m.record.session_timeout_ms,
+            })
+            .collect())
+    }
+
     async fn expire(
         &mut self,
         group: &str,

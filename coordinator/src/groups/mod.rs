@@ -52,6 +52,19 @@ pub struct MemberRecord {
     pub session_timeout_ms: u32,
 }
 
+/// A session bound to this broker's lease, as the store holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldSession {
+    /// The group.
+    pub group: String,
+    /// The member.
+    pub member_id: String,
+    /// Its session.
+    pub session_id: u64,
+    /// Its session timeout.
+    pub session_timeout_ms: u32,
+}
+
 /// Why a group operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -156,6 +169,11 @@ pub trait GroupStore {
         member_id: &str,
         session_id: u64,
     ) -> impl Future<Output = Result<u32, GroupError>>;
+
+    /// The sessions bound to this broker's lease: what the broker must
+    /// time, including any whose join or take-over it gave up waiting for
+    /// after etcd had made it (those would otherwise outlive their member).
+    fn held(&mut self) -> impl Future<Output = Result<Vec<HeldSession>, GroupError>>;
 
     /// Ends a session this broker keeps whose heartbeats stopped: its
     /// record and partitions go. Nothing changes if the session is gone
@@ -449,6 +467,16 @@ pub mod conformance {
         // An expired session: its record and partitions go; once gone,
         // expiring it again changes nothing.
         let c = store.join(g, "c", vec![t.into()], 2_000).await.unwrap();
+        let held = store.held().await.unwrap();
+        assert!(
+            held.contains(&HeldSession {
+                group: g.into(),
+                member_id: c.member_id.clone(),
+                session_id: c.session_id,
+                session_timeout_ms: 2_000,
+            }),
+            "{held:?}"
+        );
         let (_, at_c) = store.members(g).await.unwrap();
         store
             .claim(g, &c.member_id, c.session_id, at_c, t, &[1])

@@ -276,6 +276,46 @@ fn a_compressed_batch_written_here_carries_the_same_records_and_falls_back_when_
 }
 
 #[test]
+fn a_batch_taken_from_its_writer_is_the_finished_batch_and_the_writer_starts_afresh() {
+    // Kafka's bytes, taken in place (but for its helper's leader epoch).
+    let mut writer = java_records();
+    let mut taken = writer.take(JAVA_PRODUCER, Compression::None, Vec::new());
+    taken[at::LEADER_EPOCH..at::LEADER_EPOCH + 4].copy_from_slice(&0i32.to_be_bytes());
+    assert_eq!(taken, hex(JAVA_NONE));
+    assert_eq!((writer.count(), writer.records().len()), (0, 0));
+    for codec in [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        // The same writer, over and over, into recycled buffers (one left
+        // full of another batch): each batch as `finish_compressed` makes
+        // it, whether the codec shrinks it (500 alike) or not (three).
+        let mut writer = BatchWriter::new();
+        let mut spare = vec![0xEE; 4096];
+        for round in 0..3i64 {
+            let records = if round == 1 { 3 } else { 500 };
+            for n in 0..records {
+                writer.push(
+                    1_700_000_000_000 + round * 1000 + n,
+                    None,
+                    Some(b"the same line again"),
+                    &[],
+                );
+            }
+            let expected = writer.finish_compressed(JAVA_PRODUCER, codec).unwrap();
+            let batch = writer.take(JAVA_PRODUCER, codec, std::mem::take(&mut spare));
+            assert_eq!(batch, expected, "{codec:?} round {round}");
+            assert_eq!(check(&batch).unwrap().record_count, records as i32);
+            assert_eq!((writer.count(), writer.size()), (0, HEADER_BYTES));
+            spare = batch;
+        }
+    }
+}
+
+#[test]
 fn a_stamped_batch_names_its_position_and_ends_where_the_next_begins() {
     let mut batch = hex(JAVA_GZIP);
     let size = batch.len() as i64;

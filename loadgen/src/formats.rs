@@ -41,6 +41,8 @@ pub struct FormatsSpec {
     pub fetch_bytes: u32,
     /// Shards of the broker.
     pub shards: usize,
+    /// Partitions of the acks-written topics (spread over the shards).
+    pub written_partitions: u32,
     /// Where the table and JSON go.
     pub out: PathBuf,
 }
@@ -92,9 +94,11 @@ pub struct CodecRow {
 /// One acks=written produce on format 2, idempotent or not.
 #[derive(Debug, Clone, Serialize)]
 pub struct IdempotenceRow {
+    /// 1 or 2.
+    pub format: u32,
     /// Messages per batch the producer was asked for.
     pub batch: usize,
-    /// Numbered batches (the client's default) or not.
+    /// Numbered batches (the client's default on format 2) or not.
     pub idempotence: bool,
     /// Which round.
     pub round: usize,
@@ -119,6 +123,8 @@ pub struct FormatsReport {
     pub codecs: Vec<CodecRow>,
     /// The idempotent producer against the plain one.
     pub idempotence: Vec<IdempotenceRow>,
+    /// Partitions of the acks-written topics.
+    pub written_partitions: u32,
     /// Messages per experiment, per codec run, and the batch of the codec runs.
     pub messages: u64,
     /// Per codec run.
@@ -292,6 +298,7 @@ pub fn run(spec: &FormatsSpec) -> anyhow::Result<FormatsReport> {
         formats,
         codecs,
         idempotence,
+        written_partitions: spec.written_partitions,
         messages: spec.messages,
         codec_messages: spec.codec_messages,
         codec_batch: spec.codec_batch,
@@ -307,27 +314,26 @@ pub fn run(spec: &FormatsSpec) -> anyhow::Result<FormatsReport> {
     Ok(report)
 }
 
-/// Format 2, acks written: numbered batches against plain ones, at 50 and
-/// 1,000 messages a batch, each first every other round.
+/// Acks written: format 1, format 2 with plain batches and format 2 with
+/// numbered ones (its producer's default), at 50 and 1,000 messages a
+/// batch, in a rotated order each round.
 fn idempotence_rows(
     spec: &FormatsSpec,
     pid: u32,
     brokers: &str,
     client: &protocol::client::Client,
 ) -> anyhow::Result<Vec<IdempotenceRow>> {
+    const PRODUCERS: [(u32, bool); 3] = [(1, false), (2, false), (2, true)];
     let mut rows = Vec::new();
     for round in 1..=spec.rounds {
         for batch in [50usize, 1000] {
-            let order = if round % 2 == 1 {
-                [true, false]
-            } else {
-                [false, true]
-            };
-            for idempotence in order {
-                let topic = format!("formats-idem-{idempotence}-b{batch}-r{round}");
+            for turn in 0..PRODUCERS.len() {
+                let (format, idempotence) = PRODUCERS[(turn + round) % PRODUCERS.len()];
+                let topic = format!("formats-written-f{format}-{idempotence}-b{batch}-r{round}");
                 let produce = ProduceSpec {
-                    message_format: 2,
+                    message_format: format,
                     idempotence,
+                    partitions: spec.written_partitions,
                     ..ProduceSpec::new(
                         brokers,
                         &topic,
@@ -338,7 +344,7 @@ fn idempotence_rows(
                     )
                 };
                 let label = format!(
-                    "format 2 acks written batch {batch}, idempotence {idempotence} (round {round})"
+                    "format {format} acks written batch {batch}, idempotence {idempotence} (round {round})"
                 );
                 let ((_, summary), broker_cpu, client_cpu) =
                     cpu_per_message(pid, spec.messages, || {
@@ -348,6 +354,7 @@ fn idempotence_rows(
                     })?;
                 let latency = summary.latency.as_ref();
                 rows.push(IdempotenceRow {
+                    format,
                     batch,
                     idempotence,
                     round,
@@ -422,22 +429,22 @@ pub fn table(report: &FormatsReport) -> String {
         ));
     }
     out.push_str(&format!(
-        "\nThe idempotent producer: format 2, acks written, {} messages, median of the rounds\n",
-        report.messages
+        "\nAcks written, {} partitions: format 1, format 2, format 2 numbered (idempotent), {} messages, median of the rounds\n",
+        report.written_partitions, report.messages
     ));
     out.push_str(
-        "batch  idempotence  msg/s        broker µs/msg  client µs/msg  p50 ms  p99.9 ms\n",
+        "batch  format  idempotence  msg/s        broker µs/msg  client µs/msg  p50 ms  p99.9 ms\n",
     );
     for batch in [50usize, 1000] {
-        for idempotence in [false, true] {
+        for (format, idempotence) in [(1u32, false), (2, false), (2, true)] {
             let rows: Vec<&IdempotenceRow> = report
                 .idempotence
                 .iter()
-                .filter(|r| r.batch == batch && r.idempotence == idempotence)
+                .filter(|r| r.batch == batch && r.format == format && r.idempotence == idempotence)
                 .collect();
             let median = |f: &dyn Fn(&IdempotenceRow) -> f64| median(&rows, f);
             out.push_str(&format!(
-                "{batch:<6} {:<12} {:<12.0} {:<14.3} {:<14.3} {:<7.2} {:.2}\n",
+                "{batch:<6} {format:<7} {:<12} {:<12.0} {:<14.3} {:<14.3} {:<7.2} {:.2}\n",
                 if idempotence { "on" } else { "off" },
                 median(&|r| r.msgs_per_sec),
                 median(&|r| r.broker_cpu_us),

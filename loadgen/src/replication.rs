@@ -55,6 +55,8 @@ pub struct ReplicationSpec {
     /// The message format of every topic the run creates (0: the
     /// brokers' default).
     pub message_format: u32,
+    /// Format 2: number the batches (the producer's default there).
+    pub idempotence: bool,
 }
 
 /// CPU seconds of each process over one run.
@@ -313,6 +315,7 @@ pub fn run(spec: &ReplicationSpec) -> anyhow::Result<ReplicationOutcome> {
             partitions: spec.partitions,
             rate,
             message_format: spec.message_format,
+            idempotence: spec.idempotence,
             ..ProduceSpec::new(&addresses, topic, length, spec.size, batch, acks)
         };
         let (outcome, cpu) = with_cpu(cluster, || workload::produce(&produce, &stats))?;

@@ -39,8 +39,13 @@ const FETCH_WAIT_MS: u32 = 500;
 /// `replica.fetch.response.max.bytes`): what a link holds in memory.
 const ANSWER_BYTES_MAX: u32 = 10 << 20;
 
-/// How long a partition whose part failed stays out of the requests.
-const PART_BACKOFF: Duration = Duration::from_millis(100);
+/// How long a partition whose part failed stays out of the requests. The
+/// common failure is a new topic's first fetch arriving before the topic
+/// reached the leader's shard (UNKNOWN_TOPIC, for milliseconds), and every
+/// acks=all produce of that partition waits it out: short, and the link
+/// asks for the others meanwhile (at 100 ms, a new topic's first acks=all
+/// answers took 60-90 ms).
+const PART_BACKOFF: Duration = Duration::from_millis(20);
 
 /// How long a link waits for an answer before it reconnects: the leader
 /// answers within its wait, unless it is paused or cut off.
@@ -366,9 +371,20 @@ where
         replicas.rotate_left(turn);
         rotation = rotation.wrapping_add(1);
         let (parts, sent) = requests_of(&replicas, part_bytes);
+        // A partition left out for a moment is asked for again when its
+        // moment ends, not after the others' wait at a caught-up leader: a
+        // new topic's first fetch often reaches the leader's shard before
+        // the topic does (UNKNOWN_TOPIC), and its acks=all produces then
+        // waited the whole FETCH_WAIT_MS (0.5 s, one partition in three).
+        let wait_ms = backoff.values().min().map_or(FETCH_WAIT_MS, |until| {
+            let left = until.saturating_duration_since(now).as_millis();
+            u32::try_from(left)
+                .unwrap_or(u32::MAX)
+                .clamp(1, FETCH_WAIT_MS)
+        });
         let request = MultiFetch {
             max_bytes: ANSWER_BYTES_MAX,
-            max_wait_ms: FETCH_WAIT_MS,
+            max_wait_ms: wait_ms,
             replica_id: shard.config.broker_id as i32,
             incarnation: shard.incarnation.clone(),
         };

@@ -58,6 +58,8 @@ enum Acks {
     None,
     Written,
     Flushed,
+    /// Flushed by every in-sync replica (a replicated topic).
+    All,
 }
 
 impl Acks {
@@ -66,6 +68,7 @@ impl Acks {
             Acks::None => AckMode::None,
             Acks::Written => AckMode::Written,
             Acks::Flushed => AckMode::Flushed,
+            Acks::All => AckMode::All,
         }
     }
 }
@@ -333,6 +336,10 @@ struct ReplicationArgs {
     /// 2 Kafka's record batches; 0: the brokers' default).
     #[arg(long, default_value_t = 0)]
     message_format: u32,
+    /// Format 2: do not number the batches (the producer is idempotent by
+    /// default there).
+    #[arg(long)]
+    no_idempotence: bool,
     /// Where the table, JSON and charts go.
     #[arg(long, default_value = "loadgen-replication")]
     out: PathBuf,
@@ -362,6 +369,10 @@ struct FormatsArgs {
     /// Shards of the broker.
     #[arg(long, default_value_t = 1)]
     shards: usize,
+    /// Partitions of the acks-written topics (format 1 against format 2,
+    /// numbered and not), spread over the shards.
+    #[arg(long, default_value_t = 1)]
+    written_partitions: u32,
     /// Where the table and JSON go.
     #[arg(long, default_value = "loadgen-formats")]
     out: PathBuf,
@@ -802,6 +813,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 codec_batch: args.codec_batch.max(1),
                 fetch_bytes: args.fetch_bytes,
                 shards: args.shards.max(1),
+                written_partitions: args.written_partitions.max(1),
                 out: args.out,
             };
             loadgen::formats::run(&spec)?;
@@ -835,6 +847,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 failovers: args.failovers,
                 catch_up_bytes: args.catch_up_bytes,
                 message_format: args.message_format,
+                idempotence: !args.no_idempotence,
             };
             std::fs::create_dir_all(&args.out)?;
             let peers: Vec<Peer> = args

@@ -632,3 +632,67 @@ fn security_figures_run_on_a_broker_with_and_one_without_access_control() {
     }
     assert!(report["check_ns"].as_f64().unwrap() > 0.0, "{report:#}");
 }
+
+/// `loadgen formats` (issue 43, item 8) runs every experiment on its own
+/// broker of two shards and reports each format's rows, each codec's, and
+/// acks written for format 1, format 2 and format 2 numbered.
+#[test]
+fn format_figures_report_every_experiment_codec_and_producer() {
+    let dir = TempDir::new("loadgen-formats");
+    let out = dir.path().join("out");
+    let (stdout, _) = loadgen(&[
+        "formats",
+        "--messages",
+        "20000",
+        "--codec-messages",
+        "5000",
+        "--rounds",
+        "2",
+        "--shards",
+        "2",
+        "--written-partitions",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(out.join("formats.txt").exists(), "no table: {stdout}");
+    let report = json(&out.join("formats.json"));
+    // 2 rounds × 2 formats × (batch 1, batch 50, consume).
+    let formats = report["formats"].as_array().unwrap();
+    assert_eq!(formats.len(), 12, "{report:#}");
+    for row in formats {
+        assert!(row["msgs_per_sec"].as_f64().unwrap() > 0.0, "{row:#}");
+    }
+    let stored: Vec<f64> = formats
+        .iter()
+        .filter(|r| r["experiment"] == "produce-batch-1")
+        .map(|r| r["bytes_per_message"].as_f64().unwrap())
+        .collect();
+    // 200-byte messages: 9 bytes of the paper's header, or a batch's 61
+    // and a record's 9 on format 2.
+    assert!(
+        stored.contains(&209.0) && stored.contains(&270.0),
+        "{stored:?}"
+    );
+    let codecs: Vec<&str> = report["codecs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["codec"].as_str().unwrap())
+        .collect();
+    assert_eq!(codecs, ["none", "gzip", "snappy", "lz4", "zstd"]);
+    // 2 rounds × 2 batch sizes × 3 producers, each of them measured.
+    let written = report["idempotence"].as_array().unwrap();
+    assert_eq!(written.len(), 12, "{report:#}");
+    for (format, idempotence) in [(1, false), (2, false), (2, true)] {
+        let rows = written
+            .iter()
+            .filter(|r| r["format"] == format && r["idempotence"] == idempotence)
+            .count();
+        assert_eq!(
+            rows, 4,
+            "format {format} idempotence {idempotence}: {report:#}"
+        );
+    }
+    assert_eq!(report["written_partitions"].as_u64(), Some(3));
+}

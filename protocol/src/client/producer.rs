@@ -852,22 +852,16 @@ impl Producer {
         // wire: the open batch takes more messages instead of waiting (to
         // the grown limit), as Kafka's producer fills batch.size while
         // max.in.flight is reached. Five batches of 50 messages a round
-        // trip were a fifth of the throughput without the numbers. And
-        // with some of the five out, a batch grows to twice the size per
-        // batch out before it goes (`worth_sending`): five small batches
-        // answered slowly (acks=all) held the rate to 5 × 100 messages a
-        // round trip (0.93-1.09 M msg/s against format 1's 1.40-1.69 M).
-        // A grown batch looks once per `batch_messages` more messages,
-        // not per message: the look locks every connection's counts and
-        // was a fifth of the producer's CPU.
+        // trip were a fifth of the throughput without the numbers.
+        // A grown batch looks for room once per `batch_messages` more
+        // messages, not per message: the look locks every connection's
+        // counts and was a fifth of the producer's CPU.
         let look = (batch.count as usize) < config.batch_messages
             || (batch.count as usize + 1).is_multiple_of(config.batch_messages.max(1));
         let grows = fills
             && inner.numbering.is_some()
             && batch.len(format) + size < config.batch_bytes.min(GROWN_BATCH_BYTES_MAX)
-            && !(look
-                && inner.worth_sending(setup, index, batch.count as usize + 1)
-                && inner.has_room(setup, index));
+            && !(look && inner.has_room(setup, index));
         if fills && !grows {
             // Room first, so an error leaves the message unqueued.
             let deadline = Instant::now() + setup.client.config().flush_timeout;
@@ -1267,17 +1261,6 @@ impl Inner {
         }
         self.recheck = (self.recheck * 2).min(DOWN_RECHECK_MAX);
         true
-    }
-
-    /// Whether a numbered batch of `count` messages for `index` goes now
-    /// rather than growing: `batch_messages` doubled for each of the
-    /// partition's batches still out, so the five on the wire carry more
-    /// the slower they are answered, while a partition answered at once
-    /// keeps small batches (and their latency). The linger still sends
-    /// a batch that waits, whatever its size.
-    fn worth_sending(&self, setup: &Setup, index: usize, count: usize) -> bool {
-        let out = self.unresolved(index);
-        out < IN_FLIGHT_MAX && count >= setup.config.batch_messages << out
     }
 
     /// Whether a waiting batch of partition `p` stays queued in this pass

@@ -54,10 +54,18 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     check_io_uring()?;
     check_memlock(&config)?;
 
-    let listeners = bind_listeners(&config)?;
+    let listeners = bind_listeners(&config, config.listen, "--listen")?;
     let addresses: Vec<SocketAddr> = listeners
         .iter()
         .map(|l| l.local_addr())
+        .collect::<Result<_, _>>()?;
+    let kafka_listeners = match config.kafka_listen {
+        Some(base) => bind_listeners(&config, base, "--kafka-listen")?,
+        None => Vec::new(),
+    };
+    let kafka_ports: Vec<u16> = kafka_listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
         .collect::<Result<_, _>>()?;
     let incarnation = coordinator::registry::random_id();
     config.incarnation = incarnation.clone();
@@ -92,6 +100,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
                     .clone()
                     .unwrap_or_else(|| addr.ip().to_string()),
                 port: addr.port(),
+                kafka_port: kafka_ports.get(i).copied(),
             })
             .collect(),
         version: crate::VERSION.to_string(),
@@ -254,6 +263,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), ShardStartError>>();
     let alive = Arc::new(AtomicUsize::new(config.shards));
     let mut handles = Vec::new();
+    let mut kafka_fds = kafka_listeners.into_iter().map(|l| l.into_raw_fd());
     for (id, (listener, inbox)) in listeners.into_iter().zip(inboxes).enumerate() {
         let placement = if config.shards <= cpus {
             // Several brokers on one machine (deploy/cluster.sh) give each a
@@ -279,6 +289,7 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
             },
             inbox,
             listener_fd: listener.into_raw_fd(),
+            kafka_listener_fd: kafka_fds.next(),
             topics: topics.clone(),
             ready: ready_tx.clone(),
             published: published.clone(),
@@ -311,10 +322,17 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     }
     let ports: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
     let metrics_text = metrics_address.map_or(String::new(), |a| format!(" metrics {a}"));
+    let kafka_text = if kafka_ports.is_empty() {
+        String::new()
+    } else {
+        let ports: Vec<String> = kafka_ports.iter().map(u16::to_string).collect();
+        format!(" kafka {}", ports.join(","))
+    };
     println!(
-        "ringlog broker {} ready: shards {}{} data-dir {}",
+        "ringlog broker {} ready: shards {}{}{} data-dir {}",
         config.broker_id,
         ports.join(","),
+        kafka_text,
         metrics_text,
         config.data_dir.display()
     );
@@ -369,6 +387,8 @@ struct ShardContext {
     lease: Option<Arc<coordinator::registry::LeaseClock>>,
     inbox: flume::Receiver<ShardMsg>,
     listener_fd: i32,
+    /// Its Kafka listener's, if the broker speaks Kafka's protocol.
+    kafka_listener_fd: Option<i32>,
     topics: Vec<TopicRecord>,
     ready: mpsc::Sender<Result<(), ShardStartError>>,
     published: Published,
@@ -483,8 +503,22 @@ async fn shard_main(context: ShardContext) {
     glommio::spawn_local(crate::replica::tasks::run_leaders(shard.clone())).detach();
     glommio::spawn_local(publish_metrics(shard.clone(), context.published.clone())).detach();
     glommio::spawn_local(inbox_loop(shard.clone(), context.inbox, stop.clone())).detach();
+    if let Some(fd) = context.kafka_listener_fd {
+        // SAFETY: as the listener's above: released with into_raw_fd, owned
+        // here alone.
+        let kafka = unsafe { glommio::net::TcpListener::from_raw_fd(fd) };
+        glommio::spawn_local(crate::net::listener::accept_loop::<
+            crate::kafka::front::Kafka,
+        >(shard.clone(), kafka, stop.clone()))
+        .detach();
+    }
     let _ = context.ready.send(Ok(()));
-    crate::net::listener::accept_loop(shard.clone(), listener, stop).await;
+    crate::net::listener::accept_loop::<crate::handler::native::Native>(
+        shard.clone(),
+        listener,
+        stop,
+    )
+    .await;
     shard::flush_all(&shard).await;
     shard::drain_responses(&shard, Duration::from_secs(2)).await;
     publish_once(&shard, &context.published);
@@ -616,8 +650,11 @@ async fn publish_metrics(shard: Rc<Shard>, published: Published) {
     }
 }
 
-fn bind_listeners(config: &Config) -> anyhow::Result<Vec<TcpListener>> {
-    let base = config.listen;
+fn bind_listeners(
+    config: &Config,
+    base: SocketAddr,
+    flag: &str,
+) -> anyhow::Result<Vec<TcpListener>> {
     (0..config.shards)
         .map(|i| {
             let mut addr = base;
@@ -629,7 +666,7 @@ fn bind_listeners(config: &Config) -> anyhow::Result<Vec<TcpListener>> {
                 addr.set_port(port as u16);
             }
             bind_retrying(addr).with_context(|| {
-                format!("binding shard {i} to {addr} (shard i listens on --listen port + i)")
+                format!("binding shard {i} to {addr} (shard i listens on {flag} port + i)")
             })
         })
         .collect()

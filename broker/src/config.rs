@@ -74,6 +74,10 @@ pub struct Config {
     /// Shard 0's address; shard `i` listens on port + i (or an ephemeral port
     /// each when the port is 0).
     pub listen: SocketAddr,
+    /// Shard 0's address for Kafka's protocol (`kafka/`); shard `i` on
+    /// port + i, each shard its own Kafka node (`broker_id × 1024 +
+    /// shard`). None: no Kafka listener.
+    pub kafka_listen: Option<SocketAddr>,
     /// The host Metadata tells clients to connect to (default: the listen
     /// address's IP; set it when listening on 0.0.0.0).
     pub advertise_host: Option<String>,
@@ -289,6 +293,7 @@ impl Default for Config {
         Config {
             data_dir: PathBuf::from("ringlog-data"),
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            kafka_listen: None,
             advertise_host: None,
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
             first_cpu: 0,
@@ -417,6 +422,9 @@ impl Config {
         reason = "one check per setting, each with its own error; a list, not logic"
     )]
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.kafka_listen.is_some() {
+            crate::kafka::check_config(self).map_err(ConfigError)?;
+        }
         if self.shards == 0 || self.shards > 256 {
             return Err(ConfigError(format!(
                 "shards must be 1..=256, got {}",

@@ -36,6 +36,7 @@
 //! | [`auth`] | logins, their limits, access control, quotas, sessions |
 //! | [`shard`] | one executor's partitions, copies and timers |
 //! | [`handler`] | one file per request, and ringlog's protocol as a front end (`native`, `opening`, `admission`) |
+//! | [`kafka`] | Kafka's wire protocol as a second front end on the same shards |
 //! | [`net`] | transport only: listeners, connections, TLS, sendfile; [`net::front`] is what a protocol provides |
 //! | [`control`] | the control thread and the registry |
 //! | [`broker`], [`config`], [`metrics`], [`mailbox`], [`limits`], [`topic_error`] | start and stop, configuration, metrics, messages between threads, bounds, why a shard could not take a topic |
@@ -58,6 +59,7 @@ pub mod control;
 pub mod durable_file;
 pub mod faults;
 pub mod handler;
+pub mod kafka;
 pub mod limits;
 pub mod log_limit;
 pub mod mailbox;

@@ -17,6 +17,10 @@ struct Args {
     /// Shard 0's address; shard i listens on PORT+i (port 0: ephemeral ports).
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<SocketAddr>,
+    /// Also speak Kafka's protocol: shard i on PORT+i, each shard its own
+    /// Kafka node [default: off].
+    #[arg(long, value_name = "HOST:PORT")]
+    kafka_listen: Option<SocketAddr>,
     /// Host that Metadata advertises to clients [default: the --listen IP].
     #[arg(long, value_name = "HOST")]
     advertise_host: Option<String>,
@@ -114,6 +118,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(v) = args.listen {
         config.listen = v;
+    }
+    if let Some(v) = args.kafka_listen {
+        config.kafka_listen = Some(v);
     }
     if let Some(v) = args.advertise_host {
         config.advertise_host = Some(v);

@@ -22,6 +22,9 @@ pub enum Payload {
     /// Ranges of segment files owned by this shard, one after the other (a
     /// MultiFetch answer's chunks).
     Files(Vec<FetchSlice>),
+    /// Bytes and ranges of segment files owned by this shard in turn (a
+    /// Kafka Fetch answer: each partition's fields, then its records).
+    Parts(Vec<Part>),
     /// A range of a segment file owned by another shard, by duplicated fd.
     Fd {
         /// The duplicated descriptor.
@@ -33,6 +36,30 @@ pub enum Payload {
     },
 }
 
+/// One piece of [`Payload::Parts`].
+#[derive(Debug)]
+pub enum Part {
+    /// Bytes written as they are.
+    Bytes(Vec<u8>),
+    /// A range of a segment file, sent with sendfile.
+    File(FetchSlice),
+}
+
+impl Part {
+    /// Its bytes on the wire.
+    pub fn len(&self) -> usize {
+        match self {
+            Part::Bytes(bytes) => bytes.len(),
+            Part::File(slice) => slice.len as usize,
+        }
+    }
+
+    /// True when it sends nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 impl Payload {
     /// Bytes that follow the header.
     pub fn len(&self) -> usize {
@@ -40,6 +67,7 @@ impl Payload {
             Payload::None => 0,
             Payload::File(slice) => slice.len as usize,
             Payload::Files(slices) => slices.iter().map(|s| s.len as usize).sum(),
+            Payload::Parts(parts) => parts.iter().map(Part::len).sum(),
             Payload::Fd { len, .. } => *len as usize,
         }
     }

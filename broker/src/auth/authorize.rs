@@ -215,6 +215,33 @@ pub fn may_describe(shard: &Shard, principal: &str, resource: ResourceType, name
     })
 }
 
+/// May `principal` do `operation` on this resource (Kafka's listener,
+/// which checks each partition of a request in its place)? Always where
+/// authorization is off; a super user may do everything. A refusal is
+/// counted.
+pub fn may(
+    shard: &Shard,
+    principal: &str,
+    resource: ResourceType,
+    name: &str,
+    operation: Operation,
+) -> bool {
+    if !shard.config.authorization {
+        return true;
+    }
+    let allowed = shard.security.with(|snapshot| {
+        snapshot.acls.is_super_user(principal)
+            || snapshot
+                .acls
+                .authorize(principal, resource, name, operation)
+                .allowed()
+    });
+    if !allowed {
+        crate::metrics::bump(&shard.metrics.counters.authorization_denied_total, 1);
+    }
+    allowed
+}
+
 /// The refusal: counted, logged (once a second per shard, with the count
 /// of lines left out), and answered naming the operation and resource.
 fn denied(

@@ -15,18 +15,22 @@ use std::time::{Duration, Instant};
 /// principal owes for earlier requests and fetches on any connection; and
 /// at least until this connection's own fetch debt is paid.
 pub fn quota_wait(client: &Client, prefix: FramePrefix, payload_bytes: usize) -> Duration {
+    let produced = if prefix.api == Api::Produce as u16 {
+        payload_bytes as u64
+    } else {
+        0
+    };
+    quota_wait_bytes(client, produced)
+}
+
+/// [`quota_wait`] for a request of any protocol that carries `produced`
+/// bytes to append (0: not a produce).
+pub fn quota_wait_bytes(client: &Client, produced: u64) -> Duration {
     let muted = client.muted_until.take().map_or(Duration::ZERO, |until| {
         until.saturating_duration_since(Instant::now())
     });
     let reserved = match &*client.quota.borrow() {
-        Some(slot) => {
-            let produced = if prefix.api == Api::Produce as u16 {
-                payload_bytes as u64
-            } else {
-                0
-            };
-            slot.usage().reserve(produced)
-        }
+        Some(slot) => slot.usage().reserve(produced),
         None => Duration::ZERO,
     };
     reserved.max(muted)
@@ -68,7 +72,7 @@ pub fn charge_fetch(client: &Client, response: Response) -> Response {
 }
 
 /// The client's next request is read `delay` from now at the earliest.
-fn mute(client: &Client, delay: Duration) {
+pub fn mute(client: &Client, delay: Duration) {
     let until = Instant::now() + delay;
     let later = client.muted_until.get().map_or(until, |at| at.max(until));
     client.muted_until.set(Some(later));

@@ -26,9 +26,10 @@ impl Response {
         let fd = match self.payload {
             Payload::None => None,
             Payload::Fd { fd, position, len } => Some((fd, position, len)),
-            Payload::Files(_) => {
-                // Only a MultiFetch answers with several ranges, and it is
-                // never forwarded (each partition to its owning shard).
+            Payload::Files(_) | Payload::Parts(_) => {
+                // Only a MultiFetch and a Kafka Fetch answer with several
+                // ranges, and they are never forwarded (each partition to
+                // its owning shard).
                 return error_response(
                     self.api,
                     ErrorCode::Internal,

@@ -88,9 +88,112 @@ pub fn handle(
         }
         Owner::Broker(broker) => return Err(Failure::not_owner(topic_name, partition, broker)),
     };
+    let appending = append_checked(
+        shard,
+        log,
+        Checked {
+            topic: topic_name,
+            partition,
+            acks,
+            leader_epoch: request.leader_epoch(),
+            payload,
+            summary,
+            numbered,
+            mirror,
+        },
+    )?;
+    Ok(match appending {
+        Appending::Silent => Dispatched::Silent,
+        Appending::Throttle(wait) => Dispatched::Throttle(wait),
+        Appending::Acked(acked) => {
+            let shard = shard.clone();
+            Dispatched::Later(Box::pin(async move {
+                Some(match acked.await {
+                    Ok(Acked { base, end, count }) => {
+                        let header = super::with_builder(&shard, |fbb| {
+                            protocol::codec::produce_response(fbb, base, end, count).to_vec()
+                        });
+                        Response {
+                            api: Api::Produce as u16,
+                            error: 0,
+                            header,
+                            payload: Payload::None,
+                        }
+                    }
+                    Err(failure) => failure.response(Api::Produce as u16),
+                })
+            }))
+        }
+    })
+}
+
+/// A produce's checked bytes and what it asks, for [`append_checked`].
+pub struct Checked<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The partition.
+    pub partition: protocol::types::PartitionId,
+    /// When to answer.
+    pub acks: AckMode,
+    /// The leader epoch the producer knows (-1: any).
+    pub leader_epoch: i32,
+    /// The message set or batches, checked by [`check_payload`].
+    pub payload: &'a [u8],
+    /// What the check found.
+    pub summary: MessageSetSummary,
+    /// An idempotent producer's numbers.
+    pub numbered: Option<Numbered>,
+    /// A mirror's append: where its source stored the bytes.
+    pub mirror: Option<protocol::codec::MirrorAppend>,
+}
+
+/// A produce's acknowledgement: where its bytes were stored.
+#[derive(Debug, Clone, Copy)]
+pub struct Acked {
+    /// The offset of its first byte.
+    pub base: u64,
+    /// The offset after its last byte.
+    pub end: u64,
+    /// Messages (format 2: records).
+    pub count: u32,
+}
+
+/// What appending a produce came to.
+pub enum Appending {
+    /// Appended, nothing to answer (`acks = none`).
+    Silent,
+    /// Appended, nothing to answer, and the connection reads nothing more
+    /// until this resolves (the disk is behind).
+    Throttle(std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>),
+    /// The acknowledgement, once the bytes are as stored as `acks` asks.
+    Acked(std::pin::Pin<Box<dyn std::future::Future<Output = Result<Acked, Failure>>>>),
+}
+
+/// Appends a checked produce to its partition's log on this shard — the
+/// leader's checks, an idempotent producer's sequence, the append — and
+/// says when it is acknowledged. Every protocol's produce ends here.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the leader's checks, the sequence, the append and the ack in the order a produce meets them"
+)]
+pub fn append_checked(
+    shard: &Rc<Shard>,
+    log: SharedLog,
+    checked: Checked<'_>,
+) -> Result<Appending, Failure> {
+    let Checked {
+        topic: topic_name,
+        partition,
+        acks,
+        leader_epoch,
+        payload,
+        summary,
+        numbered,
+        mirror,
+    } = checked;
     let replica = shard.replica(topic_name, partition);
     if let Some(replica) = &replica {
-        super::replicated::check_leader(replica, request.leader_epoch())?;
+        super::replicated::check_leader(replica, leader_epoch)?;
         super::replicated::check_lease(shard, replica)?;
         super::replicated::check_transfer(replica)?;
         if acks == AckMode::All {
@@ -146,12 +249,12 @@ pub fn handle(
     crate::metrics::bump(&counters.produce_bytes_total, payload.len() as u64);
     if acks == AckMode::None {
         if log.borrow().unwritten_bytes() < PENDING_BYTES_MAX {
-            return Ok(Dispatched::Silent);
+            return Ok(Appending::Silent);
         }
         // The disk is behind the producers: stop reading this connection
         // until the sync task has written the backlog down to half.
         let watermarks = log.borrow().watermarks();
-        return Ok(Dispatched::Throttle(Box::pin(async move {
+        return Ok(Appending::Throttle(Box::pin(async move {
             watermarks
                 .wait_until(|| {
                     let l = log.borrow();
@@ -168,13 +271,11 @@ pub fn handle(
         let epoch = r.borrow().epoch();
         (r, epoch)
     });
-    Ok(Dispatched::Later(Box::pin(async move {
-        Some(
-            await_ack(
-                &shard, &log, local_acks, appended, count, started, replicated,
-            )
-            .await,
+    Ok(Appending::Acked(Box::pin(async move {
+        await_ack(
+            &shard, &log, local_acks, appended, count, started, replicated,
         )
+        .await
     })))
 }
 
@@ -195,7 +296,7 @@ fn acknowledge(
     end: u64,
     count: u32,
     started: Instant,
-) -> Dispatched {
+) -> Appending {
     let local_acks = match acks {
         AckMode::All if log.borrow().write_caching() => AckMode::Written,
         AckMode::All => AckMode::Flushed,
@@ -203,7 +304,7 @@ fn acknowledge(
     };
     let appended = partition_log::appended_before(&log, base, end, local_acks);
     if acks == AckMode::None {
-        return Dispatched::Silent;
+        return Appending::Silent;
     }
     // In the epoch leading now: a high watermark of it past `end` commits
     // the bytes this leader holds there, which are the batch.
@@ -212,19 +313,17 @@ fn acknowledge(
         (r, epoch)
     });
     let shard = shard.clone();
-    Dispatched::Later(Box::pin(async move {
-        Some(
-            await_ack(
-                &shard, &log, local_acks, appended, count, started, replicated,
-            )
-            .await,
+    Appending::Acked(Box::pin(async move {
+        await_ack(
+            &shard, &log, local_acks, appended, count, started, replicated,
         )
+        .await
     }))
 }
 
 /// Why a produce's bytes are refused (CORRUPT_MESSAGE).
 #[derive(Debug, thiserror::Error)]
-enum PayloadError {
+pub enum PayloadError {
     /// A format-1 message set that is not whole, valid messages.
     #[error(transparent)]
     Messages(#[from] protocol::message::MessageError),
@@ -265,7 +364,7 @@ enum PayloadError {
 /// With it, an idempotent producer's numbers: its batch must be the only
 /// one (as Kafka's produce requests carry one batch per partition), so a
 /// retry is the same request and is answered as one.
-fn check_payload(
+pub fn check_payload(
     format: MessageFormat,
     payload: &[u8],
     mirror_offset: Option<u64>,
@@ -340,7 +439,7 @@ async fn await_ack(
     count: u32,
     started: Instant,
     replicated: Option<(crate::replica::SharedReplica, u32)>,
-) -> Response {
+) -> Result<Acked, Failure> {
     let Appended { base, end, .. } = appended;
     if let Err(not_stored) = partition_log::stored(log, appended, acks).await {
         crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
@@ -359,25 +458,17 @@ async fn await_ack(
             ),
             NotStored::Failed(reason) => Failure::new(ErrorCode::StorageFailed, reason),
         };
-        return failure.response(Api::Produce as u16);
+        return Err(failure);
     }
     if let Some((replica, epoch)) = replicated {
         if let Err(failure) = super::replicated::await_replicated(&replica, end, epoch).await {
             crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
-            return failure.response(Api::Produce as u16);
+            return Err(failure);
         }
     }
     crate::metrics::record_us(
         &shard.metrics.produce_latency_us,
         started.elapsed().as_micros() as u64,
     );
-    let header = super::with_builder(shard, |fbb| {
-        protocol::codec::produce_response(fbb, base, end, count).to_vec()
-    });
-    Response {
-        api: Api::Produce as u16,
-        error: 0,
-        header,
-        payload: Payload::None,
-    }
+    Ok(Acked { base, end, count })
 }

@@ -170,7 +170,7 @@ pub fn handle_create_partitions(shard: &Rc<Shard>, header: &[u8]) -> Result<Disp
 
 /// Sends `msg` to the control thread and awaits its answer. A control
 /// thread that has stopped (the broker is stopping) is SHUTTING_DOWN.
-pub(super) async fn ask_control<T>(
+pub(crate) async fn ask_control<T>(
     shard: &Shard,
     msg: ControlMsg,
     answer: flume::Receiver<Result<T, ControlError>>,

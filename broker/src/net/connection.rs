@@ -41,7 +41,7 @@ use super::sendfile::{self, Sent};
 use crate::handler::give_way::GiveWay;
 use crate::limits::{LOGIN_READ_BUFFER_BYTES, READ_BUFFER_BYTES};
 use crate::notify::Notify;
-use crate::reply::{Dispatched, Later, Payload, Response};
+use crate::reply::{Dispatched, Later, Part, Payload, Response};
 use crate::shard::Shard;
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
@@ -604,6 +604,25 @@ async fn write_responses<F: Front>(shard: &Shard, conn: &Conn<F>) -> io::Result<
                         slice.len as usize,
                     )
                     .await?;
+                }
+            }
+            Payload::Parts(parts) => {
+                for part in parts {
+                    match part {
+                        Part::Bytes(bytes) => out.extend_from_slice(bytes),
+                        Part::File(slice) => {
+                            write_all(conn, &out).await?;
+                            out.clear();
+                            send_range(
+                                shard,
+                                conn,
+                                slice.file.as_raw_fd(),
+                                slice.position,
+                                slice.len as usize,
+                            )
+                            .await?;
+                        }
+                    }
                 }
             }
             Payload::Fd { fd, position, len } => {

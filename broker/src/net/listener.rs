@@ -1,14 +1,14 @@
 //! The accept loop of one shard. Each shard has its own port, so a
 //! shard-aware client's connection lands on the core that owns its data.
 
-use crate::handler::native::Native;
+use super::front::Front;
 use crate::notify::Notify;
 use crate::shard::Shard;
 use glommio::net::TcpListener;
 use std::rc::Rc;
 
 /// Accepts connections until the shard stops.
-pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, stop: Notify) {
+pub async fn accept_loop<F: Front>(shard: Rc<Shard>, listener: TcpListener, stop: Notify) {
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             stop.wait_until(|| shard.stopping.get()).await;
@@ -31,14 +31,14 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, stop: Notify) 
                         "refusing a connection: max_connections reached (one line a second)"
                     );
                 }
-                glommio::spawn_local(crate::net::connection::refuse::<Native>(stream)).detach();
+                glommio::spawn_local(crate::net::connection::refuse::<F>(stream)).detach();
             }
             Ok(stream) => {
                 crate::metrics::bump(&shard.metrics.counters.connections_accepted_total, 1);
                 let served = shard.clone();
                 shard.connections.set(shard.connections.get() + 1);
                 glommio::spawn_local(async move {
-                    crate::net::connection::serve::<Native>(served.clone(), stream).await;
+                    crate::net::connection::serve::<F>(served.clone(), stream).await;
                     served.connections.set(served.connections.get() - 1);
                 })
                 .detach();

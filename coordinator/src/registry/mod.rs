@@ -495,6 +495,9 @@ pub struct ShardEndpoint {
     pub host: String,
     /// Its port.
     pub port: u16,
+    /// Its Kafka listener's port, if the broker speaks Kafka's protocol.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_port: Option<u16>,
 }
 
 /// A change someone else made to the registries.
@@ -890,6 +893,7 @@ pub mod conformance {
                 shard_id: 0,
                 host: "127.0.0.1".into(),
                 port: 9092,
+                kafka_port: None,
             }],
             version: "test".into(),
             data_dir_id: format!("test-{id}"),

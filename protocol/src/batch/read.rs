@@ -108,15 +108,22 @@ pub fn timestamp_of(header: &BatchHeader, record: &Record<'_>) -> i64 {
 /// record's; `None` if no record is that late, or the records cannot be
 /// read within `bytes_max`.
 pub fn first_at_or_after(batch: &[u8], time: i64, bytes_max: usize) -> Option<i64> {
+    first_record_at_or_after(batch, time, bytes_max).map(|(offset, _)| offset)
+}
+
+/// [`first_at_or_after`] with that record's time (Kafka's ListOffsets
+/// answers both).
+pub fn first_record_at_or_after(batch: &[u8], time: i64, bytes_max: usize) -> Option<(i64, i64)> {
     let header = BatchHeader::read(batch).ok()?;
     if header.attributes & ATTR_LOG_APPEND_TIME != 0 {
-        return (header.max_timestamp >= time).then_some(header.base_offset);
+        return (header.max_timestamp >= time)
+            .then_some((header.base_offset, header.max_timestamp));
     }
     let mut scratch = Vec::new();
     let (header, bytes) = decode(batch, bytes_max, &mut scratch).ok()?;
     let found = records(&header, bytes)
         .map_while(Result::ok)
         .find(|r| r.timestamp >= time)
-        .map(|r| r.offset);
+        .map(|r| (r.offset, r.timestamp));
     found
 }

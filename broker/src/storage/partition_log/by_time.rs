@@ -41,36 +41,48 @@ pub async fn offset_for_time<S: Storage>(
     log: &Shared<S>,
     time_ms: u64,
 ) -> Result<u64, StorageError> {
+    record_for_time(log, time_ms)
+        .await
+        .map(|(offset, _)| offset)
+}
+
+/// [`offset_for_time`] with the time of the record there, when one was
+/// found and its time is known (format 2; `None`: the end, format 1, or a
+/// batch whose records could not be read).
+pub async fn record_for_time<S: Storage>(
+    log: &Shared<S>,
+    time_ms: u64,
+) -> Result<(u64, Option<i64>), StorageError> {
     let time = i64::try_from(time_ms).unwrap_or(i64::MAX);
     let (from, end) = {
         let l = log.borrow();
         if l.settings.format == MessageFormat::One {
-            return Ok(l.offset_before_time(time_ms));
+            return Ok((l.offset_before_time(time_ms), None));
         }
         (l.time_hop_start(time), l.visible_offset())
     };
     if from >= end {
-        return Ok(end);
+        return Ok((end, None));
     }
     let late_enough = |_: u64, header: &protocol::batch::BatchHeader| header.max_timestamp >= time;
     let (start, header) = match hop(log, from, None, |_| HOP_READ_BYTES, late_enough).await? {
         Hop::Found(start, header) => (start, header),
-        Hop::End => return Ok(end),
+        Hop::End => return Ok((end, None)),
         // A reader from here meets the damage, as it would have.
-        Hop::Damaged(at) => return Ok(at),
+        Hop::Damaged(at) => return Ok((at, None)),
     };
     if header.attributes & protocol::batch::ATTR_LOG_APPEND_TIME != 0 {
-        return Ok(start);
+        return Ok((start, Some(header.max_timestamp)));
     }
     let Some(slice) = read_exact_batch(log, start, header.size).await? else {
-        return Ok(start);
+        return Ok((start, None));
     };
     // The batch's own baseOffset is its position (stamped so); the
     // record's delta counts from there.
     Ok(
-        protocol::batch::read::first_at_or_after(&slice, time, RECORDS_BYTES_MAX)
-            .and_then(|offset| u64::try_from(offset).ok())
-            .filter(|&offset| offset >= start && offset < start + header.size as u64)
-            .unwrap_or(start),
+        protocol::batch::read::first_record_at_or_after(&slice, time, RECORDS_BYTES_MAX)
+            .and_then(|(offset, at)| u64::try_from(offset).ok().map(|o| (o, Some(at))))
+            .filter(|&(offset, _)| offset >= start && offset < start + header.size as u64)
+            .unwrap_or((start, None)),
     )
 }

@@ -1012,7 +1012,7 @@ mod replica;
 mod retention;
 mod writer;
 
-pub use by_time::offset_for_time;
+pub use by_time::{offset_for_time, record_for_time};
 pub use digest::digests;
 use fetch_wait::flush_for_waiting_fetches;
 pub use fetch_wait::{fetch_waits, WaitingFetch};

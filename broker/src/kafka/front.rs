@@ -1,0 +1,404 @@
+//! Kafka's protocol as a connection's front end (`net::front`): frames are
+//! an `int32` size and a request header (api key, version, correlation id,
+//! client id); an answer is a size, the correlation id, and the API's body
+//! in the version asked for. Kafka has no opening without SASL: a
+//! connection is open from its first byte, as its principal —
+//! `User:ANONYMOUS`, or its TLS certificate's when the broker
+//! authenticates by certificate — with the same connection bounds, quotas
+//! and rights as on ringlog's own port.
+//!
+//! A request Kafka's protocol cannot answer — a version this listener
+//! does not speak (ApiVersions told the client which it does), an unknown
+//! API, a body that does not parse — closes the connection, as Kafka's own
+//! broker does: there is no answer in a layout the client would read. Each
+//! is logged (once a second) with what it was.
+
+use super::versions::{self, key};
+use super::wire::{Malformed, Reader};
+use crate::auth::quota::quotas;
+use crate::handler::client::Client;
+use crate::handler::give_way::GiveWay;
+use crate::net::front::{Front, Served, Step};
+use crate::reply::{Dispatched, Payload, Response};
+use crate::shard::Shard;
+use std::cell::{Cell, RefCell};
+use std::net::IpAddr;
+use std::rc::Rc;
+
+/// A request's size prefix and the fixed start of its header.
+pub const PREFIX_BYTES: usize = 12;
+
+/// The api number of an answer that is not sent: the connection closes
+/// without a word (a frame too large to read).
+const UNSENT: u16 = u16::MAX;
+
+/// A frame's prefix: its size and the start of its request header.
+#[derive(Debug, Clone, Copy)]
+pub struct Head {
+    /// The whole frame, size prefix included.
+    pub frame_bytes: usize,
+    /// Kafka's api key.
+    pub api: i16,
+    /// The version the body is in.
+    pub version: i16,
+    /// Echoed in the answer.
+    pub correlation_id: i32,
+}
+
+impl Head {
+    /// Reads a prefix ([`PREFIX_BYTES`]) of a frame of at most `frame_max`
+    /// bytes.
+    pub fn parse(prefix: &[u8], frame_max: usize) -> Result<Head, String> {
+        let size = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+        let head = Head {
+            frame_bytes: 4 + size.max(0) as usize,
+            api: i16::from_be_bytes([prefix[4], prefix[5]]),
+            version: i16::from_be_bytes([prefix[6], prefix[7]]),
+            correlation_id: i32::from_be_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]),
+        };
+        if (size as usize) < PREFIX_BYTES - 4 || size < 0 {
+            return Err(format!(
+                "a request of {size} bytes is shorter than its header"
+            ));
+        }
+        if head.frame_bytes > frame_max {
+            return Err(format!(
+                "a request of {} bytes (api {} v{}) exceeds max_request_bytes ({frame_max})",
+                head.frame_bytes, head.api, head.version
+            ));
+        }
+        Ok(head)
+    }
+}
+
+/// One connection speaking Kafka's protocol.
+pub struct Kafka {
+    client: Client,
+    /// Who it acts as, once known (at the first request: a TLS
+    /// certificate is read after the connection is admitted).
+    principal: RefCell<Option<Rc<str>>>,
+    /// Why it may not act at all (no certificate where one is needed, its
+    /// principal over its connection quota), once known.
+    refused: RefCell<Option<String>>,
+    /// The first request has been seen (the principal is settled).
+    settled: Cell<bool>,
+}
+
+impl Kafka {
+    /// Settles the principal at the first request: the certificate's when
+    /// the broker authenticates by certificate, else anonymous; then its
+    /// connection quota.
+    fn settle(&self) {
+        if self.settled.replace(true) {
+            return;
+        }
+        let shard = &self.client.shard;
+        let principal = match shard.config.authentication {
+            crate::config::Authentication::Tls => match &*self.client.certificate.borrow() {
+                Some(Ok(name)) => name.clone(),
+                Some(Err(why)) => {
+                    *self.refused.borrow_mut() =
+                        Some(format!("the client certificate names no principal: {why}"));
+                    return;
+                }
+                None => {
+                    *self.refused.borrow_mut() =
+                        Some("authentication = tls and the client sent no certificate".into());
+                    return;
+                }
+            },
+            _ => protocol::acl::ANONYMOUS.to_string(),
+        };
+        let exempt = shard.security.with(|s| s.acls.is_super_user(&principal));
+        if !exempt {
+            match quotas().admit_principal(&principal) {
+                Ok(slot) => *self.client.quota.borrow_mut() = slot,
+                Err(refusal) => {
+                    *self.refused.borrow_mut() = Some(refusal.to_string());
+                    return;
+                }
+            }
+        }
+        crate::metrics::bump(&shard.metrics.counters.logins_total, 1);
+        *self.principal.borrow_mut() = Some(principal.into());
+    }
+
+    /// Logs why a connection is closed (once a second per shard).
+    fn closing(&self, why: &str) {
+        let shard = &self.client.shard;
+        crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
+        if let Some(left_out) = shard.denials_log.allow() {
+            tracing::warn!(
+                shard = shard.id,
+                client = ?self.client.address,
+                left_out,
+                "kafka: closing a connection: {why} (one line a second)"
+            );
+        }
+    }
+
+    /// Dispatches a request whose version is served.
+    fn dispatch(
+        &self,
+        head: Head,
+        body: &[u8],
+        principal: &str,
+        give_way: &Rc<GiveWay>,
+    ) -> Result<Dispatched, Malformed> {
+        let shard = &self.client.shard;
+        let mut r = Reader::new(body);
+        let v = head.version;
+        match head.api {
+            key::PRODUCE => super::produce::handle(shard, v, &mut r, principal),
+            key::FETCH => super::fetch::handle(
+                shard,
+                give_way,
+                head.correlation_id as u32,
+                v,
+                &mut r,
+                principal,
+            ),
+            key::LIST_OFFSETS => super::list_offsets::handle(shard, v, &mut r, principal),
+            key::METADATA => super::metadata::handle(shard, v, &mut r, principal),
+            key::INIT_PRODUCER_ID => super::producer_id::handle(shard, v, &mut r, principal),
+            _ => unreachable!("versions::supported lists only these"),
+        }
+    }
+}
+
+/// A ready answer with `body`.
+pub fn ready(api: i16, body: Vec<u8>) -> Dispatched {
+    Dispatched::Ready(answer(api, body, Payload::None))
+}
+
+/// An answer with `body` and then `payload`.
+pub fn answer(api: i16, body: Vec<u8>, payload: Payload) -> Response {
+    Response {
+        api: api as u16,
+        error: 0,
+        header: body,
+        payload,
+    }
+}
+
+impl Front for Kafka {
+    const PREFIX_BYTES: usize = PREFIX_BYTES;
+    type Head = Head;
+
+    fn admit(shard: &Rc<Shard>, address: Option<IpAddr>) -> Result<Kafka, crate::auth::Refused> {
+        let address_slot = match address.map(|a| quotas().admit_address(a)) {
+            Some(Err(refusal)) => return Err(refusal),
+            Some(Ok(slot)) => slot,
+            None => None,
+        };
+        Ok(Kafka {
+            client: Client {
+                shard: shard.clone(),
+                address,
+                address_slot,
+                certificate: RefCell::new(None),
+                quota: RefCell::new(None),
+                muted_until: Cell::new(None),
+                throttle_in_frames: Cell::new(false),
+                pending: RefCell::new(None),
+                unauthenticated: Cell::new(false),
+                session: RefCell::new(None),
+            },
+            principal: RefCell::new(None),
+            refused: RefCell::new(None),
+            settled: Cell::new(false),
+        })
+    }
+
+    /// Kafka has no answer before a request: the connection just closes.
+    fn refusal(_message: &str) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn certificate(
+        &self,
+        certificate: Option<Result<String, crate::auth::certificate::NoPrincipal>>,
+    ) {
+        *self.client.certificate.borrow_mut() = certificate;
+    }
+
+    fn open(&self) -> bool {
+        true
+    }
+
+    fn frame_max(&self) -> usize {
+        self.client.shard.config.max_request_bytes
+    }
+
+    fn frame_bytes(
+        &self,
+        prefix: &[u8],
+        frame_max: usize,
+    ) -> Result<(usize, Head), (u32, Response)> {
+        match Head::parse(prefix, frame_max) {
+            Ok(head) => Ok((head.frame_bytes, head)),
+            Err(why) => {
+                self.closing(&why);
+                let unsent = Response {
+                    api: UNSENT,
+                    error: 0,
+                    header: Vec::new(),
+                    payload: Payload::None,
+                };
+                Err((0, unsent))
+            }
+        }
+    }
+
+    fn serve<'a>(&'a self, frame: &'a [u8], head: Head, give_way: &'a Rc<GiveWay>) -> Step<'a> {
+        let request_id = head.correlation_id as u32;
+        let api = head.api as u16;
+        let reply = |dispatched| {
+            Step::Now(Served::Answer {
+                request_id,
+                api,
+                dispatched,
+            })
+        };
+        if head.api == key::API_VERSIONS {
+            // Any version: an unknown one is answered with the list.
+            return reply(ready(key::API_VERSIONS, versions::answer(head.version)));
+        }
+        if !versions::supported(head.api, head.version) {
+            self.closing(&format!(
+                "api {} v{} is not served (ApiVersions lists what is)",
+                head.api, head.version
+            ));
+            return Step::Now(Served::Close(None));
+        }
+        self.settle();
+        if let Some(why) = &*self.refused.borrow() {
+            self.closing(why);
+            return Step::Now(Served::Close(None));
+        }
+        let Some(principal) = self.principal.borrow().clone() else {
+            return Step::Now(Served::Close(None));
+        };
+        // The request header's client id, then the body.
+        let mut r = Reader::new(&frame[PREFIX_BYTES..]);
+        if let Err(error) = r.nullable_string("client_id") {
+            self.closing(&error.to_string());
+            return Step::Now(Served::Close(None));
+        }
+        let body = &frame[frame.len() - r.remaining()..];
+        let shard = &self.client.shard;
+        let produced = if head.api == key::PRODUCE {
+            body.len() as u64
+        } else {
+            0
+        };
+        let held = crate::handler::admission::quota_wait_bytes(&self.client, produced);
+        let budget = head.api == key::PRODUCE && shard.unwritten.over();
+        if held.is_zero() && !budget {
+            return match self.dispatch(head, body, &principal, give_way) {
+                Ok(dispatched) => reply(dispatched),
+                Err(error) => {
+                    self.closing(&format!("api {} v{}: {error}", head.api, head.version));
+                    Step::Now(Served::Close(None))
+                }
+            };
+        }
+        Step::Wait(Box::pin(async move {
+            if !held.is_zero() {
+                glommio::timer::sleep(held).await;
+            }
+            if budget {
+                shard.unwritten.wait_for_room().await;
+            }
+            match self.dispatch(head, body, &principal, give_way) {
+                Ok(dispatched) => Served::Answer {
+                    request_id,
+                    api,
+                    dispatched,
+                },
+                Err(error) => {
+                    self.closing(&format!("api {} v{}: {error}", head.api, head.version));
+                    Served::Close(None)
+                }
+            }
+        }))
+    }
+
+    fn write_prefix(&self, out: &mut Vec<u8>, request_id: u32, response: &Response) {
+        if response.api == UNSENT {
+            return;
+        }
+        // Every answer header here is v0: the correlation id alone (no
+        // flexible version is served, and ApiVersions' is always v0).
+        let size = 4 + response.header.len() + response.payload.len();
+        out.extend_from_slice(&(size as i32).to_be_bytes());
+        out.extend_from_slice(&request_id.to_be_bytes());
+    }
+
+    fn outgoing(&self, response: Response) -> Response {
+        // A fetch's records charged to its principal's fetch quota: in
+        // debt, the connection's next request waits.
+        if response.api == key::FETCH as u16 && !response.payload.is_empty() {
+            if let Some(slot) = &*self.client.quota.borrow() {
+                let delay = slot.usage().charge_fetch(response.payload.len() as u64);
+                if !delay.is_zero() {
+                    crate::handler::admission::mute(&self.client, delay);
+                }
+            }
+        }
+        response
+    }
+
+    fn dropped(&self, _api: u16) -> Option<Response> {
+        // Only an acks=0 produce has no answer; every other request's
+        // future answers (an error at worst).
+        None
+    }
+
+    fn long_polls(&self, api: u16) -> bool {
+        api == key::FETCH as u16
+    }
+
+    fn ended(&self) -> Option<String> {
+        None
+    }
+
+    async fn until_ended(&self) {
+        std::future::pending::<()>().await;
+    }
+
+    fn closed(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefix(size: i32, api: i16, version: i16, correlation: i32) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&size.to_be_bytes());
+        out.extend_from_slice(&api.to_be_bytes());
+        out.extend_from_slice(&version.to_be_bytes());
+        out.extend_from_slice(&correlation.to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn a_request_is_sized_from_its_prefix_and_a_short_or_huge_one_is_refused() {
+        let head = Head::parse(&prefix(40, key::METADATA, 8, 7), 1 << 20).unwrap();
+        assert_eq!(
+            (
+                head.frame_bytes,
+                head.api,
+                head.version,
+                head.correlation_id
+            ),
+            (44, key::METADATA, 8, 7)
+        );
+        assert!(Head::parse(&prefix(1 << 21, key::PRODUCE, 8, 1), 1 << 20)
+            .unwrap_err()
+            .contains("exceeds max_request_bytes"));
+        assert!(Head::parse(&prefix(4, key::PRODUCE, 8, 1), 1 << 20).is_err());
+        assert!(Head::parse(&prefix(-5, key::PRODUCE, 8, 1), 1 << 20).is_err());
+    }
+}

@@ -1,0 +1,59 @@
+//! Kafka's wire protocol as a second front end on the same shards
+//! (`broker --kafka-listen`): Kafka's own clients — librdkafka and kcat,
+//! the Java client, kafka-python, franz-go — produce to and fetch from
+//! message-format-2 topics, whose batches *are* Kafka's record batch v2 at
+//! ringlog's byte offsets (design record 0017). No offset is translated and
+//! no fetched byte is copied: a Kafka offset is the byte position, and a
+//! Fetch answer's records go out with sendfile between the fields around
+//! them.
+//!
+//! Each shard is its own Kafka node, `broker_id × 1024 + shard`, on the
+//! Kafka port + shard: Metadata names the owning shard of every partition's
+//! leader, so a Kafka client talks to the core that holds the partition,
+//! as ringlog's own clients do. A request for a partition another shard
+//! owns is answered NOT_LEADER_OR_FOLLOWER, and the client looks again.
+//!
+//! | file | what |
+//! |---|---|
+//! | `front.rs` | the connection's front end: framing, request headers, dispatch, quotas |
+//! | `wire.rs` | Kafka's primitive types |
+//! | `versions.rs` | the APIs and versions this listener speaks (ApiVersions) |
+//! | `errors.rs` | ringlog's error codes as Kafka's |
+//! | `metadata.rs`, `produce.rs`, `fetch.rs`, `list_offsets.rs`, `producer_id.rs` | one request each |
+
+pub mod errors;
+pub mod fetch;
+pub mod front;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod producer_id;
+pub mod versions;
+pub mod wire;
+
+use crate::config::{Authentication, Config};
+
+/// Kafka node ids per broker: shard `s` of broker `b` is node `b × 1024 + s`.
+pub const NODES_PER_BROKER: i32 = 1024;
+
+/// The Kafka node id of a broker's shard.
+pub fn node_id(broker_id: u32, shard: u16) -> i32 {
+    broker_id as i32 * NODES_PER_BROKER + i32::from(shard)
+}
+
+/// Why a configuration cannot have a Kafka listener, if it cannot.
+pub fn check_config(config: &Config) -> Result<(), String> {
+    if i64::from(config.broker_id) * i64::from(NODES_PER_BROKER) + 1023 > i64::from(i32::MAX) {
+        return Err(format!(
+            "kafka_listen: broker id {} is too large for Kafka node ids (broker id × 1024 + shard must fit in 31 bits: at most 2097150)",
+            config.broker_id
+        ));
+    }
+    match config.authentication {
+        Authentication::None | Authentication::Tls => Ok(()),
+        Authentication::Scram | Authentication::ScramOrTls => Err(format!(
+            "kafka_listen with authentication = {}: the Kafka listener has no SASL yet, and would let clients in without the password the native listener asks for; use authentication = none or tls (a client certificate names the principal on both listeners)",
+            config.authentication.word()
+        )),
+    }
+}

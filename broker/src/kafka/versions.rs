@@ -1,0 +1,108 @@
+//! The APIs this listener speaks and their versions, as ApiVersions tells a
+//! client. A client uses, per API, the highest version both sides know;
+//! every range here stops before the API's first *flexible* version
+//! (compact strings, tagged fields), which `wire.rs` does not read, and
+//! starts where Kafka 4.0 starts (KIP-896), or at the first version with
+//! record batch v2 (Produce 3, Fetch 4).
+
+use super::errors::code;
+use super::wire::Writer;
+
+/// Kafka's API keys that this listener serves.
+#[allow(missing_docs)]
+pub mod key {
+    pub const PRODUCE: i16 = 0;
+    pub const FETCH: i16 = 1;
+    pub const LIST_OFFSETS: i16 = 2;
+    pub const METADATA: i16 = 3;
+    pub const API_VERSIONS: i16 = 18;
+    pub const INIT_PRODUCER_ID: i16 = 22;
+}
+
+/// `(api key, lowest version, highest version)`, by key.
+pub const SUPPORTED: &[(i16, i16, i16)] = &[
+    // v7 allows zstd batches; v9 is flexible.
+    (key::PRODUCE, 3, 8),
+    // v10 allows zstd batches; v11 adds the rack (read, ignored); v12 is
+    // flexible.
+    (key::FETCH, 4, 11),
+    // v4 adds the leader epoch; v6 is flexible.
+    (key::LIST_OFFSETS, 1, 5),
+    // v7 adds the leader epoch; v9 is flexible (topic ids come at v10).
+    (key::METADATA, 1, 8),
+    // v3 is flexible: a client asking for it is told these versions and
+    // asks again (the answer to an unknown version is always v0's layout).
+    (key::API_VERSIONS, 0, 2),
+    // v2 is flexible.
+    (key::INIT_PRODUCER_ID, 0, 1),
+];
+
+/// True when `version` of `api` is served.
+pub fn supported(api: i16, version: i16) -> bool {
+    SUPPORTED
+        .iter()
+        .any(|&(k, lo, hi)| k == api && (lo..=hi).contains(&version))
+}
+
+/// The ApiVersions answer for a request of `version`: the list, or
+/// UNSUPPORTED_VERSION and the list in v0's layout (what every client
+/// expects when it asked for more than the broker knows).
+pub fn answer(version: i16) -> Vec<u8> {
+    let mut w = Writer::default();
+    let known = supported(key::API_VERSIONS, version);
+    w.i16(if known {
+        code::NONE
+    } else {
+        code::UNSUPPORTED_VERSION
+    });
+    w.array(SUPPORTED.len());
+    for &(api, lo, hi) in SUPPORTED {
+        w.i16(api);
+        w.i16(lo);
+        w.i16(hi);
+    }
+    if known && version >= 1 {
+        w.i32(0); // throttle_time_ms
+    }
+    w.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kafka::wire::Reader;
+
+    #[test]
+    fn a_client_asking_for_a_newer_api_versions_is_told_the_list_in_the_oldest_layout() {
+        // librdkafka asks with v3, the Java client with v4.
+        for asked in [3, 4] {
+            let body = answer(asked);
+            let mut r = Reader::new(&body);
+            assert_eq!(r.i16("error").unwrap(), code::UNSUPPORTED_VERSION);
+            assert_eq!(r.array(6, "keys").unwrap(), Some(SUPPORTED.len()));
+            let mut listed = Vec::new();
+            for _ in 0..SUPPORTED.len() {
+                listed.push((
+                    r.i16("key").unwrap(),
+                    r.i16("min").unwrap(),
+                    r.i16("max").unwrap(),
+                ));
+            }
+            assert_eq!(listed, SUPPORTED);
+            assert_eq!(r.remaining(), 0, "v0 has no throttle time");
+        }
+        let body = answer(2);
+        assert_eq!(&body[..2], &[0, 0]);
+        assert_eq!(body.len(), 2 + 4 + SUPPORTED.len() * 6 + 4);
+        assert!(supported(key::PRODUCE, 8));
+        assert!(
+            !supported(key::PRODUCE, 9),
+            "flexible versions are not read"
+        );
+        assert!(
+            !supported(key::FETCH, 3),
+            "no record batch v2 before Fetch v4"
+        );
+        assert!(!supported(99, 0));
+    }
+}

@@ -1,0 +1,90 @@
+// Kafka's own Java client (4.x, its defaults: an idempotent producer with
+// acks=all) against ringlog's Kafka listener: produce COUNT records over
+// the topic's partitions, read them back with assign/seekToBeginning, seek
+// into the middle of a batch, look an offset up by time, and print one
+// line per finding for tests/tests/it/kafka_listener.rs to check.
+//
+// java -cp "$KAFKA_HOME/libs/*" JavaClients.java BOOTSTRAP TOPIC COUNT
+import java.time.Duration;
+import java.util.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public class JavaClients {
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0], topic = args[1];
+        int count = Integer.parseInt(args[2]);
+        long before = System.currentTimeMillis();
+
+        Properties p = new Properties();
+        p.put("bootstrap.servers", bootstrap);
+        p.put("key.serializer", StringSerializer.class.getName());
+        p.put("value.serializer", StringSerializer.class.getName());
+        p.put("linger.ms", "5");
+        List<RecordMetadata> sent = new ArrayList<>();
+        int partitions;
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(p)) {
+            partitions = producer.partitionsFor(topic).size();
+            List<java.util.concurrent.Future<RecordMetadata>> futures = new ArrayList<>();
+            for (int i = 0; i < count; i++) {
+                ProducerRecord<String, String> r = new ProducerRecord<>(topic, i % partitions, "k" + i, "v" + i);
+                r.headers().add("n", Integer.toString(i).getBytes());
+                futures.add(producer.send(r));
+            }
+            producer.flush();
+            for (var f : futures) sent.add(f.get());
+        }
+        System.out.println("produced " + sent.size() + " partitions " + partitions);
+
+        Properties c = new Properties();
+        c.put("bootstrap.servers", bootstrap);
+        c.put("key.deserializer", StringDeserializer.class.getName());
+        c.put("value.deserializer", StringDeserializer.class.getName());
+        c.put("enable.auto.commit", "false");
+        c.put("max.poll.records", "7");
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(c)) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (int i = 0; i < partitions; i++) tps.add(new TopicPartition(topic, i));
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<Integer, Integer> last = new HashMap<>();
+            int read = 0, outOfOrder = 0, wrongOffset = 0, badHeader = 0;
+            long deadline = System.currentTimeMillis() + 30000;
+            while (read < count && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                    int n = Integer.parseInt(r.value().substring(1));
+                    Integer prev = last.put(r.partition(), n);
+                    if (prev != null && n <= prev) outOfOrder++;
+                    if (sent.get(n).offset() != r.offset()) wrongOffset++;
+                    if (!new String(r.headers().lastHeader("n").value()).equals(Integer.toString(n))) badHeader++;
+                    read++;
+                }
+            }
+            System.out.println("consumed " + read + " out_of_order " + outOfOrder + " wrong_offset " + wrongOffset + " bad_header " + badHeader);
+            Map<TopicPartition, Long> ends = consumer.endOffsets(tps);
+            boolean atEnd = true;
+            for (TopicPartition tp : tps) atEnd &= consumer.position(tp) == ends.get(tp);
+            System.out.println("positions_at_end " + atEnd);
+
+            // Into the middle of a batch: the third record of partition 0.
+            RecordMetadata third = sent.get(2 * partitions);
+            TopicPartition zero = new TopicPartition(topic, 0);
+            consumer.seek(zero, third.offset());
+            ConsumerRecord<String, String> first = null;
+            while (first == null && System.currentTimeMillis() < deadline + 10000) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                    if (first == null && r.partition() == 0) first = r;
+                }
+            }
+            System.out.println("seek " + third.offset() + " first " + (first == null ? -1 : first.offset()) + " value " + (first == null ? "" : first.value()));
+
+            Map<TopicPartition, OffsetAndTimestamp> byTime = consumer.offsetsForTimes(Map.of(zero, before));
+            OffsetAndTimestamp found = byTime.get(zero);
+            System.out.println("by_time " + (found == null ? -1 : found.offset()) + " first_offset " + sent.get(0).offset());
+        }
+    }
+}

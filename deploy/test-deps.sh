@@ -2,7 +2,8 @@
 # Installs what the test suite runs besides ringlog itself, from Debian's
 # packages: etcd (the cluster tests start a real one on free loopback
 # ports), the paper's competitors RabbitMQ and ActiveMQ and today's peers
-# NATS and Redis (the peer test drives them through loadgen), and a C++
+# NATS and Redis (the peer test drives them through loadgen), kcat (the
+# Kafka listener's tests), and a C++
 # compiler for the fuzz targets, and iproute2 (`ip`: the fault harness puts
 # etcd and each broker in its own network namespace); Java 17 and Maven,
 # with which Apache Kafka 4.4's jars are resolved from Maven Central into
@@ -50,8 +51,10 @@ command -v make >/dev/null || missing+=(make)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || missing+=(maven)
+# kcat (librdkafka's command-line client): the Kafka listener's tests.
+command -v kcat >/dev/null || missing+=(kcat)
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis, a C++ compiler, make, iproute2, Java and Maven are installed"
+    echo "test-deps: etcd, RabbitMQ, ActiveMQ, NATS, Redis, a C++ compiler, make, iproute2, Java, Maven and kcat are installed"
     install_kafka
     install_nextest
     exit 0

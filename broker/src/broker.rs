@@ -63,10 +63,11 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
         Some(base) => bind_listeners(&config, base, "--kafka-listen")?,
         None => Vec::new(),
     };
-    let kafka_ports: Vec<u16> = kafka_listeners
+    let kafka_addresses: Vec<SocketAddr> = kafka_listeners
         .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
+        .map(|l| l.local_addr())
         .collect::<Result<_, _>>()?;
+    let kafka_ports: Vec<u16> = kafka_addresses.iter().map(SocketAddr::port).collect();
     let incarnation = coordinator::registry::random_id();
     config.incarnation = incarnation.clone();
     // Before anything creates a partition directory: which replicated
@@ -322,11 +323,11 @@ pub fn run(mut config: Config) -> anyhow::Result<()> {
     }
     let ports: Vec<String> = addresses.iter().map(|a| a.to_string()).collect();
     let metrics_text = metrics_address.map_or(String::new(), |a| format!(" metrics {a}"));
-    let kafka_text = if kafka_ports.is_empty() {
+    let kafka_text = if kafka_addresses.is_empty() {
         String::new()
     } else {
-        let ports: Vec<String> = kafka_ports.iter().map(u16::to_string).collect();
-        format!(" kafka {}", ports.join(","))
+        let kafka: Vec<String> = kafka_addresses.iter().map(|a| a.to_string()).collect();
+        format!(" kafka {}", kafka.join(","))
     };
     println!(
         "ringlog broker {} ready: shards {}{}{} data-dir {}",

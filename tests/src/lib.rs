@@ -168,6 +168,9 @@ pub struct Broker {
     pub shards: Vec<String>,
     /// The metrics endpoint, when enabled.
     pub metrics: Option<String>,
+    /// The Kafka listener's shard addresses (`--kafka-listen`), shard 0
+    /// first; empty without one.
+    pub kafka: Vec<String>,
     starts: u32,
 }
 
@@ -181,6 +184,7 @@ impl Broker {
             options,
             shards: Vec::new(),
             metrics: None,
+            kafka: Vec::new(),
             starts: 0,
         };
         if let Some(bytes) = broker.options.tmpfs_bytes {
@@ -299,6 +303,8 @@ impl Broker {
             .map(String::from)
             .collect();
         self.metrics = after("metrics");
+        self.kafka = after("kafka")
+            .map_or_else(Vec::new, |list| list.split(',').map(String::from).collect());
         self.child = Some(child);
     }
 

@@ -31,6 +31,12 @@ fn run(command: &mut Command, what: &str) {
 /// its own virtualenv `target/tools/python-venv-<label>` (one per test, so
 /// tests running at once never install into the same one).
 pub fn command(label: &str) -> Command {
+    command_with(label, &[])
+}
+
+/// [`command`] with more packages from PyPI in its virtualenv (e.g.
+/// `kafka-python==3.0.12`, pinned).
+pub fn command_with(label: &str, packages: &[&str]) -> Command {
     let root = repo_root();
     let venv = root.join(format!("target/tools/python-venv-{label}"));
     let python = venv.join("bin/python");
@@ -41,15 +47,17 @@ pub fn command(label: &str) -> Command {
         );
     }
     run(
-        Command::new(&python).args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "flatbuffers==25.12.19",
-        ]),
-        "installing the flatbuffers runtime",
+        Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "flatbuffers==25.12.19",
+            ])
+            .args(packages),
+        "installing the flatbuffers runtime and the packages asked for",
     );
     let mut command = Command::new(python);
     command.env("PYTHONPATH", root.join("protocol/python"));

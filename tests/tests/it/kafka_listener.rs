@@ -1,0 +1,414 @@
+//! Issue 44: Kafka's own clients against ringlog's Kafka listener
+//! (`broker --kafka-listen`) — kcat (librdkafka), kafka-python and the Java
+//! client 4.4 — on format-2 topics at byte offsets, standalone and on a
+//! three-broker cluster with three copies; and what a broken client's
+//! bytes do to the listener. The clients are installed by
+//! `deploy/test-deps.sh` (kcat from Debian, Kafka's jars from Maven
+//! Central) and kafka-python from PyPI into a virtualenv here.
+
+use super::util::{metric, scrape};
+use harness::etcd::Etcd;
+use harness::{Broker, BrokerOptions};
+use protocol::client::{Client, OffsetSpec, TopicSettings};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const KAFKA_LIBS: &str = "/tmp/ringlog-peers/kafka-4.4.0/libs";
+
+fn kafka_options() -> BrokerOptions {
+    BrokerOptions {
+        metrics: true,
+        args: vec!["--kafka-listen".into(), "127.0.0.1:0".into()],
+        ..BrokerOptions::default()
+    }
+}
+
+fn format_two(client: &Client, name: &str, partitions: u32, settings: TopicSettings) {
+    client
+        .create_topic(
+            name,
+            partitions,
+            &TopicSettings {
+                message_format: 2,
+                ..settings
+            },
+        )
+        .unwrap();
+}
+
+/// Runs kcat with `args` and `input` on its stdin, for at most 60 s.
+fn kcat(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new("timeout")
+        .arg("60")
+        .arg("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat (installed by deploy/test-deps.sh: apt-get install kcat)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The Kafka node that leads `topic`'s partition: its owning shard's.
+fn leader_node(client: &Client, topic: &str, partition: u32) -> i32 {
+    let metadata = client.metadata(&[topic]).unwrap();
+    let placement = metadata.topics[0]
+        .partitions
+        .iter()
+        .find(|p| p.partition == partition)
+        .unwrap()
+        .clone();
+    placement.broker_id as i32 * 1024 + i32::from(placement.shard_id)
+}
+
+#[test]
+fn kcat_lists_produces_and_consumes_at_byte_offsets_with_every_codec() {
+    let broker = Broker::start(kafka_options());
+    let client = broker.client();
+    assert_eq!(broker.kafka.len(), 2, "one Kafka port per shard");
+    let bootstrap = broker.kafka[0].as_str();
+    format_two(&client, "t", 1, TopicSettings::default());
+    let node = leader_node(&client, "t", 0);
+
+    let listed = kcat(&["-b", bootstrap, "-L"], "");
+    let (out, err) = text(&listed);
+    assert!(listed.status.success(), "{out}{err}");
+    assert!(out.contains("2 brokers:"), "{out}");
+    assert!(out.contains("topic \"t\" with 1 partitions:"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "partition 0, leader {node}, replicas: {node}, isrs: {node}"
+        )),
+        "{out}"
+    );
+
+    let produced = kcat(&["-b", bootstrap, "-P", "-t", "t", "-p", "0"], "a\nb\nc\n");
+    assert!(produced.status.success(), "{:?}", text(&produced));
+    let read = kcat(
+        &[
+            "-b",
+            bootstrap,
+            "-C",
+            "-t",
+            "t",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%o %s\n",
+        ],
+        "",
+    );
+    let (out, err) = text(&read);
+    // One uncompressed batch of three one-byte records: 61 bytes of batch
+    // header and 8 of each record; the next offset is the byte after it.
+    assert_eq!(out, "0 a\n1 b\n2 c\n", "{err}");
+    assert!(
+        err.contains("Reached end of topic t [0] at offset 85"),
+        "{err}"
+    );
+
+    // A batch per codec, each after the last one's bytes.
+    for codec in ["zstd", "lz4", "gzip", "snappy"] {
+        let line = format!("{codec}-1\n{codec}-2\n");
+        let produced = kcat(
+            &["-b", bootstrap, "-P", "-t", "t", "-p", "0", "-z", codec],
+            &line,
+        );
+        assert!(produced.status.success(), "{codec}: {:?}", text(&produced));
+    }
+    let read = kcat(
+        &[
+            "-b",
+            bootstrap,
+            "-C",
+            "-t",
+            "t",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+            "-f",
+            "%o %s\n",
+        ],
+        "",
+    );
+    let (out, err) = text(&read);
+    let records: Vec<(u64, &str)> = out
+        .lines()
+        .map(|l| {
+            let (offset, value) = l.split_once(' ').unwrap();
+            (offset.parse().unwrap(), value)
+        })
+        .collect();
+    let values: Vec<&str> = records.iter().map(|r| r.1).collect();
+    assert_eq!(
+        values,
+        [
+            "a", "b", "c", "zstd-1", "zstd-2", "lz4-1", "lz4-2", "gzip-1", "gzip-2", "snappy-1",
+            "snappy-2"
+        ],
+        "{err}"
+    );
+    assert_eq!(
+        records[3].0, 85,
+        "the second batch starts at the first's end"
+    );
+    assert!(records.windows(2).all(|w| w[0].0 < w[1].0), "{out}");
+    let end = client
+        .list_offsets("t", 0, OffsetSpec::Latest, 0)
+        .unwrap()
+        .1
+        .end_offset;
+    assert!(
+        err.contains(&format!("at offset {end}")),
+        "the end is the log's byte end {end}: {err}"
+    );
+
+    // Inside a batch: from the second record of the first.
+    let read = kcat(
+        &[
+            "-b", bootstrap, "-C", "-t", "t", "-p", "0", "-o", "1", "-c", "2", "-f", "%o %s\n",
+        ],
+        "",
+    );
+    assert_eq!(text(&read).0, "1 b\n2 c\n", "{:?}", text(&read));
+    let metrics = scrape(broker.metrics.as_deref().unwrap());
+    assert!(
+        metric(&metrics, "ringlog_fetch_zero_copy_bytes_total") > 0,
+        "Kafka fetches go out with sendfile"
+    );
+
+    // ringlog's own consumer reads what kcat produced.
+    let native = Command::new(harness::binary("ringlog"))
+        .args([
+            "--brokers",
+            &broker.address(),
+            "consume",
+            "t",
+            "--partition",
+            "0",
+        ])
+        .args(["--from", "earliest", "--count", "11", "--print-offsets"])
+        .output()
+        .unwrap();
+    let (out, err) = text(&native);
+    assert!(native.status.success(), "{err}");
+    assert!(
+        out.starts_with("0:0\ta\n0:1\tb\n0:2\tc\n0:85\tzstd-1\n"),
+        "{out}"
+    );
+
+    // A format-1 topic stores the paper's messages, not Kafka's batches.
+    client
+        .create_topic("old", 1, &TopicSettings::default())
+        .unwrap();
+    let refused = kcat(&["-b", bootstrap, "-P", "-t", "old", "-p", "0"], "x\n");
+    let (out, err) = text(&refused);
+    assert!(!refused.status.success(), "{out}{err}");
+    assert!(
+        err.contains("Message format on broker does not support request"),
+        "{err}"
+    );
+}
+
+/// One request frame: size, api, version, correlation id, null client id,
+/// body.
+fn frame(api: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&((10 + body.len()) as i32).to_be_bytes());
+    out.extend_from_slice(&api.to_be_bytes());
+    out.extend_from_slice(&version.to_be_bytes());
+    out.extend_from_slice(&correlation.to_be_bytes());
+    out.extend_from_slice(&(-1i16).to_be_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+fn connect(address: &str) -> TcpStream {
+    let stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream
+}
+
+/// The (api, min, max) list of an ApiVersions v0 answer on `stream`.
+fn api_versions(stream: &mut TcpStream) -> Vec<(i16, i16, i16)> {
+    stream.write_all(&frame(18, 0, 7, &[])).unwrap();
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).unwrap();
+    let mut answer = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer[..4], &7i32.to_be_bytes(), "the correlation id");
+    assert_eq!(&answer[4..6], &[0, 0], "no error");
+    let count = i32::from_be_bytes(answer[6..10].try_into().unwrap()) as usize;
+    (0..count)
+        .map(|i| {
+            let at = 10 + i * 6;
+            let v = |o: usize| i16::from_be_bytes([answer[at + o], answer[at + o + 1]]);
+            (v(0), v(2), v(4))
+        })
+        .collect()
+}
+
+/// True once the broker closed `stream` (a read sees its end).
+fn closed(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(stream.read(&mut byte), Ok(0))
+}
+
+#[test]
+fn a_broken_kafka_client_is_disconnected_and_the_listener_goes_on() {
+    let broker = Broker::start(kafka_options());
+    let address = broker.kafka[1].as_str();
+    let mut stream = connect(address);
+    let listed = api_versions(&mut stream);
+    assert!(listed.contains(&(0, 3, 8)), "Produce 3–8: {listed:?}");
+    assert!(listed.contains(&(1, 4, 11)), "Fetch 4–11: {listed:?}");
+    // A version ApiVersions did not offer: closed, as Kafka does.
+    stream.write_all(&frame(0, 99, 8, &[])).unwrap();
+    assert!(
+        closed(&mut stream),
+        "an unserved version closes the connection"
+    );
+    // A frame larger than max_request_bytes: closed before it is read.
+    let mut stream = connect(address);
+    stream.write_all(&i32::MAX.to_be_bytes()).unwrap();
+    stream.write_all(&[0, 3, 0, 8, 0, 0, 0, 1]).unwrap();
+    assert!(closed(&mut stream));
+    // A Metadata body claiming a million topics in four bytes.
+    let mut stream = connect(address);
+    stream
+        .write_all(&frame(3, 8, 9, &1_000_000i32.to_be_bytes()))
+        .unwrap();
+    assert!(closed(&mut stream));
+    // A body cut short (Produce without its topics).
+    let mut stream = connect(address);
+    stream
+        .write_all(&frame(0, 8, 10, &[0xff, 0xff, 0, 1]))
+        .unwrap();
+    assert!(closed(&mut stream));
+    // An unknown api.
+    let mut stream = connect(address);
+    stream.write_all(&frame(999, 0, 11, &[])).unwrap();
+    assert!(closed(&mut stream));
+    // The listener goes on, and the broker said why each closed.
+    let mut stream = connect(address);
+    assert!(!api_versions(&mut stream).is_empty());
+    let log = broker.log();
+    assert!(log.contains("kafka: closing a connection"), "{log}");
+}
+
+#[test]
+fn kafka_python_produces_and_consumes_with_keys_headers_and_times() {
+    let broker = Broker::start(kafka_options());
+    let client = broker.client();
+    format_two(&client, "py", 2, TopicSettings::default());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/kafka_python_check.py");
+    let output = harness::python::command_with("kafka-python", &["kafka-python==3.0.12"])
+        .arg(script)
+        .args([&broker.kafka[0], "py", "2000"])
+        .output()
+        .unwrap();
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    assert!(out.contains("produced 2000\n"), "{out}{err}");
+    assert!(out.contains("consumed 2000 wrong 0\n"), "{out}{err}");
+    assert!(out.contains("positions_at_end True\n"), "{out}{err}");
+    assert!(out.contains("by_time 0 first_offset 0\n"), "{out}{err}");
+}
+
+/// Runs tests/kafka/JavaClients.java against `bootstrap` and checks what
+/// it found.
+fn java_clients(bootstrap: &str, topic: &str, count: u32) {
+    assert!(
+        Path::new(KAFKA_LIBS).join("kafka-clients-4.4.0.jar").exists(),
+        "Kafka 4.4's jars are not in {KAFKA_LIBS}: run `bash deploy/test-deps.sh` (the README's test command does)"
+    );
+    let output = Command::new("timeout")
+        .arg("180")
+        .arg("java")
+        .arg("-cp")
+        .arg(format!("{KAFKA_LIBS}/*"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/JavaClients.java"))
+        .args([bootstrap, topic, &count.to_string()])
+        .output()
+        .expect("java (installed by deploy/test-deps.sh)");
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    assert!(
+        out.contains(&format!("produced {count} partitions ")),
+        "{out}{err}"
+    );
+    assert!(
+        out.contains(&format!(
+            "consumed {count} out_of_order 0 wrong_offset 0 bad_header 0\n"
+        )),
+        "{out}{err}"
+    );
+    assert!(out.contains("positions_at_end true\n"), "{out}{err}");
+    // A seek into a batch starts at that record.
+    let seek = out.lines().find(|l| l.starts_with("seek ")).unwrap();
+    let words: Vec<&str> = seek.split(' ').collect();
+    assert_eq!(words[1], words[3], "{seek}");
+    assert!(out.contains("by_time 0 first_offset 0\n"), "{out}{err}");
+}
+
+#[test]
+fn the_java_client_produces_idempotently_and_consumes_in_order() {
+    let broker = Broker::start(kafka_options());
+    let client = broker.client();
+    format_two(&client, "jv", 2, TopicSettings::default());
+    java_clients(&broker.kafka[0], "jv", 10_000);
+    let metrics = scrape(broker.metrics.as_deref().unwrap());
+    assert!(metric(&metrics, "ringlog_fetch_zero_copy_bytes_total") > 0);
+}
+
+#[test]
+fn the_java_client_on_a_three_broker_cluster_with_three_copies() {
+    let etcd = Etcd::start();
+    let options = (1..=3)
+        .map(|id| BrokerOptions {
+            args: vec!["--kafka-listen".into(), "127.0.0.1:0".into()],
+            ..super::replication::options(&etcd, "kafka3", id)
+        })
+        .collect();
+    let brokers = super::replication::cluster_of(options);
+    let client = brokers[0].client();
+    format_two(&client, "r3", 2, super::replication::replicated(3, 2));
+    let listed = kcat(&["-b", &brokers[1].kafka[0], "-L", "-t", "r3"], "");
+    let (out, err) = text(&listed);
+    assert!(out.contains("3 brokers:"), "{out}{err}");
+    // Every partition names three copies, all in sync.
+    let copies = out.lines().filter(|l| l.contains("partition ")).count();
+    assert_eq!(copies, 2, "{out}");
+    for line in out.lines().filter(|l| l.contains("partition ")) {
+        let replicas = line.split("replicas: ").nth(1).unwrap();
+        let (replicas, isrs) = replicas.split_once(", isrs: ").unwrap();
+        assert_eq!(replicas.split(',').count(), 3, "{line}");
+        assert_eq!(isrs.split(',').count(), 3, "{line}");
+    }
+    // acks=all (the Java client's default) waits for the copies.
+    java_clients(&brokers[2].kafka[0], "r3", 5_000);
+}

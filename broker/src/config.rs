@@ -416,6 +416,24 @@ pub enum SettingsError {
 pub struct ConfigError(pub String);
 
 impl Config {
+    /// Why this broker cannot have a Kafka listener, if it cannot.
+    fn check_kafka_listener(&self) -> Result<(), ConfigError> {
+        let nodes = i64::from(crate::limits::KAFKA_NODES_PER_BROKER);
+        if i64::from(self.broker_id) * nodes + nodes - 1 > i64::from(i32::MAX) {
+            return Err(ConfigError(format!(
+                "kafka_listen: broker id {} is too large for Kafka node ids (broker id × 1024 + shard must fit in 31 bits: at most 2097150)",
+                self.broker_id
+            )));
+        }
+        match self.authentication {
+            Authentication::None | Authentication::Tls => Ok(()),
+            Authentication::Scram | Authentication::ScramOrTls => Err(ConfigError(format!(
+                "kafka_listen with authentication = {}: the Kafka listener has no SASL yet, and would let clients in without the password the native listener asks for; use authentication = none or tls (a client certificate names the principal on both listeners)",
+                self.authentication.word()
+            ))),
+        }
+    }
+
     /// Checks every value once, so the rest of the broker can trust them.
     #[expect(
         clippy::too_many_lines,
@@ -423,7 +441,7 @@ impl Config {
     )]
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.kafka_listen.is_some() {
-            crate::kafka::check_config(self).map_err(ConfigError)?;
+            self.check_kafka_listener()?;
         }
         if self.shards == 0 || self.shards > 256 {
             return Err(ConfigError(format!(

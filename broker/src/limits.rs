@@ -80,3 +80,7 @@ const _: () = assert!(SEGMENT_BYTES_FLOOR <= SEGMENT_BYTES_MAX);
 const _: () = assert!(MESSAGE_BYTES_MAX_DEFAULT + 64 <= REQUEST_FRAME_BYTES_MAX);
 const _: () = assert!(REQUEST_FRAME_BYTES_MAX <= protocol::frame::FRAME_BYTES_MAX);
 const _: () = assert!(READ_BUFFER_BYTES <= REQUEST_FRAME_BYTES_MAX);
+
+/// Kafka node ids per broker on the Kafka listener: shard `s` of broker `b`
+/// is node `b × 1024 + s` (shards are at most 256).
+pub const KAFKA_NODES_PER_BROKER: i32 = 1024;

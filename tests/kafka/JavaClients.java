@@ -7,6 +7,9 @@
 // java -cp "$KAFKA_HOME/libs/*" JavaClients.java BOOTSTRAP TOPIC COUNT
 import java.time.Duration;
 import java.util.*;
+import java.util.concurrent.ExecutionException;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.TopicPartition;
@@ -85,6 +88,37 @@ public class JavaClients {
             Map<TopicPartition, OffsetAndTimestamp> byTime = consumer.offsetsForTimes(Map.of(zero, before));
             OffsetAndTimestamp found = byTime.get(zero);
             System.out.println("by_time " + (found == null ? -1 : found.offset()) + " first_offset " + sent.get(0).offset());
+        }
+        admin(bootstrap, topic + "-admin");
+    }
+
+    // AdminClient: create a topic (three partitions, a retention), again
+    // (it exists), one with a config ringlog has not (refused, named), and
+    // delete the first.
+    static void admin(String bootstrap, String name) throws Exception {
+        Properties a = new Properties();
+        a.put("bootstrap.servers", bootstrap);
+        try (Admin admin = Admin.create(a)) {
+            admin.createTopics(List.of(new NewTopic(name, 3, (short) -1).configs(Map.of("retention.ms", "3600000")))).all().get();
+            int partitions = admin.describeTopics(List.of(name)).allTopicNames().get().get(name).partitions().size();
+            System.out.println("admin created " + name + " partitions " + partitions);
+            System.out.println("admin again " + failure(() -> admin.createTopics(List.of(new NewTopic(name, 3, (short) -1))).all().get()));
+            System.out.println("admin compact " + failure(() -> admin.createTopics(List.of(new NewTopic(name + "-c", 1, (short) -1).configs(Map.of("cleanup.policy", "compact")))).all().get()));
+            admin.deleteTopics(List.of(name)).all().get();
+            System.out.println("admin deleted " + name + " listed " + admin.listTopics().names().get().contains(name));
+        }
+    }
+
+    interface Action { void run() throws Exception; }
+
+    static String failure(Action action) {
+        try {
+            action.run();
+            return "none";
+        } catch (ExecutionException e) {
+            return e.getCause().getClass().getSimpleName() + ": " + e.getCause().getMessage();
+        } catch (Exception e) {
+            return e.getClass().getSimpleName();
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod code {
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const NOT_COORDINATOR: i16 = 16;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+    pub const INVALID_PARTITIONS: i16 = 37;
     pub const NOT_ENOUGH_REPLICAS: i16 = 19;
     pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;

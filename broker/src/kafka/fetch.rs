@@ -316,5 +316,5 @@ fn answer(
     if !w.out.is_empty() {
         parts.push(Part::Bytes(w.out));
     }
-    super::front::answer(key::FETCH, Vec::new(), Payload::Parts(parts))
+    super::wire::answer(key::FETCH, Vec::new(), Payload::Parts(parts))
 }

@@ -14,7 +14,7 @@
 //! is logged (once a second) with what it was.
 
 use super::versions::{self, key};
-use super::wire::{Malformed, Reader};
+use super::wire::{ready, Malformed, Reader};
 use crate::auth::quota::quotas;
 use crate::handler::client::Client;
 use crate::handler::give_way::GiveWay;
@@ -45,10 +45,30 @@ pub struct Head {
     pub correlation_id: i32,
 }
 
+/// A frame that cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BadFrame {
+    /// Its size leaves no room for a request header.
+    #[error("a request of {0} bytes is shorter than its header")]
+    Short(i32),
+    /// Larger than a connection may send.
+    #[error("a request of {bytes} bytes (api {api} v{version}) exceeds max_request_bytes ({max})")]
+    TooLarge {
+        /// The frame's bytes.
+        bytes: usize,
+        /// Its api key.
+        api: i16,
+        /// Its version.
+        version: i16,
+        /// The bound.
+        max: usize,
+    },
+}
+
 impl Head {
     /// Reads a prefix ([`PREFIX_BYTES`]) of a frame of at most `frame_max`
     /// bytes.
-    pub fn parse(prefix: &[u8], frame_max: usize) -> Result<Head, String> {
+    pub fn parse(prefix: &[u8], frame_max: usize) -> Result<Head, BadFrame> {
         let size = i32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
         let head = Head {
             frame_bytes: 4 + size.max(0) as usize,
@@ -56,16 +76,16 @@ impl Head {
             version: i16::from_be_bytes([prefix[6], prefix[7]]),
             correlation_id: i32::from_be_bytes([prefix[8], prefix[9], prefix[10], prefix[11]]),
         };
-        if (size as usize) < PREFIX_BYTES - 4 || size < 0 {
-            return Err(format!(
-                "a request of {size} bytes is shorter than its header"
-            ));
+        if size < 0 || (size as usize) < PREFIX_BYTES - 4 {
+            return Err(BadFrame::Short(size));
         }
         if head.frame_bytes > frame_max {
-            return Err(format!(
-                "a request of {} bytes (api {} v{}) exceeds max_request_bytes ({frame_max})",
-                head.frame_bytes, head.api, head.version
-            ));
+            return Err(BadFrame::TooLarge {
+                bytes: head.frame_bytes,
+                api: head.api,
+                version: head.version,
+                max: frame_max,
+            });
         }
         Ok(head)
     }
@@ -161,23 +181,10 @@ impl Kafka {
             key::LIST_OFFSETS => super::list_offsets::handle(shard, v, &mut r, principal),
             key::METADATA => super::metadata::handle(shard, v, &mut r, principal),
             key::INIT_PRODUCER_ID => super::producer_id::handle(shard, v, &mut r, principal),
+            key::CREATE_TOPICS => super::topics::handle_create(shard, v, &mut r, principal),
+            key::DELETE_TOPICS => super::topics::handle_delete(shard, v, &mut r, principal),
             _ => unreachable!("versions::supported lists only these"),
         }
-    }
-}
-
-/// A ready answer with `body`.
-pub fn ready(api: i16, body: Vec<u8>) -> Dispatched {
-    Dispatched::Ready(answer(api, body, Payload::None))
-}
-
-/// An answer with `body` and then `payload`.
-pub fn answer(api: i16, body: Vec<u8>, payload: Payload) -> Response {
-    Response {
-        api: api as u16,
-        error: 0,
-        header: body,
-        payload,
     }
 }
 
@@ -238,7 +245,7 @@ impl Front for Kafka {
         match Head::parse(prefix, frame_max) {
             Ok(head) => Ok((head.frame_bytes, head)),
             Err(why) => {
-                self.closing(&why);
+                self.closing(&why.to_string());
                 let unsent = Response {
                     api: UNSENT,
                     error: 0,
@@ -397,6 +404,7 @@ mod tests {
         );
         assert!(Head::parse(&prefix(1 << 21, key::PRODUCE, 8, 1), 1 << 20)
             .unwrap_err()
+            .to_string()
             .contains("exceeds max_request_bytes"));
         assert!(Head::parse(&prefix(4, key::PRODUCE, 8, 1), 1 << 20).is_err());
         assert!(Head::parse(&prefix(-5, key::PRODUCE, 8, 1), 1 << 20).is_err());

@@ -73,7 +73,7 @@ pub fn handle(
                 }
             }
         }
-        Some(super::front::answer(
+        Some(super::wire::answer(
             key::LIST_OFFSETS,
             w.out,
             crate::reply::Payload::None,

@@ -82,7 +82,7 @@ pub fn handle(
     if version >= 8 {
         w.i32(i32::MIN); // cluster_authorized_operations
     }
-    Ok(super::front::ready(key::METADATA, w.out))
+    Ok(super::wire::ready(key::METADATA, w.out))
 }
 
 /// The topics to describe: every one `principal` may describe, or those

@@ -19,7 +19,7 @@
 //! | `wire.rs` | Kafka's primitive types |
 //! | `versions.rs` | the APIs and versions this listener speaks (ApiVersions) |
 //! | `errors.rs` | ringlog's error codes as Kafka's |
-//! | `metadata.rs`, `produce.rs`, `fetch.rs`, `list_offsets.rs`, `producer_id.rs` | one request each |
+//! | `metadata.rs`, `produce.rs`, `fetch.rs`, `list_offsets.rs`, `producer_id.rs`, `topics.rs` | one request (or two) each |
 
 pub mod errors;
 pub mod fetch;
@@ -28,32 +28,14 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod producer_id;
+pub mod topics;
 pub mod versions;
 pub mod wire;
 
-use crate::config::{Authentication, Config};
-
 /// Kafka node ids per broker: shard `s` of broker `b` is node `b × 1024 + s`.
-pub const NODES_PER_BROKER: i32 = 1024;
+pub const NODES_PER_BROKER: i32 = crate::limits::KAFKA_NODES_PER_BROKER;
 
 /// The Kafka node id of a broker's shard.
 pub fn node_id(broker_id: u32, shard: u16) -> i32 {
     broker_id as i32 * NODES_PER_BROKER + i32::from(shard)
-}
-
-/// Why a configuration cannot have a Kafka listener, if it cannot.
-pub fn check_config(config: &Config) -> Result<(), String> {
-    if i64::from(config.broker_id) * i64::from(NODES_PER_BROKER) + 1023 > i64::from(i32::MAX) {
-        return Err(format!(
-            "kafka_listen: broker id {} is too large for Kafka node ids (broker id × 1024 + shard must fit in 31 bits: at most 2097150)",
-            config.broker_id
-        ));
-    }
-    match config.authentication {
-        Authentication::None | Authentication::Tls => Ok(()),
-        Authentication::Scram | Authentication::ScramOrTls => Err(format!(
-            "kafka_listen with authentication = {}: the Kafka listener has no SASL yet, and would let clients in without the password the native listener asks for; use authentication = none or tls (a client certificate names the principal on both listeners)",
-            config.authentication.word()
-        )),
-    }
 }

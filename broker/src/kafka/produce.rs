@@ -100,7 +100,7 @@ pub fn handle(
             }
             answered.push((name, done));
         }
-        Some(super::front::answer(
+        Some(super::wire::answer(
             key::PRODUCE,
             answer(&shard, version, &answered),
             crate::reply::Payload::None,

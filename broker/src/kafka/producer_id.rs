@@ -28,7 +28,7 @@ pub fn handle(
         w.i16(error);
         w.i64(id);
         w.i16(if id < 0 { -1 } else { 0 });
-        super::front::answer(key::INIT_PRODUCER_ID, w.out, crate::reply::Payload::None)
+        super::wire::answer(key::INIT_PRODUCER_ID, w.out, crate::reply::Payload::None)
     };
     if transactional_id.is_some() {
         return Ok(Dispatched::Ready(answer(

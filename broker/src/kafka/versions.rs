@@ -16,6 +16,8 @@ pub mod key {
     pub const LIST_OFFSETS: i16 = 2;
     pub const METADATA: i16 = 3;
     pub const API_VERSIONS: i16 = 18;
+    pub const CREATE_TOPICS: i16 = 19;
+    pub const DELETE_TOPICS: i16 = 20;
     pub const INIT_PRODUCER_ID: i16 = 22;
 }
 
@@ -33,6 +35,10 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     // v3 is flexible: a client asking for it is told these versions and
     // asks again (the answer to an unknown version is always v0's layout).
     (key::API_VERSIONS, 0, 2),
+    // Kafka 4.0 starts at v2; v5 is flexible.
+    (key::CREATE_TOPICS, 2, 4),
+    // Kafka 4.0 starts at v1; v4 is flexible.
+    (key::DELETE_TOPICS, 1, 3),
     // v2 is flexible.
     (key::INIT_PRODUCER_ID, 0, 1),
 ];

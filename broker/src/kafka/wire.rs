@@ -5,6 +5,23 @@
 //! each API's first flexible one (`versions.rs`), so no compact string or
 //! tagged field ever arrives.
 
+use crate::reply::{Dispatched, Payload, Response};
+
+/// A ready answer with `body`.
+pub fn ready(api: i16, body: Vec<u8>) -> Dispatched {
+    Dispatched::Ready(answer(api, body, Payload::None))
+}
+
+/// An answer with `body` and then `payload`.
+pub fn answer(api: i16, body: Vec<u8>, payload: Payload) -> Response {
+    Response {
+        api: api as u16,
+        error: 0,
+        header: body,
+        payload,
+    }
+}
+
 /// A request that ends before what its version says it holds, or holds a
 /// length no bytes back.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@
 //! `deploy/test-deps.sh` (kcat from Debian, Kafka's jars from Maven
 //! Central) and kafka-python from PyPI into a virtualenv here.
 
-use super::util::{metric, scrape};
+use super::util::metric_reaching;
 use harness::etcd::Etcd;
 use harness::{Broker, BrokerOptions};
 use protocol::client::{Client, OffsetSpec, TopicSettings};
@@ -193,11 +193,8 @@ fn kcat_lists_produces_and_consumes_at_byte_offsets_with_every_codec() {
         "",
     );
     assert_eq!(text(&read).0, "1 b\n2 c\n", "{:?}", text(&read));
-    let metrics = scrape(broker.metrics.as_deref().unwrap());
-    assert!(
-        metric(&metrics, "ringlog_fetch_zero_copy_bytes_total") > 0,
-        "Kafka fetches go out with sendfile"
-    );
+    // Kafka fetches go out with sendfile (published a moment later).
+    assert!(metric_reaching(&broker, "ringlog_fetch_zero_copy_bytes_total", 1) > 0);
 
     // ringlog's own consumer reads what kcat produced.
     let native = Command::new(harness::binary("ringlog"))
@@ -373,6 +370,47 @@ fn java_clients(bootstrap: &str, topic: &str, count: u32) {
     let words: Vec<&str> = seek.split(' ').collect();
     assert_eq!(words[1], words[3], "{seek}");
     assert!(out.contains("by_time 0 first_offset 0\n"), "{out}{err}");
+    // AdminClient: CreateTopics (format 2, Kafka's configs), a second
+    // create, a config ringlog has not, DeleteTopics.
+    assert!(
+        out.contains(&format!("admin created {topic}-admin partitions 3\n")),
+        "{out}{err}"
+    );
+    assert!(
+        out.contains("admin again TopicExistsException"),
+        "{out}{err}"
+    );
+    assert!(
+        out.contains("admin compact InvalidConfigurationException: cleanup.policy=\"compact\" is not supported by ringlog"),
+        "{out}{err}"
+    );
+    assert!(
+        out.contains(&format!("admin deleted {topic}-admin listed false\n")),
+        "{out}{err}"
+    );
+}
+
+#[test]
+fn a_broker_that_asks_for_passwords_refuses_a_kafka_listener_without_sasl() {
+    let dir = harness::TempDir::new("kafka-scram");
+    let config = dir.path().join("broker.toml");
+    std::fs::write(&config, "authentication = \"scram\"\n").unwrap();
+    let output = Command::new(harness::binary("broker"))
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0"])
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    let (out, err) = text(&output);
+    assert!(!output.status.success(), "{out}{err}");
+    assert!(
+        err.contains(
+            "kafka_listen with authentication = scram: the Kafka listener has no SASL yet"
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -381,8 +419,8 @@ fn the_java_client_produces_idempotently_and_consumes_in_order() {
     let client = broker.client();
     format_two(&client, "jv", 2, TopicSettings::default());
     java_clients(&broker.kafka[0], "jv", 10_000);
-    let metrics = scrape(broker.metrics.as_deref().unwrap());
-    assert!(metric(&metrics, "ringlog_fetch_zero_copy_bytes_total") > 0);
+    // Published by the shards a moment later.
+    assert!(metric_reaching(&broker, "ringlog_fetch_zero_copy_bytes_total", 1) > 0);
 }
 
 #[test]

@@ -425,13 +425,7 @@ impl Config {
                 self.broker_id
             )));
         }
-        match self.authentication {
-            Authentication::None | Authentication::Tls => Ok(()),
-            Authentication::Scram | Authentication::ScramOrTls => Err(ConfigError(format!(
-                "kafka_listen with authentication = {}: the Kafka listener has no SASL yet, and would let clients in without the password the native listener asks for; use authentication = none or tls (a client certificate names the principal on both listeners)",
-                self.authentication.word()
-            ))),
-        }
+        Ok(())
     }
 
     /// Checks every value once, so the rest of the broker can trust them.

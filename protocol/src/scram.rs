@@ -333,6 +333,8 @@ pub struct ServerFirst {
     known: bool,
     gs2_header: String,
     nonce: String,
+    /// The client's part of `nonce` (its first bytes).
+    client_nonce_len: usize,
     auth_prefix: String,
 }
 
@@ -418,6 +420,7 @@ pub fn server_first_among(
         credential,
         known,
         gs2_header: gs2_header.to_string(),
+        client_nonce_len: client_nonce.len(),
         nonce,
         auth_prefix: format!("{bare},{message}"),
     };
@@ -451,7 +454,15 @@ impl ServerFirst {
                 "channel binding does not repeat the gs2 header",
             ));
         }
-        if field(fields.next(), 'r')? != self.nonce {
+        let nonce = field(fields.next(), 'r')?;
+        // librdkafka before 2.6.1 (kcat on Debian 12 among its users) sends
+        // its own nonce again before the broker's whole one
+        // (confluentinc/librdkafka#4895). Taken in exactly that shape: the
+        // broker's fresh part is there, and the proof covers the message as
+        // sent. Kafka 3.8.1 took any suffix; Kafka 4 takes neither.
+        let client_nonce = &self.nonce[..self.client_nonce_len];
+        let repeated = nonce.strip_prefix(client_nonce) == Some(self.nonce.as_str());
+        if nonce != self.nonce && !repeated {
             return Err(ScramError::Malformed("nonce differs from the exchange's"));
         }
         if fields.next().is_some() {
@@ -562,6 +573,59 @@ fn random_nonce() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client-final as librdkafka before 2.6.1 writes it: its own nonce
+    /// again before the broker's, with a proof over that message.
+    fn repeated_nonce_final(
+        password: &[u8],
+        bare: &str,
+        server_first: &str,
+        prefix: &str,
+    ) -> Vec<u8> {
+        let mut fields = server_first.split(',');
+        let nonce = field(fields.next(), 'r').unwrap();
+        let salt = BASE64.decode(field(fields.next(), 's').unwrap()).unwrap();
+        let iterations: u32 = field(fields.next(), 'i').unwrap().parse().unwrap();
+        let without_proof = format!("c=biws,r={prefix}{nonce}");
+        let auth_message = format!("{bare},{server_first},{without_proof}");
+        let salted = salted_password(password, &salt, iterations);
+        let client_key = hmac_sha256(&salted, b"Client Key");
+        let signature = hmac_sha256(&sha256(&client_key), auth_message.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(signature)
+            .map(|(k, s)| k ^ s)
+            .collect();
+        format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes()
+    }
+
+    #[test]
+    fn librdkafkas_repeated_client_nonce_is_taken_and_no_other_prefix_is() {
+        let credential = Credential::new(b"pw", ITERATIONS_MIN);
+        let lookup = |_: &str| Some(credential.clone());
+        let cnonce = "rOprNGfwEbeRWgbNEkqO";
+        let bare = format!("n=alice,r={cnonce}");
+        let first = format!("n,,{bare}");
+        let (server, answer) =
+            server_first_among(first.as_bytes(), lookup, b"secret", &[]).unwrap();
+        let answer = String::from_utf8(answer).unwrap();
+        let buggy = repeated_nonce_final(b"pw", &bare, &answer, cnonce);
+        assert_eq!(server.finish(&buggy).unwrap().0, "alice");
+        // Any other prefix (or the wrong password) is refused.
+        let (server, answer) =
+            server_first_among(first.as_bytes(), lookup, b"secret", &[]).unwrap();
+        let answer = String::from_utf8(answer).unwrap();
+        let other = repeated_nonce_final(b"pw", &bare, &answer, "zz");
+        assert!(server.finish(&other).is_err());
+        let (server, answer) =
+            server_first_among(first.as_bytes(), lookup, b"secret", &[]).unwrap();
+        let answer = String::from_utf8(answer).unwrap();
+        let wrong = repeated_nonce_final(b"nope", &bare, &answer, cnonce);
+        assert!(matches!(
+            server.finish(&wrong),
+            Err(ScramError::WrongPassword)
+        ));
+    }
 
     fn login(
         user: &str,

@@ -4,7 +4,8 @@
 // into the middle of a batch, look an offset up by time, and print one
 // line per finding for tests/tests/it/kafka_listener.rs to check.
 //
-// java -cp "$KAFKA_HOME/libs/*" JavaClients.java BOOTSTRAP TOPIC COUNT
+// java -cp "$KAFKA_HOME/libs/*" JavaClients.java BOOTSTRAP TOPIC COUNT [USER PASSWORD]
+// (with a user: SASL/SCRAM-SHA-256 on every connection)
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.ExecutionException;
@@ -18,12 +19,21 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
 public class JavaClients {
+    /// The login every client is configured with (none: plain).
+    static final Properties login = new Properties();
+
     public static void main(String[] args) throws Exception {
         String bootstrap = args[0], topic = args[1];
         int count = Integer.parseInt(args[2]);
+        if (args.length == 5) {
+            login.put("security.protocol", "SASL_PLAINTEXT");
+            login.put("sasl.mechanism", "SCRAM-SHA-256");
+            login.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"" + args[3] + "\" password=\"" + args[4] + "\";");
+        }
         long before = System.currentTimeMillis();
 
         Properties p = new Properties();
+        p.putAll(login);
         p.put("bootstrap.servers", bootstrap);
         p.put("key.serializer", StringSerializer.class.getName());
         p.put("value.serializer", StringSerializer.class.getName());
@@ -44,6 +54,7 @@ public class JavaClients {
         System.out.println("produced " + sent.size() + " partitions " + partitions);
 
         Properties c = new Properties();
+        c.putAll(login);
         c.put("bootstrap.servers", bootstrap);
         c.put("key.deserializer", StringDeserializer.class.getName());
         c.put("value.deserializer", StringDeserializer.class.getName());
@@ -97,6 +108,7 @@ public class JavaClients {
     // delete the first.
     static void admin(String bootstrap, String name) throws Exception {
         Properties a = new Properties();
+        a.putAll(login);
         a.put("bootstrap.servers", bootstrap);
         try (Admin admin = Admin.create(a)) {
             admin.createTopics(List.of(new NewTopic(name, 3, (short) -1).configs(Map.of("retention.ms", "3600000")))).all().get();

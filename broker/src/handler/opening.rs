@@ -232,19 +232,24 @@ fn opened(
     principal: String,
     api: u16,
 ) -> Result<(), Response> {
-    let exempt = shard.security.with(|s| s.acls.is_super_user(&principal));
+    admit_principal(shard, client, &principal).map_err(|refusal| {
+        super::error_response(api, ErrorCode::Overloaded, &refusal.to_string(), None)
+    })?;
+    *access = Access::Open(principal.into());
+    Ok(())
+}
+
+/// A client of any protocol is in as `principal`: counted against its
+/// quota's connections (`Err` past them), no longer as a connection not
+/// logged in, and in the login metrics.
+pub fn admit_principal(
+    shard: &Shard,
+    client: &Client,
+    principal: &str,
+) -> Result<(), crate::auth::Refused> {
+    let exempt = shard.security.with(|s| s.acls.is_super_user(principal));
     if !exempt {
-        match crate::auth::quota::quotas().admit_principal(&principal) {
-            Ok(slot) => *client.quota.borrow_mut() = slot,
-            Err(refusal) => {
-                return Err(super::error_response(
-                    api,
-                    ErrorCode::Overloaded,
-                    &refusal.to_string(),
-                    None,
-                ))
-            }
-        }
+        *client.quota.borrow_mut() = crate::auth::quota::quotas().admit_principal(principal)?;
     }
     client.pending.borrow_mut().take();
     count_unauthenticated(shard, client, false);
@@ -252,7 +257,6 @@ fn opened(
     if principal == protocol::acl::ANONYMOUS {
         crate::metrics::bump(&shard.metrics.counters.logins_anonymous_total, 1);
     }
-    *access = Access::Open(principal.into());
     Ok(())
 }
 
@@ -264,6 +268,14 @@ fn login_failed(
     api: u16,
     refusal: &crate::auth::login::Refusal,
 ) -> Response {
+    count_login_failure(shard, client, refusal);
+    super::error_response(api, ErrorCode::AuthenticationFailed, &refusal.message, None)
+}
+
+/// A failed login of any protocol: counted against the client's address
+/// (unless the check counted it) and in the metrics, and logged
+/// (rate-limited).
+pub fn count_login_failure(shard: &Shard, client: &Client, refusal: &crate::auth::login::Refusal) {
     let (message, user) = (refusal.message.as_str(), refusal.user.as_deref());
     crate::metrics::bump(&shard.metrics.counters.login_failures_total, 1);
     if let Some(address) = client.address.filter(|_| !refusal.counted) {
@@ -277,7 +289,6 @@ fn login_failed(
             "login failed: {message}"
         );
     }
-    super::error_response(api, ErrorCode::AuthenticationFailed, message, None)
 }
 
 /// Counts the connection in (or out of) the shard's gauge of connections

@@ -25,6 +25,8 @@ pub mod code {
     pub const UNKNOWN_MEMBER_ID: i16 = 25;
     pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+    pub const ILLEGAL_SASL_STATE: i16 = 34;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
     pub const INVALID_REPLICATION_FACTOR: i16 = 38;

@@ -13,6 +13,7 @@
 //! broker does: there is no answer in a layout the client would read. Each
 //! is logged (once a second) with what it was.
 
+use super::sasl::{self, Login};
 use super::versions::{self, key};
 use super::wire::{ready, Malformed, Reader};
 use crate::auth::quota::quotas;
@@ -24,6 +25,7 @@ use crate::shard::Shard;
 use std::cell::{Cell, RefCell};
 use std::net::IpAddr;
 use std::rc::Rc;
+use std::time::Instant;
 
 /// A request's size prefix and the fixed start of its header.
 pub const PREFIX_BYTES: usize = 12;
@@ -94,55 +96,12 @@ impl Head {
 /// One connection speaking Kafka's protocol.
 pub struct Kafka {
     client: Client,
-    /// Who it acts as, once known (at the first request: a TLS
-    /// certificate is read after the connection is admitted).
-    principal: RefCell<Option<Rc<str>>>,
-    /// Why it may not act at all (no certificate where one is needed, its
-    /// principal over its connection quota), once known.
-    refused: RefCell<Option<String>>,
-    /// The first request has been seen (the principal is settled).
-    settled: Cell<bool>,
+    /// Where its login stands (`sasl.rs`).
+    login: RefCell<Login>,
+    connected_at: Instant,
 }
 
 impl Kafka {
-    /// Settles the principal at the first request: the certificate's when
-    /// the broker authenticates by certificate, else anonymous; then its
-    /// connection quota.
-    fn settle(&self) {
-        if self.settled.replace(true) {
-            return;
-        }
-        let shard = &self.client.shard;
-        let principal = match shard.config.authentication {
-            crate::config::Authentication::Tls => match &*self.client.certificate.borrow() {
-                Some(Ok(name)) => name.clone(),
-                Some(Err(why)) => {
-                    *self.refused.borrow_mut() =
-                        Some(format!("the client certificate names no principal: {why}"));
-                    return;
-                }
-                None => {
-                    *self.refused.borrow_mut() =
-                        Some("authentication = tls and the client sent no certificate".into());
-                    return;
-                }
-            },
-            _ => protocol::acl::ANONYMOUS.to_string(),
-        };
-        let exempt = shard.security.with(|s| s.acls.is_super_user(&principal));
-        if !exempt {
-            match quotas().admit_principal(&principal) {
-                Ok(slot) => *self.client.quota.borrow_mut() = slot,
-                Err(refusal) => {
-                    *self.refused.borrow_mut() = Some(refusal.to_string());
-                    return;
-                }
-            }
-        }
-        crate::metrics::bump(&shard.metrics.counters.logins_total, 1);
-        *self.principal.borrow_mut() = Some(principal.into());
-    }
-
     /// Logs why a connection is closed (once a second per shard).
     fn closing(&self, why: &str) {
         let shard = &self.client.shard;
@@ -154,6 +113,99 @@ impl Kafka {
                 left_out,
                 "kafka: closing a connection: {why} (one line a second)"
             );
+        }
+    }
+
+    /// The principal the connection acts as: its login's, or, before any,
+    /// the one the broker lets it act as without one (then it is in).
+    fn principal(&self) -> Result<Rc<str>, crate::auth::login::Refusal> {
+        let mut login = self.login.borrow_mut();
+        match &*login {
+            Login::Open(principal) => Ok(principal.clone()),
+            Login::Start => {
+                let principal = sasl::without_login(&self.client)?;
+                *login = Login::Open(principal.clone());
+                Ok(principal)
+            }
+            Login::Chosen | Login::Exchange(..) => Err(crate::auth::login::Refusal {
+                code: protocol::ErrorCode::AuthenticationRequired,
+                message: "a request before the SASL login it began is finished".into(),
+                failed: false,
+                user: None,
+                counted: false,
+            }),
+        }
+    }
+
+    /// True when a connection needs a SASL login before anything else.
+    fn needs_login(&self) -> bool {
+        use crate::config::Authentication;
+        match self.client.shard.config.authentication {
+            Authentication::Scram => true,
+            Authentication::ScramOrTls => {
+                !matches!(&*self.client.certificate.borrow(), Some(Ok(_)))
+            }
+            Authentication::None | Authentication::Tls => false,
+        }
+    }
+
+    /// A login's request (SaslHandshake, SaslAuthenticate) served, or
+    /// `None` for any other.
+    fn login_step<'a>(&'a self, head: Head, body: &[u8]) -> Option<Step<'a>> {
+        let reply = |dispatched| {
+            Step::Now(Served::Answer {
+                request_id: head.correlation_id as u32,
+                api: head.api as u16,
+                dispatched,
+            })
+        };
+        Some(match head.api {
+            key::SASL_HANDSHAKE => {
+                let mut r = Reader::new(body);
+                let mut login = self.login.borrow_mut();
+                match sasl::handshake(&self.client, &mut login, &mut r) {
+                    Ok(answer) => reply(ready(key::SASL_HANDSHAKE, answer)),
+                    Err(error) => {
+                        drop(login);
+                        self.closing(&error.to_string());
+                        Step::Now(Served::Close(None))
+                    }
+                }
+            }
+            key::SASL_AUTHENTICATE => {
+                let bytes = match Reader::new(body).nullable_bytes("auth_bytes") {
+                    Ok(bytes) => bytes.unwrap_or_default().to_vec(),
+                    Err(error) => {
+                        self.closing(&error.to_string());
+                        return Some(Step::Now(Served::Close(None)));
+                    }
+                };
+                Step::Wait(Box::pin(sasl::authenticate(
+                    &self.client,
+                    &self.login,
+                    self.connected_at,
+                    head.correlation_id,
+                    head.version,
+                    bytes,
+                )))
+            }
+            _ => return None,
+        })
+    }
+
+    /// A request served: its answer in its place, or — a body that does not
+    /// parse — the connection closed.
+    fn served(&self, head: Head, body: &[u8], principal: &str, give_way: &Rc<GiveWay>) -> Served {
+        match self.dispatch(head, body, principal, give_way) {
+            Ok(dispatched) => Served::Answer {
+                request_id: head.correlation_id as u32,
+                api: head.api as u16,
+                dispatched,
+            },
+            Err(error) => {
+                self.closing(&format!("api {} v{}: {error}", head.api, head.version));
+                Served::Close(None)
+            }
         }
     }
 
@@ -198,22 +250,29 @@ impl Front for Kafka {
             Some(Ok(slot)) => slot,
             None => None,
         };
+        // Counted as not logged in yet until it is (auth/pending.rs).
+        let pending = match address.map(|a| crate::auth::pending::pending().admit_connection(a)) {
+            Some(Err(refusal)) => return Err(refusal),
+            Some(Ok(slot)) => Some(slot),
+            None => None,
+        };
+        let client = Client {
+            shard: shard.clone(),
+            address,
+            address_slot,
+            certificate: RefCell::new(None),
+            quota: RefCell::new(None),
+            muted_until: Cell::new(None),
+            throttle_in_frames: Cell::new(false),
+            pending: RefCell::new(pending),
+            unauthenticated: Cell::new(false),
+            session: RefCell::new(None),
+        };
+        crate::handler::opening::count_unauthenticated(shard, &client, true);
         Ok(Kafka {
-            client: Client {
-                shard: shard.clone(),
-                address,
-                address_slot,
-                certificate: RefCell::new(None),
-                quota: RefCell::new(None),
-                muted_until: Cell::new(None),
-                throttle_in_frames: Cell::new(false),
-                pending: RefCell::new(None),
-                unauthenticated: Cell::new(false),
-                session: RefCell::new(None),
-            },
-            principal: RefCell::new(None),
-            refused: RefCell::new(None),
-            settled: Cell::new(false),
+            client,
+            login: RefCell::new(Login::Start),
+            connected_at: Instant::now(),
         })
     }
 
@@ -229,12 +288,18 @@ impl Front for Kafka {
         *self.client.certificate.borrow_mut() = certificate;
     }
 
+    /// Open once logged in, or from the start where no login is needed
+    /// (the first request then settles who it is).
     fn open(&self) -> bool {
-        true
+        matches!(*self.login.borrow(), Login::Open(_)) || !self.needs_login()
     }
 
     fn frame_max(&self) -> usize {
-        self.client.shard.config.max_request_bytes
+        if self.open() {
+            self.client.shard.config.max_request_bytes
+        } else {
+            crate::limits::HANDSHAKE_FRAME_BYTES_MAX
+        }
     }
 
     fn frame_bytes(
@@ -278,14 +343,6 @@ impl Front for Kafka {
             ));
             return Step::Now(Served::Close(None));
         }
-        self.settle();
-        if let Some(why) = &*self.refused.borrow() {
-            self.closing(why);
-            return Step::Now(Served::Close(None));
-        }
-        let Some(principal) = self.principal.borrow().clone() else {
-            return Step::Now(Served::Close(None));
-        };
         // The request header's client id, then the body.
         let mut r = Reader::new(&frame[PREFIX_BYTES..]);
         if let Err(error) = r.nullable_string("client_id") {
@@ -293,6 +350,16 @@ impl Front for Kafka {
             return Step::Now(Served::Close(None));
         }
         let body = &frame[frame.len() - r.remaining()..];
+        if let Some(step) = self.login_step(head, body) {
+            return step;
+        }
+        let principal = match self.principal() {
+            Ok(principal) => principal,
+            Err(why) => {
+                self.closing(&why.message);
+                return Step::Now(Served::Close(None));
+            }
+        };
         let shard = &self.client.shard;
         let produced = if head.api == key::PRODUCE {
             body.len() as u64
@@ -302,13 +369,7 @@ impl Front for Kafka {
         let held = crate::handler::admission::quota_wait_bytes(&self.client, produced);
         let budget = head.api == key::PRODUCE && shard.unwritten.over();
         if held.is_zero() && !budget {
-            return match self.dispatch(head, body, &principal, give_way) {
-                Ok(dispatched) => reply(dispatched),
-                Err(error) => {
-                    self.closing(&format!("api {} v{}: {error}", head.api, head.version));
-                    Step::Now(Served::Close(None))
-                }
-            };
+            return Step::Now(self.served(head, body, &principal, give_way));
         }
         Step::Wait(Box::pin(async move {
             if !held.is_zero() {
@@ -317,17 +378,7 @@ impl Front for Kafka {
             if budget {
                 shard.unwritten.wait_for_room().await;
             }
-            match self.dispatch(head, body, &principal, give_way) {
-                Ok(dispatched) => Served::Answer {
-                    request_id,
-                    api,
-                    dispatched,
-                },
-                Err(error) => {
-                    self.closing(&format!("api {} v{}: {error}", head.api, head.version));
-                    Served::Close(None)
-                }
-            }
+            self.served(head, body, &principal, give_way)
         }))
     }
 
@@ -367,14 +418,29 @@ impl Front for Kafka {
     }
 
     fn ended(&self) -> Option<String> {
-        None
+        self.client
+            .session
+            .borrow()
+            .as_ref()
+            .and_then(|s| s.end().why())
     }
 
     async fn until_ended(&self) {
-        std::future::pending::<()>().await;
+        let end = self
+            .client
+            .session
+            .borrow()
+            .as_ref()
+            .map(|s| s.end().clone());
+        match end {
+            Some(end) => end.ended().await,
+            None => std::future::pending().await,
+        }
     }
 
-    fn closed(&self) {}
+    fn closed(&self) {
+        crate::handler::opening::count_unauthenticated(&self.client.shard, &self.client, false);
+    }
 }
 
 #[cfg(test)]

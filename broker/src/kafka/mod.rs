@@ -16,6 +16,7 @@
 //! | file | what |
 //! |---|---|
 //! | `front.rs` | the connection's front end: framing, request headers, dispatch, quotas |
+//! | `sasl.rs` | SCRAM-SHA-256 logins (SaslHandshake, SaslAuthenticate) |
 //! | `wire.rs` | Kafka's primitive types |
 //! | `versions.rs` | the APIs and versions this listener speaks (ApiVersions) |
 //! | `errors.rs` | ringlog's error codes as Kafka's |
@@ -28,6 +29,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod producer_id;
+pub mod sasl;
 pub mod topics;
 pub mod versions;
 pub mod wire;

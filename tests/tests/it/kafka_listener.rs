@@ -339,6 +339,11 @@ fn kafka_python_produces_and_consumes_with_keys_headers_and_times() {
 /// Runs tests/kafka/JavaClients.java against `bootstrap` and checks what
 /// it found.
 fn java_clients(bootstrap: &str, topic: &str, count: u32) {
+    java_clients_as(bootstrap, topic, count, None);
+}
+
+/// [`java_clients`] logged in as `(user, password)` with SCRAM-SHA-256.
+fn java_clients_as(bootstrap: &str, topic: &str, count: u32, login: Option<(&str, &str)>) {
     assert!(
         Path::new(KAFKA_LIBS).join("kafka-clients-4.4.0.jar").exists(),
         "Kafka 4.4's jars are not in {KAFKA_LIBS}: run `bash deploy/test-deps.sh` (the README's test command does)"
@@ -350,6 +355,12 @@ fn java_clients(bootstrap: &str, topic: &str, count: u32) {
         .arg(format!("{KAFKA_LIBS}/*"))
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/JavaClients.java"))
         .args([bootstrap, topic, &count.to_string()])
+        .args(
+            login
+                .map(|(user, password)| [user, password])
+                .into_iter()
+                .flatten(),
+        )
         .output()
         .expect("java (installed by deploy/test-deps.sh)");
     let (out, err) = text(&output);
@@ -390,27 +401,147 @@ fn java_clients(bootstrap: &str, topic: &str, count: u32) {
     );
 }
 
-#[test]
-fn a_broker_that_asks_for_passwords_refuses_a_kafka_listener_without_sasl() {
-    let dir = harness::TempDir::new("kafka-scram");
-    let config = dir.path().join("broker.toml");
-    std::fs::write(&config, "authentication = \"scram\"\n").unwrap();
-    let output = Command::new(harness::binary("broker"))
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["--listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0"])
-        .arg("--config")
-        .arg(&config)
+/// Runs the CLI as `admin`.
+fn ringlog_as_admin(broker: &Broker, admin: &Path, args: &[&str]) {
+    let output = Command::new(harness::binary("ringlog"))
+        .args([
+            "--brokers",
+            &broker.address(),
+            "--user",
+            "admin",
+            "--password-file",
+        ])
+        .arg(admin)
+        .args(args)
         .output()
         .unwrap();
-    let (out, err) = text(&output);
-    assert!(!output.status.success(), "{out}{err}");
-    assert!(
-        err.contains(
-            "kafka_listen with authentication = scram: the Kafka listener has no SASL yet"
-        ),
-        "{err}"
+    assert!(output.status.success(), "{:?}", text(&output));
+}
+
+/// kcat's arguments to log in to `bootstrap` as `user`, then `rest`.
+fn sasl(bootstrap: &str, user: &str, password: &str, rest: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "-b".into(),
+        bootstrap.into(),
+        "-X".into(),
+        "security.protocol=SASL_PLAINTEXT".into(),
+        "-X".into(),
+        "sasl.mechanisms=SCRAM-SHA-256".into(),
+        "-X".into(),
+        format!("sasl.username={user}"),
+        "-X".into(),
+        format!("sasl.password={password}"),
+    ];
+    args.extend(rest.iter().map(|s| s.to_string()));
+    args
+}
+
+fn kcat_owned(args: &[String], input: &str) -> Output {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kcat(&args, input)
+}
+
+#[test]
+fn kafka_clients_log_in_with_scram_and_meet_the_same_rights() {
+    let dir = harness::TempDir::new("kafka-scram");
+    // The first user written while the broker is stopped, as before any runs.
+    let mut broker = Broker::start(BrokerOptions {
+        config_toml: super::security::SECURE.into(),
+        ..kafka_options()
+    });
+    broker.stop();
+    let admin = super::security::password_file(dir.path(), "admin", "admin-secret");
+    let added = Command::new(harness::binary("ringlog"))
+        .args(["users", "add", "admin", "--password-file"])
+        .arg(&admin)
+        .arg("--data-dir")
+        .arg(broker.data_dir())
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{:?}", text(&added));
+    broker.restart();
+    let bob = super::security::password_file(dir.path(), "bob", "bob-secret");
+    let bob = bob.to_str().unwrap();
+    ringlog_as_admin(
+        &broker,
+        &admin,
+        &["users", "add", "bob", "--new-password-file", bob],
     );
+    let create = [
+        "topic",
+        "create",
+        "sec",
+        "--partitions",
+        "2",
+        "--message-format",
+        "2",
+    ];
+    ringlog_as_admin(&broker, &admin, &create);
+    let bootstrap = broker.kafka[0].clone();
+    let produce = sasl(
+        &bootstrap,
+        "admin",
+        "admin-secret",
+        &["-P", "-t", "sec", "-p", "0"],
+    );
+    let produced = kcat_owned(&produce, "x\ny\n");
+    assert!(produced.status.success(), "{:?}", text(&produced));
+    let consume = [
+        "-C",
+        "-t",
+        "sec",
+        "-p",
+        "0",
+        "-o",
+        "beginning",
+        "-e",
+        "-f",
+        "%o %s\n",
+    ];
+    let consume = sasl(&bootstrap, "admin", "admin-secret", &consume);
+    assert_eq!(text(&kcat_owned(&consume, "")).0, "0 x\n1 y\n");
+
+    // A wrong password: refused after the delay, counted, logged.
+    let refused = kcat_owned(&sasl(&bootstrap, "admin", "guess", &["-L", "-m", "3"]), "");
+    let (_, err) = text(&refused);
+    assert!(!refused.status.success());
+    assert!(err.contains("wrong user name or password"), "{err}");
+    // No login at all: the connection is closed at its first request.
+    let refused = kcat(&["-b", &bootstrap, "-L", "-m", "3"], "");
+    assert!(!refused.status.success());
+    let log = broker.log();
+    assert!(log.contains("login failed for user \"admin\""), "{log}");
+    assert!(
+        log.contains("kafka: closing a connection: this broker needs a login"),
+        "{log}"
+    );
+    // bob is in, but holds no right on the topic.
+    let denied = kcat_owned(
+        &sasl(
+            &bootstrap,
+            "bob",
+            "bob-secret",
+            &["-P", "-t", "sec", "-p", "0"],
+        ),
+        "z\n",
+    );
+    let (out, err) = text(&denied);
+    assert!(!denied.status.success(), "{out}{err}");
+    assert!(err.contains("Topic authorization failed"), "{err}");
+
+    // The Java client logged in: produce, consume, admin (a topic of its
+    // own: it reads its numbered records from the start).
+    let create = [
+        "topic",
+        "create",
+        "secj",
+        "--partitions",
+        "2",
+        "--message-format",
+        "2",
+    ];
+    ringlog_as_admin(&broker, &admin, &create);
+    java_clients_as(&bootstrap, "secj", 2_000, Some(("admin", "admin-secret")));
 }
 
 #[test]

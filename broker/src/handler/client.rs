@@ -57,4 +57,20 @@ impl Client {
             .map_or(std::time::Duration::ZERO, |slot| slot.usage().debt());
         owed.max(muted).as_millis().min(u128::from(u32::MAX)) as u32
     }
+
+    /// Why the connection must end now (its login's user was removed), if
+    /// it must.
+    pub fn ended(&self) -> Option<String> {
+        self.session.borrow().as_ref().and_then(|s| s.end().why())
+    }
+
+    /// Resolves once the connection must end; never without a login
+    /// session.
+    pub async fn until_ended(&self) {
+        let end = self.session.borrow().as_ref().map(|s| s.end().clone());
+        match end {
+            Some(end) => end.ended().await,
+            None => std::future::pending().await,
+        }
+    }
 }

@@ -418,24 +418,11 @@ impl Front for Kafka {
     }
 
     fn ended(&self) -> Option<String> {
-        self.client
-            .session
-            .borrow()
-            .as_ref()
-            .and_then(|s| s.end().why())
+        self.client.ended()
     }
 
     async fn until_ended(&self) {
-        let end = self
-            .client
-            .session
-            .borrow()
-            .as_ref()
-            .map(|s| s.end().clone());
-        match end {
-            Some(end) => end.ended().await,
-            None => std::future::pending().await,
-        }
+        self.client.until_ended().await;
     }
 
     fn closed(&self) {

@@ -580,18 +580,7 @@ async fn write_responses<F: Front>(shard: &Shard, conn: &Conn<F>) -> io::Result<
         out.extend_from_slice(&response.header);
         match &response.payload {
             Payload::None => {}
-            Payload::File(slice) => {
-                write_all(conn, &out).await?;
-                out.clear();
-                send_range(
-                    shard,
-                    conn,
-                    slice.file.as_raw_fd(),
-                    slice.position,
-                    slice.len as usize,
-                )
-                .await?;
-            }
+            Payload::File(slice) => send_slice(shard, conn, &mut out, slice).await?,
             Payload::Files(slices) => {
                 write_all(conn, &out).await?;
                 out.clear();
@@ -610,18 +599,7 @@ async fn write_responses<F: Front>(shard: &Shard, conn: &Conn<F>) -> io::Result<
                 for part in parts {
                     match part {
                         Part::Bytes(bytes) => out.extend_from_slice(bytes),
-                        Part::File(slice) => {
-                            write_all(conn, &out).await?;
-                            out.clear();
-                            send_range(
-                                shard,
-                                conn,
-                                slice.file.as_raw_fd(),
-                                slice.position,
-                                slice.len as usize,
-                            )
-                            .await?;
-                        }
+                        Part::File(slice) => send_slice(shard, conn, &mut out, slice).await?,
                     }
                 }
             }
@@ -636,6 +614,25 @@ async fn write_responses<F: Front>(shard: &Shard, conn: &Conn<F>) -> io::Result<
             out.clear();
         }
     }
+}
+
+/// Writes what `out` holds, then a segment range with sendfile.
+async fn send_slice<F: Front>(
+    shard: &Shard,
+    conn: &Conn<F>,
+    out: &mut Vec<u8>,
+    slice: &crate::storage::FetchSlice,
+) -> io::Result<()> {
+    write_all(conn, out).await?;
+    out.clear();
+    send_range(
+        shard,
+        conn,
+        slice.file.as_raw_fd(),
+        slice.position,
+        slice.len as usize,
+    )
+    .await
 }
 
 /// The answer of a `Later` request, once it has one: `None` for a produce

@@ -139,11 +139,10 @@ async fn read_all(
     for (topic, partitions) in topics {
         let mut got = Vec::with_capacity(partitions.len());
         for wanted in partitions {
-            let budget = if first {
-                wanted.max_bytes.max(0) as u32
-            } else {
-                (wanted.max_bytes.max(0) as u32).min(left)
-            };
+            // A partition's own maximum, never past the broker's bound
+            // (a client's `i32::MAX` is a 1 GiB segment otherwise).
+            let own = wanted.max_bytes.clamp(0, FETCH_BYTES_MAX as i32) as u32;
+            let budget = if first { own } else { own.min(left) };
             let read = read_one(shard, principal, topic, wanted, budget).await;
             left = left.saturating_sub(read.bytes());
             first &= read.bytes() == 0;

@@ -78,6 +78,11 @@ pub struct Config {
     /// port + i, each shard its own Kafka node (`broker_id × 1024 +
     /// shard`). None: no Kafka listener.
     pub kafka_listen: Option<SocketAddr>,
+    /// How long an empty Kafka group's first JoinGroup waits for other
+    /// members before the first generation is formed (Kafka's
+    /// `group.initial.rebalance.delay.ms`): fewer rebalances when a
+    /// group's members start together.
+    pub kafka_group_initial_delay_ms: u64,
     /// The host Metadata tells clients to connect to (default: the listen
     /// address's IP; set it when listening on 0.0.0.0).
     pub advertise_host: Option<String>,
@@ -294,6 +299,7 @@ impl Default for Config {
             data_dir: PathBuf::from("ringlog-data"),
             listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             kafka_listen: None,
+            kafka_group_initial_delay_ms: 3000,
             advertise_host: None,
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()),
             first_cpu: 0,
@@ -423,6 +429,13 @@ impl Config {
             return Err(ConfigError(format!(
                 "kafka_listen: broker id {} is too large for Kafka node ids (broker id × 1024 + shard must fit in 31 bits: at most 2097150)",
                 self.broker_id
+            )));
+        }
+        if self.kafka_group_initial_delay_ms > crate::limits::KAFKA_GROUP_INITIAL_DELAY_MS_MAX {
+            return Err(ConfigError(format!(
+                "kafka_group_initial_delay_ms must be at most {} (5 minutes), got {}",
+                crate::limits::KAFKA_GROUP_INITIAL_DELAY_MS_MAX,
+                self.kafka_group_initial_delay_ms
             )));
         }
         Ok(())

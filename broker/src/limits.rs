@@ -84,3 +84,28 @@ const _: () = assert!(READ_BUFFER_BYTES <= REQUEST_FRAME_BYTES_MAX);
 /// Kafka node ids per broker on the Kafka listener: shard `s` of broker `b`
 /// is node `b × 1024 + s` (shards are at most 256).
 pub const KAFKA_NODES_PER_BROKER: i32 = 1024;
+
+/// The longest an empty Kafka group's first join may wait for others.
+pub const KAFKA_GROUP_INITIAL_DELAY_MS_MAX: u64 = 300_000;
+
+/// Kafka groups one shard coordinates at most: past it, a new group's
+/// requests are answered COORDINATOR_NOT_AVAILABLE.
+pub const KAFKA_GROUPS_PER_SHARD_MAX: usize = 10_000;
+
+/// Members of one Kafka group at most (Kafka's `group.max.size` is
+/// unbounded by default; a bound here keeps a shard's memory bounded).
+pub const KAFKA_GROUP_MEMBERS_MAX: usize = 1_000;
+
+/// A member's session timeout, in Kafka's broker defaults' range
+/// (`group.min.session.timeout.ms`, `group.max.session.timeout.ms`).
+pub const KAFKA_SESSION_TIMEOUT_MS: std::ops::RangeInclusive<i32> = 6_000..=1_800_000;
+
+/// The bytes of a committed offset's metadata string
+/// (Kafka's `offset.metadata.max.bytes`).
+pub const KAFKA_OFFSET_METADATA_BYTES_MAX: usize = 4096;
+
+/// Partitions in one OffsetCommit or OffsetFetch at most.
+pub const KAFKA_OFFSETS_PER_REQUEST_MAX: usize = 10_000;
+
+/// The bytes of one member's protocol metadata and of one assignment.
+pub const KAFKA_GROUP_BYTES_MAX: usize = 1 << 20;

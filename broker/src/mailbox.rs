@@ -156,6 +156,19 @@ pub enum ControlMsg {
         /// The id, or why none.
         reply: flume::Sender<Result<i64, ControlError>>,
     },
+    /// A Kafka group's coordinator, state or offsets
+    /// ([`coordinator::kafka_groups`]).
+    KafkaGroup {
+        /// What to do.
+        op: coordinator::kafka_groups::KafkaGroupOp,
+        /// The answer, or why none.
+        reply: flume::Sender<
+            Result<
+                coordinator::kafka_groups::KafkaGroupAnswer,
+                coordinator::registry::RegistryError,
+            >,
+        >,
+    },
     /// End mirroring of a mirror's target topic (`ringlog mirror promote`).
     PromoteMirror {
         /// The topic (name validated by the handler).

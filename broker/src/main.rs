@@ -21,6 +21,10 @@ struct Args {
     /// Kafka node [default: off].
     #[arg(long, value_name = "HOST:PORT")]
     kafka_listen: Option<SocketAddr>,
+    /// How long an empty Kafka group's first join waits for others
+    /// [default: 3000, as Kafka's group.initial.rebalance.delay.ms].
+    #[arg(long, value_name = "MS")]
+    kafka_group_initial_delay_ms: Option<u64>,
     /// Host that Metadata advertises to clients [default: the --listen IP].
     #[arg(long, value_name = "HOST")]
     advertise_host: Option<String>,
@@ -121,6 +125,9 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(v) = args.kafka_listen {
         config.kafka_listen = Some(v);
+    }
+    if let Some(v) = args.kafka_group_initial_delay_ms {
+        config.kafka_group_initial_delay_ms = v;
     }
     if let Some(v) = args.advertise_host {
         config.advertise_host = Some(v);

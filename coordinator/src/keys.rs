@@ -13,6 +13,9 @@
 //! | `groups/<group>/members/<member>` | [`MemberRecord`]: member id, subscribed topics, session timeout | the broker that served JoinGroup; rewritten (same value) by a broker that takes the session over; deleted by LeaveGroup or by the keeping broker's expiry | the lease of the broker that keeps the session (one per broker, kept alive by it); the session id is the key's create revision |
 //! | `groups/<group>/owners/<topic>/<partition:010>` | the owning member's id | the broker that served ClaimPartitions: a txn that succeeds only if no member joined since the claimer's view, the claimer's session is live, and no owner exists | the owner's record's lease (its broker's): deleted with the record when the session ends, rebound with it when another broker takes it over |
 //! | `groups/<group>/offsets/<topic>/<partition:010>` | the committed offset, decimal, then a space and the leader epoch of the message before it when the committer knew it (`418 3`; KIP-320) | CommitOffsets: a txn that succeeds only if the committer owns the partition (or, for a reset, the group has no member) | none: persistent |
+//! | `kafka-groups/<group>/coordinator` | [`Holder`]: the broker and shard that coordinates the Kafka group | the broker that served the first FindCoordinator of the group (create-if-absent) | that broker's registration lease: gone ≤ TTL after it dies, then the next FindCoordinator elects another |
+//! | `kafka-groups/<group>/state` | [`SavedGroup`]: generation, protocol, leader, members and their assignments | the coordinator, when a rebalance completes or the group empties: a txn comparing the coordinator key with itself | none: persistent |
+//! | `kafka-groups/<group>/offsets/<topic>/<partition:010>` | [`KafkaOffset`]: offset, leader epoch, the client's metadata | OffsetCommit through the coordinator: a txn comparing the coordinator key with itself | none: persistent; deleted with the topic |
 //! | `security/users/<name>`    | the user's SCRAM-SHA-256 credential, `SCRAM-SHA-256:ITERATIONS:SALT:STORED_KEY:SERVER_KEY` (not JSON; never a password) | AlterUsers through any broker, or `ringlog users add --etcd` before any broker runs | none: persistent |
 //! | `security/quotas/<principal>` | [`QuotaRecord`]: produce and fetch bytes/s, requests/s and connections of one principal (`User:alice`), or `default` for a principal without its own, set at run time | `ringlog quotas set` / `delete` through any broker (AlterQuotas) | none: persistent |
 //! | `security/login-secret`    | 32 random bytes in hex, made by the first broker that finds none (a create-if-absent transaction): the salts and iteration counts answered for users that do not exist derive from it, alike on every broker and across restarts | the first broker to read the security records | none: persistent |
@@ -29,6 +32,9 @@
 //! [`MemberRecord`]: crate::groups::MemberRecord
 //! [`PartitionState`]: crate::replicas::PartitionState
 //! [`QuotaRecord`]: crate::security::QuotaRecord
+//! [`Holder`]: crate::kafka_groups::Holder
+//! [`SavedGroup`]: crate::kafka_groups::SavedGroup
+//! [`KafkaOffset`]: crate::kafka_groups::KafkaOffset
 
 use protocol::types::BrokerId;
 
@@ -138,6 +144,39 @@ impl Keys {
     pub fn group_offset(&self, group: &str, topic: &str, partition: u32) -> String {
         format!(
             "{}groups/{group}/offsets/{topic}/{partition:010}",
+            self.prefix
+        )
+    }
+
+    /// The prefix of every Kafka group (`kafka_groups`).
+    pub fn kafka_groups(&self) -> String {
+        format!("{}kafka-groups/", self.prefix)
+    }
+
+    /// The shard that coordinates a Kafka group.
+    pub fn kafka_group_coordinator(&self, group: &str) -> String {
+        format!("{}kafka-groups/{group}/coordinator", self.prefix)
+    }
+
+    /// A Kafka group as its last completed rebalance left it.
+    pub fn kafka_group_state(&self, group: &str) -> String {
+        format!("{}kafka-groups/{group}/state", self.prefix)
+    }
+
+    /// The committed offsets of a Kafka group.
+    pub fn kafka_group_offsets(&self, group: &str) -> String {
+        format!("{}kafka-groups/{group}/offsets/", self.prefix)
+    }
+
+    /// A Kafka group's committed offsets of one topic.
+    pub fn kafka_group_topic_offsets(&self, group: &str, topic: &str) -> String {
+        format!("{}kafka-groups/{group}/offsets/{topic}/", self.prefix)
+    }
+
+    /// A Kafka group's committed offset of one partition.
+    pub fn kafka_group_offset(&self, group: &str, topic: &str, partition: u32) -> String {
+        format!(
+            "{}kafka-groups/{group}/offsets/{topic}/{partition:010}",
             self.prefix
         )
     }

@@ -5,6 +5,8 @@
 //!   only code that reads or changes it; shards ask the control thread.
 //!   Implementations: [`registry::Standalone`] (`topics.toml` in the data
 //!   directory, the embedded default) and [`registry::Memory`] (tests).
+//! - [`kafka_groups`]: Kafka's classic consumer groups: each group's
+//!   coordinating shard, its state after a rebalance, its offsets.
 //! - [`placement`]: which broker stores each partition of a new topic, a
 //!   pure function every broker computes alike.
 //! - [`rebalance`]: the paper's range assignment every consumer of a group
@@ -14,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod groups;
+pub mod kafka_groups;
 pub mod keys;
 pub mod password_file;
 pub mod placement;

@@ -518,6 +518,13 @@ impl<R: Registry> ControlPlane<R> {
                 ControlMsg::ProducerId { reply } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
+                ControlMsg::KafkaGroup { reply, .. } => {
+                    let _ = reply
+                        .send_async(Err(RegistryError::Unavailable {
+                            reason: refused().message,
+                        }))
+                        .await;
+                }
                 ControlMsg::Security { reply, .. } => {
                     let _ = reply.send_async(Err(refused())).await;
                 }
@@ -662,6 +669,10 @@ impl<R: Registry> ControlPlane<R> {
                 let result = self.producer_id().await;
                 let _ = reply.send_async(result).await;
             }
+            ControlMsg::KafkaGroup { op, reply } => {
+                let result = self.registry.kafka_group(op).await;
+                let _ = reply.send_async(result).await;
+            }
             ControlMsg::Security { change, reply } => {
                 let result = self.registry.change_security(change).await;
                 if result.is_ok() {
@@ -803,10 +814,18 @@ impl<R: Registry> ControlPlane<R> {
         // outage): a new topic starts empty, so no group has a position in
         // it (issue 24, item 13). Not while the name is a live topic here.
         if !self.known.contains_key(name) {
-            self.groups.forget_topic(name).await?;
+            self.forget_offsets(name).await?;
         }
         let revision = self.registry.create_topic(record.clone()).await?;
         Ok((record, revision))
+    }
+
+    /// Removes the committed offsets of a topic name, native groups' and
+    /// Kafka groups'.
+    async fn forget_offsets(&mut self, name: &str) -> Result<(), ControlError> {
+        self.groups.forget_topic(name).await?;
+        self.registry.forget_kafka_offsets(name).await?;
+        Ok(())
     }
 
     async fn delete_topic(&mut self, name: &str) -> Result<(), ControlError> {
@@ -823,6 +842,9 @@ impl<R: Registry> ControlPlane<R> {
             Err(error) => {
                 tracing::warn!(topic = %name, error = %error.message, "the groups' committed offsets of the deleted topic stay until the name is created again")
             }
+        }
+        if let Err(error) = self.registry.forget_kafka_offsets(name).await {
+            tracing::warn!(topic = %name, %error, "the Kafka groups' committed offsets of the deleted topic stay until the name is created again");
         }
         tracing::info!(topic = %name, id = %deleted.id, "deleted topic");
         dropped.map_err(|failures| {

@@ -16,13 +16,21 @@ pub mod code {
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
     pub const MESSAGE_TOO_LARGE: i16 = 10;
+    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const NOT_COORDINATOR: i16 = 16;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub const INVALID_PARTITIONS: i16 = 37;
     pub const NOT_ENOUGH_REPLICAS: i16 = 19;
     pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+    pub const INVALID_GROUP_ID: i16 = 24;
     pub const UNKNOWN_MEMBER_ID: i16 = 25;
+    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+    pub const REBALANCE_IN_PROGRESS: i16 = 27;
+    pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
     pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
     pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
@@ -43,6 +51,8 @@ pub mod code {
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
     pub const INVALID_RECORD: i16 = 87;
+    pub const MEMBER_ID_REQUIRED: i16 = 79;
+    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
 }
 

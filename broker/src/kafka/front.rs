@@ -13,6 +13,7 @@
 //! broker does: there is no answer in a layout the client would read. Each
 //! is logged (once a second) with what it was.
 
+use super::group::Caller;
 use super::sasl::{self, Login};
 use super::versions::{self, key};
 use super::wire::{ready, Malformed, Reader};
@@ -195,8 +196,8 @@ impl Kafka {
 
     /// A request served: its answer in its place, or — a body that does not
     /// parse — the connection closed.
-    fn served(&self, head: Head, body: &[u8], principal: &str, give_way: &Rc<GiveWay>) -> Served {
-        match self.dispatch(head, body, principal, give_way) {
+    fn served(&self, head: Head, body: &[u8], caller: &Caller, give_way: &Rc<GiveWay>) -> Served {
+        match self.dispatch(head, body, caller, give_way) {
             Ok(dispatched) => Served::Answer {
                 request_id: head.correlation_id as u32,
                 api: head.api as u16,
@@ -214,13 +215,24 @@ impl Kafka {
         &self,
         head: Head,
         body: &[u8],
-        principal: &str,
+        caller: &Caller,
         give_way: &Rc<GiveWay>,
     ) -> Result<Dispatched, Malformed> {
+        use super::group::{coordinator, listing, membership, offsets};
         let shard = &self.client.shard;
         let mut r = Reader::new(body);
         let v = head.version;
+        let principal: &str = &caller.principal;
         match head.api {
+            key::FIND_COORDINATOR => coordinator::handle(shard, v, &mut r, principal),
+            key::JOIN_GROUP => membership::handle_join(shard, v, &mut r, caller),
+            key::SYNC_GROUP => membership::handle_sync(shard, v, &mut r, caller),
+            key::HEARTBEAT => membership::handle_heartbeat(shard, v, &mut r, caller),
+            key::LEAVE_GROUP => membership::handle_leave(shard, v, &mut r, caller),
+            key::OFFSET_COMMIT => offsets::handle_commit(shard, v, &mut r, caller),
+            key::OFFSET_FETCH => offsets::handle_fetch(shard, v, &mut r, caller),
+            key::LIST_GROUPS => Ok(listing::handle_list(shard, v, caller)),
+            key::DESCRIBE_GROUPS => listing::handle_describe(shard, v, &mut r, caller),
             key::PRODUCE => super::produce::handle(shard, v, &mut r, principal),
             key::FETCH => super::fetch::handle(
                 shard,
@@ -345,10 +357,13 @@ impl Front for Kafka {
         }
         // The request header's client id, then the body.
         let mut r = Reader::new(&frame[PREFIX_BYTES..]);
-        if let Err(error) = r.nullable_string("client_id") {
-            self.closing(&error.to_string());
-            return Step::Now(Served::Close(None));
-        }
+        let client_id = match r.nullable_string("client_id") {
+            Ok(id) => id.unwrap_or_default(),
+            Err(error) => {
+                self.closing(&error.to_string());
+                return Step::Now(Served::Close(None));
+            }
+        };
         let body = &frame[frame.len() - r.remaining()..];
         if let Some(step) = self.login_step(head, body) {
             return step;
@@ -360,6 +375,14 @@ impl Front for Kafka {
                 return Step::Now(Served::Close(None));
             }
         };
+        let caller = Caller {
+            principal,
+            client_id: client_id.to_string(),
+            host: self
+                .client
+                .address
+                .map_or_else(String::new, |a| format!("/{a}")),
+        };
         let shard = &self.client.shard;
         let produced = if head.api == key::PRODUCE {
             body.len() as u64
@@ -369,7 +392,7 @@ impl Front for Kafka {
         let held = crate::handler::admission::quota_wait_bytes(&self.client, produced);
         let budget = head.api == key::PRODUCE && shard.unwritten.over();
         if held.is_zero() && !budget {
-            return Step::Now(self.served(head, body, &principal, give_way));
+            return Step::Now(self.served(head, body, &caller, give_way));
         }
         Step::Wait(Box::pin(async move {
             if !held.is_zero() {
@@ -378,7 +401,7 @@ impl Front for Kafka {
             if budget {
                 shard.unwritten.wait_for_room().await;
             }
-            self.served(head, body, &principal, give_way)
+            self.served(head, body, &caller, give_way)
         }))
     }
 

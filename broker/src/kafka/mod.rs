@@ -20,11 +20,13 @@
 //! | `wire.rs` | Kafka's primitive types |
 //! | `versions.rs` | the APIs and versions this listener speaks (ApiVersions) |
 //! | `errors.rs` | ringlog's error codes as Kafka's |
+//! | `group/` | consumer groups: a coordinator shard per group, its state machine, offsets |
 //! | `metadata.rs`, `produce.rs`, `fetch.rs`, `list_offsets.rs`, `producer_id.rs`, `topics.rs` | one request (or two) each |
 
 pub mod errors;
 pub mod fetch;
 pub mod front;
+pub mod group;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;

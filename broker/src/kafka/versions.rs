@@ -15,6 +15,15 @@ pub mod key {
     pub const FETCH: i16 = 1;
     pub const LIST_OFFSETS: i16 = 2;
     pub const METADATA: i16 = 3;
+    pub const OFFSET_COMMIT: i16 = 8;
+    pub const OFFSET_FETCH: i16 = 9;
+    pub const FIND_COORDINATOR: i16 = 10;
+    pub const JOIN_GROUP: i16 = 11;
+    pub const HEARTBEAT: i16 = 12;
+    pub const LEAVE_GROUP: i16 = 13;
+    pub const SYNC_GROUP: i16 = 14;
+    pub const DESCRIBE_GROUPS: i16 = 15;
+    pub const LIST_GROUPS: i16 = 16;
     pub const SASL_HANDSHAKE: i16 = 17;
     pub const API_VERSIONS: i16 = 18;
     pub const CREATE_TOPICS: i16 = 19;
@@ -34,6 +43,25 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (key::LIST_OFFSETS, 1, 5),
     // v7 adds the leader epoch; v9 is flexible (topic ids come at v10).
     (key::METADATA, 1, 8),
+    // Kafka 4.0 starts at v2; v6 adds the leader epoch; v8 is flexible.
+    (key::OFFSET_COMMIT, 2, 7),
+    // Kafka 4.0 starts at v1; v5 adds the leader epoch; v6 is flexible.
+    (key::OFFSET_FETCH, 1, 5),
+    // v3 is flexible.
+    (key::FIND_COORDINATOR, 0, 2),
+    // Kafka 4.0 starts at v2; v4 asks a new member to join again with the
+    // id it is given; v6 is flexible.
+    (key::JOIN_GROUP, 2, 5),
+    // v4 is flexible.
+    (key::HEARTBEAT, 0, 3),
+    // v3 leaves several members at once; v4 is flexible.
+    (key::LEAVE_GROUP, 0, 3),
+    // v4 is flexible.
+    (key::SYNC_GROUP, 0, 3),
+    // v5 is flexible.
+    (key::DESCRIBE_GROUPS, 0, 4),
+    // v3 is flexible.
+    (key::LIST_GROUPS, 0, 2),
     // v3 is flexible: a client asking for it is told these versions and
     // asks again (the answer to an unknown version is always v0's layout).
     (key::API_VERSIONS, 0, 2),

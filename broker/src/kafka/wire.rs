@@ -195,6 +195,12 @@ impl Writer {
         }
     }
 
+    /// `bytes` (an `int32` length).
+    pub fn bytes(&mut self, v: &[u8]) {
+        self.i32(v.len() as i32);
+        self.out.extend_from_slice(v);
+    }
+
     /// An array's count.
     pub fn array(&mut self, count: usize) {
         self.i32(count as i32);

@@ -141,6 +141,8 @@ pub struct Shard {
     /// The connections logged in with SCRAM, ended when their user is
     /// removed (`auth/sessions.rs`).
     pub sessions: Rc<crate::auth::sessions::Sessions>,
+    /// The Kafka groups this shard coordinates (`kafka/group/`).
+    pub kafka_groups: crate::kafka::group::Groups,
     /// One log line per second for denied requests.
     pub denials_log: crate::log_limit::LogLimit,
     /// One log line per second for failed logins.

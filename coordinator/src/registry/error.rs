@@ -54,6 +54,12 @@ pub enum RegistryError {
         /// What failed, in the client's words.
         reason: String,
     },
+    /// A Kafka group's coordinator changed: the writer is no longer it.
+    #[error("this shard no longer coordinates Kafka group {group:?}: find its coordinator again")]
+    NotCoordinator {
+        /// The group.
+        group: String,
+    },
     /// The registry is not this broker's cluster: see [`Foreign`].
     #[error("this broker's data directory belongs to cluster id {}, but the registry holds {}: it applies nothing from there (its partitions still serve produce and fetch). If etcd was rebuilt on purpose, restart the broker with --join-new-cluster (it registers the topics it holds again, with their data); otherwise point --etcd and --cluster at this cluster's etcd", .0.expected, .0.found_words())]
     ClusterMismatch(Foreign),

@@ -1156,6 +1156,35 @@ impl Backoff {
 impl Registry for Etcd {
     type Groups = crate::groups::EtcdGroups;
 
+    async fn kafka_group(
+        &mut self,
+        op: crate::kafka_groups::KafkaGroupOp,
+    ) -> Result<crate::kafka_groups::KafkaGroupAnswer, RegistryError> {
+        self.check_identity()?;
+        let lease = self.lease();
+        crate::kafka_groups::etcd::EtcdKafkaGroups {
+            client: &mut self.client,
+            keys: &self.keys,
+            lease,
+            timeout: self.options.request_timeout,
+        }
+        .serve(op)
+        .await
+    }
+
+    async fn forget_kafka_offsets(&mut self, topic: &str) -> Result<(), RegistryError> {
+        self.check_identity()?;
+        let lease = self.lease();
+        crate::kafka_groups::etcd::EtcdKafkaGroups {
+            client: &mut self.client,
+            keys: &self.keys,
+            lease,
+            timeout: self.options.request_timeout,
+        }
+        .forget_topic(topic)
+        .await
+    }
+
     async fn producer_ids(&mut self, count: u32) -> Result<std::ops::Range<i64>, RegistryError> {
         self.check_identity()?;
         let key = self.keys.producer_ids();

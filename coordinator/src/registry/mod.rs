@@ -845,6 +845,28 @@ pub trait Registry {
         count: u32,
     ) -> impl Future<Output = Result<std::ops::Range<i64>, RegistryError>>;
 
+    /// Serves a Kafka group operation ([`crate::kafka_groups`]).
+    fn kafka_group(
+        &mut self,
+        op: crate::kafka_groups::KafkaGroupOp,
+    ) -> impl Future<Output = Result<crate::kafka_groups::KafkaGroupAnswer, RegistryError>> {
+        let _ = op;
+        async {
+            Err(RegistryError::Unavailable {
+                reason: "this registry keeps no Kafka groups".into(),
+            })
+        }
+    }
+
+    /// Removes a deleted topic's committed offsets from every Kafka group.
+    fn forget_kafka_offsets(
+        &mut self,
+        topic: &str,
+    ) -> impl Future<Output = Result<(), RegistryError>> {
+        let _ = topic;
+        async { Ok(()) }
+    }
+
     /// Which cluster the registry holds, for a store shared by a cluster
     /// (etcd); `None` for a single-broker store.
     fn identity(&self) -> Option<Identity> {

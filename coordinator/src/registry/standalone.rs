@@ -139,6 +139,17 @@ impl Registry for Standalone {
         Ok(block)
     }
 
+    async fn kafka_group(
+        &mut self,
+        op: crate::kafka_groups::KafkaGroupOp,
+    ) -> Result<crate::kafka_groups::KafkaGroupAnswer, RegistryError> {
+        crate::kafka_groups::file::GroupFiles::new(&self.data_dir).serve(op)
+    }
+
+    async fn forget_kafka_offsets(&mut self, topic: &str) -> Result<(), RegistryError> {
+        crate::kafka_groups::file::GroupFiles::new(&self.data_dir).forget_topic(topic)
+    }
+
     async fn create_topic(&mut self, topic: TopicRecord) -> Result<i64, RegistryError> {
         let index = match self.topics.binary_search_by(|t| t.name.cmp(&topic.name)) {
             Ok(_) => return Err(RegistryError::TopicExists { name: topic.name }),

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-const KAFKA_LIBS: &str = "/tmp/ringlog-peers/kafka-4.4.0/libs";
+pub(crate) const KAFKA_LIBS: &str = "/tmp/ringlog-peers/kafka-4.4.0/libs";
 
 fn kafka_options() -> BrokerOptions {
     BrokerOptions {
@@ -26,7 +26,7 @@ fn kafka_options() -> BrokerOptions {
     }
 }
 
-fn format_two(client: &Client, name: &str, partitions: u32, settings: TopicSettings) {
+pub(crate) fn format_two(client: &Client, name: &str, partitions: u32, settings: TopicSettings) {
     client
         .create_topic(
             name,
@@ -40,7 +40,7 @@ fn format_two(client: &Client, name: &str, partitions: u32, settings: TopicSetti
 }
 
 /// Runs kcat with `args` and `input` on its stdin, for at most 60 s.
-fn kcat(args: &[&str], input: &str) -> Output {
+pub(crate) fn kcat(args: &[&str], input: &str) -> Output {
     let mut child = Command::new("timeout")
         .arg("60")
         .arg("kcat")
@@ -59,7 +59,7 @@ fn kcat(args: &[&str], input: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn text(output: &Output) -> (String, String) {
+pub(crate) fn text(output: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),

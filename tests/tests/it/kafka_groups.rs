@@ -1,0 +1,270 @@
+//! Issue 44, stage 2: Kafka's classic consumer groups on ringlog's Kafka
+//! listener, with Kafka's own clients — the Java client 4.4, kafka-python
+//! and kcat (librdkafka) — in one group: partitions split disjointly, a
+//! SIGKILLed member's partitions taken over from its committed offsets
+//! (byte positions, often inside a batch), every message read at least
+//! once and none skipped; and on a three-broker cluster, a group that
+//! outlives its coordinator's broker.
+
+use super::kafka_listener::{format_two, kcat, text, KAFKA_LIBS};
+use harness::etcd::Etcd;
+use harness::{Broker, BrokerOptions, TempDir};
+use protocol::client::TopicSettings;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The group's first generation waits this long for more members.
+const INITIAL_DELAY_MS: &str = "1000";
+
+/// A group member running in its own process, its output in files.
+struct Member {
+    label: &'static str,
+    child: Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Member {
+    fn spawn(label: &'static str, mut command: Command, dir: &Path) -> Member {
+        let out = dir.join(format!("{label}.out"));
+        let err = dir.join(format!("{label}.err"));
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{label}: {e} (deploy/test-deps.sh installs the clients)"));
+        Member {
+            label,
+            child,
+            out,
+            err,
+        }
+    }
+
+    fn java(bootstrap: &str, topic: &str, group: &str, dir: &Path) -> Member {
+        assert!(
+            Path::new(KAFKA_LIBS)
+                .join("kafka-clients-4.4.0.jar")
+                .exists(),
+            "Kafka 4.4's jars are not in {KAFKA_LIBS}: run `bash deploy/test-deps.sh`"
+        );
+        let mut command = Command::new("java");
+        command
+            .arg("-cp")
+            .arg(format!("{KAFKA_LIBS}/*"))
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/GroupMember.java"))
+            .args([bootstrap, topic, group]);
+        Member::spawn("java", command, dir)
+    }
+
+    fn python(bootstrap: &str, topic: &str, group: &str, dir: &Path) -> Member {
+        let mut command = harness::python::command_with("kafka-python", &["kafka-python==3.0.12"]);
+        command
+            .arg("-u")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/kafka_python_group.py"))
+            .args([bootstrap, topic, group]);
+        Member::spawn("python", command, dir)
+    }
+
+    fn kcat(bootstrap: &str, topic: &str, group: &str, dir: &Path) -> Member {
+        let mut command = Command::new("kcat");
+        command.args([
+            "-b",
+            bootstrap,
+            "-G",
+            group,
+            topic,
+            "-u",
+            "-f",
+            "r %p %o %s\n",
+            "-X",
+            "auto.offset.reset=earliest",
+            "-X",
+            "session.timeout.ms=10000",
+            "-X",
+            "auto.commit.interval.ms=500",
+        ]);
+        Member::spawn("kcat", command, dir)
+    }
+
+    fn output(&self) -> (String, String) {
+        (
+            std::fs::read_to_string(&self.out).unwrap_or_default(),
+            std::fs::read_to_string(&self.err).unwrap_or_default(),
+        )
+    }
+
+    /// Its latest assignment, if it has had one.
+    fn assignment(&self) -> Option<BTreeSet<u32>> {
+        let (out, err) = self.output();
+        // The Java and Python members print `assigned 0,3`; kcat logs
+        // `% Group g rebalanced (memberid …): assigned: t [0], t [3]`.
+        let mut latest = None;
+        for line in out.lines() {
+            if let Some(list) = line.strip_prefix("assigned ") {
+                latest = Some(list.split(',').filter_map(|p| p.parse().ok()).collect());
+            } else if line == "assigned" {
+                latest = Some(BTreeSet::new());
+            }
+        }
+        for line in err.lines().filter(|l| l.contains("rebalanced")) {
+            if let Some((_, list)) = line.split_once("assigned: ") {
+                latest = Some(
+                    list.split(", ")
+                        .filter_map(|p| p.split_once('[')?.1.trim_end_matches(']').parse().ok())
+                        .collect(),
+                );
+            } else if line.contains("revoked") {
+                latest = Some(BTreeSet::new());
+            }
+        }
+        latest
+    }
+
+    /// The values it has read.
+    fn values(&self) -> Vec<u64> {
+        self.output()
+            .0
+            .lines()
+            .filter_map(|l| l.strip_prefix("r ")?.split(' ').nth(2)?.parse().ok())
+            .collect()
+    }
+}
+
+/// Produces `per_partition` numbered values into each of `partitions`
+/// with kcat: partition p holds p × per_partition ….
+fn produce(bootstrap: &str, topic: &str, partitions: u64, per_partition: u64) {
+    for p in 0..partitions {
+        let lines: String = (p * per_partition..(p + 1) * per_partition)
+            .map(|n| format!("{n}\n"))
+            .collect();
+        let output = kcat(
+            &["-P", "-b", bootstrap, "-t", topic, "-p", &p.to_string()],
+            &lines,
+        );
+        assert!(output.status.success(), "{:?}", text(&output));
+    }
+}
+
+/// True when the members' latest assignments split `partitions` disjointly
+/// with none empty.
+fn split(members: &[&Member], partitions: u32) -> bool {
+    let mut seen = BTreeSet::new();
+    for m in members {
+        match m.assignment() {
+            Some(a) if !a.is_empty() => {
+                for p in a {
+                    if !seen.insert(p) {
+                        return false;
+                    }
+                }
+            }
+            _ => return false,
+        }
+    }
+    seen == (0..partitions).collect()
+}
+
+fn wait_for(what: &str, limit: Duration, members: &[&Member], mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        if start.elapsed() > limit {
+            let outputs: Vec<String> = members
+                .iter()
+                .map(|m| {
+                    let (out, err) = m.output();
+                    let tail = |s: &str| s.lines().rev().take(15).collect::<Vec<_>>().join("\n");
+                    format!(
+                        "--- {}: {:?}\n{}\n{}",
+                        m.label,
+                        m.assignment(),
+                        tail(&out),
+                        tail(&err)
+                    )
+                })
+                .collect();
+            panic!("{what}: not within {limit:?}\n{}", outputs.join("\n"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every value of 0..total read by some member.
+fn all_read(members: &[&Member], total: u64) -> bool {
+    let read: BTreeSet<u64> = members.iter().flat_map(|m| m.values()).collect();
+    read.len() as u64 == total && read.iter().all(|v| *v < total)
+}
+
+#[test]
+fn a_group_of_java_python_and_kcat_members_splits_partitions_and_takes_over_a_killed_one() {
+    let broker = Broker::start(BrokerOptions {
+        args: vec![
+            "--kafka-listen".into(),
+            "127.0.0.1:0".into(),
+            "--kafka-group-initial-delay-ms".into(),
+            INITIAL_DELAY_MS.into(),
+        ],
+        ..BrokerOptions::default()
+    });
+    let client = broker.client();
+    format_two(&client, "mix", 6, TopicSettings::default());
+    let bootstrap = &broker.kafka[0];
+    let (partitions, per_partition) = (6, 3_000);
+    produce(bootstrap, "mix", partitions, per_partition);
+    let total = partitions * per_partition;
+    let dir = TempDir::new("kafka-group");
+    let java = Member::java(bootstrap, "mix", "mixed", dir.path());
+    let python = Member::python(bootstrap, "mix", "mixed", dir.path());
+    let kcat = Member::kcat(bootstrap, "mix", "mixed", dir.path());
+    let all = [&java, &python, &kcat];
+    wait_for(
+        "three members, disjoint partitions",
+        Duration::from_secs(90),
+        &all,
+        || split(&all, partitions as u32),
+    );
+    // Java reads 7 records a poll and commits every 500 ms: its last
+    // commit is inside a batch, behind what it printed.
+    wait_for(
+        "the Java member reads",
+        Duration::from_secs(60),
+        &all,
+        || java.values().len() >= 50,
+    );
+    let mut java = java;
+    java.child.kill().unwrap();
+    java.child.wait().unwrap();
+    let rest = [&python, &kcat];
+    wait_for(
+        "the two members left take the killed one's partitions",
+        Duration::from_secs(90),
+        &rest,
+        || split(&rest, partitions as u32),
+    );
+    let all = [&java, &python, &kcat];
+    wait_for(
+        "every message read at least once",
+        Duration::from_secs(120),
+        &all,
+        || all_read(&all, total),
+    );
+    let read: usize = all.iter().map(|m| m.values().len()).sum();
+    println!(
+        "read {read} records for {total} messages ({} again after the takeover)",
+        read as u64 - total
+    );
+    // The broker stored the group and its offsets in its data directory.
+    let stored =
+        std::fs::read_to_string(broker.data_dir().join("kafka-groups/mixed.json")).unwrap();
+    assert!(stored.contains("\"topic\":\"mix\""), "{stored}");
+}

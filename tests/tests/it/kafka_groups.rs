@@ -183,7 +183,10 @@ fn wait_for(what: &str, limit: Duration, members: &[&Member], mut done: impl FnM
                 .iter()
                 .map(|m| {
                     let (out, err) = m.output();
-                    let tail = |s: &str| s.lines().rev().take(15).collect::<Vec<_>>().join("\n");
+                    let tail = |s: &str| {
+                        let lines: Vec<&str> = s.lines().collect();
+                        lines[lines.len().saturating_sub(15)..].join("\n")
+                    };
                     format!(
                         "--- {}: {:?}\n{}\n{}",
                         m.label,
@@ -223,8 +226,17 @@ fn a_group_of_java_python_and_kcat_members_splits_partitions_and_takes_over_a_ki
     produce(bootstrap, "mix", partitions, per_partition);
     let total = partitions * per_partition;
     let dir = TempDir::new("kafka-group");
+    // The slow readers first: kcat reads whatever it is given at once, so
+    // it joins once they read.
     let java = Member::java(bootstrap, "mix", "mixed", dir.path());
     let python = Member::python(bootstrap, "mix", "mixed", dir.path());
+    let both = [&java, &python];
+    wait_for(
+        "the Java and Python members read",
+        Duration::from_secs(90),
+        &both,
+        || !java.values().is_empty() && !python.values().is_empty(),
+    );
     let kcat = Member::kcat(bootstrap, "mix", "mixed", dir.path());
     let all = [&java, &python, &kcat];
     wait_for(
@@ -267,4 +279,76 @@ fn a_group_of_java_python_and_kcat_members_splits_partitions_and_takes_over_a_ki
     let stored =
         std::fs::read_to_string(broker.data_dir().join("kafka-groups/mixed.json")).unwrap();
     assert!(stored.contains("\"topic\":\"mix\""), "{stored}");
+}
+
+#[test]
+fn a_kafka_group_outlives_its_coordinators_broker_on_a_three_broker_cluster() {
+    let etcd = Etcd::start();
+    let options = (1..=3)
+        .map(|id| {
+            let mut options = super::replication::options(&etcd, "kgroups", id);
+            options.args.extend([
+                "--kafka-listen".into(),
+                "127.0.0.1:0".into(),
+                "--kafka-group-initial-delay-ms".into(),
+                INITIAL_DELAY_MS.into(),
+            ]);
+            options
+        })
+        .collect();
+    let mut brokers = super::replication::cluster_of(options);
+    let client = brokers[0].client();
+    format_two(&client, "cg", 4, super::replication::replicated(3, 2));
+    let bootstrap = brokers
+        .iter()
+        .map(|b| b.kafka[0].clone())
+        .collect::<Vec<_>>()
+        .join(",");
+    let (partitions, per_partition) = (4, 3_000);
+    produce(&bootstrap, "cg", partitions, per_partition);
+    let total = partitions * per_partition;
+    let dir = TempDir::new("kafka-group-cluster");
+    let java = Member::java(&bootstrap, "cg", "survivors", dir.path());
+    wait_for(
+        "the Java member reads",
+        Duration::from_secs(90),
+        &[&java],
+        || java.values().len() >= 50,
+    );
+    let kcat = Member::kcat(&bootstrap, "cg", "survivors", dir.path());
+    let both = [&java, &kcat];
+    wait_for(
+        "two members, disjoint partitions",
+        Duration::from_secs(90),
+        &both,
+        || split(&both, partitions as u32),
+    );
+    // The group's coordinator: the broker that took it.
+    let coordinating = |b: &Broker| b.log().contains("kafka group: coordinating, a new group");
+    let holder = brokers
+        .iter()
+        .position(coordinating)
+        .expect("a broker logged that it coordinates the group");
+    assert_eq!(brokers.iter().filter(|b| coordinating(b)).count(), 1);
+    brokers[holder].kill9();
+    // Its lease expires, a member finds another coordinator, which resumes
+    // the stored generation; the members go on from their commits.
+    wait_for(
+        "every message read at least once after the coordinator's death",
+        Duration::from_secs(120),
+        &both,
+        || all_read(&both, total),
+    );
+    let resumed = brokers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != holder)
+        .any(|(_, b)| b.log().contains("resumed from the registry"));
+    assert!(resumed, "no broker resumed the group from the registry");
+    wait_for(
+        "both members in the group again",
+        Duration::from_secs(60),
+        &both,
+        || split(&both, partitions as u32),
+    );
 }

@@ -187,7 +187,10 @@ pub async fn coordinated(shard: &Rc<Shard>, name: &str) -> Result<Rc<RefCell<Gro
             tracing::info!(group = %name, generation = saved.generation, members = saved.members.len(), "kafka group: coordinating, resumed from the registry");
             Group::restored(saved, now)
         }
-        None => Group::new(),
+        None => {
+            tracing::info!(group = %name, "kafka group: coordinating, a new group");
+            Group::new()
+        }
     }));
     shard.kafka_groups.held.borrow_mut().insert(
         name.to_string(),

@@ -30,7 +30,7 @@ mod served;
 mod topic_config;
 
 use crate::config::Config;
-use crate::mailbox::{ControlError, ControlMsg, ShardMsg};
+use crate::mailbox::{ControlError, ControlMsg, GroupAnswer, GroupRequest, ShardMsg};
 use coordinator::placement;
 use coordinator::registry::{
     BrokerRecord, Foreign, Identity, Registry, RegistryError, RegistryEvent, ServedWait,
@@ -618,11 +618,17 @@ impl<R: Registry> ControlPlane<R> {
                 };
                 let _ = reply.send_async(answer).await;
             }
-            ControlMsg::Group { request, reply } => {
-                self.groups
-                    .handle(request, reply, &self.known, &self.brokers)
-                    .await;
-            }
+            ControlMsg::Group { request, reply } => match request {
+                GroupRequest::Describe { .. } | GroupRequest::List => {
+                    let answer = self.groups_with_kafka(request).await;
+                    let _ = reply.send_async(answer).await;
+                }
+                request => {
+                    self.groups
+                        .handle(request, reply, &self.known, &self.brokers)
+                        .await;
+                }
+            },
             ControlMsg::ElectLeaders { request, reply } => {
                 let result = self.elect_leaders(request).await;
                 let _ = reply.send_async(result).await;
@@ -818,6 +824,75 @@ impl<R: Registry> ControlPlane<R> {
         }
         let revision = self.registry.create_topic(record.clone()).await?;
         Ok((record, revision))
+    }
+
+    /// DescribeGroup and ListGroups over ringlog's groups and Kafka's
+    /// (`kafka/group/`): a name that is no native group with members or
+    /// offsets is looked up among the Kafka groups. A standalone broker
+    /// has Kafka groups only.
+    async fn groups_with_kafka(
+        &mut self,
+        request: GroupRequest,
+    ) -> Result<GroupAnswer, ControlError> {
+        use coordinator::kafka_groups::{KafkaGroupAnswer, KafkaGroupOp};
+        let (reply, answer) = flume::bounded(1);
+        let describing = match &request {
+            GroupRequest::Describe { group } => Some(group.clone()),
+            _ => None,
+        };
+        self.groups
+            .handle(request, reply, &self.known, &self.brokers)
+            .await;
+        let native = answer.recv_async().await.unwrap_or_else(|_| {
+            Err(ControlError::new(
+                ErrorCode::Internal,
+                "no answer from the group plane",
+            ))
+        });
+        let native_missing = matches!(&native, Err(e) if e.code == ErrorCode::ClusterRequired);
+        let Some(group) = describing else {
+            let mut names = match native {
+                Ok(GroupAnswer::Groups(names)) => names,
+                Err(_) if native_missing => Vec::new(),
+                other => return other,
+            };
+            if let Ok(KafkaGroupAnswer::Groups(kafka)) =
+                self.registry.kafka_group(KafkaGroupOp::List).await
+            {
+                names.extend(kafka);
+            }
+            names.sort();
+            names.dedup();
+            return Ok(GroupAnswer::Groups(names));
+        };
+        if let Ok(GroupAnswer::Described(d)) = &native {
+            if !d.view.members.is_empty() || !d.partitions.is_empty() {
+                return native;
+            }
+        }
+        let saved = match self
+            .registry
+            .kafka_group(KafkaGroupOp::Load {
+                group: group.clone(),
+            })
+            .await
+        {
+            Ok(KafkaGroupAnswer::State(saved)) => saved,
+            _ => None,
+        };
+        let offsets = match self
+            .registry
+            .kafka_group(KafkaGroupOp::Offsets { group })
+            .await
+        {
+            Ok(KafkaGroupAnswer::Offsets(offsets)) => offsets,
+            _ => Vec::new(),
+        };
+        match crate::kafka::group::described::describe(saved, offsets, &self.known) {
+            Some(description) => Ok(GroupAnswer::Described(description)),
+            None if native_missing => Ok(GroupAnswer::Described(Default::default())),
+            None => native,
+        }
     }
 
     /// Removes the committed offsets of a topic name, native groups' and

@@ -318,7 +318,9 @@ pub fn handle(
 ) -> Result<Dispatched, Failure> {
     // One order for all eight: a standalone broker says groups need a
     // cluster before it looks at the request (issue 24, item 16).
-    if !shard.config.clustered() {
+    // Kafka groups (`kafka/group/`) are described and listed standalone too.
+    let kafka_groups_too = matches!(api, Api::DescribeGroup | Api::ListGroups);
+    if !shard.config.clustered() && !kafka_groups_too {
         return Err(Failure::new(ErrorCode::ClusterRequired, CLUSTER_REQUIRED));
     }
     let request = decode(shard, api, header)?;

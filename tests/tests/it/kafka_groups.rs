@@ -279,6 +279,39 @@ fn a_group_of_java_python_and_kcat_members_splits_partitions_and_takes_over_a_ki
     let stored =
         std::fs::read_to_string(broker.data_dir().join("kafka-groups/mixed.json")).unwrap();
     assert!(stored.contains("\"topic\":\"mix\""), "{stored}");
+    // ringlog's CLI lists and describes it beside its own groups.
+    let ringlog = |args: &[&str]| {
+        let output = Command::new(harness::binary("ringlog"))
+            .args(["--brokers", &broker.address()])
+            .args(args)
+            .output()
+            .unwrap();
+        let (out, err) = text(&output);
+        assert!(output.status.success(), "{out}{err}");
+        out
+    };
+    assert_eq!(ringlog(&["groups", "list"]), "mixed\n");
+    let described = ringlog(&["groups", "describe", "mixed"]);
+    assert!(
+        described.starts_with("group mixed members 2 topics mix\n"),
+        "{described}"
+    );
+    // Every partition owned by one of the two members left, with a
+    // committed offset and a lag in bytes.
+    let rows: Vec<&str> = described
+        .lines()
+        .filter(|l| l.starts_with("mix\t"))
+        .collect();
+    assert_eq!(rows.len(), 6, "{described}");
+    for row in rows {
+        let fields: Vec<&str> = row.split('\t').collect();
+        assert!(
+            fields[2].starts_with("python-member") || fields[2].starts_with("rdkafka"),
+            "{row}"
+        );
+        assert_ne!(fields[3], "-", "{row}");
+    }
+    println!("{described}");
 }
 
 #[test]

@@ -18,8 +18,10 @@
 //! | `membership.rs` | JoinGroup, SyncGroup, Heartbeat, LeaveGroup |
 //! | `offsets.rs` | OffsetCommit, OffsetFetch |
 //! | `listing.rs` | ListGroups, DescribeGroups |
+//! | `described.rs` | a Kafka group as `ringlog groups describe` shows it |
 
 pub mod coordinator;
+pub mod described;
 pub mod listing;
 pub mod membership;
 pub mod offsets;

@@ -10,7 +10,10 @@ import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.ExecutionException;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
 import org.apache.kafka.common.TopicPartition;
@@ -104,8 +107,9 @@ public class JavaClients {
     }
 
     // AdminClient: create a topic (three partitions, a retention), again
-    // (it exists), one with a config ringlog has not (refused, named), and
-    // delete the first.
+    // (it exists), describe its configs, raise its partitions to five (and
+    // try to lower them), create one with a config ringlog has not
+    // (refused, named), and delete the first.
     static void admin(String bootstrap, String name) throws Exception {
         Properties a = new Properties();
         a.putAll(login);
@@ -115,6 +119,13 @@ public class JavaClients {
             int partitions = admin.describeTopics(List.of(name)).allTopicNames().get().get(name).partitions().size();
             System.out.println("admin created " + name + " partitions " + partitions);
             System.out.println("admin again " + failure(() -> admin.createTopics(List.of(new NewTopic(name, 3, (short) -1))).all().get()));
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, name);
+            Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
+            System.out.println("admin config retention.ms " + config.get("retention.ms").value() + " " + config.get("retention.ms").source() + " cleanup.policy " + config.get("cleanup.policy").value() + " " + config.get("cleanup.policy").source());
+            admin.createPartitions(Map.of(name, NewPartitions.increaseTo(5))).all().get();
+            int raised = admin.describeTopics(List.of(name)).allTopicNames().get().get(name).partitions().size();
+            System.out.println("admin raised " + name + " partitions " + raised);
+            System.out.println("admin lower " + failure(() -> admin.createPartitions(Map.of(name, NewPartitions.increaseTo(2))).all().get()));
             System.out.println("admin compact " + failure(() -> admin.createTopics(List.of(new NewTopic(name + "-c", 1, (short) -1).configs(Map.of("cleanup.policy", "compact")))).all().get()));
             admin.deleteTopics(List.of(name)).all().get();
             System.out.println("admin deleted " + name + " listed " + admin.listTopics().names().get().contains(name));

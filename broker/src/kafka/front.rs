@@ -247,6 +247,11 @@ impl Kafka {
             key::INIT_PRODUCER_ID => super::producer_id::handle(shard, v, &mut r, principal),
             key::CREATE_TOPICS => super::topics::handle_create(shard, v, &mut r, principal),
             key::DELETE_TOPICS => super::topics::handle_delete(shard, v, &mut r, principal),
+            key::CREATE_PARTITIONS => super::partitions::handle(shard, v, &mut r, principal),
+            key::DESCRIBE_CONFIGS => super::configs::handle(shard, v, &mut r, principal),
+            key::OFFSET_FOR_LEADER_EPOCH => {
+                super::leader_epochs::handle(shard, v, &mut r, principal)
+            }
             _ => unreachable!("versions::supported lists only these"),
         }
     }

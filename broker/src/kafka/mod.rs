@@ -21,14 +21,17 @@
 //! | `versions.rs` | the APIs and versions this listener speaks (ApiVersions) |
 //! | `errors.rs` | ringlog's error codes as Kafka's |
 //! | `group/` | consumer groups: a coordinator shard per group, its state machine, offsets |
-//! | `metadata.rs`, `produce.rs`, `fetch.rs`, `list_offsets.rs`, `producer_id.rs`, `topics.rs` | one request (or two) each |
+//! | `metadata.rs`, `produce.rs`, `fetch.rs`, `list_offsets.rs`, `leader_epochs.rs`, `producer_id.rs`, `topics.rs`, `partitions.rs`, `configs.rs` | one request (or two) each |
 
+pub mod configs;
 pub mod errors;
 pub mod fetch;
 pub mod front;
 pub mod group;
+pub mod leader_epochs;
 pub mod list_offsets;
 pub mod metadata;
+pub mod partitions;
 pub mod produce;
 pub mod producer_id;
 pub mod sasl;

@@ -29,7 +29,10 @@ pub mod key {
     pub const CREATE_TOPICS: i16 = 19;
     pub const DELETE_TOPICS: i16 = 20;
     pub const INIT_PRODUCER_ID: i16 = 22;
+    pub const OFFSET_FOR_LEADER_EPOCH: i16 = 23;
+    pub const DESCRIBE_CONFIGS: i16 = 32;
     pub const SASL_AUTHENTICATE: i16 = 36;
+    pub const CREATE_PARTITIONS: i16 = 37;
 }
 
 /// `(api key, lowest version, highest version)`, by key.
@@ -71,6 +74,10 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (key::DELETE_TOPICS, 1, 3),
     // v2 is flexible.
     (key::INIT_PRODUCER_ID, 0, 1),
+    // Kafka 4.0 starts at v2; v4 is flexible.
+    (key::OFFSET_FOR_LEADER_EPOCH, 2, 3),
+    // Kafka 4.0 starts at v1; v4 is flexible.
+    (key::DESCRIBE_CONFIGS, 1, 3),
     // v1: the exchange in SaslAuthenticate requests. v0 (the exchange
     // sent raw, unframed) is listed because librdkafka takes a broker
     // without it for one that has no SASL at all; every client that knows
@@ -79,6 +86,8 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (key::SASL_HANDSHAKE, 0, 1),
     // v1 adds the session lifetime; v2 is flexible.
     (key::SASL_AUTHENTICATE, 0, 1),
+    // v2 is flexible.
+    (key::CREATE_PARTITIONS, 0, 1),
 ];
 
 /// True when `version` of `api` is served.

@@ -397,6 +397,20 @@ fn java_clients_as(bootstrap: &str, topic: &str, count: u32, login: Option<(&str
         out.contains("admin again TopicExistsException"),
         "{out}{err}"
     );
+    // DescribeConfigs: the topic's own retention, the fixed policy.
+    assert!(
+        out.contains("admin config retention.ms 3600000 DYNAMIC_TOPIC_CONFIG cleanup.policy delete DEFAULT_CONFIG\n"),
+        "{out}{err}"
+    );
+    // CreatePartitions: raised, never lowered.
+    assert!(
+        out.contains(&format!("admin raised {topic}-admin partitions 5\n")),
+        "{out}{err}"
+    );
+    assert!(
+        out.contains("admin lower InvalidPartitionsException"),
+        "{out}{err}"
+    );
     assert!(
         out.contains("admin compact InvalidConfigurationException: cleanup.policy=\"compact\" is not supported by ringlog"),
         "{out}{err}"

@@ -94,13 +94,10 @@ fn entries(topic: &Topic) -> Vec<Entry> {
     ]
 }
 
-/// Handles a DescribeConfigs request.
-pub fn handle(
-    shard: &Shard,
-    version: i16,
-    r: &mut Reader<'_>,
-    principal: &str,
-) -> Result<Dispatched, Malformed> {
+/// A resource asked for: its type, its name, the keys wanted (`None`: all).
+type Asked = (i8, String, Option<Vec<String>>);
+
+fn read(r: &mut Reader<'_>) -> Result<Vec<Asked>, Malformed> {
     let count = r.array(7, "resources")?.unwrap_or(0);
     let mut resources = Vec::with_capacity(count.min(RESOURCES_MAX));
     for _ in 0..count {
@@ -116,6 +113,17 @@ pub fn handle(
         };
         resources.push((kind, name, keys));
     }
+    Ok(resources)
+}
+
+/// Handles a DescribeConfigs request.
+pub fn handle(
+    shard: &Shard,
+    version: i16,
+    r: &mut Reader<'_>,
+    principal: &str,
+) -> Result<Dispatched, Malformed> {
+    let resources = read(r)?;
     r.bool("include_synonyms")?;
     if version >= 3 {
         r.bool("include_documentation")?;

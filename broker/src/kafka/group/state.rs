@@ -668,3 +668,165 @@ fn random_suffix() -> String {
     x ^= x >> 33;
     format!("{:08x}", x as u32)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join(id: &str, version: i16) -> Join {
+        Join {
+            member_id: id.into(),
+            instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(30),
+            protocol_type: "consumer".into(),
+            protocols: vec![("range".into(), vec![1]), ("sticky".into(), vec![2])],
+            version,
+        }
+    }
+
+    /// Joins `id` and returns the receiver of its answer.
+    fn joined(g: &mut Group, j: Join, now: Instant) -> flume::Receiver<JoinAnswer> {
+        let (tx, rx) = flume::bounded(1);
+        assert!(g.join(j, tx, Duration::ZERO, now).is_none());
+        rx
+    }
+
+    #[test]
+    fn a_new_member_is_given_an_id_then_the_barrier_waits_for_everyone() {
+        let t0 = Instant::now();
+        let mut g = Group::new();
+        let (tx, _rx) = flume::bounded(1);
+        let first = g.join(join("", 5), tx, Duration::ZERO, t0).unwrap();
+        assert_eq!(first.error, code::MEMBER_ID_REQUIRED);
+        let a = joined(&mut g, join(&first.member_id, 5), t0);
+        let answer = a.try_recv().unwrap();
+        assert_eq!((answer.error, answer.generation), (code::NONE, 1));
+        assert_eq!(answer.leader, first.member_id);
+        assert_eq!(answer.members.len(), 1);
+        // An id nobody was given is refused.
+        let (tx, _rx) = flume::bounded(1);
+        let bogus = g.join(join("made-up", 5), tx, Duration::ZERO, t0).unwrap();
+        assert_eq!(bogus.error, code::UNKNOWN_MEMBER_ID);
+        // The leader's assignment makes the group stable and is stored.
+        let (tx, _rx) = flume::bounded(1);
+        let (mine, saved) = g.sync(
+            &first.member_id,
+            1,
+            vec![(first.member_id.clone(), vec![9])],
+            tx,
+            t0,
+        );
+        assert_eq!(mine, Some((code::NONE, vec![9])));
+        assert_eq!(saved.unwrap().members[0].assignment, vec![9]);
+        assert_eq!(g.phase, Phase::Stable);
+        // A second member (v3: no id round) opens a barrier the first must
+        // join; its heartbeat says so.
+        let b = joined(&mut g, join("", 3), t0);
+        assert!(
+            b.try_recv().is_err(),
+            "the barrier waits for the first member"
+        );
+        assert_eq!(
+            g.heartbeat(&first.member_id, 1, t0),
+            code::REBALANCE_IN_PROGRESS
+        );
+        let a = joined(&mut g, join(&first.member_id, 5), t0);
+        let (a, b) = (a.try_recv().unwrap(), b.try_recv().unwrap());
+        assert_eq!((a.generation, b.generation), (2, 2));
+        assert_eq!(a.members.len(), 2, "the leader learns everyone");
+        assert!(b.members.is_empty());
+        assert_eq!(a.protocol, "range");
+    }
+
+    #[test]
+    fn a_member_that_does_not_join_again_is_dropped_when_the_barrier_times_out() {
+        let t0 = Instant::now();
+        let mut g = Group::new();
+        let a = joined(&mut g, join("", 3), t0).try_recv().unwrap();
+        let b = joined(&mut g, join("", 3), t0);
+        // `a` was a member: the barrier waits for it while it heartbeats
+        // (told REBALANCE_IN_PROGRESS), then its rebalance timeout (30 s)
+        // ends it without `a`.
+        for s in [9, 18, 27] {
+            let at = t0 + Duration::from_secs(s);
+            assert_eq!(
+                g.heartbeat(&a.member_id, 1, at),
+                code::REBALANCE_IN_PROGRESS
+            );
+            assert!(g.tick(at).is_none());
+            assert!(b.try_recv().is_err());
+        }
+        g.tick(t0 + Duration::from_secs(31));
+        let b = b.try_recv().unwrap();
+        assert_eq!(b.generation, 2);
+        assert!(!g.members.contains_key(&a.member_id));
+        assert_eq!(g.check(&a.member_id, 2), code::UNKNOWN_MEMBER_ID);
+    }
+
+    #[test]
+    fn a_waiting_member_learns_the_leaders_assignment_and_a_dead_one_is_expired() {
+        let t0 = Instant::now();
+        let mut g = Group::new();
+        let (tx, _) = flume::bounded(1);
+        let a = g.join(join("", 3), tx, Duration::from_secs(1), t0);
+        assert!(
+            a.is_none(),
+            "an empty group's first join waits the initial delay"
+        );
+        let b = joined(&mut g, join("", 3), t0);
+        g.tick(t0 + Duration::from_secs(2));
+        let b = b.try_recv().unwrap();
+        let leader = b.leader.clone();
+        let other = g.members.keys().find(|id| **id != leader).unwrap().clone();
+        let (tx, waiting) = flume::bounded(1);
+        let (now, saved) = g.sync(&other, 1, vec![], tx, t0);
+        assert!(
+            now.is_none() && saved.is_none(),
+            "a follower waits for the leader"
+        );
+        let (tx, _) = flume::bounded(1);
+        let assignments = vec![(leader.clone(), vec![1]), (other.clone(), vec![2])];
+        g.sync(&leader, 1, assignments, tx, t0);
+        assert_eq!(waiting.try_recv().unwrap(), (code::NONE, vec![2]));
+        // A wrong generation is refused; the leader's session runs out.
+        assert_eq!(g.heartbeat(&other, 7, t0), code::ILLEGAL_GENERATION);
+        let later = t0 + Duration::from_secs(9);
+        assert_eq!(g.heartbeat(&other, 1, later), code::NONE);
+        g.tick(t0 + Duration::from_secs(11));
+        assert!(!g.members.contains_key(&leader));
+        assert_eq!(g.phase, Phase::PreparingRebalance);
+        // The last member leaves: the group is empty and stored so.
+        let (error, saved) = g.leave(&other, None, later);
+        assert_eq!(error, code::NONE);
+        assert!(saved.unwrap().members.is_empty());
+        assert_eq!(g.phase, Phase::Empty);
+    }
+
+    #[test]
+    fn a_member_of_another_protocol_type_or_without_a_common_protocol_is_refused() {
+        let t0 = Instant::now();
+        let mut g = Group::new();
+        joined(&mut g, join("", 3), t0);
+        let mut other = join("", 3);
+        other.protocol_type = "connect".into();
+        let (tx, _) = flume::bounded(1);
+        assert_eq!(
+            g.join(other, tx, Duration::ZERO, t0).unwrap().error,
+            code::INCONSISTENT_GROUP_PROTOCOL
+        );
+        let mut other = join("", 3);
+        other.protocols = vec![("roundrobin".into(), vec![])];
+        let (tx, _) = flume::bounded(1);
+        assert_eq!(
+            g.join(other, tx, Duration::ZERO, t0).unwrap().error,
+            code::INCONSISTENT_GROUP_PROTOCOL
+        );
+        // A stored group comes back stable, its sessions fresh.
+        let restored = Group::restored(g.saved(), t0);
+        assert_eq!(restored.phase, Phase::Stable);
+        assert_eq!(restored.generation, g.generation);
+    }
+}

@@ -109,3 +109,9 @@ pub const KAFKA_OFFSETS_PER_REQUEST_MAX: usize = 10_000;
 
 /// The bytes of one member's protocol metadata and of one assignment.
 pub const KAFKA_GROUP_BYTES_MAX: usize = 1 << 20;
+
+/// The bytes one shard's Kafka groups hold for their clients at most
+/// (members' metadata and assignments, pending ids): past it, a join is
+/// answered GROUP_MAX_SIZE_REACHED. A consumer's subscription is tens of
+/// bytes a topic, so this is room for many thousands of members.
+pub const KAFKA_GROUPS_BYTES_MAX: usize = 64 << 20;

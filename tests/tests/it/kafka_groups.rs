@@ -385,3 +385,117 @@ fn a_kafka_group_outlives_its_coordinators_broker_on_a_three_broker_cluster() {
         || split(&both, partitions as u32),
     );
 }
+
+/// A request's answer on `stream`, after its correlation id.
+fn ask(stream: &mut std::net::TcpStream, api: i16, version: i16, body: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    stream
+        .write_all(&super::kafka_listener::frame(api, version, 1, body))
+        .unwrap();
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).unwrap();
+    let mut answer = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut answer).unwrap();
+    answer.split_off(4)
+}
+
+fn string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as i16).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A JoinGroup v4 body: `consumer`, one `range` protocol of `metadata`.
+fn join_body(group: &str, member: &str, session_ms: i32, metadata: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    string(&mut b, group);
+    b.extend_from_slice(&session_ms.to_be_bytes());
+    b.extend_from_slice(&30_000i32.to_be_bytes());
+    string(&mut b, member);
+    string(&mut b, "consumer");
+    b.extend_from_slice(&1i32.to_be_bytes());
+    string(&mut b, "range");
+    b.extend_from_slice(&(metadata.len() as i32).to_be_bytes());
+    b.extend_from_slice(metadata);
+    b
+}
+
+/// A JoinGroup v4 answer's error code (after its throttle time).
+fn join_error(answer: &[u8]) -> i16 {
+    i16::from_be_bytes([answer[4], answer[5]])
+}
+
+#[test]
+fn hostile_group_requests_get_kafkas_errors_and_bounded_memory() {
+    let broker = Broker::start(BrokerOptions {
+        shards: 1,
+        args: vec!["--kafka-listen".into(), "127.0.0.1:0".into()],
+        ..BrokerOptions::default()
+    });
+    let mut stream = super::kafka_listener::connect(&broker.kafka[0]);
+    // FindCoordinator v1 for a name that cannot be a key: INVALID_GROUP_ID (24).
+    let mut b = Vec::new();
+    string(&mut b, "a/b");
+    b.push(0);
+    let answer = ask(&mut stream, 10, 1, &b);
+    assert_eq!(i16::from_be_bytes([answer[4], answer[5]]), 24);
+    // A session timeout out of range: INVALID_SESSION_TIMEOUT (26).
+    let answer = ask(&mut stream, 11, 4, &join_body("g", "", 100, b""));
+    assert_eq!(join_error(&answer), 26);
+    // An id nobody was given: UNKNOWN_MEMBER_ID (25).
+    let answer = ask(&mut stream, 11, 4, &join_body("g", "forged", 10_000, b""));
+    assert_eq!(join_error(&answer), 25);
+    // A flood of new members asking for ids: each is given one (79) until
+    // the group's pending ids are full, then GROUP_MAX_SIZE_REACHED (81).
+    let mut given = 0;
+    let mut refused = 0;
+    for _ in 0..10_050 {
+        match join_error(&ask(&mut stream, 11, 4, &join_body("g", "", 10_000, b"x"))) {
+            79 => given += 1,
+            81 => refused += 1,
+            other => panic!("error {other}"),
+        }
+    }
+    assert_eq!((given, refused), (10_000, 50));
+    // Metadata of a megabyte and one byte: INVALID_REQUEST (42).
+    let big = vec![0u8; (1 << 20) + 1];
+    let answer = ask(&mut stream, 11, 4, &join_body("h", "", 10_000, &big));
+    assert_eq!(join_error(&answer), 42);
+    // A commit for a member of a generation that never was:
+    // UNKNOWN_MEMBER_ID; a commit with no member while the group is
+    // empty (an assign() user's) is taken, and read back.
+    format_two(&broker.client(), "t", 1, TopicSettings::default());
+    let commit = |generation: i32, member: &str| {
+        let mut b = Vec::new();
+        string(&mut b, "solo");
+        b.extend_from_slice(&generation.to_be_bytes());
+        string(&mut b, member);
+        b.extend_from_slice(&1i32.to_be_bytes());
+        string(&mut b, "t");
+        b.extend_from_slice(&1i32.to_be_bytes());
+        b.extend_from_slice(&0i32.to_be_bytes());
+        b.extend_from_slice(&77i64.to_be_bytes());
+        b.extend_from_slice(&(-1i32).to_be_bytes());
+        string(&mut b, "meta");
+        b
+    };
+    // v6: throttle, topics[name, partitions[index, error]]
+    let error_of = |answer: &[u8]| {
+        let at = answer.len() - 2;
+        i16::from_be_bytes([answer[at], answer[at + 1]])
+    };
+    assert_eq!(error_of(&ask(&mut stream, 8, 6, &commit(5, "nobody"))), 25);
+    assert_eq!(error_of(&ask(&mut stream, 8, 6, &commit(-1, ""))), 0);
+    let mut b = Vec::new();
+    string(&mut b, "solo");
+    b.extend_from_slice(&(-1i32).to_be_bytes()); // every topic
+    let answer = ask(&mut stream, 9, 5, &b);
+    // throttle, topic count, "t", partition count, partition index.
+    let offset_at = 4 + 4 + 2 + 1 + 4 + 4;
+    assert_eq!(
+        i64::from_be_bytes(answer[offset_at..offset_at + 8].try_into().unwrap()),
+        77,
+        "{answer:?}"
+    );
+    // The listener goes on.
+    assert!(!super::kafka_listener::api_versions(&mut stream).is_empty());
+}

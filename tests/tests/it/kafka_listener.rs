@@ -237,7 +237,7 @@ fn kcat_lists_produces_and_consumes_at_byte_offsets_with_every_codec() {
 
 /// One request frame: size, api, version, correlation id, null client id,
 /// body.
-fn frame(api: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(api: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(&((10 + body.len()) as i32).to_be_bytes());
     out.extend_from_slice(&api.to_be_bytes());
@@ -248,7 +248,7 @@ fn frame(api: i16, version: i16, correlation: i32, body: &[u8]) -> Vec<u8> {
     out
 }
 
-fn connect(address: &str) -> TcpStream {
+pub(crate) fn connect(address: &str) -> TcpStream {
     let stream = TcpStream::connect(address).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -257,7 +257,7 @@ fn connect(address: &str) -> TcpStream {
 }
 
 /// The (api, min, max) list of an ApiVersions v0 answer on `stream`.
-fn api_versions(stream: &mut TcpStream) -> Vec<(i16, i16, i16)> {
+pub(crate) fn api_versions(stream: &mut TcpStream) -> Vec<(i16, i16, i16)> {
     stream.write_all(&frame(18, 0, 7, &[])).unwrap();
     let mut size = [0u8; 4];
     stream.read_exact(&mut size).unwrap();

@@ -10,7 +10,10 @@ use super::super::wire::{ready, Malformed, Reader, Writer};
 use super::state::{Join, JoinAnswer};
 use super::{save, with_group, Caller};
 use crate::auth::authorize::may;
-use crate::limits::{KAFKA_GROUP_BYTES_MAX, KAFKA_GROUP_MEMBERS_MAX, KAFKA_SESSION_TIMEOUT_MS};
+use crate::limits::{
+    KAFKA_GROUPS_BYTES_MAX, KAFKA_GROUP_BYTES_MAX, KAFKA_GROUP_MEMBERS_MAX,
+    KAFKA_SESSION_TIMEOUT_MS,
+};
 use crate::reply::Dispatched;
 use crate::shard::Shard;
 use protocol::acl::{Operation, ResourceType};
@@ -129,12 +132,14 @@ pub fn handle_join(
         key::JOIN_GROUP,
         group,
         move |error| join_error(version, error, &member_id),
-        move |_shard, group| async move {
+        move |shard, group| async move {
             let (waiter, answered) = flume::bounded(1);
+            let bytes: usize = join.protocols.iter().map(|(n, m)| n.len() + m.len()).sum();
+            let over_budget = shard.kafka_groups.footprint() + bytes > KAFKA_GROUPS_BYTES_MAX;
             let immediate = {
                 let mut g = group.borrow_mut();
                 let new = !g.members.contains_key(&join.member_id);
-                if new && g.members.len() >= KAFKA_GROUP_MEMBERS_MAX {
+                if new && g.members.len() >= KAFKA_GROUP_MEMBERS_MAX || over_budget {
                     Some(JoinAnswer {
                         error: code::GROUP_MAX_SIZE_REACHED,
                         generation: -1,
@@ -218,6 +223,10 @@ pub fn handle_sync(
         name.clone(),
         move |error| sync_body(version, error, &[]),
         move |shard, group| async move {
+            let bytes: usize = assignments.iter().map(|(_, a)| a.len()).sum();
+            if shard.kafka_groups.footprint() + bytes > KAFKA_GROUPS_BYTES_MAX {
+                return sync_body(version, code::GROUP_MAX_SIZE_REACHED, &[]);
+            }
             let (waiter, answered) = flume::bounded(1);
             let (immediate, saved) = group.borrow_mut().sync(
                 &member_id,

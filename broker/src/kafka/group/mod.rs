@@ -49,7 +49,14 @@ const VERIFY_EVERY: Duration = Duration::from_secs(5);
 struct Held {
     group: Rc<RefCell<Group>>,
     verified: Instant,
+    /// The last request for it: an empty group idle for [`IDLE_EMPTY`] is
+    /// let go (it is in the registry), so groups that come and go do not
+    /// fill the table.
+    used: Cell<Instant>,
 }
+
+/// How long an empty group stays in memory without requests.
+const IDLE_EMPTY: Duration = Duration::from_secs(60);
 
 /// The groups one shard coordinates.
 #[derive(Default)]
@@ -75,9 +82,21 @@ impl Groups {
         out
     }
 
+    /// The bytes all groups of this shard hold for their clients.
+    pub fn footprint(&self) -> usize {
+        self.held
+            .borrow()
+            .values()
+            .map(|h| h.group.borrow().footprint())
+            .sum()
+    }
+
     /// The group, if this shard holds it.
     pub fn get(&self, name: &str) -> Option<Rc<RefCell<Group>>> {
-        self.held.borrow().get(name).map(|h| h.group.clone())
+        self.held.borrow().get(name).map(|h| {
+            h.used.set(Instant::now());
+            h.group.clone()
+        })
     }
 
     /// Lets a group go (another shard coordinates it now).
@@ -199,6 +218,7 @@ pub async fn coordinated(shard: &Rc<Shard>, name: &str) -> Result<Rc<RefCell<Gro
         Held {
             group: group.clone(),
             verified: now,
+            used: Cell::new(now),
         },
     );
     start_ticking(shard);
@@ -255,6 +275,10 @@ async fn tick(shard: &Rc<Shard>) {
     for (name, saved) in to_save {
         save(shard, &name, saved).await;
     }
+    shard.kafka_groups.held.borrow_mut().retain(|_, held| {
+        let g = held.group.borrow();
+        !(g.is_idle() && now.saturating_duration_since(held.used.get()) >= IDLE_EMPTY)
+    });
     for name in to_verify {
         let op = KafkaGroupOp::Coordinator {
             group: name.clone(),

@@ -237,6 +237,29 @@ impl Group {
         }
     }
 
+    /// True when nothing of it lives only in memory: no members, no ids
+    /// handed out.
+    pub fn is_idle(&self) -> bool {
+        self.members.is_empty() && self.pending.is_empty()
+    }
+
+    /// The bytes this group holds for its clients: members' metadata and
+    /// assignments, and a share for each member and pending id.
+    pub fn footprint(&self) -> usize {
+        let members: usize = self
+            .members
+            .values()
+            .map(|m| {
+                256 + m.assignment.len()
+                    + m.protocols
+                        .iter()
+                        .map(|(n, meta)| n.len() + meta.len())
+                        .sum::<usize>()
+            })
+            .sum();
+        members + self.pending.len() * 128
+    }
+
     /// True when every member could use `protocol_type` and one of `protocols`.
     fn fits(&self, join: &Join) -> bool {
         if self.members.is_empty() {

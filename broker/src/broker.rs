@@ -459,7 +459,7 @@ async fn shard_main(context: ShardContext) {
         sessions: Rc::default(),
         denials_log: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
         login_failures_log: crate::log_limit::LogLimit::new(Duration::from_secs(1)),
-        kafka_groups: crate::kafka::group::Groups::default(),
+        kafka_groups: crate::kafka::group::table::Groups::default(),
         metadata_version: Cell::new(0),
         metadata_all: RefCell::new(None),
         timer_work: RefCell::new(Vec::new()),

@@ -142,7 +142,7 @@ pub struct Shard {
     /// removed (`auth/sessions.rs`).
     pub sessions: Rc<crate::auth::sessions::Sessions>,
     /// The Kafka groups this shard coordinates (`kafka/group/`).
-    pub kafka_groups: crate::kafka::group::Groups,
+    pub kafka_groups: crate::kafka::group::table::Groups,
     /// One log line per second for denied requests.
     pub denials_log: crate::log_limit::LogLimit,
     /// One log line per second for failed logins.

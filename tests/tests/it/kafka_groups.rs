@@ -3,8 +3,9 @@
 //! and kcat (librdkafka) — in one group: partitions split disjointly, a
 //! SIGKILLed member's partitions taken over from its committed offsets
 //! (byte positions, often inside a batch), every message read at least
-//! once and none skipped; and on a three-broker cluster, a group that
-//! outlives its coordinator's broker.
+//! once and none skipped; franz-go in a group; on a three-broker cluster,
+//! a group that outlives its coordinator's broker; and what hostile group
+//! requests get.
 
 use super::kafka_listener::{format_two, kcat, text, KAFKA_LIBS};
 use harness::etcd::Etcd;
@@ -356,8 +357,14 @@ fn a_kafka_group_outlives_its_coordinators_broker_on_a_three_broker_cluster() {
         &both,
         || split(&both, partitions as u32),
     );
+    // franz-go in a group of its own, on the same three copies.
+    format_two(&client, "fz3", 2, super::replication::replicated(3, 2));
+    franz(&bootstrap, "fz3", 3_000, "franz3");
     // The group's coordinator: the broker that took it.
-    let coordinating = |b: &Broker| b.log().contains("kafka group: coordinating, a new group");
+    let coordinating = |b: &Broker| {
+        b.log()
+            .contains("kafka group: coordinating, a new group group=survivors")
+    };
     let holder = brokers
         .iter()
         .position(coordinating)
@@ -376,7 +383,11 @@ fn a_kafka_group_outlives_its_coordinators_broker_on_a_three_broker_cluster() {
         .iter()
         .enumerate()
         .filter(|(i, _)| *i != holder)
-        .any(|(_, b)| b.log().contains("resumed from the registry"));
+        .any(|(_, b)| {
+            b.log()
+                .lines()
+                .any(|l| l.contains("resumed from the registry") && l.contains("group=survivors"))
+        });
     assert!(resumed, "no broker resumed the group from the registry");
     wait_for(
         "both members in the group again",
@@ -498,4 +509,61 @@ fn hostile_group_requests_get_kafkas_errors_and_bounded_memory() {
     );
     // The listener goes on.
     assert!(!super::kafka_listener::api_versions(&mut stream).is_empty());
+}
+
+/// Builds tests/kafka/franz (franz-go from the Go module proxy) once.
+fn franz_check() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/franz");
+            let out = harness::python::repo_root().join("target/tools/franz-check");
+            let output = Command::new("go")
+                .args(["build", "-o"])
+                .arg(&out)
+                .arg(".")
+                .current_dir(&source)
+                .output()
+                .expect("go (on the machine; franz-go comes from the Go module proxy)");
+            assert!(output.status.success(), "{:?}", text(&output));
+            out
+        })
+        .clone()
+}
+
+/// franz-go produces COUNT records to `topic` and reads them back in
+/// group `group`, committing as it goes.
+fn franz(bootstrap: &str, topic: &str, count: u32, group: &str) {
+    let output = Command::new("timeout")
+        .arg("120")
+        .arg(franz_check())
+        .args([bootstrap, topic, &count.to_string(), group])
+        .output()
+        .unwrap();
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    assert!(out.contains(&format!("produced {count}\n")), "{out}{err}");
+    assert!(
+        out.contains(&format!("consumed {count} bad 0\n")),
+        "{out}{err}"
+    );
+    assert!(out.contains("committed_partitions "), "{out}{err}");
+}
+
+#[test]
+fn franz_go_produces_and_consumes_in_a_group() {
+    let broker = Broker::start(BrokerOptions {
+        args: vec![
+            "--kafka-listen".into(),
+            "127.0.0.1:0".into(),
+            "--kafka-group-initial-delay-ms".into(),
+            INITIAL_DELAY_MS.into(),
+        ],
+        ..BrokerOptions::default()
+    });
+    format_two(&broker.client(), "fz", 3, TopicSettings::default());
+    franz(&broker.kafka[0], "fz", 5_000, "franz");
+    let stored =
+        std::fs::read_to_string(broker.data_dir().join("kafka-groups/franz.json")).unwrap();
+    assert_eq!(stored.matches("\"topic\":\"fz\"").count(), 3, "{stored}");
 }

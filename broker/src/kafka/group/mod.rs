@@ -14,6 +14,7 @@
 //! | file | what |
 //! |---|---|
 //! | `state.rs` | one group's state machine (pure) |
+//! | `table.rs` | the groups a shard coordinates |
 //! | `coordinator.rs` | FindCoordinator |
 //! | `membership.rs` | JoinGroup, SyncGroup, Heartbeat, LeaveGroup |
 //! | `offsets.rs` | OffsetCommit, OffsetFetch |
@@ -26,6 +27,7 @@ pub mod listing;
 pub mod membership;
 pub mod offsets;
 pub mod state;
+pub mod table;
 
 use super::errors::code;
 use crate::shard::Shard;
@@ -33,9 +35,10 @@ use ::coordinator::kafka_groups::{Holder, KafkaGroupAnswer, KafkaGroupOp};
 use ::coordinator::registry::RegistryError;
 use state::Group;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+pub use table::Groups;
+use table::Held;
 
 /// How often a shard looks at its groups' sessions and barriers.
 const TICK: Duration = Duration::from_millis(100);
@@ -45,67 +48,8 @@ const TICK: Duration = Duration::from_millis(100);
 /// or lets it go.
 const VERIFY_EVERY: Duration = Duration::from_secs(5);
 
-/// A group this shard coordinates.
-struct Held {
-    group: Rc<RefCell<Group>>,
-    verified: Instant,
-    /// The last request for it: an empty group idle for [`IDLE_EMPTY`] is
-    /// let go (it is in the registry), so groups that come and go do not
-    /// fill the table.
-    used: Cell<Instant>,
-}
-
 /// How long an empty group stays in memory without requests.
 const IDLE_EMPTY: Duration = Duration::from_secs(60);
-
-/// The groups one shard coordinates.
-#[derive(Default)]
-pub struct Groups {
-    held: RefCell<HashMap<String, Held>>,
-    ticking: Cell<bool>,
-}
-
-impl Groups {
-    /// The groups this shard coordinates, with their phase and protocol
-    /// type (ListGroups).
-    pub fn listed(&self) -> Vec<(String, &'static str, String)> {
-        let mut out: Vec<_> = self
-            .held
-            .borrow()
-            .iter()
-            .map(|(name, held)| {
-                let g = held.group.borrow();
-                (name.clone(), g.phase.name(), g.protocol_type.clone())
-            })
-            .collect();
-        out.sort();
-        out
-    }
-
-    /// The bytes all groups of this shard hold for their clients.
-    pub fn footprint(&self) -> usize {
-        self.held
-            .borrow()
-            .values()
-            .map(|h| h.group.borrow().footprint())
-            .sum()
-    }
-
-    /// The group, if this shard holds it.
-    pub fn get(&self, name: &str) -> Option<Rc<RefCell<Group>>> {
-        self.held.borrow().get(name).map(|h| {
-            h.used.set(Instant::now());
-            h.group.clone()
-        })
-    }
-
-    /// Lets a group go (another shard coordinates it now).
-    pub fn drop_group(&self, name: &str) {
-        if self.held.borrow_mut().remove(name).is_some() {
-            tracing::warn!(group = %name, "kafka group: no longer its coordinator");
-        }
-    }
-}
 
 /// This shard as a coordinator.
 pub fn me(shard: &Shard) -> Holder {

@@ -6,7 +6,8 @@
 #   Redis 7.0 (Debian redis-server):        Streams, AOF fsync everysec, on 127.0.0.1:6379
 #   Apache Kafka 4.4.0 (jars from Maven Central, deploy/kafka/pom.xml):
 #     KRaft, one combined broker+controller on 127.0.0.1:29092 (`kafka`),
-#     or three on 29192, 29292, 29392 (`kafka-cluster`, R=3 possible)
+#     or three on 29192, 29292, 29392 (`kafka-cluster`, R=3 possible), or one
+#     on 29492 (`kafka-oracle`: the Kafka listener's differential test)
 #   NATS 2.9 as three JetStream servers on 4322, 4332, 4342 (`nats-cluster`, R=3)
 # Each starts with a fresh data directory under $RINGLOG_PEERS_DIR (default
 # /tmp/ringlog-peers) and persistent storage flushed asynchronously, as in
@@ -21,7 +22,7 @@
 # cache back; durability comes from replication), 1 GiB heap per JVM.
 #
 #   deploy/peers.sh install [kafka]    apt-get install the four (needs root); `kafka`: Kafka's jars with Maven
-#   deploy/peers.sh start [SYSTEM]     start all (NATS, Redis and Kafka if installed), or rabbitmq / activemq / nats / redis / kafka / kafka-cluster / nats-cluster
+#   deploy/peers.sh start [SYSTEM]     start all (NATS, Redis and Kafka if installed), or rabbitmq / activemq / nats / redis / kafka / kafka-cluster / kafka-oracle / nats-cluster
 #                                      (each cluster node's start.sh starts it again on its data after a kill)
 #   deploy/peers.sh stop [SYSTEM]      stop and delete their data
 #   deploy/peers.sh status             which are reachable
@@ -430,6 +431,9 @@ case "${1:-}" in
         if want kafka; then start_kafka_nodes kafka 1 29092; fi
         # Three JVMs: only when asked for by name.
         if [[ "$what" == kafka-cluster ]]; then start_kafka_nodes kafka-cluster 3 29192; fi
+        # One node of its own for the differential test (the Kafka
+        # listener's answers compared with Kafka's own).
+        if [[ "$what" == kafka-oracle ]]; then start_kafka_nodes kafka-oracle 1 29492; fi
         if [[ "$what" == nats-cluster ]]; then start_nats_cluster; fi
         ;;
     stop)
@@ -439,6 +443,7 @@ case "${1:-}" in
         if want redis; then stop_redis; fi
         if want kafka; then stop_kafka_nodes kafka; fi
         if want kafka-cluster; then stop_kafka_nodes kafka-cluster; fi
+        if want kafka-oracle; then stop_kafka_nodes kafka-oracle; fi
         if want nats-cluster; then stop_nats_cluster; fi
         ;;
     status)

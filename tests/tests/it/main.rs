@@ -29,6 +29,7 @@ mod give_way;
 mod group_faults;
 mod groups;
 mod idempotence;
+mod kafka_differential;
 mod kafka_groups;
 mod kafka_listener;
 mod limits;

@@ -1,7 +1,7 @@
 //! Kafka's classic consumer groups, coordinated by one shard per group.
 //!
 //! The coordinator of a group is chosen through the registry
-//! ([`coordinator::kafka_groups`]): the first shard asked — the group's
+//! ([`::coordinator::kafka_groups`]): the first shard asked — the group's
 //! shard by hash on the broker that served the FindCoordinator — becomes
 //! it, bound in etcd to its broker's lease. That shard keeps the group in
 //! memory ([`state::Group`]): the JoinGroup barrier, the members' sessions,

@@ -7,10 +7,8 @@
 use super::errors::{code, kafka_code};
 use super::versions::key;
 use super::wire::{answer, Malformed, Reader, Writer};
-use crate::auth::authorize::may;
 use crate::reply::{Dispatched, Payload};
-use crate::shard::{Owner, Shard};
-use protocol::acl::{Operation, ResourceType};
+use crate::shard::Shard;
 
 /// One partition's answer: error, epoch, end offset.
 fn end_of(
@@ -22,23 +20,11 @@ fn end_of(
     asked: i32,
 ) -> (i16, i32, i64) {
     let refused = |error: i16| (error, -1, -1);
-    if !may(
-        shard,
-        principal,
-        ResourceType::Topic,
-        topic,
-        Operation::Describe,
-    ) {
-        return refused(code::TOPIC_AUTHORIZATION_FAILED);
-    }
-    let Ok(partition) = u32::try_from(partition) else {
-        return refused(code::UNKNOWN_TOPIC_OR_PARTITION);
-    };
-    let log = match crate::handler::locate(shard, topic, partition) {
-        Ok(Owner::Here(log)) => log,
-        Ok(Owner::Shard(_) | Owner::Broker(_)) => return refused(code::NOT_LEADER_OR_FOLLOWER),
-        Err(failure) => return refused(kafka_code(failure.code)),
-    };
+    let (partition, log) =
+        match super::list_offsets::described_log(shard, principal, topic, partition) {
+            Ok(found) => found,
+            Err(error) => return refused(error),
+        };
     let log_end = log.borrow().end_offset();
     let Some(replica) = shard.replica(topic, partition) else {
         return if asked >= 0 {

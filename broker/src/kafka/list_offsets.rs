@@ -81,6 +81,33 @@ pub fn handle(
     })))
 }
 
+/// The partition's log on this shard, if `principal` may describe the
+/// topic and this shard leads it; otherwise Kafka's error for why not.
+pub(super) fn described_log(
+    shard: &Shard,
+    principal: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<(u32, crate::storage::partition_log::SharedLog), i16> {
+    if !may(
+        shard,
+        principal,
+        ResourceType::Topic,
+        topic,
+        Operation::Describe,
+    ) {
+        return Err(code::TOPIC_AUTHORIZATION_FAILED);
+    }
+    let Ok(partition) = u32::try_from(partition) else {
+        return Err(code::UNKNOWN_TOPIC_OR_PARTITION);
+    };
+    match crate::handler::locate(shard, topic, partition) {
+        Ok(Owner::Here(log)) => Ok((partition, log)),
+        Ok(Owner::Shard(_) | Owner::Broker(_)) => Err(code::NOT_LEADER_OR_FOLLOWER),
+        Err(failure) => Err(kafka_code(failure.code)),
+    }
+}
+
 async fn find(
     shard: &Shard,
     principal: &str,
@@ -90,22 +117,9 @@ async fn find(
     timestamp: i64,
 ) -> Found {
     let refused = |error: i16| (error, -1, -1, -1);
-    if !may(
-        shard,
-        principal,
-        ResourceType::Topic,
-        topic,
-        Operation::Describe,
-    ) {
-        return refused(code::TOPIC_AUTHORIZATION_FAILED);
-    }
-    let Ok(partition) = u32::try_from(partition) else {
-        return refused(code::UNKNOWN_TOPIC_OR_PARTITION);
-    };
-    let log = match crate::handler::locate(shard, topic, partition) {
-        Ok(Owner::Here(log)) => log,
-        Ok(Owner::Shard(_) | Owner::Broker(_)) => return refused(code::NOT_LEADER_OR_FOLLOWER),
-        Err(failure) => return refused(kafka_code(failure.code)),
+    let (partition, log) = match described_log(shard, principal, topic, partition) {
+        Ok(found) => found,
+        Err(error) => return refused(error),
     };
     let mut epoch = -1;
     if let Some(replica) = shard.replica(topic, partition) {

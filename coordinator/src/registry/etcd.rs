@@ -310,6 +310,20 @@ impl Etcd {
         })
     }
 
+    /// The Kafka groups of this cluster, if the prefix holds it.
+    fn kafka_groups(
+        &mut self,
+    ) -> Result<crate::kafka_groups::etcd::EtcdKafkaGroups<'_>, RegistryError> {
+        self.check_identity()?;
+        let lease = self.lease();
+        Ok(crate::kafka_groups::etcd::EtcdKafkaGroups {
+            client: &mut self.client,
+            keys: &self.keys,
+            lease,
+            timeout: self.options.request_timeout,
+        })
+    }
+
     /// The lease this broker's registration is bound to right now (0: none).
     fn lease(&self) -> i64 {
         *self.lease.borrow()
@@ -1160,29 +1174,11 @@ impl Registry for Etcd {
         &mut self,
         op: crate::kafka_groups::KafkaGroupOp,
     ) -> Result<crate::kafka_groups::KafkaGroupAnswer, RegistryError> {
-        self.check_identity()?;
-        let lease = self.lease();
-        crate::kafka_groups::etcd::EtcdKafkaGroups {
-            client: &mut self.client,
-            keys: &self.keys,
-            lease,
-            timeout: self.options.request_timeout,
-        }
-        .serve(op)
-        .await
+        self.kafka_groups()?.serve(op).await
     }
 
     async fn forget_kafka_offsets(&mut self, topic: &str) -> Result<(), RegistryError> {
-        self.check_identity()?;
-        let lease = self.lease();
-        crate::kafka_groups::etcd::EtcdKafkaGroups {
-            client: &mut self.client,
-            keys: &self.keys,
-            lease,
-            timeout: self.options.request_timeout,
-        }
-        .forget_topic(topic)
-        .await
+        self.kafka_groups()?.forget_topic(topic).await
     }
 
     async fn producer_ids(&mut self, count: u32) -> Result<std::ops::Range<i64>, RegistryError> {

@@ -16,7 +16,9 @@ import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.TopicCollection;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Uuid;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -118,6 +120,11 @@ public class JavaClients {
             admin.createTopics(List.of(new NewTopic(name, 3, (short) -1).configs(Map.of("retention.ms", "3600000")))).all().get();
             int partitions = admin.describeTopics(List.of(name)).allTopicNames().get().get(name).partitions().size();
             System.out.println("admin created " + name + " partitions " + partitions);
+            // Metadata v10+: the topic's id; v12: the topic asked for by it.
+            Uuid id = admin.describeTopics(List.of(name)).allTopicNames().get().get(name).topicId();
+            System.out.println("admin topic id " + (Uuid.ZERO_UUID.equals(id) ? "zero" : "set"));
+            String byId = admin.describeTopics(TopicCollection.ofTopicIds(List.of(id))).allTopicIds().get().get(id).name();
+            System.out.println("admin by id " + byId);
             System.out.println("admin again " + failure(() -> admin.createTopics(List.of(new NewTopic(name, 3, (short) -1))).all().get()));
             ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, name);
             Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);

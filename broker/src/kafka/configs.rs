@@ -22,6 +22,7 @@ const DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const DEFAULT_CONFIG: i8 = 5;
 
 /// Kafka's config types (v3).
+const BOOLEAN: i8 = 1;
 const STRING: i8 = 2;
 const INT: i8 = 3;
 const LONG: i8 = 5;
@@ -90,6 +91,12 @@ fn entries(topic: &Topic) -> Vec<Entry> {
             s.segment_bytes.to_string(),
             o.segment_bytes != 0,
             INT,
+        ),
+        (
+            "write.caching",
+            topic.write_caching.to_string(),
+            topic.write_caching,
+            BOOLEAN,
         ),
     ]
 }

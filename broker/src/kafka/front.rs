@@ -220,8 +220,12 @@ impl Kafka {
     ) -> Result<Dispatched, Malformed> {
         use super::group::{coordinator, listing, membership, offsets};
         let shard = &self.client.shard;
-        let mut r = Reader::new(body);
         let v = head.version;
+        let mut r = if versions::flexible(head.api, v) {
+            Reader::flexible(body)
+        } else {
+            Reader::new(body)
+        };
         let principal: &str = &caller.principal;
         match head.api {
             key::FIND_COORDINATOR => coordinator::handle(shard, v, &mut r, principal),
@@ -253,6 +257,27 @@ impl Kafka {
                 super::leader_epochs::handle(shard, v, &mut r, principal)
             }
             _ => unreachable!("versions::supported lists only these"),
+        }
+    }
+
+    /// The request header's client id (and, in a flexible version, its
+    /// tagged fields), then the body; `None` (the connection closing) for
+    /// a header that is not one.
+    fn request_header<'f>(&self, frame: &'f [u8], head: &Head) -> Option<(&'f str, &'f [u8])> {
+        let mut r = Reader::new(&frame[PREFIX_BYTES..]);
+        let read = r.nullable_string("client_id").and_then(|id| {
+            // Header v2 (flexible versions): tagged fields after the id.
+            if versions::flexible(head.api, head.version) {
+                r.tagged_fields("request header tagged fields")?;
+            }
+            Ok(id.unwrap_or_default())
+        });
+        match read {
+            Ok(client_id) => Some((client_id, &frame[frame.len() - r.remaining()..])),
+            Err(error) => {
+                self.closing(&error.to_string());
+                None
+            }
         }
     }
 }
@@ -360,16 +385,9 @@ impl Front for Kafka {
             ));
             return Step::Now(Served::Close(None));
         }
-        // The request header's client id, then the body.
-        let mut r = Reader::new(&frame[PREFIX_BYTES..]);
-        let client_id = match r.nullable_string("client_id") {
-            Ok(id) => id.unwrap_or_default(),
-            Err(error) => {
-                self.closing(&error.to_string());
-                return Step::Now(Served::Close(None));
-            }
+        let Some((client_id, body)) = self.request_header(frame, &head) else {
+            return Step::Now(Served::Close(None));
         };
-        let body = &frame[frame.len() - r.remaining()..];
         if let Some(step) = self.login_step(head, body) {
             return step;
         }

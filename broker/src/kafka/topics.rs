@@ -42,8 +42,11 @@ enum BadConfig {
     /// A timestamp type Kafka does not know.
     #[error("message.timestamp.type={0:?}: CreateTime or LogAppendTime")]
     TimestampType(String),
+    /// Not a boolean where one is needed.
+    #[error("{0}={1:?}: true or false")]
+    NotABoolean(String, String),
     /// A config ringlog has no setting for.
-    #[error("{0}={1:?} is not supported by ringlog (it keeps retention.ms, retention.bytes, segment.bytes, flush.messages, flush.ms, min.insync.replicas, message.timestamp.type, cleanup.policy=delete, compression.type=producer)")]
+    #[error("{0}={1:?} is not supported by ringlog (it keeps retention.ms, retention.bytes, segment.bytes, flush.messages, flush.ms, min.insync.replicas, message.timestamp.type, write.caching, cleanup.policy=delete, compression.type=producer)")]
     Unsupported(String, String),
 }
 
@@ -71,6 +74,15 @@ fn apply(settings: &mut TopicSettings, name: &str, value: Option<&str>) -> Resul
                 "CreateTime" => 1,
                 "LogAppendTime" => 2,
                 _ => return Err(BadConfig::TimestampType(value.into())),
+            }
+        }
+        // Redpanda's name for the same setting: copies count as written,
+        // not flushed, for acks=all.
+        "write.caching" => {
+            settings.write_caching = match value {
+                "true" => true,
+                "false" => false,
+                _ => return Err(BadConfig::NotABoolean(name.into(), value.into())),
             }
         }
         "cleanup.policy" if value == "delete" => {}

@@ -44,8 +44,10 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (key::FETCH, 4, 11),
     // v4 adds the leader epoch; v6 is flexible.
     (key::LIST_OFFSETS, 1, 5),
-    // v7 adds the leader epoch; v9 is flexible (topic ids come at v10).
-    (key::METADATA, 1, 8),
+    // v7 adds the leader epoch; v9 is flexible; v10 adds topic ids; v12
+    // lets a request name a topic by id alone. (v13, Kafka 4.0's, adds a
+    // top-level error code.)
+    (key::METADATA, 1, 12),
     // Kafka 4.0 starts at v2; v6 adds the leader epoch; v8 is flexible.
     (key::OFFSET_COMMIT, 2, 7),
     // Kafka 4.0 starts at v1; v5 adds the leader epoch; v6 is flexible.
@@ -65,9 +67,10 @@ pub const SUPPORTED: &[(i16, i16, i16)] = &[
     (key::DESCRIBE_GROUPS, 0, 4),
     // v3 is flexible.
     (key::LIST_GROUPS, 0, 2),
-    // v3 is flexible: a client asking for it is told these versions and
-    // asks again (the answer to an unknown version is always v0's layout).
-    (key::API_VERSIONS, 0, 2),
+    // v3 is flexible, v4 its same layout (only a feature rule changed):
+    // both answered, so librdkafka (v3) and the Java client (v4) need no
+    // second try. A newer version is told this list in v0's layout.
+    (key::API_VERSIONS, 0, 4),
     // Kafka 4.0 starts at v2; v5 is flexible.
     (key::CREATE_TOPICS, 2, 4),
     // Kafka 4.0 starts at v1; v4 is flexible.
@@ -97,12 +100,51 @@ pub fn supported(api: i16, version: i16) -> bool {
         .any(|&(k, lo, hi)| k == api && (lo..=hi).contains(&version))
 }
 
+/// Each API's first flexible version (KIP-482), by key: from it on, the
+/// request header carries tagged fields, the answer's header does too
+/// (ApiVersions' excepted), and the bodies use compact strings and arrays.
+const FIRST_FLEXIBLE: &[(i16, i16)] = &[
+    (key::PRODUCE, 9),
+    (key::FETCH, 12),
+    (key::LIST_OFFSETS, 6),
+    (key::METADATA, 9),
+    (key::OFFSET_COMMIT, 8),
+    (key::OFFSET_FETCH, 6),
+    (key::FIND_COORDINATOR, 3),
+    (key::JOIN_GROUP, 6),
+    (key::HEARTBEAT, 4),
+    (key::LEAVE_GROUP, 4),
+    (key::SYNC_GROUP, 4),
+    (key::DESCRIBE_GROUPS, 5),
+    (key::LIST_GROUPS, 3),
+    (key::API_VERSIONS, 3),
+    (key::CREATE_TOPICS, 5),
+    (key::DELETE_TOPICS, 4),
+    (key::INIT_PRODUCER_ID, 2),
+    (key::OFFSET_FOR_LEADER_EPOCH, 4),
+    (key::DESCRIBE_CONFIGS, 4),
+    (key::SASL_AUTHENTICATE, 2),
+    (key::CREATE_PARTITIONS, 2),
+];
+
+/// True when `version` of `api` is a flexible one.
+pub fn flexible(api: i16, version: i16) -> bool {
+    FIRST_FLEXIBLE
+        .iter()
+        .any(|&(k, first)| k == api && version >= first)
+}
+
 /// The ApiVersions answer for a request of `version`: the list, or
 /// UNSUPPORTED_VERSION and the list in v0's layout (what every client
-/// expects when it asked for more than the broker knows).
+/// expects when it asked for more than the broker knows). Its header is
+/// v0 whatever the version (Kafka's rule for this one API), so only the
+/// body of v3+ is flexible.
 pub fn answer(version: i16) -> Vec<u8> {
-    let mut w = Writer::default();
     let known = supported(key::API_VERSIONS, version);
+    if known && version >= 3 {
+        return flexible_answer();
+    }
+    let mut w = Writer::default();
     w.i16(if known {
         code::NONE
     } else {
@@ -120,6 +162,23 @@ pub fn answer(version: i16) -> Vec<u8> {
     w.out
 }
 
+/// ApiVersions v3–4's body: compact array, tagged fields (none: the
+/// optional feature lists are for KRaft's own nodes).
+fn flexible_answer() -> Vec<u8> {
+    let mut w = Writer::default();
+    w.i16(code::NONE);
+    w.compact_array(SUPPORTED.len());
+    for &(api, lo, hi) in SUPPORTED {
+        w.i16(api);
+        w.i16(lo);
+        w.i16(hi);
+        w.no_tagged_fields();
+    }
+    w.i32(0); // throttle_time_ms
+    w.no_tagged_fields();
+    w.out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,8 +186,8 @@ mod tests {
 
     #[test]
     fn a_client_asking_for_a_newer_api_versions_is_told_the_list_in_the_oldest_layout() {
-        // librdkafka asks with v3, the Java client with v4.
-        for asked in [3, 4] {
+        // Past v4 (librdkafka asks with v3, the Java client with v4).
+        for asked in [5, 9] {
             let body = answer(asked);
             let mut r = Reader::new(&body);
             assert_eq!(r.i16("error").unwrap(), code::UNSUPPORTED_VERSION);
@@ -146,6 +205,19 @@ mod tests {
         }
         let body = answer(2);
         assert_eq!(&body[..2], &[0, 0]);
+        assert_eq!(&answer(3), &answer(4), "v4 has v3's layout");
+        let v3 = answer(3);
+        assert_eq!(&v3[..2], &[0, 0]);
+        assert_eq!(usize::from(v3[2]), SUPPORTED.len() + 1);
+        let key = &v3[3..10];
+        let (api, lo, hi) = SUPPORTED[0];
+        let mut want = Vec::new();
+        for v in [api, lo, hi] {
+            want.extend_from_slice(&v.to_be_bytes());
+        }
+        want.push(0);
+        assert_eq!(key, &want[..], "each key ends with its tagged fields");
+        assert_eq!(v3.len(), 3 + SUPPORTED.len() * 7 + 4 + 1);
         assert_eq!(body.len(), 2 + 4 + SUPPORTED.len() * 6 + 4);
         assert!(supported(key::PRODUCE, 8));
         assert!(
@@ -157,5 +229,18 @@ mod tests {
             "no record batch v2 before Fetch v4"
         );
         assert!(!supported(99, 0));
+        // Every served API has its first flexible version listed (SASL's
+        // handshake has none), and only ApiVersions and Metadata are served
+        // at one.
+        for &(api, _, hi) in SUPPORTED {
+            let listed = FIRST_FLEXIBLE.iter().any(|&(k, _)| k == api);
+            assert_eq!(listed, api != key::SASL_HANDSHAKE, "api {api}");
+            let served_flexible = flexible(api, hi);
+            assert_eq!(
+                served_flexible,
+                api == key::API_VERSIONS || api == key::METADATA,
+                "api {api}"
+            );
+        }
     }
 }

@@ -397,6 +397,12 @@ fn java_clients_as(bootstrap: &str, topic: &str, count: u32, login: Option<(&str
         out.contains("admin again TopicExistsException"),
         "{out}{err}"
     );
+    // Metadata v10+ carries the topic's id, and v12 finds the topic by it.
+    assert!(out.contains("admin topic id set\n"), "{out}{err}");
+    assert!(
+        out.contains(&format!("admin by id {topic}-admin\n")),
+        "{out}{err}"
+    );
     // DescribeConfigs: the topic's own retention, the fixed policy.
     assert!(
         out.contains("admin config retention.ms 3600000 DYNAMIC_TOPIC_CONFIG cleanup.policy delete DEFAULT_CONFIG\n"),

@@ -16,6 +16,18 @@ pub struct LocalBroker {
     pub brokers: String,
     /// The data directory.
     pub data_dir: PathBuf,
+    /// Shard 0's Kafka listener, when its configuration opened one.
+    pub kafka: Option<String>,
+    /// Its metrics endpoint, when its configuration opened one.
+    pub metrics: Option<String>,
+}
+
+/// The word after `key` in the broker's ready line
+/// (`… ready: shards A,B kafka C,D metrics E data-dir F`), its first
+/// comma-separated address.
+fn ready_field(line: &str, key: &str) -> Option<String> {
+    let list = line.split_whitespace().skip_while(|w| *w != key).nth(1)?;
+    list.split(',').next().map(String::from)
 }
 
 /// The `broker` binary: next to this executable, else on PATH.
@@ -25,6 +37,15 @@ pub fn broker_binary() -> PathBuf {
         .and_then(|exe| exe.parent().map(|d| d.join("broker")))
         .filter(|p| p.exists())
         .unwrap_or_else(|| PathBuf::from("broker"))
+}
+
+/// The `ringlog` command-line tool: next to this executable, else on PATH.
+pub fn ringlog_binary() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("ringlog")))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("ringlog"))
 }
 
 /// Starts the broker `command` was set up for (its arguments given, stderr
@@ -118,6 +139,8 @@ impl LocalBroker {
             dir,
             brokers,
             data_dir,
+            kafka: ready_field(&line, "kafka"),
+            metrics: ready_field(&line, "metrics"),
         })
     }
 }

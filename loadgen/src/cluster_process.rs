@@ -31,6 +31,8 @@ pub struct ClusterBroker {
     pub address: String,
     /// Its Prometheus endpoint.
     pub metrics: String,
+    /// Its Kafka listener (one shard: one port).
+    pub kafka: String,
     etcd: String,
 }
 
@@ -50,6 +52,7 @@ impl ClusterBroker {
                 // Two cores, three brokers: spread them.
                 .args(["--first-cpu", &(self.id - 1).to_string()])
                 .args(["--metrics-listen", &self.metrics])
+                .args(["--kafka-listen", &self.kafka])
                 .arg("--config")
                 .arg(&self.config)
                 .stderr(Stdio::from(log)),
@@ -94,23 +97,14 @@ impl ClusterBroker {
 
     /// A counter or gauge from its metrics endpoint (0 when absent).
     pub fn metric(&mut self, name: &str) -> anyhow::Result<f64> {
-        let text = match self.scrape() {
-            Ok(text) => text,
+        match metric(&self.metrics, name) {
+            Ok(value) => Ok(value),
             Err(error) => {
                 let state = self.describe();
                 let context = format!("scraping {} ({state})", self.metrics);
-                return Err(error.context(context));
+                Err(error.context(context))
             }
-        };
-        Ok(text
-            .lines()
-            .filter(|l| {
-                l.split([' ', '{'])
-                    .next()
-                    .is_some_and(|metric| metric == name)
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum())
+        }
     }
 
     /// Whether it runs, and its log's last line: for error messages.
@@ -128,18 +122,28 @@ impl ClusterBroker {
             log.lines().last().unwrap_or("nothing")
         )
     }
+}
 
-    fn scrape(&self) -> anyhow::Result<String> {
-        let mut stream = std::net::TcpStream::connect(&self.metrics)?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        // One write: `write!` on a bare socket sends each piece of the
-        // format apart.
-        let request = format!("GET /metrics HTTP/1.0\r\nHost: {}\r\n\r\n", self.metrics);
-        stream.write_all(request.as_bytes())?;
-        let mut text = String::new();
-        stream.read_to_string(&mut text)?;
-        Ok(text)
-    }
+/// A counter or gauge from a broker's metrics endpoint at `address`,
+/// summed over its labels (every shard); 0 when absent.
+pub fn metric(address: &str, name: &str) -> anyhow::Result<f64> {
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    // One write: `write!` on a bare socket sends each piece of the
+    // format apart.
+    let request = format!("GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    stream.write_all(request.as_bytes())?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    Ok(text
+        .lines()
+        .filter(|l| {
+            l.split([' ', '{'])
+                .next()
+                .is_some_and(|metric| metric == name)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
 }
 
 /// CPU time (user + system) of a process, from /proc/PID/stat; zero when
@@ -254,6 +258,7 @@ impl LocalCluster {
                 log: dir.join(format!("broker-{id}.log")),
                 address: format!("127.0.0.1:{}", free_port()?),
                 metrics: format!("127.0.0.1:{}", free_port()?),
+                kafka: format!("127.0.0.1:{}", free_port()?),
                 etcd: etcd_url.clone(),
             };
             broker.spawn()?;

@@ -25,6 +25,7 @@ pub mod failover;
 pub mod formats;
 pub mod group;
 pub mod group_load;
+pub mod kafka_perf;
 pub mod log_lines;
 pub mod loopback;
 pub mod mirror;

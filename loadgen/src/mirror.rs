@@ -12,7 +12,7 @@
 //!    the target, through a running mirror, at fractions of the mirror's
 //!    rate (the paper's pipeline took about 10 s on average).
 
-use crate::broker_process::LocalBroker;
+use crate::broker_process::{ringlog_binary, LocalBroker};
 use crate::cluster_process::process_cpu;
 use crate::e2e::{self, E2eSpec};
 use crate::stats::{LatencySummary, Stats};
@@ -20,7 +20,6 @@ use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use anyhow::Context;
 use protocol::client::AckMode;
 use serde::Serialize;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -90,15 +89,6 @@ pub struct MirrorOutcome {
     pub mirror_share: f64,
     /// One per load.
     pub latency: Vec<LatencyFigure>,
-}
-
-/// The `ringlog` binary: next to this executable, else on PATH.
-fn ringlog_binary() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join("ringlog")))
-        .filter(|p| p.exists())
-        .unwrap_or_else(|| PathBuf::from("ringlog"))
 }
 
 fn mirror_command(source: &LocalBroker, target: &LocalBroker, topics: &str) -> Command {

@@ -117,6 +117,14 @@ enum Command {
     /// lines (bytes stored, ratio, msg/s and CPU per message of each side),
     /// on a standalone broker this starts itself (--brokers is not used).
     Formats(FormatsArgs),
+    /// The same Kafka clients against ringlog's Kafka listener and Apache
+    /// Kafka 4.4 in one run: Kafka's ProducerPerformance and
+    /// ConsumerPerformance, and kcat (librdkafka), on one copy (a
+    /// standalone broker this starts beside `deploy/peers.sh start kafka`)
+    /// and three (a cluster this starts beside `start kafka-cluster`):
+    /// msg/s, MB/s, latency percentiles, CPU per message of each broker,
+    /// ringlog's sendfile share.
+    KafkaPerf(KafkaPerfArgs),
     /// The ceiling for one consumer on this host: sendfile of a cached file
     /// through a loopback TCP connection to a reader (no broker, no
     /// parsing), best of several rounds.
@@ -375,6 +383,38 @@ struct FormatsArgs {
     written_partitions: u32,
     /// Where the table and JSON go.
     #[arg(long, default_value = "loadgen-formats")]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct KafkaPerfArgs {
+    /// Records per run.
+    #[arg(long, default_value_t = 1_000_000)]
+    messages: u64,
+    /// Bytes per record (the paper's 200).
+    #[arg(long, default_value_t = 200)]
+    size: usize,
+    /// Partitions of each topic.
+    #[arg(long, default_value_t = 2)]
+    partitions: u32,
+    /// Copies measured, in order.
+    #[arg(long, value_delimiter = ',', default_value = "1,3", value_parser = clap::value_parser!(u32).range(1..=3))]
+    replicas: Vec<u32>,
+    /// Rounds of everything, the systems' order alternating; the table
+    /// shows each figure's median (of two, the lower), the JSON every round.
+    #[arg(long, default_value_t = 2)]
+    rounds: u32,
+    /// Where deploy/peers.sh keeps Kafka's jars and nodes.
+    #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]
+    peers_dir: PathBuf,
+    /// Kafka's single node (`deploy/peers.sh start kafka`).
+    #[arg(long, default_value = loadgen::peers::kafka::DEFAULT_ADDRESS)]
+    kafka_address: String,
+    /// Kafka's three nodes (`deploy/peers.sh start kafka-cluster`).
+    #[arg(long, default_value = loadgen::kafka_perf::DEFAULT_KAFKA_CLUSTER)]
+    kafka_cluster: String,
+    /// Where the table, the JSON and each tool's output go.
+    #[arg(long, default_value = "loadgen-kafka-perf")]
     out: PathBuf,
 }
 
@@ -817,6 +857,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 out: args.out,
             };
             loadgen::formats::run(&spec)?;
+        }
+        Command::KafkaPerf(args) => {
+            let spec = loadgen::kafka_perf::KafkaPerfSpec {
+                messages: args.messages.max(1),
+                size: args.size.max(1),
+                partitions: args.partitions.max(1),
+                replicas: args.replicas,
+                rounds: args.rounds.max(1),
+                peers_dir: args.peers_dir,
+                kafka: args.kafka_address,
+                kafka_cluster: args.kafka_cluster,
+                out: args.out,
+            };
+            let rows = loadgen::kafka_perf::run(&spec)?;
+            let table = loadgen::kafka_perf::table(&loadgen::kafka_perf::medians(&rows));
+            println!("{table}");
+            std::fs::write(spec.out.join("kafka-perf.md"), &table)?;
+            write_json(&spec.out.join("kafka-perf.json"), &rows)?;
         }
         Command::Security(args) => {
             let spec = loadgen::security::SecuritySpec {

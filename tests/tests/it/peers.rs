@@ -253,5 +253,37 @@ fn replication_and_sweep_drive_three_node_kafka_and_nats_clusters() {
         assert_eq!(point["duplicated"], 0, "{point:#}");
         assert!(point["e2e"]["count"].as_u64().unwrap() > 0, "{point:#}");
     }
+
+    // Kafka's own perf tools and kcat, the same against ringlog's Kafka
+    // listener (a cluster loadgen starts) and against these three nodes.
+    let perf = TempDir::new("kafka-perf");
+    let (stdout, _) = succeeds(
+        kafka
+            .loadgen()
+            .env("RINGLOG_PEERS_DIR", dir.path())
+            .args(["kafka-perf", "--replicas", "3", "--rounds", "1"])
+            .args(["--messages", "3000", "--out"])
+            .arg(perf.path()),
+    );
+    let rows: Value = serde_json::from_str(
+        &std::fs::read_to_string(perf.path().join("kafka-perf.json")).unwrap(),
+    )
+    .unwrap();
+    let rows = rows.as_array().unwrap();
+    // Three setups (ringlog flushed, ringlog write.caching, Kafka), four
+    // clients each, every one counted.
+    assert_eq!(rows.len(), 12, "{stdout}");
+    for row in rows {
+        assert!(row["msgs_per_s"].as_f64().unwrap() > 0.0, "{row:#}");
+        assert!(row["broker_cpu_us"].as_f64().unwrap() >= 0.0, "{row:#}");
+        // ringlog's consumers are served with sendfile, every byte.
+        if row["client"] == "ConsumerPerformance" && row["system"] != "kafka 4.4" {
+            assert_eq!(row["zero_copy"].as_f64(), Some(1.0), "{row:#}");
+        }
+    }
+    assert!(
+        stdout.contains("| 3 | all | ProducerPerformance | ringlog write.caching |"),
+        "{stdout}"
+    );
     drop(nats);
 }

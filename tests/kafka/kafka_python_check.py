@@ -6,14 +6,26 @@
 # tests/tests/it/kafka_listener.rs to check.
 #
 # python kafka_python_check.py BOOTSTRAP TOPIC COUNT
+#
+# With KAFKA_SSL_CA set (and KAFKA_SSL_CERT, KAFKA_SSL_KEY for a client
+# certificate) it connects with TLS.
+import os
 import sys
 import time
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 bootstrap, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tls = {}
+if os.environ.get("KAFKA_SSL_CA"):
+    tls = {
+        "security_protocol": "SSL",
+        "ssl_cafile": os.environ["KAFKA_SSL_CA"],
+        "ssl_certfile": os.environ.get("KAFKA_SSL_CERT"),
+        "ssl_keyfile": os.environ.get("KAFKA_SSL_KEY"),
+    }
 before = int(time.time() * 1000) - 1000
-producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **tls)
 futures = [
     producer.send(
         topic,
@@ -30,7 +42,10 @@ producer.close()
 print("produced", len(sent))
 
 consumer = KafkaConsumer(
-    bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=2000
+    bootstrap_servers=bootstrap,
+    enable_auto_commit=False,
+    consumer_timeout_ms=2000,
+    **tls,
 )
 partitions = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
 consumer.assign(partitions)

@@ -342,6 +342,83 @@ fn kafka_python_produces_and_consumes_with_keys_headers_and_times() {
     assert!(out.contains("by_time 0 first_offset 0\n"), "{out}{err}");
 }
 
+#[test]
+fn kafka_clients_speak_tls_and_the_broker_asks_for_their_certificates() {
+    let dir = harness::TempDir::new("kafka-tls");
+    let files = harness::tls::make_certificates(&dir.path().join("certs"));
+    let broker = Broker::start(BrokerOptions {
+        config_toml: files.broker_toml(true),
+        ..kafka_options()
+    });
+    let tls = protocol::client::TlsConfig::new(&files.ca)
+        .and_then(|t| t.with_client_certificate(&files.client_cert, &files.client_key))
+        .unwrap();
+    let config = protocol::client::ClientConfig {
+        tls: Some(tls),
+        ..protocol::client::ClientConfig::default()
+    };
+    let client = Client::with_config(&broker.address(), config).unwrap();
+    format_two(&client, "tls", 2, TopicSettings::default());
+    let bootstrap = broker.kafka[0].clone();
+    let with = |cert: &Path, key: &Path, rest: &[&str]| -> Output {
+        let mut args: Vec<String> = ["-b", &bootstrap, "-X", "security.protocol=ssl"]
+            .map(String::from)
+            .to_vec();
+        for (name, path) in [
+            ("ssl.ca.location", files.ca.as_path()),
+            ("ssl.certificate.location", cert),
+            ("ssl.key.location", key),
+        ] {
+            args.push("-X".into());
+            args.push(format!("{name}={}", path.display()));
+        }
+        args.extend(rest.iter().map(|a| a.to_string()));
+        kcat_owned(&args, "a\nb\nc\n")
+    };
+    // kcat (librdkafka) with the client certificate: list, produce, read.
+    let (cert, key) = (files.client_cert.as_path(), files.client_key.as_path());
+    let listed = with(cert, key, &["-L", "-t", "tls"]);
+    let (out, err) = text(&listed);
+    assert!(
+        out.contains("topic \"tls\" with 2 partitions"),
+        "{out}{err}"
+    );
+    let produced = with(cert, key, &["-P", "-t", "tls", "-p", "0"]);
+    assert!(produced.status.success(), "{:?}", text(&produced));
+    let read = ["-C", "-t", "tls", "-p", "0", "-o", "beginning", "-e"];
+    let consumed = with(cert, key, &[&read[..], &["-f", "%s\n"]].concat());
+    assert_eq!(text(&consumed).0, "a\nb\nc\n", "{:?}", text(&consumed));
+    // A certificate of a CA the broker does not trust: no answer but the
+    // failed handshake.
+    let (cert, key) = (
+        files.other_client_cert.as_path(),
+        files.other_client_key.as_path(),
+    );
+    let refused = with(cert, key, &["-L", "-m", "3"]);
+    let (out, err) = text(&refused);
+    assert!(!refused.status.success(), "{out}{err}");
+    assert!(!out.contains("tls"), "{out}{err}");
+    // Plain text to the TLS listener: refused too.
+    let plain = kcat(&["-b", &bootstrap, "-L", "-m", "3"], "");
+    assert!(!plain.status.success(), "{:?}", text(&plain));
+
+    // kafka-python over TLS with the client certificate.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/kafka_python_check.py");
+    format_two(&client, "tls-py", 2, TopicSettings::default());
+    let output = harness::python::command_with("kafka-python", &["kafka-python==3.0.12"])
+        .arg(script)
+        .args([&bootstrap, "tls-py", "500"])
+        .env("KAFKA_SSL_CA", &files.ca)
+        .env("KAFKA_SSL_CERT", &files.client_cert)
+        .env("KAFKA_SSL_KEY", &files.client_key)
+        .output()
+        .unwrap();
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    assert!(out.contains("produced 500\n"), "{out}{err}");
+    assert!(out.contains("consumed 500 wrong 0\n"), "{out}{err}");
+}
+
 /// Runs tests/kafka/JavaClients.java against `bootstrap` and checks what
 /// it found.
 fn java_clients(bootstrap: &str, topic: &str, count: u32) {

@@ -684,4 +684,17 @@ fn the_java_client_on_a_three_broker_cluster_with_three_copies() {
     }
     // acks=all (the Java client's default) waits for the copies.
     java_clients(&brokers[2].kafka[0], "r3", 5_000);
+    // kafka-python too (acks=all, idempotent), from another broker.
+    format_two(&client, "r3-py", 2, super::replication::replicated(3, 2));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/kafka_python_check.py");
+    let output = harness::python::command_with("kafka-python", &["kafka-python==3.0.12"])
+        .arg(script)
+        .args([&brokers[1].kafka[0], "r3-py", "2000"])
+        .output()
+        .unwrap();
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    assert!(out.contains("produced 2000\n"), "{out}{err}");
+    assert!(out.contains("consumed 2000 wrong 0\n"), "{out}{err}");
+    assert!(out.contains("positions_at_end True\n"), "{out}{err}");
 }

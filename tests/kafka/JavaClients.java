@@ -105,6 +105,29 @@ public class JavaClients {
             OffsetAndTimestamp found = byTime.get(zero);
             System.out.println("by_time " + (found == null ? -1 : found.offset()) + " first_offset " + sent.get(0).offset());
         }
+
+        // A fetch maximum below a batch's size (KIP-74): the broker sends
+        // the first batch whole, so this consumer still reads every record.
+        c.put("max.partition.fetch.bytes", "100");
+        c.put("fetch.max.bytes", "100");
+        c.put("max.poll.records", "500");
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(c)) {
+            TopicPartition zero = new TopicPartition(topic, 0);
+            consumer.assign(List.of(zero));
+            consumer.seekToBeginning(List.of(zero));
+            long want = sent.stream().filter(m -> m.partition() == 0).count();
+            long read = 0;
+            String failure = "none";
+            long deadline = System.currentTimeMillis() + 30000;
+            try {
+                while (read < want && System.currentTimeMillis() < deadline) {
+                    read += consumer.poll(Duration.ofMillis(200)).count();
+                }
+            } catch (Exception e) {
+                failure = e.getClass().getSimpleName();
+            }
+            System.out.println("small_fetch read " + read + " of " + want + " failure " + failure);
+        }
         admin(bootstrap, topic + "-admin");
     }
 

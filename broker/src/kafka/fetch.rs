@@ -18,7 +18,7 @@ use crate::limits::{FETCH_BYTES_MAX, FETCH_WAIT_MS_MAX};
 use crate::reply::{Dispatched, Part, Payload};
 use crate::shard::{Owner, Shard};
 use crate::storage::partition_log::{self, Read};
-use crate::storage::{FetchSlice, SharedLog};
+use crate::storage::{FetchSlice, SharedLog, StorageError};
 use protocol::acl::{Operation, ResourceType};
 use protocol::stored::MessageFormat;
 use std::future::{poll_fn, Future};
@@ -126,7 +126,9 @@ pub fn handle(
 }
 
 /// Reads every partition asked for, `max_bytes` over all (the first
-/// partition with data gets its own maximum whatever is left).
+/// partition with data gets its own maximum whatever is left, and at least
+/// its first batch whole: Kafka's KIP-74, so a client whose maximum is
+/// below a batch's size still moves on).
 async fn read_all(
     shard: &Rc<Shard>,
     principal: &str,
@@ -143,7 +145,7 @@ async fn read_all(
             // (a client's `i32::MAX` is a 1 GiB segment otherwise).
             let own = wanted.max_bytes.clamp(0, FETCH_BYTES_MAX as i32) as u32;
             let budget = if first { own } else { own.min(left) };
-            let read = read_one(shard, principal, topic, wanted, budget).await;
+            let read = read_one(shard, principal, topic, wanted, budget, first).await;
             left = left.saturating_sub(read.bytes());
             first &= read.bytes() == 0;
             got.push(read);
@@ -186,12 +188,15 @@ fn local_log(
     Ok((log, partition))
 }
 
+/// One partition's read of at most `bytes_max` — or, with `whole_first`,
+/// of its first batch whole when that batch is larger.
 async fn read_one(
     shard: &Shard,
     principal: &str,
     topic: &str,
     wanted: &Wanted,
     bytes_max: u32,
+    whole_first: bool,
 ) -> Got {
     let log = match local_log(shard, principal, topic, wanted) {
         Ok((log, _)) => log,
@@ -209,6 +214,12 @@ async fn read_one(
         }
         Err(error) => Err(error),
     };
+    let read = match read {
+        Ok(Some(slice)) if whole_first && slice.len == bytes_max => {
+            whole_first_batch(&log, slice).await
+        }
+        other => other,
+    };
     let l = log.borrow();
     match read {
         Ok(slice) => Got {
@@ -222,6 +233,22 @@ async fn read_one(
             log_start: l.start_offset() as i64,
             ..Got::refused(kafka_code(Failure::from(error).code))
         },
+    }
+}
+
+/// `slice`, filled by the client's maximum, or its first batch whole when
+/// that batch is larger (at most [`FETCH_BYTES_MAX`]: no batch a producer
+/// may write is).
+async fn whole_first_batch(
+    log: &SharedLog,
+    slice: FetchSlice,
+) -> Result<Option<FetchSlice>, StorageError> {
+    let size = partition_log::batch_size_at(log, slice.offset).await?;
+    match size {
+        Some(size) if size > slice.len && size <= FETCH_BYTES_MAX => {
+            partition_log::read(log, slice.offset, size).await
+        }
+        _ => Ok(Some(slice)),
     }
 }
 

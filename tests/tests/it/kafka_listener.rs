@@ -474,6 +474,16 @@ fn java_clients_as(bootstrap: &str, topic: &str, count: u32, login: Option<(&str
         out.contains("admin again TopicExistsException"),
         "{out}{err}"
     );
+    // A consumer whose fetch maximum (100 bytes) is below a batch's size
+    // gets the first batch whole and reads everything (KIP-74).
+    let small = out
+        .lines()
+        .find_map(|l| l.strip_prefix("small_fetch read "))
+        .unwrap_or_else(|| panic!("{out}{err}"));
+    let words: Vec<&str> = small.split(' ').collect();
+    assert_eq!(words[0], words[2], "{out}{err}");
+    assert!(words[2].parse::<u32>().unwrap() > 0, "{out}{err}");
+    assert_eq!(&words[3..], ["failure", "none"], "{out}{err}");
     // Metadata v10+ carries the topic's id, and v12 finds the topic by it.
     assert!(out.contains("admin topic id set\n"), "{out}{err}");
     assert!(

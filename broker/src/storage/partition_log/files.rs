@@ -229,6 +229,22 @@ pub(super) async fn hop<S: Storage>(
     }
 }
 
+/// The size of the format-2 batch that starts at `offset` (a batch start
+/// a read returned), from its header: `None` past the visible end or
+/// where no header can be read. A fetch whose first batch is larger than
+/// the client's maximum serves that batch whole (Kafka's KIP-74), so it
+/// needs the size.
+pub async fn batch_size_at<S: Storage>(
+    log: &Shared<S>,
+    offset: u64,
+) -> Result<Option<u32>, StorageError> {
+    let header = |_: u64| HEADER_BYTES as u32;
+    Ok(match hop(log, offset, None, header, |_, _| true).await? {
+        Hop::Found(start, found) if start == offset => u32::try_from(found.size).ok(),
+        _ => None,
+    })
+}
+
 /// The whole batch of `size` bytes at `offset` (visible), read into
 /// memory; `None` if it is not all there.
 pub(super) async fn read_exact_batch<S: Storage>(

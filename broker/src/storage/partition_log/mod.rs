@@ -1016,8 +1016,8 @@ pub use by_time::{offset_for_time, record_for_time};
 pub use digest::digests;
 use fetch_wait::flush_for_waiting_fetches;
 pub use fetch_wait::{fetch_waits, WaitingFetch};
+pub use files::{batch_size_at, read, read_below};
 use files::{open_segment_file, segment_file};
-pub use files::{read, read_below};
 pub use replica::{cut_uncommitted_damage, truncate};
 pub use writer::{
     append, append_mirror, append_replica, appended_before, request_sync, stored, sync_all, tick,

@@ -109,7 +109,9 @@ pub fn handle(
             let shard = shard.clone();
             Dispatched::Later(Box::pin(async move {
                 Some(match acked.await {
-                    Ok(Acked { base, end, count }) => {
+                    Ok(Acked {
+                        base, end, count, ..
+                    }) => {
                         let header = super::with_builder(&shard, |fbb| {
                             protocol::codec::produce_response(fbb, base, end, count).to_vec()
                         });
@@ -156,6 +158,8 @@ pub struct Acked {
     pub end: u64,
     /// Messages (format 2: records).
     pub count: u32,
+    /// A LogAppendTime topic's: the time stamped into its batches.
+    pub append_time: Option<i64>,
 }
 
 /// What appending a produce came to.
@@ -440,7 +444,12 @@ async fn await_ack(
     started: Instant,
     replicated: Option<(crate::replica::SharedReplica, u32)>,
 ) -> Result<Acked, Failure> {
-    let Appended { base, end, .. } = appended;
+    let Appended {
+        base,
+        end,
+        append_time,
+        ..
+    } = appended;
     if let Err(not_stored) = partition_log::stored(log, appended, acks).await {
         crate::metrics::bump(&shard.metrics.counters.request_errors_total, 1);
         let label = log.borrow().label().to_string();
@@ -470,5 +479,10 @@ async fn await_ack(
         &shard.metrics.produce_latency_us,
         started.elapsed().as_micros() as u64,
     );
-    Ok(Acked { base, end, count })
+    Ok(Acked {
+        base,
+        end,
+        count,
+        append_time,
+    })
 }

@@ -141,13 +141,20 @@ fn answer(shard: &Shard, version: i16, answered: &Answered) -> Vec<u8> {
         w.array(partitions.len());
         for (partition, result) in partitions {
             w.i32(*partition);
-            let (error, base, message) = match result {
-                Ok(acked) => (code::NONE, acked.base as i64, None),
-                Err((error, message)) => (*error, -1, Some(message.as_str())),
+            let (error, base, time, message) = match result {
+                Ok(acked) => (
+                    code::NONE,
+                    acked.base as i64,
+                    acked.append_time.unwrap_or(-1),
+                    None,
+                ),
+                Err((error, message)) => (*error, -1, -1, Some(message.as_str())),
             };
             w.i16(error);
             w.i64(base);
-            w.i64(-1); // log_append_time_ms: the producer's times are kept
+            // log_append_time_ms: the broker's time on a LogAppendTime
+            // topic, -1 where the producer's times are kept.
+            w.i64(time);
             if version >= 5 {
                 w.i64(log_start(shard, name, *partition));
             }

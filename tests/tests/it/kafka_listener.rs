@@ -419,6 +419,42 @@ fn kafka_clients_speak_tls_and_the_broker_asks_for_their_certificates() {
     assert!(out.contains("consumed 500 wrong 0\n"), "{out}{err}");
 }
 
+#[test]
+fn a_log_append_time_topic_answers_a_produce_with_the_time_it_stamped() {
+    let broker = Broker::start(kafka_options());
+    let client = broker.client();
+    let settings = TopicSettings {
+        timestamp_type: 2,
+        ..TopicSettings::default()
+    };
+    format_two(&client, "stamped", 1, settings);
+    // kafka-python: a record sent with an old time of its own; the answer
+    // carries the broker's time, and the stored record that same time.
+    let script = r#"
+import sys, time
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+before = int(time.time() * 1000)
+producer = KafkaProducer(bootstrap_servers=sys.argv[1], acks="all")
+sent = producer.send("stamped", b"v", partition=0, timestamp_ms=1000).get(timeout=30)
+after = int(time.time() * 1000)
+print("answered_in_window", before - 5 <= sent.timestamp <= after + 5)
+consumer = KafkaConsumer(bootstrap_servers=sys.argv[1], consumer_timeout_ms=3000)
+consumer.assign([TopicPartition("stamped", 0)])
+consumer.seek_to_beginning()
+record = next(iter(consumer))
+print("stored_same", record.timestamp == sent.timestamp, "type", record.timestamp_type)
+"#;
+    let output = harness::python::command_with("kafka-python", &["kafka-python==3.0.12"])
+        .args(["-c", script, &broker.kafka[0]])
+        .output()
+        .unwrap();
+    let (out, err) = text(&output);
+    assert!(output.status.success(), "{out}{err}");
+    assert!(out.contains("answered_in_window True\n"), "{out}{err}");
+    // timestamp_type 1: LogAppendTime.
+    assert!(out.contains("stored_same True type 1\n"), "{out}{err}");
+}
+
 /// Runs tests/kafka/JavaClients.java against `bootstrap` and checks what
 /// it found.
 fn java_clients(bootstrap: &str, topic: &str, count: u32) {

@@ -190,6 +190,8 @@ pub struct Appended {
     pub end: u64,
     /// The rollback epoch it was appended in.
     pub epoch: u64,
+    /// A LogAppendTime topic's produce: the time stamped into its batches.
+    pub append_time: Option<i64>,
 }
 
 /// Why appended messages will never be acknowledged.
@@ -220,6 +222,9 @@ pub struct PartitionLog<S: Storage = DiskStorage> {
     /// The leader epoch a format-2 append stamps into its batches
     /// (`partitionLeaderEpoch`): the copy's while it leads, 0 unreplicated.
     leader_epoch: i32,
+    /// The time the last produce stamped into its batches (LogAppendTime),
+    /// until its append hands it to the producer's answer.
+    stamped_time: Option<i64>,
     appended_messages: u64,
     written_messages: u64,
     flushed_messages: u64,
@@ -398,6 +403,7 @@ impl<S: Storage> PartitionLog<S> {
             pending: Vec::new(),
             pending_bytes: 0,
             leader_epoch: 0,
+            stamped_time: None,
             appended_messages: 0,
             written_messages: 0,
             flushed_messages: 0,
@@ -617,6 +623,7 @@ impl<S: Storage> PartitionLog<S> {
         let append_time = (placing == Placing::Produce
             && self.settings.timestamps == TimestampType::LogAppend)
             .then(|| self.storage.time_ms() as i64);
+        self.stamped_time = append_time;
         let placed = self.place(segment_base, position, bytes, messages);
         if let Some(epoch) = stamp {
             stamp_batches(placed, base, epoch, placing, append_time);

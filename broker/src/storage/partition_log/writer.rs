@@ -33,8 +33,9 @@ fn append_with<S: Storage>(
     acks: AckMode,
     place: impl FnOnce(&mut PartitionLog<S>) -> Result<(u64, u64), StorageError>,
 ) -> Result<Appended, StorageError> {
-    let (base, end, epoch, flush_now, chunk_full) = {
+    let (base, end, epoch, flush_now, chunk_full, append_time) = {
         let mut l = log.borrow_mut();
+        l.stamped_time = None;
         let (base, end) = place(&mut l)?;
         if acks == AckMode::Flushed {
             // Its acknowledgement waits for a round that covers `end`; the
@@ -47,6 +48,7 @@ fn append_with<S: Storage>(
             l.epoch(),
             l.flush_count_due(),
             l.pending_bytes() >= WRITE_CHUNK_BYTES,
+            l.stamped_time.take(),
         )
     };
     if flush_now || acks == AckMode::Flushed {
@@ -55,7 +57,12 @@ fn append_with<S: Storage>(
         request_sync(log, false);
     }
     flush_for_waiting_fetches(log);
-    Ok(Appended { base, end, epoch })
+    Ok(Appended {
+        base,
+        end,
+        epoch,
+        append_time,
+    })
 }
 
 /// A retried batch the log holds already at `[base, end)` (an idempotent
@@ -81,7 +88,12 @@ pub fn appended_before<S: Storage>(
     } else if write && acks != AckMode::None {
         request_sync(log, false);
     }
-    Appended { base, end, epoch }
+    Appended {
+        base,
+        end,
+        epoch,
+        append_time: None,
+    }
 }
 
 /// A follower's append (see [`PartitionLog::append_replica`]): written and
@@ -106,7 +118,12 @@ pub fn append_replica<S: Storage>(
         (base, end, l.epoch(), flush)
     };
     request_sync(log, flush);
-    Ok(Appended { base, end, epoch })
+    Ok(Appended {
+        base,
+        end,
+        epoch,
+        append_time: None,
+    })
 }
 
 /// A mirror's append (see [`PartitionLog::append_replica`]: the source's

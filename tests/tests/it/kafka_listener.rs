@@ -328,18 +328,35 @@ fn kafka_python_produces_and_consumes_with_keys_headers_and_times() {
     let broker = Broker::start(kafka_options());
     let client = broker.client();
     format_two(&client, "py", 2, TopicSettings::default());
+    let (out, err) = kafka_python_check(&broker.kafka[0], "py", 2000, &[]);
+    assert!(out.contains("by_time 0 first_offset 0\n"), "{out}{err}");
+}
+
+/// Runs tests/kafka/kafka_python_check.py (with `env`) for `count` records
+/// of `topic`, checks that each was produced and read back, and returns
+/// what it printed.
+fn kafka_python_check(
+    bootstrap: &str,
+    topic: &str,
+    count: u32,
+    env: &[(&str, &Path)],
+) -> (String, String) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/kafka_python_check.py");
     let output = harness::python::command_with("kafka-python", &["kafka-python==3.0.12"])
         .arg(script)
-        .args([&broker.kafka[0], "py", "2000"])
+        .args([bootstrap, topic, &count.to_string()])
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let (out, err) = text(&output);
     assert!(output.status.success(), "{out}{err}");
-    assert!(out.contains("produced 2000\n"), "{out}{err}");
-    assert!(out.contains("consumed 2000 wrong 0\n"), "{out}{err}");
+    assert!(out.contains(&format!("produced {count}\n")), "{out}{err}");
+    assert!(
+        out.contains(&format!("consumed {count} wrong 0\n")),
+        "{out}{err}"
+    );
     assert!(out.contains("positions_at_end True\n"), "{out}{err}");
-    assert!(out.contains("by_time 0 first_offset 0\n"), "{out}{err}");
+    (out, err)
 }
 
 #[test]
@@ -403,20 +420,13 @@ fn kafka_clients_speak_tls_and_the_broker_asks_for_their_certificates() {
     assert!(!plain.status.success(), "{:?}", text(&plain));
 
     // kafka-python over TLS with the client certificate.
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/kafka_python_check.py");
     format_two(&client, "tls-py", 2, TopicSettings::default());
-    let output = harness::python::command_with("kafka-python", &["kafka-python==3.0.12"])
-        .arg(script)
-        .args([&bootstrap, "tls-py", "500"])
-        .env("KAFKA_SSL_CA", &files.ca)
-        .env("KAFKA_SSL_CERT", &files.client_cert)
-        .env("KAFKA_SSL_KEY", &files.client_key)
-        .output()
-        .unwrap();
-    let (out, err) = text(&output);
-    assert!(output.status.success(), "{out}{err}");
-    assert!(out.contains("produced 500\n"), "{out}{err}");
-    assert!(out.contains("consumed 500 wrong 0\n"), "{out}{err}");
+    let env = [
+        ("KAFKA_SSL_CA", files.ca.as_path()),
+        ("KAFKA_SSL_CERT", files.client_cert.as_path()),
+        ("KAFKA_SSL_KEY", files.client_key.as_path()),
+    ];
+    kafka_python_check(&bootstrap, "tls-py", 500, &env);
 }
 
 #[test]
@@ -732,15 +742,5 @@ fn the_java_client_on_a_three_broker_cluster_with_three_copies() {
     java_clients(&brokers[2].kafka[0], "r3", 5_000);
     // kafka-python too (acks=all, idempotent), from another broker.
     format_two(&client, "r3-py", 2, super::replication::replicated(3, 2));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("kafka/kafka_python_check.py");
-    let output = harness::python::command_with("kafka-python", &["kafka-python==3.0.12"])
-        .arg(script)
-        .args([&brokers[1].kafka[0], "r3-py", "2000"])
-        .output()
-        .unwrap();
-    let (out, err) = text(&output);
-    assert!(output.status.success(), "{out}{err}");
-    assert!(out.contains("produced 2000\n"), "{out}{err}");
-    assert!(out.contains("consumed 2000 wrong 0\n"), "{out}{err}");
-    assert!(out.contains("positions_at_end True\n"), "{out}{err}");
+    kafka_python_check(&brokers[1].kafka[0], "r3-py", 2000, &[]);
 }

@@ -15,7 +15,7 @@ use crate::mailbox::{ControlMsg, ShardMsg};
 use crate::metrics::ShardMetrics;
 use crate::replica::epochs::Epochs;
 use crate::replica::{Replica, SharedReplica};
-use crate::storage::io::{DiskStorage, Storage};
+use crate::storage::io::DiskStorage;
 use crate::storage::partition_log::{self, now_ms, PartitionLog, SharedLog};
 use crate::storage::{partition_dir_name, LogSettings};
 use coordinator::registry::{BrokerRecord, TopicRecord};
@@ -783,14 +783,32 @@ pub async fn run_retention(shard: Rc<Shard>) {
         let now = now_ms();
         for log in shard.all_logs() {
             let removed = log.borrow_mut().enforce_retention(now);
-            for path in removed {
-                if let Err(error) = log.borrow().storage().remove_file(&path) {
-                    tracing::warn!(path = %path.display(), %error, "retention: unlink failed");
-                }
+            for retired in removed {
                 crate::metrics::bump(&shard.metrics.counters.segments_deleted_total, 1);
+                glommio::spawn_local(reclaim_when_released(retired)).detach();
             }
         }
     }
+}
+
+/// How long a fetch still sending from a segment that retention removed may
+/// keep it (Kafka waits `file.delete.delay.ms`, 60 s, too); past it the
+/// file is cut and the fetch's connection ends on a short read.
+const RETIRED_FILE_GRACE: Duration = Duration::from_secs(60);
+
+/// Hands a removed segment to the reclaim thread once nothing else of the
+/// shard holds its file (a fetch sending from it), or after the grace: its
+/// blocks are never freed on the shard's thread (`reclaim.rs`).
+async fn reclaim_when_released(
+    retired: crate::storage::partition_log::Retired<crate::storage::io::DiskFile>,
+) {
+    if let Some(file) = retired.file {
+        let deadline = Instant::now() + RETIRED_FILE_GRACE;
+        while Rc::strong_count(&file) > 1 && Instant::now() < deadline {
+            glommio::timer::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    crate::storage::reclaim::remove(retired.path);
 }
 
 /// Graceful stop, last step: give connections up to `limit` to write the

@@ -47,6 +47,7 @@ pub mod new_copy;
 pub mod orphans;
 pub mod partition_log;
 pub mod producers;
+pub mod reclaim;
 pub mod recovery;
 pub mod segment;
 pub mod segments;

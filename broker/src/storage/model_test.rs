@@ -212,8 +212,8 @@ impl Harness {
                     .log
                     .borrow_mut()
                     .enforce_retention(partition_log::now_ms());
-                for path in removed {
-                    self.storage.remove_file(&path).unwrap();
+                for retired in removed {
+                    self.storage.remove_file(&retired.path).unwrap();
                 }
                 let start = self.log.borrow().start_offset();
                 assert!(self.is_boundary(start), "retention cut inside a message");

@@ -100,10 +100,10 @@ pub fn delete_partition_dirs(dirs: &[PathBuf]) -> Result<(), DeleteError> {
             failures.push(StorageError::io("syncing", parent, e));
         }
     }
+    // Off the caller's thread: freeing a partition's gigabytes blocks
+    // (`reclaim.rs`); what a crash leaves in the trash goes at the next start.
     for dir in trashed {
-        if let Err(error) = std::fs::remove_dir_all(&dir) {
-            tracing::warn!(dir = %dir.display(), %error, "removing a deleted partition; it is removed at the next start");
-        }
+        super::reclaim::remove(dir);
     }
     if failures.is_empty() {
         Ok(())
@@ -276,6 +276,13 @@ mod tests {
 
         delete_partition_dirs(&[dir.join("kept-0"), dir.join("never-was-0")]).unwrap();
         assert!(!dir.join("kept-0").exists());
+        // The trash is emptied by the reclaim thread.
+        for _ in 0..500 {
+            if std::fs::read_dir(dir.join(TRASH_DIR)).unwrap().count() == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         assert_eq!(std::fs::read_dir(dir.join(TRASH_DIR)).unwrap().count(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }

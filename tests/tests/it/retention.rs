@@ -53,6 +53,25 @@ fn retention_deletes_old_segments_and_moves_the_start_offset() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // What retention removed is unlinked too, off the shard's thread
+    // (`reclaim.rs`): no renamed segment stays behind.
+    harness::eventually(
+        "the removed segments unlinked",
+        Duration::from_secs(20),
+        || {
+            let left: Vec<String> = ["short-0", "small-0"]
+                .iter()
+                .flat_map(|dir| std::fs::read_dir(broker.data_dir().join(dir)).unwrap())
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|name| name.ends_with(".deleted"))
+                .collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{left:?}"))
+            }
+        },
+    );
     // The active segment stays; the start offset moved to its base.
     let (start, offsets) = client
         .list_offsets("short", 0, OffsetSpec::Earliest, 0)

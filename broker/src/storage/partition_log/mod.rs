@@ -1026,6 +1026,7 @@ pub use fetch_wait::{fetch_waits, WaitingFetch};
 pub use files::{batch_size_at, read, read_below};
 use files::{open_segment_file, segment_file};
 pub use replica::{cut_uncommitted_damage, truncate};
+pub use retention::Retired;
 pub use writer::{
     append, append_mirror, append_replica, appended_before, request_sync, stored, sync_all, tick,
 };

@@ -4,6 +4,16 @@
 
 use super::*;
 
+/// A segment retention removed from the log: its file, renamed, and the
+/// descriptor the log had open on it, if any (a fetch may hold it still).
+#[derive(Debug)]
+pub struct Retired<F> {
+    /// Where the file is now (`….log.deleted`).
+    pub path: PathBuf,
+    /// The log's descriptor on it.
+    pub file: Option<Rc<F>>,
+}
+
 impl<S: Storage> PartitionLog<S> {
     /// The first offset of the earliest segment appended to at or after
     /// `timestamp_ms` — so consuming from it yields every message appended
@@ -21,9 +31,10 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Removes closed, fully flushed segments that retention says to drop:
     /// older than `retention_ms`, or the oldest while the log exceeds
-    /// `retention_bytes`. Never the active segment. Returns their paths after
-    /// renaming them to `.deleted`; the caller unlinks them.
-    pub fn enforce_retention(&mut self, now_ms: u64) -> Vec<PathBuf> {
+    /// `retention_bytes`. Never the active segment. Returns them after
+    /// renaming them to `.deleted`; the caller unlinks them (the broker off
+    /// the shard's thread, once fetches let go of the file: `reclaim.rs`).
+    pub fn enforce_retention(&mut self, now_ms: u64) -> Vec<Retired<S::File>> {
         let mut removed = Vec::new();
         while self.segments.len() > 1 {
             let total = self.segments.total_bytes();
@@ -46,13 +57,13 @@ impl<S: Storage> PartitionLog<S> {
             };
             self.start_offset = segment.end_offset();
             let deleted = with_suffix(&segment.path, DELETED_SUFFIX);
-            match self.storage.rename(&segment.path, &deleted) {
-                Ok(()) => removed.push(deleted),
+            let path = match self.storage.rename(&segment.path, &deleted) {
+                Ok(()) => deleted,
                 Err(error) => {
                     tracing::warn!(segment = %segment.path.display(), %error, "retention: rename failed");
-                    removed.push(segment.path.clone());
+                    segment.path.clone()
                 }
-            }
+            };
             tracing::info!(
                 partition = %self.label,
                 base_offset = segment.base_offset,
@@ -60,6 +71,10 @@ impl<S: Storage> PartitionLog<S> {
                 start_offset = self.start_offset,
                 "retention: deleted segment"
             );
+            removed.push(Retired {
+                path,
+                file: segment.file,
+            });
         }
         self.check_offsets();
         removed

@@ -451,9 +451,9 @@ fn retention_removes_old_closed_segments_but_never_the_active_one() {
             .borrow_mut()
             .enforce_retention(now_ms() + 30 * 24 * 3600 * 1000);
         assert_eq!(removed.len(), 3);
-        for path in &removed {
-            assert!(path.to_string_lossy().ends_with(".log.deleted"));
-            std::fs::remove_file(path).unwrap();
+        for retired in &removed {
+            assert!(retired.path.to_string_lossy().ends_with(".log.deleted"));
+            std::fs::remove_file(&retired.path).unwrap();
         }
         assert_eq!(log.borrow().segment_count(), 1);
         assert_eq!(log.borrow().start_offset(), 3000);

@@ -25,6 +25,7 @@ pub mod failover;
 pub mod formats;
 pub mod group;
 pub mod group_load;
+pub mod isolation;
 pub mod kafka_perf;
 pub mod log_lines;
 pub mod loopback;
@@ -36,6 +37,7 @@ pub mod replication;
 pub mod report;
 pub mod security;
 pub mod stats;
+pub mod sustained;
 pub mod sweep;
 pub mod workload;
 

@@ -7,7 +7,7 @@
 //! `ext4_truncate` ← `ext4_evict_inode` while 1 GiB segments went, it
 //! stalled every partition of the shard — a topic paced at 20,000 msg/s
 //! beside a full-rate one on the same shard had p99.9 344 ms against 5.6 ms
-//! alone (issue 51, item 4; `docs/design/0018-writeback.md`).
+//! alone (issue 51, item 4; `broker/docs/design/0018-deletes-off-the-shard.md`).
 //!
 //! So retention and topic deletes hand what they remove to one thread of the
 //! process, which cuts each file to zero bytes (the blocks are freed there,

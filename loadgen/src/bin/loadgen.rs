@@ -125,6 +125,12 @@ enum Command {
     /// msg/s, MB/s, latency percentiles, CPU per message of each broker,
     /// ringlog's sendfile share.
     KafkaPerf(KafkaPerfArgs),
+    /// Produce past the page cache: the disk's own rates with dd (O_DIRECT
+    /// and buffered), a standalone ringlog broker and Kafka 4.4 (`deploy/
+    /// peers.sh start kafka`) each as fast as one producer goes for
+    /// --seconds, the warm-up not counted; ratios, CPU per message and a
+    /// chart of the rate over time.
+    Sustained(SustainedArgs),
     /// The ceiling for one consumer on this host: sendfile of a cached file
     /// through a loopback TCP connection to a reader (no broker, no
     /// parsing), best of several rounds.
@@ -415,6 +421,53 @@ struct KafkaPerfArgs {
     kafka_cluster: String,
     /// Where the table, the JSON and each tool's output go.
     #[arg(long, default_value = "loadgen-kafka-perf")]
+    out: PathBuf,
+}
+
+#[derive(Args, Debug)]
+struct SustainedArgs {
+    /// Seconds each producer runs, the warm-up included.
+    #[arg(long, default_value_t = 60.0)]
+    seconds: f64,
+    /// Seconds at the start that are not counted.
+    #[arg(long, default_value_t = 15.0)]
+    warmup: f64,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 200)]
+    size: usize,
+    /// Messages per ringlog produce request.
+    #[arg(long, default_value_t = 1000)]
+    batch: usize,
+    /// The ringlog broker's shards.
+    #[arg(long, default_value_t = 2)]
+    shards: usize,
+    /// Bytes the partition keeps on each side (older segments are
+    /// deleted, so a long run does not fill the disk).
+    #[arg(long, default_value_t = 8_000_000_000)]
+    retention_bytes: u64,
+    /// Bytes each dd writes.
+    #[arg(long, default_value_t = 4 << 30)]
+    dd_bytes: u64,
+    /// ringlog alone, without Kafka.
+    #[arg(long)]
+    no_kafka: bool,
+    /// Skip the quiet topic beside a hot one.
+    #[arg(long)]
+    no_isolation: bool,
+    /// The quiet topic's messages/s.
+    #[arg(long, default_value_t = 20_000.0)]
+    quiet_rate: f64,
+    /// Seconds of each quiet run (5 of them not counted).
+    #[arg(long, default_value_t = 20.0)]
+    quiet_seconds: f64,
+    /// Where deploy/peers.sh keeps Kafka's jars and node.
+    #[arg(long, env = "RINGLOG_PEERS_DIR", default_value = "/tmp/ringlog-peers")]
+    peers_dir: PathBuf,
+    /// Kafka's single node (`deploy/peers.sh start kafka`).
+    #[arg(long, default_value = loadgen::peers::kafka::DEFAULT_ADDRESS)]
+    kafka_address: String,
+    /// Where the table, the JSON and the chart go.
+    #[arg(long, default_value = "loadgen-sustained")]
     out: PathBuf,
 }
 
@@ -875,6 +928,48 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             println!("{table}");
             std::fs::write(spec.out.join("kafka-perf.md"), &table)?;
             write_json(&spec.out.join("kafka-perf.json"), &rows)?;
+        }
+        Command::Sustained(args) => {
+            anyhow::ensure!(
+                args.warmup < args.seconds,
+                "--warmup {} leaves nothing of a {} s run to measure",
+                args.warmup,
+                args.seconds
+            );
+            let spec = loadgen::sustained::SustainedSpec {
+                seconds: args.seconds,
+                warmup: args.warmup,
+                size: args.size.max(1),
+                batch: args.batch.max(1),
+                shards: args.shards.max(1),
+                retention_bytes: args.retention_bytes,
+                dd_bytes: args.dd_bytes.max(1 << 20),
+                kafka: (!args.no_kafka).then(|| {
+                    (
+                        loadgen::peers::kafka::home(&args.peers_dir),
+                        args.kafka_address.clone(),
+                        args.peers_dir.clone(),
+                    )
+                }),
+                out: args.out,
+                isolation: (!args.no_isolation).then(|| loadgen::isolation::QuietSpec {
+                    rate: args.quiet_rate,
+                    seconds: args.quiet_seconds.max(6.0),
+                    warmup: 5.0,
+                    size: args.size.max(1),
+                    batch: 100,
+                    retention_bytes: args.retention_bytes,
+                }),
+            };
+            let outcome = loadgen::sustained::run(&spec)?;
+            let table = loadgen::sustained::table(&spec, &outcome);
+            println!("{table}");
+            std::fs::write(spec.out.join("sustained.md"), &table)?;
+            std::fs::write(
+                spec.out.join("sustained.svg"),
+                loadgen::sustained::chart(&outcome),
+            )?;
+            write_json(&spec.out.join("sustained.json"), &outcome)?;
         }
         Command::Security(args) => {
             let spec = loadgen::security::SecuritySpec {

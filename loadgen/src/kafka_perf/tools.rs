@@ -206,6 +206,95 @@ impl KafkaTools {
     }
 }
 
+impl KafkaTools {
+    /// `ProducerPerformance` as fast as it goes for about `seconds`: its
+    /// 5-second window lines as (seconds since it began sending, records/s),
+    /// the process stopped after the window that reaches `seconds`.
+    pub fn produce_for(
+        &self,
+        topic: &str,
+        seconds: f64,
+        size: usize,
+        props: &[String],
+    ) -> anyhow::Result<Vec<(f64, f64)>> {
+        let mut command = self.java("org.apache.kafka.tools.ProducerPerformance");
+        command
+            .args(["--topic", topic, "--throughput", "-1"])
+            .args(["--num-records", "2000000000"])
+            .args(["--record-size", &size.to_string()])
+            .arg("--producer-props")
+            .args(props);
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting ProducerPerformance")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // Its windows are 5 s of sending each (reportingInterval).
+        let windows = (seconds / WINDOW_S).ceil().max(1.0) as usize;
+        let mut series = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs_f64(seconds + 60.0);
+        while series.len() < windows && Instant::now() < deadline {
+            match rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(line) => {
+                    if let Some(rate) = window_rate(&line) {
+                        series.push(((series.len() + 1) as f64 * WINDOW_S, rate));
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        if series.len() < windows {
+            bail!(
+                "ProducerPerformance reported {} of {windows} windows",
+                series.len()
+            );
+        }
+        Ok(series)
+    }
+
+    /// Deletes `topic` with Kafka's topic tool.
+    pub fn delete_topic(&self, bootstrap: &str, topic: &str) -> anyhow::Result<()> {
+        let mut command = self.java("org.apache.kafka.tools.TopicCommand");
+        command.args([
+            "--bootstrap-server",
+            bootstrap,
+            "--delete",
+            "--topic",
+            topic,
+        ]);
+        run(command, false, "kafka-topics --delete").map(|_| ())
+    }
+}
+
+/// `ProducerPerformance`'s reporting window.
+const WINDOW_S: f64 = 5.0;
+
+/// The records/s of a `ProducerPerformance` window line (`N records sent,
+/// R records/sec (M MB/sec), …`), not its final summary.
+fn window_rate(line: &str) -> Option<f64> {
+    if line.contains("percentile") || line.contains("50th") {
+        return None;
+    }
+    let (_, rest) = line.split_once(" records sent, ")?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
 /// kcat (librdkafka): produces every line of `lines` to `topic` with
 /// `acks` and librdkafka's other defaults.
 pub fn kcat_produce(
@@ -404,6 +493,9 @@ mod tests {
         let progress = "429000 records sent, 85782.8 records/sec (16.36 MB/sec), \
                         1205.7 ms avg latency, 1596.0 ms max latency.";
         assert_eq!(producer_line(progress), None);
+        // ... and are what a timed run reads; the summary is not a window.
+        assert_eq!(window_rate(progress), Some(85782.8));
+        assert_eq!(window_rate(line), None);
     }
 
     #[test]

@@ -173,6 +173,47 @@ fn paper_drives_rabbitmq_activemq_nats_redis_and_kafka_with_exact_counts() {
         stdout.contains("Kafka's default producer settings"),
         "{stdout}"
     );
+
+    // `loadgen sustained`, short: dd before and after, ringlog with its
+    // producer and with Kafka's, Kafka 4.4, and the quiet topic beside a
+    // hot one on both.
+    let sustained = TempDir::new("sustained");
+    let (stdout, _) = succeeds(
+        peers
+            .loadgen()
+            .args(["sustained", "--seconds", "8", "--warmup", "3"])
+            .args(["--dd-bytes", "67108864", "--quiet-seconds", "6"])
+            .args(["--retention-bytes", "1000000000", "--out"])
+            .arg(sustained.path()),
+    );
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(sustained.path().join("sustained.json")).unwrap(),
+    )
+    .unwrap();
+    for rates in ["dd_direct", "dd_buffered"] {
+        let rates = report[rates].as_array().unwrap();
+        assert_eq!(rates.len(), 2, "{report:#}");
+        assert!(
+            rates.iter().all(|r| r.as_f64().unwrap() > 0.0),
+            "{report:#}"
+        );
+    }
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "{stdout}");
+    for run in runs {
+        assert!(run["sustained"].as_f64().unwrap() > 0.0, "{run:#}");
+        assert!(!run["series"].as_array().unwrap().is_empty(), "{run:#}");
+    }
+    let isolation = report["isolation"].as_array().unwrap();
+    assert_eq!(isolation.len(), 2, "{stdout}");
+    for run in isolation {
+        for figure in ["alone", "beside"] {
+            assert!(run[figure][1].as_f64().unwrap() > 0.0, "{run:#}");
+        }
+    }
+    assert!(isolation[0]["after_flushed"][1].as_f64().unwrap() > 0.0);
+    assert!(stdout.contains("ringlog ÷ Kafka sustained"), "{stdout}");
+    assert!(sustained.path().join("sustained.svg").exists());
 }
 
 /// `loadgen replication` against Kafka's three KRaft nodes and NATS's

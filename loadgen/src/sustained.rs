@@ -17,6 +17,10 @@
 //!    both sides, since on two cores the client is half the machine;
 //! 4. `dd` again, so a disk that changed during the run shows.
 //!
+//! ringlog runs twice: alone, then with a consumer that starts a second
+//! after the producer and reads the partition as it grows (sendfile from
+//! what was just written), to show whether it keeps up.
+//!
 //! The first `--warmup` seconds are not counted (the page cache takes the
 //! start at memory speed). Printed: each rate, sustained ÷ O_DIRECT and
 //! ringlog ÷ Kafka, CPU per message of each broker process; written: a
@@ -27,8 +31,8 @@ use crate::chart::{self, Series};
 use crate::cluster_process::process_cpu;
 use crate::isolation::{self, Isolation, QuietSpec};
 use crate::kafka_perf::tools::KafkaTools;
-use crate::stats::measure;
-use crate::workload::{self, Length, ProduceSpec};
+use crate::stats::{measure, Stats};
+use crate::workload::{self, ConsumeSpec, Length, ProduceSpec};
 use anyhow::{bail, Context};
 use protocol::client::{AckMode, TopicSettings};
 use serde::Serialize;
@@ -75,6 +79,20 @@ pub struct Run {
     pub broker_cpu_us: f64,
     /// (seconds, messages/s) over the run.
     pub series: Vec<(f64, f64)>,
+    /// A consumer that started a second after the producer, if one ran.
+    pub tail: Option<Tail>,
+}
+
+/// A consumer reading the partition while it is produced (issue 51,
+/// item 3: a consumer tailing 1 s behind keeps up).
+#[derive(Debug, Clone, Serialize)]
+pub struct Tail {
+    /// Messages/s it read after the warm-up.
+    pub consumed: f64,
+    /// How far behind the producer's last message it was when it stopped
+    /// (as long after the producer ended as it started after it), in
+    /// seconds of the producer's sustained rate.
+    pub behind_s: f64,
 }
 
 /// The whole measurement.
@@ -114,7 +132,8 @@ pub fn run(spec: &SustainedSpec) -> anyhow::Result<Outcome> {
         isolation: Vec::new(),
     };
     disk_rates(spec, &broker.data_dir, &mut outcome)?;
-    outcome.runs.push(ringlog(spec, &broker)?);
+    outcome.runs.push(ringlog(spec, &broker, false)?);
+    outcome.runs.push(ringlog(spec, &broker, true)?);
     if let Some(quiet) = &spec.isolation {
         let shards = spec.shards as u32;
         outcome
@@ -221,8 +240,11 @@ fn split_rates(series: &[(f64, f64)], warmup: f64) -> (f64, f64) {
     (per_s(after, after_s), per_s(before, before_s))
 }
 
-fn ringlog(spec: &SustainedSpec, broker: &LocalBroker) -> anyhow::Result<Run> {
-    let topic = "sustained";
+/// How long after the producer the tailing consumer starts.
+const TAIL_DELAY: Duration = Duration::from_secs(1);
+
+fn ringlog(spec: &SustainedSpec, broker: &LocalBroker, tail: bool) -> anyhow::Result<Run> {
+    let topic = if tail { "tailed" } else { "sustained" };
     let client = crate::connect(&broker.brokers)?;
     let settings = TopicSettings {
         retention_bytes: spec.retention_bytes,
@@ -238,18 +260,53 @@ fn ringlog(spec: &SustainedSpec, broker: &LocalBroker) -> anyhow::Result<Run> {
         spec.batch,
         AckMode::None,
     );
+    let consume = ConsumeSpec {
+        brokers: broker.brokers.clone(),
+        topic: topic.into(),
+        length: Length::Duration(Duration::from_secs_f64(spec.seconds)),
+        fetch_bytes: 1 << 20,
+        consumers: 1,
+        prefetch: 0,
+    };
+    let consumed = Stats::new();
+    let consumer = tail.then(|| {
+        let consumed = consumed.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(TAIL_DELAY);
+            workload::consume(&consume, &consumed)
+        })
+    });
     let cpu = process_cpu(broker.pid());
     let (outcome, summary) = measure("ringlog", "sent", None, 0.0, |stats| {
         workload::produce(&produce, stats)
     })?;
     let cpu = process_cpu(broker.pid()).saturating_sub(cpu);
     let (sustained, burst) = split_rates(&summary.series, spec.warmup);
+    let tail = match consumer {
+        Some(consumer) => {
+            consumer
+                .join()
+                .map_err(|_| anyhow::anyhow!("the tailing consumer panicked"))??;
+            let read = consumed.summary();
+            let behind = outcome.messages.saturating_sub(read.messages) as f64;
+            Some(Tail {
+                consumed: split_rates(&read.series, spec.warmup).0,
+                behind_s: behind / sustained.max(1.0),
+            })
+        }
+        None => None,
+    };
     Ok(Run {
-        system: "ringlog, its producer".into(),
+        system: if tail.is_some() {
+            "ringlog, its producer, a consumer 1 s behind".into()
+        } else {
+            "ringlog, its producer".into()
+        },
         sustained,
         burst,
         broker_cpu_us: cpu.as_secs_f64() * 1e6 / outcome.messages.max(1) as f64,
         series: summary.series,
+        tail,
     })
 }
 
@@ -291,6 +348,7 @@ fn kafka_client(
         burst,
         broker_cpu_us: cpu.as_secs_f64() * 1e6 / messages.max(1.0),
         series,
+        tail: None,
     })
 }
 
@@ -359,7 +417,16 @@ pub fn table(spec: &SustainedSpec, outcome: &Outcome) -> String {
         out.push('\n');
         out.push_str(&isolation::table(quiet, &outcome.isolation));
     }
-    if let [native, same_client, kafka] = outcome.runs.as_slice() {
+    for run in &outcome.runs {
+        if let Some(tail) = &run.tail {
+            out.push_str(&format!(
+                "\nThe consumer 1 s behind read {} msg/s after the warm-up and ended {:.2} s of production behind.\n",
+                chart::format_number(tail.consumed.round()),
+                tail.behind_s
+            ));
+        }
+    }
+    if let [native, _, same_client, kafka] = outcome.runs.as_slice() {
         out.push_str(&format!(
             "\nringlog ÷ Kafka sustained: {:.2}× (ringlog's producer), {:.2}× (Kafka's producer on both)\n",
             native.sustained / kafka.sustained.max(1.0),

@@ -199,7 +199,7 @@ fn paper_drives_rabbitmq_activemq_nats_redis_and_kafka_with_exact_counts() {
         );
     }
     let runs = report["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3, "{stdout}");
+    assert_eq!(runs.len(), 4, "{stdout}");
     for run in runs {
         assert!(run["sustained"].as_f64().unwrap() > 0.0, "{run:#}");
         assert!(!run["series"].as_array().unwrap().is_empty(), "{run:#}");
@@ -212,6 +212,11 @@ fn paper_drives_rabbitmq_activemq_nats_redis_and_kafka_with_exact_counts() {
         }
     }
     assert!(isolation[0]["after_flushed"][1].as_f64().unwrap() > 0.0);
+    // The consumer a second behind the producer read what it wrote.
+    assert!(
+        runs[1]["tail"]["consumed"].as_f64().unwrap() > 0.0,
+        "{report:#}"
+    );
     assert!(stdout.contains("ringlog ÷ Kafka sustained"), "{stdout}");
     assert!(sustained.path().join("sustained.svg").exists());
 }

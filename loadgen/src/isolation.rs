@@ -178,7 +178,7 @@ pub fn kafka(
                 &hot_,
                 seconds,
                 size,
-                &crate::sustained::kafka_producer_props(&address_),
+                &crate::kafka_perf::tools::fastest_producer(&address_),
             )
         });
         std::thread::sleep(LEAD + Duration::from_secs(3));

@@ -335,7 +335,7 @@ fn kafka_client(
         &topic,
         spec.seconds,
         spec.size,
-        &kafka_producer_props(bootstrap),
+        &crate::kafka_perf::tools::fastest_producer(bootstrap),
     );
     let cpu = process_cpu(pid).saturating_sub(cpu);
     let _ = tools.delete_topic(bootstrap, &topic);
@@ -350,19 +350,6 @@ fn kafka_client(
         series,
         tail: None,
     })
-}
-
-/// Kafka's producer as fast as it goes: acks=0, 1 MiB batches, a 5 ms
-/// linger, room for 256 MiB unsent.
-pub fn kafka_producer_props(bootstrap: &str) -> Vec<String> {
-    vec![
-        format!("bootstrap.servers={bootstrap}"),
-        "acks=0".into(),
-        "batch.size=1048576".into(),
-        "linger.ms=5".into(),
-        "buffer.memory=268435456".into(),
-        "max.request.size=10485760".into(),
-    ]
 }
 
 /// The pid `deploy/peers.sh` wrote for its single Kafka node.
